@@ -1,0 +1,52 @@
+# Set-up and entry points. `make run` and `make test` are the README's two commands.
+#   TORCH_INDEX=https://download.pytorch.org/whl/cpu make install   # force the CPU torch wheel where
+#                                                                   # pip would otherwise pick a CUDA build
+#   make install-gpu                                                # CUDA machines: faiss-gpu for faiss-cpu
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH_INDEX ?=
+export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install install-dev install-gpu run test lint clean-outputs
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "zsdr needs Python 3.11 (set PYTHON=/path/to/python3.11)")'
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/zsdr doctor --warm
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+# faiss-cpu and faiss-gpu ship the same `faiss` module: swap one for the other.
+$(VENV)/.installed-gpu: $(VENV)/.installed
+	$(BIN)/python -m pip uninstall --quiet --yes faiss-cpu
+	$(BIN)/python -m pip install --quiet $$($(BIN)/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["gpu"])')
+	$(BIN)/zsdr doctor
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+install-gpu: $(VENV)/.installed-gpu
+
+run: install
+	$(BIN)/snakemake --cores all results/table1.csv
+
+test: install-dev
+	$(BIN)/pytest -q
+
+lint: install-dev
+	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile rules/
+
+clean-outputs:
+	rm -rf data models runs metrics logs results/table1.* .snakemake

@@ -1,0 +1,5 @@
+import sys
+
+from zsdr.cli import main
+
+sys.exit(main())

@@ -1,0 +1,26 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _shared_data() -> Path:
+    env = os.environ.get("ZSDR_SHARED_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real data folder beside the project (../shared/data); tests using it skip without it."""
+    path = _shared_data()
+    if not path.is_dir():
+        pytest.skip(f"real data folder not present ({path}); set ZSDR_SHARED_DATA to run this test")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixtures() -> Path:
+    return FIXTURES
