@@ -1,0 +1,1 @@
+"""Datasets: formats (BEIR, TREC), the registry, downloads, converters, the mini benchmark."""

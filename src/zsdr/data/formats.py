@@ -1,0 +1,383 @@
+"""The BEIR dataset layout and TREC run/qrels files: reading, writing, validating.
+
+BEIR layout (every converter writes it, every reader checks it)::
+
+    <dir>/corpus.jsonl       {"_id": str, "title": str, "text": str, ...}   one document a line
+    <dir>/queries.jsonl      {"_id": str, "text": str, ...}                 one query a line
+    <dir>/qrels/<split>.tsv  header "query-id<TAB>corpus-id<TAB>score", then one judgement a line
+
+Files may be gzip-compressed (``corpus.jsonl.gz``); a UTF-8 BOM and CRLF line ends are tolerated.
+Every problem is reported as ``FILE:LINE: what is wrong (fix: ...)``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Iterable, Iterator
+
+from zsdr.io import DataError, MultiDataError, atomic_dir, atomic_write, open_lines
+
+QRELS_HEADER = ("query-id", "corpus-id", "score")
+MAX_REPORTED_ERRORS = 20
+
+
+def _find(directory: Path, name: str) -> Path:
+    """``name`` or ``name.gz`` inside ``directory``."""
+    for candidate in (directory / name, directory / f"{name}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise DataError(directory / name, None, "file not found", f"a BEIR dataset needs {name} in {directory}")
+
+
+def _id_of(value, path: Path, line: int, key: str = "_id") -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, line, f'"{key}" must be a string, got {type(value).__name__}', 'write ids as JSON strings')
+    text = str(value)
+    if not text.strip():
+        raise DataError(path, line, f'"{key}" is empty', "give every record a non-empty id")
+    if text != text.strip() or "\t" in text or "\n" in text:
+        raise DataError(path, line, f'"{key}" {text!r} contains tabs, newlines or surrounding blanks', "strip the id")
+    return text
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """Yield ``(line_number, object)`` for every non-blank line; bad JSON raises DataError."""
+    path = Path(path)
+    with open_lines(path) as lines:
+        for text in lines:
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataError(path, lines.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}",
+                                "each line must be one complete JSON object") from None
+            if not isinstance(obj, dict):
+                raise DataError(path, lines.lineno, f"expected a JSON object, got {type(obj).__name__}",
+                                "each line must be one JSON object")
+            yield lines.lineno, obj
+
+
+def iter_records(path: str | os.PathLike, kind: str) -> Iterator[tuple[int, str, dict]]:
+    """Yield ``(line, id, record)`` for a corpus (``kind="corpus"``) or queries file; checks fields."""
+    path = Path(path)
+    for line, obj in iter_jsonl(path):
+        if "_id" not in obj:
+            raise DataError(path, line, 'missing "_id"', 'every record needs an "_id" field')
+        rid = _id_of(obj["_id"], path, line)
+        if "text" not in obj:
+            raise DataError(path, line, f'record {rid!r} has no "text"', 'every record needs a "text" field')
+        if not isinstance(obj["text"], str):
+            raise DataError(path, line, f'"text" of {rid!r} must be a string', "write the text as a JSON string")
+        if kind == "corpus" and not isinstance(obj.get("title", ""), str):
+            raise DataError(path, line, f'"title" of {rid!r} must be a string', 'use "" for no title')
+        yield line, rid, obj
+
+
+def iter_qrels_tsv(path: str | os.PathLike) -> Iterator[tuple[int, str, str, int]]:
+    """Yield ``(line, query_id, corpus_id, score)`` from a BEIR qrels tsv (header optional)."""
+    path = Path(path)
+    with open_lines(path) as lines:
+        for text in lines:
+            if not text.strip():
+                continue
+            cols = text.split("\t")
+            if lines.lineno == 1 and tuple(c.strip() for c in cols[:3]) == QRELS_HEADER:
+                continue
+            if len(cols) != 3:
+                raise DataError(path, lines.lineno, f"expected 3 tab-separated columns, found {len(cols)}",
+                                "write query-id<TAB>corpus-id<TAB>score")
+            qid, did, score = (c.strip() for c in cols)
+            yield lines.lineno, qid, did, _relevance(score, path, lines.lineno)
+
+
+def _relevance(value: str, path: Path, line: int) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise DataError(path, line, f"relevance {value!r} is not a number",
+                        "the score column holds integer relevance grades") from None
+    if not math.isfinite(number) or number != int(number):
+        raise DataError(path, line, f"relevance {value!r} is not an integer grade",
+                        "the score column holds integer relevance grades")
+    return int(number)
+
+
+@dataclass
+class BeirCounts:
+    docs: int = 0
+    queries: int = 0
+    qrels: dict[str, int] = field(default_factory=dict)
+    qrels_queries: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"docs": self.docs, "queries": self.queries, "qrels": dict(self.qrels),
+                "qrels_queries": dict(self.qrels_queries)}
+
+
+class _Collector:
+    def __init__(self):
+        self.errors: list[DataError] = []
+        self.truncated = False
+
+    def add(self, err: DataError, fatal: bool = False):
+        """Record ``err``; past the cap only fatal ones (that stopped reading a file) are kept."""
+        if fatal or len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append(err)
+        else:
+            self.truncated = True
+
+    def raise_if_any(self):
+        if self.errors:
+            raise MultiDataError(self.errors, self.truncated)
+
+
+def _collect_ids(path: Path, kind: str, errors: _Collector) -> dict[str, int]:
+    """Id -> first line, reporting duplicates; a fatal parse error stops reading this file."""
+    seen: dict[str, int] = {}
+    try:
+        for line, rid, _ in iter_records(path, kind):
+            first = seen.get(rid)
+            if first is not None:
+                errors.add(DataError(path, line, f"duplicate id {rid!r} (first seen on line {first})",
+                                     "ids must be unique; drop or rename the repeat"))
+            else:
+                seen[rid] = line
+    except DataError as err:
+        errors.add(err, fatal=True)
+    return seen
+
+
+def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
+    """Split name -> qrels file in ``<dir>/qrels/`` (``test.tsv`` or ``test.tsv.gz``)."""
+    qdir = Path(directory) / "qrels"
+    if not qdir.is_dir():
+        return {}
+    out = {}
+    for p in sorted(qdir.iterdir()):
+        name = p.name.removesuffix(".gz")
+        if name.endswith(".tsv"):
+            out[name.removesuffix(".tsv")] = p
+    return out
+
+
+def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> BeirCounts:
+    """Check a BEIR-layout dataset; return its counts or raise :class:`MultiDataError`.
+
+    Checks: UTF-8, complete gzip streams, valid JSON, ``_id`` and ``text`` present, unique ids,
+    a non-empty corpus, integer relevance grades, and qrels that name only known query and
+    document ids.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(directory, None, "dataset folder not found", "run the fetch/convert step first")
+    errors = _Collector()
+    counts = BeirCounts()
+    corpus_path = _find(directory, "corpus.jsonl")
+    queries_path = _find(directory, "queries.jsonl")
+    docs = _collect_ids(corpus_path, "corpus", errors)
+    queries = _collect_ids(queries_path, "queries", errors)
+    counts.docs, counts.queries = len(docs), len(queries)
+    if not docs and not errors.errors:
+        errors.add(DataError(corpus_path, None, "the corpus is empty", "a dataset needs at least one document"))
+    files = qrels_files(directory)
+    if require_qrels and not files:
+        errors.add(DataError(directory / "qrels", None, "no qrels/<split>.tsv files",
+                             "write at least one qrels split"))
+    for split, path in files.items():
+        rows, judged = 0, set()
+        try:
+            for line, qid, did, _score in iter_qrels_tsv(path):
+                rows += 1
+                judged.add(qid)
+                if qid not in queries:
+                    errors.add(DataError(path, line, f"query id {qid!r} is not in {queries_path.name}",
+                                         "drop the judgement or add the query"))
+                if did not in docs:
+                    errors.add(DataError(path, line, f"corpus id {did!r} is not in {corpus_path.name}",
+                                         "drop the judgement or add the document"))
+        except DataError as err:
+            errors.add(err, fatal=True)
+        counts.qrels[split] = rows
+        counts.qrels_queries[split] = len(judged)
+    errors.raise_if_any()
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading whole datasets (small and medium corpora; big ones are streamed with iter_records)
+
+
+def read_corpus(directory: str | os.PathLike) -> dict[str, dict]:
+    path = _find(Path(directory), "corpus.jsonl")
+    return {rid: {"title": obj.get("title", "") or "", "text": obj["text"]} for _, rid, obj in iter_records(path, "corpus")}
+
+
+def read_queries(directory: str | os.PathLike) -> dict[str, str]:
+    path = _find(Path(directory), "queries.jsonl")
+    return {rid: obj["text"] for _, rid, obj in iter_records(path, "queries")}
+
+
+def read_qrels(directory_or_file: str | os.PathLike, split: str | None = None) -> dict[str, dict[str, int]]:
+    """Qrels as ``{query_id: {corpus_id: grade}}`` from a BEIR folder + split, or a tsv file."""
+    path = Path(directory_or_file)
+    if split is not None:
+        files = qrels_files(path)
+        if split not in files:
+            raise DataError(path / "qrels" / f"{split}.tsv", None, f"no qrels for split {split!r}",
+                            f"available splits: {', '.join(files) or 'none'}")
+        path = files[split]
+    out: dict[str, dict[str, int]] = {}
+    for _, qid, did, score in iter_qrels_tsv(path):
+        out.setdefault(qid, {})[did] = score
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def _dump(obj: dict) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+
+class BeirWriter:
+    """Stream a dataset into BEIR layout; the folder appears only once it is complete and valid.
+
+    >>> with BeirWriter("data/foo") as w:            # doctest: +SKIP
+    ...     w.add_doc("d1", "A title", "Some text")
+    ...     w.add_query("q1", "a question")
+    ...     w.add_qrel("test", "q1", "d1", 1)
+
+    On exit the output is validated with :func:`validate_beir` (so every converter validates its
+    own output) and the temporary folder is renamed onto ``directory``; on any error nothing is
+    left behind.
+    """
+
+    def __init__(self, directory: str | os.PathLike, compress: bool = False, validate: bool = True):
+        self.directory = Path(directory)
+        self.compress = compress
+        self.validate = validate
+        self.counts: BeirCounts | None = None
+        self._stack = None
+
+    def __enter__(self) -> "BeirWriter":
+        import contextlib
+
+        self._stack = contextlib.ExitStack()
+        self.root = self._stack.enter_context(atomic_dir(self.directory))
+        suffix = ".gz" if self.compress else ""
+        (self.root / "qrels").mkdir()
+        self._corpus = self._open(self.root / f"corpus.jsonl{suffix}")
+        self._queries = self._open(self.root / f"queries.jsonl{suffix}")
+        self._qrels: dict[str, IO] = {}
+        return self
+
+    def _open(self, path: Path) -> IO:
+        if path.suffix == ".gz":
+            import gzip
+            import io
+
+            return io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding="utf-8", newline="\n")
+        return open(path, "w", encoding="utf-8", newline="\n")
+
+    def add_doc(self, doc_id: str, title: str, text: str, **extra) -> None:
+        self._corpus.write(_dump({"_id": str(doc_id), "title": title or "", "text": text, **extra}) + "\n")
+
+    def add_query(self, query_id: str, text: str, **extra) -> None:
+        self._queries.write(_dump({"_id": str(query_id), "text": text, **extra}) + "\n")
+
+    def add_qrel(self, split: str, query_id: str, doc_id: str, score: int) -> None:
+        fh = self._qrels.get(split)
+        if fh is None:
+            fh = self._qrels[split] = open(self.root / "qrels" / f"{split}.tsv", "w", encoding="utf-8", newline="\n")
+            fh.write("\t".join(QRELS_HEADER) + "\n")
+        fh.write(f"{query_id}\t{doc_id}\t{int(score)}\n")
+
+    def add_docs(self, docs: Iterable[tuple[str, str, str]]) -> None:
+        for doc_id, title, text in docs:
+            self.add_doc(doc_id, title, text)
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for fh in (self._corpus, self._queries, *self._qrels.values()):
+            fh.close()
+        try:
+            if exc_type is None and self.validate:
+                self.counts = validate_beir(self.root)
+        except BaseException:
+            self._stack.__exit__(*__import__("sys").exc_info())
+            raise
+        return bool(self._stack.__exit__(exc_type, exc, tb))
+
+
+def write_beir(directory: str | os.PathLike, corpus: dict[str, dict], queries: dict[str, str],
+               qrels: dict[str, dict[str, dict[str, int]]]) -> BeirCounts:
+    """Write in-memory data (``qrels`` keyed by split) as a validated BEIR folder."""
+    with BeirWriter(directory) as w:
+        for did, doc in corpus.items():
+            w.add_doc(did, doc.get("title", ""), doc["text"])
+        for qid, text in queries.items():
+            w.add_query(qid, text)
+        for split, table in qrels.items():
+            for qid, docs in table.items():
+                for did, score in docs.items():
+                    w.add_qrel(split, qid, did, score)
+    return w.counts
+
+
+def write_manifest(directory: str | os.PathLike, counts: BeirCounts, **info) -> None:
+    """``<dir>/dataset.json``: counts plus provenance. Written last: its presence marks a complete folder."""
+    with atomic_write(Path(directory) / "dataset.json") as fh:
+        json.dump({**info, **counts.as_dict()}, fh, indent=1)
+        fh.write("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# TREC files
+
+
+def iter_trec_qrels(path: str | os.PathLike) -> Iterator[tuple[int, str, str, int]]:
+    """Yield ``(line, qid, docid, grade)`` from TREC qrels (``qid iter docid rel``, blank-separated)."""
+    path = Path(path)
+    with open_lines(path) as lines:
+        for text in lines:
+            if not text.strip():
+                continue
+            cols = text.split()
+            if len(cols) != 4:
+                raise DataError(path, lines.lineno, f"expected 4 columns 'qid iter docid rel', found {len(cols)}",
+                                "TREC qrels have four blank-separated columns")
+            yield lines.lineno, cols[0], cols[2], _relevance(cols[3], path, lines.lineno)
+
+
+def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """A TREC run ``qid Q0 docid rank score tag`` as ``{qid: {docid: score}}``."""
+    path = Path(path)
+    run: dict[str, dict[str, float]] = {}
+    with open_lines(path) as lines:
+        for text in lines:
+            if not text.strip():
+                continue
+            cols = text.split()
+            if len(cols) != 6:
+                raise DataError(path, lines.lineno, f"expected 6 columns 'qid Q0 docid rank score tag', found {len(cols)}",
+                                "write runs in TREC format")
+            try:
+                score = float(cols[4])
+            except ValueError:
+                raise DataError(path, lines.lineno, f"score {cols[4]!r} is not a number", "fix the run file") from None
+            run.setdefault(cols[0], {})[cols[2]] = score
+    return run
+
+
+def write_trec_run(path: str | os.PathLike, run: dict[str, dict[str, float]], tag: str, depth: int = 1000) -> None:
+    """Write ``{qid: {docid: score}}`` as a TREC run, best first (ties broken by docid), atomically."""
+    with atomic_write(path) as fh:
+        for qid in sorted(run):
+            ranked = sorted(run[qid].items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
+            for rank, (did, score) in enumerate(ranked, 1):
+                fh.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
