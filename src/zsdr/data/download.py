@@ -1,0 +1,419 @@
+"""Resumable, verified downloads and safe archive extraction.
+
+* :func:`resolve_url` — where a URL is fetched from when a ``mirror:`` is configured: the mirror
+  holds ``<host>/<path>``, the layout ``wget -x`` / ``wget --mirror`` write, so one wget command
+  (or a copy of another site's ``downloads/`` folder) makes a mirror.
+* :func:`download` — http(s), ``file://`` and plain paths; bytes go to ``DEST.part``, which a retry or
+  a re-run continues with an HTTP ``Range`` request; size / md5 / sha256 are checked before the
+  atomic rename onto ``DEST``.
+* :func:`extract` — zip and tar (plain, gz, bz2, xz; detected from content) into a temporary sibling
+  that replaces ``dest_dir`` only on success; unsafe members (absolute paths, ``..``, links that leave
+  the folder, devices) are refused.
+* :func:`fetch_file` — :func:`download` driven by a ``{"url", "md5", "sha256", "size", "filename"}`` spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import logging
+import lzma
+import os
+import stat
+import sys
+import tarfile
+import time
+import zipfile
+import zlib
+from pathlib import Path, PurePosixPath
+from typing import Iterator
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+
+import requests
+import urllib3
+from tqdm import tqdm
+
+from zsdr.io import DataError, atomic_dir
+
+log = logging.getLogger("zsdr.download")
+
+BACKOFF_BASE = 2.0  # seconds; attempt k (0-based) waits BACKOFF_BASE * 2**k before the next try
+MAX_DELAY = 120.0  # seconds, cap of one backoff wait
+USER_AGENT = "zsdr-download/0.1 (python-requests)"
+
+
+class DownloadError(DataError):
+    """A download or an archive that cannot be used; ``str()`` names the URL/file and the fix."""
+
+    def __init__(self, path, message: str, fix: str | None = None):
+        super().__init__(path, None, message, fix)
+
+
+class _Retry(Exception):
+    """A transient failure (5xx, short read, refused resume): try again after a delay."""
+
+
+class _Fatal(Exception):
+    """A failure that retrying cannot fix (404, missing local file)."""
+
+
+# --------------------------------------------------------------------------------------------- URLs
+
+def mirror_path(url: str) -> str:
+    """``<host>/<path>`` of ``url`` under a mirror (a query becomes ``_k-v_k-v``, as in the registry)."""
+    parts = urlsplit(url)
+    path = parts.path.lstrip("/")
+    if parts.query:
+        path = f"{path}_{parts.query.replace('&', '_').replace('=', '-')}"
+    return f"{parts.netloc.rpartition('@')[2]}/{path}"
+
+
+def _is_remote(url: str) -> bool:
+    return urlsplit(url).scheme in ("http", "https")
+
+
+def _local_path(url: str) -> Path:
+    """The file a ``file://`` URL or a plain path names."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return Path(url2pathname(parts.path))
+    return Path(url).expanduser()
+
+
+def resolve_url(url: str, mirror: str | None) -> str:
+    """The URL to fetch ``url`` from: itself, or ``<mirror>/<host>/<path>``.
+
+    ``mirror`` is a base URL (``https://mirror.example.org/zsdr``), a ``file:///abs/folder`` or a
+    plain folder path (returned as a ``file://`` URL). Local URLs are never mirrored.
+    """
+    if not mirror or not _is_remote(url):
+        return url
+    rel = mirror_path(url)
+    if _is_remote(mirror):
+        return f"{mirror.rstrip('/')}/{rel}"
+    return (_local_path(mirror).resolve() / rel).as_uri()
+
+
+# ----------------------------------------------------------------------------------------- download
+
+def _digests(path: Path, algorithms: list[str], chunk: int = 1 << 20) -> dict[str, str]:
+    hashes = {a: hashlib.new(a) for a in algorithms}
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            for h in hashes.values():
+                h.update(block)
+    return {a: h.hexdigest() for a, h in hashes.items()}
+
+
+def _mismatches(path: Path, md5: str | None, sha256: str | None, size: int | None) -> list[str]:
+    """``["md5: expected X, got Y", ...]`` for every given check that ``path`` fails."""
+    bad = []
+    actual_size = path.stat().st_size
+    if size is not None and actual_size != int(size):
+        bad.append(f"size: expected {int(size)} bytes, got {actual_size}")
+        return bad  # no point hashing a file of the wrong length
+    expected = {a: v.strip().lower() for a, v in (("md5", md5), ("sha256", sha256)) if v}
+    if expected:
+        actual = _digests(path, list(expected))
+        bad += [f"{a}: expected {expected[a]}, got {actual[a]}" for a in expected if actual[a] != expected[a]]
+    return bad
+
+
+def _content_range(header: str | None) -> tuple[int | None, int | None]:
+    """``(start, total)`` from ``bytes START-END/TOTAL`` or ``bytes */TOTAL`` (None where unknown)."""
+    if not header or not header.startswith("bytes "):
+        return None, None
+    span, _, total = header[6:].partition("/")
+    start = None if span.strip() == "*" else int(span.split("-")[0])
+    return start, (int(total) if total.strip().isdigit() else None)
+
+
+@contextlib.contextmanager
+def _open_http(session: requests.Session, src: str, offset: int, timeout: float, chunk_size: int
+               ) -> Iterator[tuple[Iterator[bytes] | None, int, int | None]]:
+    headers = {"Accept-Encoding": "identity", "User-Agent": USER_AGENT}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
+    with session.get(src, stream=True, timeout=timeout, headers=headers) as r:
+        code = r.status_code
+        if code == 416 and offset:
+            _, total = _content_range(r.headers.get("Content-Range"))
+            if total == offset:  # the .part is already complete
+                yield None, offset, total
+                return
+            raise _Retry("server refused to resume the partial file")
+        if code >= 500 or code in (408, 429):
+            raise _Retry(f"HTTP {code} {r.reason}")
+        if code >= 400:
+            raise _Fatal(f"HTTP {code} {r.reason}")
+        if code == 206:
+            start, total = _content_range(r.headers.get("Content-Range"))
+            if start != offset:
+                raise _Retry(f"server resumed at byte {start}, not {offset}")
+        else:
+            start = 0  # a 200 answer to a Range request: start from zero
+            length = r.headers.get("Content-Length")
+            total = int(length) if length and length.isdigit() else None
+        yield _raw_chunks(r, chunk_size), start, total
+
+
+def _raw_chunks(r: requests.Response, chunk_size: int) -> Iterator[bytes]:
+    """The body as sent (no Content-Encoding decoding), in pieces as they arrive, so a dropped
+    connection loses nothing already received."""
+    try:
+        while block := r.raw.read1(chunk_size, decode_content=False):
+            yield block
+    except (urllib3.exceptions.HTTPError, OSError) as exc:  # IncompleteRead, read timeout, reset
+        raise _Retry(f"connection broken: {exc}") from None
+
+
+@contextlib.contextmanager
+def _open_file(src: str, offset: int, chunk_size: int
+               ) -> Iterator[tuple[Iterator[bytes], int, int]]:
+    path = _local_path(src)
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise _Fatal(f"no such file {path}") from None
+    with fh:
+        total = os.fstat(fh.fileno()).st_size
+        start = offset if offset <= total else 0
+        fh.seek(start)
+        yield iter(lambda: fh.read(chunk_size), b""), start, total
+
+
+def _attempt(session: requests.Session, src: str, part: Path, timeout: float, chunk_size: int,
+             progress: bool) -> None:
+    """One try at completing ``part`` from ``src``; raises _Retry / _Fatal / requests errors."""
+    offset = part.stat().st_size if part.exists() else 0
+    if _is_remote(src):
+        opener = _open_http(session, src, offset, timeout, chunk_size)
+    else:
+        opener = _open_file(src, offset, chunk_size)
+    with opener as (chunks, start, total):
+        if chunks is None:
+            return
+        if offset and start == offset:
+            log.info("resuming %s at byte %d", src, offset)
+        elif offset:
+            log.info("source cannot resume %s; restarting from byte 0", src)
+        got = start
+        bar = tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
+                   desc=part.name.removesuffix(".part"), disable=not (progress and sys.stderr.isatty()))
+        with bar, open(part, "ab" if start else "wb") as out:
+            for block in chunks:
+                out.write(block)
+                got += len(block)
+                bar.update(len(block))
+    if total is not None and got < total:
+        raise _Retry(f"connection closed after {got} of {total} bytes")
+
+
+def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha256: str | None = None,
+             size: int | None = None, mirror: str | None = None, retries: int = 5, timeout: float = 60,
+             progress: bool = True, chunk_size: int = 1 << 20) -> Path:
+    """Fetch ``url`` (or its mirror copy) to ``dest``, resumably, and verify it; return ``dest``.
+
+    An existing ``dest`` that passes the given checks (or any existing ``dest`` when none are given)
+    is kept as is. ``retries`` is the number of further tries after the first on connection errors,
+    timeouts, 5xx answers and short reads.
+    """
+    dest = Path(dest)
+    part = dest.with_name(dest.name + ".part")
+    if dest.is_file():
+        bad = _mismatches(dest, md5, sha256, size)
+        if not bad:
+            log.info("%s already present%s", dest, "" if (md5 or sha256 or size is not None) else " (not verified)")
+            return dest
+        log.warning("%s exists but fails its check (%s); downloading again", dest, "; ".join(bad))
+        dest.unlink()
+    src = resolve_url(url, mirror)
+    via = "" if src == url else f" (mirror copy {src})"
+    scheme = urlsplit(src).scheme
+    if scheme not in ("http", "https", "file", ""):
+        raise DownloadError(url, f"unsupported URL scheme {scheme!r}", "use an http(s) or file:// URL")
+    if size is not None and part.exists() and part.stat().st_size > int(size):
+        part.unlink()  # longer than the file can be: not a prefix of it
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    log.info("downloading %s%s -> %s", url, via, dest)
+    fix_missing = (f"put the file at {mirror.rstrip('/')}/{mirror_path(url)} (the `wget -x` layout)" if src != url
+                   else f"set `mirror:` in config to a folder holding {mirror_path(url)}"
+                   if _is_remote(url) else "check the path") + f", or place the file at {dest} by hand"
+    with requests.Session() as session:
+        for attempt in range(retries + 1):
+            try:
+                _attempt(session, src, part, timeout, chunk_size, progress)
+                break
+            except _Fatal as exc:
+                raise DownloadError(url, f"cannot download{via}: {exc}", fix_missing) from None
+            except (_Retry, requests.ConnectionError, requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+                if attempt == retries:
+                    raise DownloadError(url, f"cannot download{via} after {retries + 1} attempts: {exc}",
+                                        f"check the network and try again (the partial file is resumed); "
+                                        f"or {fix_missing}") from None
+                delay = min(BACKOFF_BASE * 2 ** attempt, MAX_DELAY)
+                log.warning("download of %s failed (%s); retry %d/%d in %.1fs", src, exc, attempt + 1, retries, delay)
+                time.sleep(delay)
+    bad = _mismatches(part, md5, sha256, size)
+    if bad:
+        part.unlink(missing_ok=True)
+        raise DownloadError(url, f"downloaded file{via} fails verification ({'; '.join(bad)})",
+                            "download again (the partial copy was deleted); if it fails again, the mirror copy "
+                            "is damaged or the registry checksum is wrong: replace the copy or fix the checksum")
+    os.replace(part, dest)
+    log.info("saved %s (%d bytes)", dest, dest.stat().st_size)
+    return dest
+
+
+def fetch_file(spec: dict, dest_dir: str | os.PathLike, mirror: str | None = None, **options) -> Path:
+    """Download ``spec["url"]`` to ``dest_dir / (spec["filename"] or the URL's basename)``.
+
+    ``spec`` may carry ``md5``, ``sha256`` and ``size``; ``options`` go to :func:`download`.
+    """
+    if "url" not in spec:
+        raise DataError(None, None, f"download spec without a url: {spec!r}", "add a `url:` entry")
+    url = spec["url"]
+    name = spec.get("filename") or PurePosixPath(unquote(urlsplit(url).path)).name
+    if not name or name in (".", ".."):
+        raise DownloadError(url, "the URL names no file", "add a `filename:` entry to the spec")
+    return download(url, Path(dest_dir) / name, md5=spec.get("md5"), sha256=spec.get("sha256"),
+                    size=spec.get("size"), mirror=mirror, **options)
+
+
+# ------------------------------------------------------------------------------------------ extract
+
+def _clean_parts(archive: Path, member: str, name: str) -> list[str]:
+    """Path components of an archive name; refuse absolute paths and ``..``."""
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        raise DownloadError(archive, f"unsafe member {member!r}: absolute path",
+                            "the archive is malicious or broken; do not use it")
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise DownloadError(archive, f"unsafe member {member!r}: '..' in path",
+                            "the archive is malicious or broken; do not use it")
+    return parts
+
+
+def _check_link_target(archive: Path, member: str, base: list[str], target: str, links: set[tuple]) -> None:
+    """Walk ``base + target`` lexically: refuse if it leaves the root or passes through another symlink."""
+    if target.startswith(("/", "\\")):
+        raise DownloadError(archive, f"unsafe member {member!r}: link to absolute path {target!r}",
+                            "the archive is malicious or broken; do not use it")
+    stack = list(base)
+    steps = [p for p in target.split("/") if p not in ("", ".")]
+    for step in steps:
+        if tuple(stack) in links:
+            raise DownloadError(archive, f"unsafe member {member!r}: link through another link",
+                                "the archive is malicious or broken; do not use it")
+        if step == "..":
+            if not stack:
+                raise DownloadError(archive, f"unsafe member {member!r}: link target {target!r} is outside "
+                                    "the archive folder", "the archive is malicious or broken; do not use it")
+            stack.pop()
+        else:
+            stack.append(step)
+
+
+def _tar_plan(archive: Path, tf: tarfile.TarFile, strip: int) -> list[tarfile.TarInfo]:
+    """Checked copies of the members of ``tf`` with ``strip`` leading components removed."""
+    plan, links = [], set()
+    for m in tf.getmembers():
+        if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
+            raise DownloadError(archive, f"unsafe member {m.name!r}: device, fifo or special file",
+                                "the archive is malicious or broken; do not use it")
+        parts = _clean_parts(archive, m.name, m.name)[strip:]
+        if not parts:
+            continue
+        new = copy.copy(m)
+        new.name = "/".join(parts)
+        if m.islnk():
+            target = _clean_parts(archive, f"{m.name} -> {m.linkname}", m.linkname)[strip:]
+            if not target:
+                raise DownloadError(archive, f"unsafe member {m.name!r}: hard link to {m.linkname!r}",
+                                    "extract with a smaller strip")
+            new.linkname = "/".join(target)
+        if m.issym():
+            links.add(tuple(parts))
+        plan.append(new)
+    for m in plan:  # nothing may be written through a symlink, and links may not chain outwards
+        parts = m.name.split("/")
+        if any(tuple(parts[:i]) in links for i in range(1, len(parts))):
+            raise DownloadError(archive, f"unsafe member {m.name!r}: path goes through a symlink",
+                                "the archive is malicious or broken; do not use it")
+        if m.issym():
+            _check_link_target(archive, m.name, parts[:-1], m.linkname, links)
+        elif m.islnk():
+            target = m.linkname.split("/")
+            if any(tuple(target[:i]) in links for i in range(1, len(target))):
+                raise DownloadError(archive, f"unsafe member {m.name!r}: hard link through a symlink",
+                                    "the archive is malicious or broken; do not use it")
+    return plan
+
+
+def _extract_tar(archive: Path, out: Path, strip: int) -> None:
+    with tarfile.open(archive, "r:*") as tf:
+        plan = _tar_plan(archive, tf, strip)
+        if hasattr(tarfile, "data_filter"):  # second line of defence (Python 3.11.4+)
+            tf.extractall(out, members=plan, filter="data")
+        else:  # pragma: no cover
+            tf.extractall(out, members=plan)
+
+
+def _extract_zip(archive: Path, out: Path, strip: int) -> None:
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            kind = stat.S_IFMT(info.external_attr >> 16)
+            if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
+                raise DownloadError(archive, f"unsafe member {info.filename!r}: symlink or special file",
+                                    "the archive is malicious or broken; do not use it")
+            parts = _clean_parts(archive, info.filename, info.filename)[strip:]
+            if not parts:
+                continue
+            target = out.joinpath(*parts)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                while block := src.read(1 << 20):
+                    dst.write(block)
+
+
+def _corrupt(archive: Path, is_zip: bool, exc: BaseException) -> None:
+    raise DownloadError(archive, f"cannot extract: truncated, corrupt or not a zip/tar archive "
+                        f"({'zip' if is_zip else 'tar'}: {exc.__class__.__name__}: {exc})",
+                        "delete the file and download it again (its checksum tells whether it is complete)"
+                        ) from None
+
+
+def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, strip: int = 0) -> Path:
+    """Safely unpack a zip or tar(.gz/.bz2/.xz) ``archive`` into ``dest_dir`` (replaced whole); return it.
+
+    The format is read from the content. ``strip`` drops leading path components
+    (``tar --strip-components``). On any error nothing is left at ``dest_dir``.
+    """
+    archive, dest_dir = Path(archive), Path(dest_dir)
+    if not archive.is_file():
+        raise DownloadError(archive, "archive not found", "download it first")
+    with open(archive, "rb") as fh:
+        magic = fh.read(4)
+    is_zip = magic in (b"PK\x03\x04", b"PK\x05\x06") or zipfile.is_zipfile(archive)
+    try:
+        with atomic_dir(dest_dir) as tmp:
+            (_extract_zip if is_zip else _extract_tar)(archive, tmp, strip)
+    except DownloadError:
+        raise
+    except OSError as exc:
+        if exc.errno is not None:  # a real I/O error (disk full, permissions), not bad archive data
+            raise
+        _corrupt(archive, is_zip, exc)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError) as exc:
+        if isinstance(exc, getattr(tarfile, "FilterError", ())):
+            raise DownloadError(archive, f"unsafe member refused by tarfile's data filter: {exc}",
+                                "the archive is malicious or broken; do not use it") from None
+        _corrupt(archive, is_zip, exc)
+    log.info("extracted %s -> %s", archive, dest_dir)
+    return dest_dir

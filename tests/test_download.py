@@ -1,0 +1,325 @@
+"""Downloads (local HTTP server on 127.0.0.1, file:// and mirror folders) and safe extraction."""
+
+import hashlib
+import io
+import logging
+import socket
+import tarfile
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from zsdr.data import download as dl
+from zsdr.data.download import DownloadError, download, extract, fetch_file, resolve_url
+from zsdr.io import DataError
+
+PAYLOAD = bytes(range(256)) * 800  # 204,800 bytes
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep pytest output quiet
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        srv.requests.append((self.path, dict(self.headers)))
+        if srv.fail_first > 0:
+            srv.fail_first -= 1
+            return self._reply(500, b"boom")
+        path = srv.root / self.path.lstrip("/").split("?")[0]
+        if srv.force_404 or not path.is_file():
+            return self._reply(404, b"not found")
+        body = path.read_bytes()
+        start, code = 0, 200
+        rng = self.headers.get("Range")
+        if rng and not srv.ignore_range:
+            start = int(rng.removeprefix("bytes=").split("-")[0])
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            code = 206
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body) - start))
+        if code == 206:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        self.end_headers()
+        if srv.drop_first > 0:  # send half the body, then hang up
+            srv.drop_first -= 1
+            self.wfile.write(body[start:start + (len(body) - start) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body[start:])
+
+    def _reply(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    """A Range-capable HTTP server on 127.0.0.1 serving ``tmp_path/www``; switches on ``srv``."""
+    monkeypatch.setattr(dl, "BACKOFF_BASE", 0.001)
+    root = tmp_path / "www"
+    (root / "data").mkdir(parents=True)
+    (root / "data" / "file.bin").write_bytes(PAYLOAD)
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    srv.root, srv.requests = root, []
+    srv.fail_first = srv.drop_first = 0
+    srv.force_404 = srv.ignore_range = False
+    srv.base = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join(timeout=5)
+
+
+def _md5(data):
+    return hashlib.md5(data).hexdigest()
+
+
+def _sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*")) if folder.exists() else []
+
+
+# ------------------------------------------------------------------------------------------ download
+
+def test_plain_download_verified(server, tmp_path):
+    dest = tmp_path / "out" / "file.bin"
+    got = download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), sha256=_sha(PAYLOAD),
+                   size=len(PAYLOAD), progress=False, timeout=5)
+    assert got == dest and dest.read_bytes() == PAYLOAD
+    assert _files(dest.parent) == [dest]
+
+
+def test_retries_on_500(server, tmp_path):
+    server.fail_first = 2
+    dest = download(f"{server.base}/data/file.bin", tmp_path / "f.bin", md5=_md5(PAYLOAD), progress=False,
+                    timeout=5)
+    assert dest.read_bytes() == PAYLOAD and len(server.requests) == 3
+
+
+def test_resume_after_dropped_connection(server, tmp_path):
+    server.drop_first = 1
+    dest = download(f"{server.base}/data/file.bin", tmp_path / "f.bin", sha256=_sha(PAYLOAD), progress=False,
+                    timeout=5)
+    assert dest.read_bytes() == PAYLOAD
+    assert len(server.requests) == 2
+    assert "Range" not in server.requests[0][1]
+    assert server.requests[1][1]["Range"] == f"bytes={len(PAYLOAD) // 2}-"
+    assert not (tmp_path / "f.bin.part").exists()
+
+
+def test_resume_from_existing_part_and_200_restart(server, tmp_path):
+    dest = tmp_path / "f.bin"
+    (tmp_path / "f.bin.part").write_bytes(PAYLOAD[:1000])
+    download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), progress=False, timeout=5)
+    assert dest.read_bytes() == PAYLOAD and server.requests[0][1]["Range"] == "bytes=1000-"
+    # a server that ignores Range answers 200: the .part is restarted from zero
+    dest.unlink()
+    (tmp_path / "f.bin.part").write_bytes(b"garbage that is not a prefix")
+    server.ignore_range = True
+    download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), progress=False, timeout=5)
+    assert dest.read_bytes() == PAYLOAD
+
+
+def test_checksum_mismatch_leaves_nothing(server, tmp_path):
+    dest = tmp_path / "out" / "f.bin"
+    with pytest.raises(DownloadError, match="md5: expected 0+, got " + _md5(PAYLOAD)) as info:
+        download(f"{server.base}/data/file.bin", dest, md5="0" * 32, progress=False, timeout=5)
+    assert isinstance(info.value, DataError) and "checksum" in str(info.value)
+    assert _files(tmp_path / "out") == []
+    with pytest.raises(DownloadError, match="size: expected 5 bytes"):
+        download(f"{server.base}/data/file.bin", dest, size=5, progress=False, timeout=5)
+    assert _files(tmp_path / "out") == []
+
+
+def test_existing_good_dest_is_not_fetched_again(server, tmp_path):
+    dest = tmp_path / "f.bin"
+    dest.write_bytes(PAYLOAD)
+    assert download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), progress=False) == dest
+    assert server.requests == []
+    dest.write_bytes(b"stale copy")  # wrong checksum: downloaded again
+    download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), progress=False, timeout=5)
+    assert dest.read_bytes() == PAYLOAD and len(server.requests) == 1
+
+
+def test_404_names_the_url(server, tmp_path):
+    url = f"{server.base}/data/missing.bin"
+    with pytest.raises(DownloadError) as info:
+        download(url, tmp_path / "m.bin", progress=False, timeout=5)
+    text = str(info.value)
+    assert url in text and "404" in text and "mirror:" in text and str(tmp_path / "m.bin") in text
+    assert len(server.requests) == 1  # a 404 is not retried
+    assert _files(tmp_path / "m.bin.part") == [] and not (tmp_path / "m.bin").exists()
+
+
+def test_unreachable_host_after_retries(tmp_path, monkeypatch):
+    monkeypatch.setattr(dl, "BACKOFF_BASE", 0.001)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/x.bin"
+    with pytest.raises(DownloadError, match="after 3 attempts") as info:
+        download(url, tmp_path / "x.bin", retries=2, progress=False, timeout=2)
+    assert url in str(info.value) and "by hand" in str(info.value)
+
+
+def test_file_url_plain_path_and_mirror_folder(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(PAYLOAD)
+    a = download(src.as_uri(), tmp_path / "a" / "a.bin", md5=_md5(PAYLOAD), progress=False)
+    b = download(str(src), tmp_path / "b" / "b.bin", sha256=_sha(PAYLOAD), progress=False)
+    assert a.read_bytes() == b.read_bytes() == PAYLOAD
+    # a mirror folder in the `wget -x` layout: <mirror>/<host>/<path>
+    url = "https://example.org/datasets/v1/file.bin"
+    mirror = tmp_path / "mirror"
+    (mirror / "example.org" / "datasets" / "v1").mkdir(parents=True)
+    (mirror / "example.org" / "datasets" / "v1" / "file.bin").write_bytes(PAYLOAD)
+    for m in (str(mirror), mirror.as_uri()):
+        dest = download(url, tmp_path / "c" / m[-6:] / "file.bin", md5=_md5(PAYLOAD), mirror=m, progress=False)
+        assert dest.read_bytes() == PAYLOAD
+    got = fetch_file({"url": url, "md5": _md5(PAYLOAD), "size": len(PAYLOAD)}, tmp_path / "d", mirror=str(mirror),
+                     progress=False)
+    assert got == tmp_path / "d" / "file.bin" and got.read_bytes() == PAYLOAD
+    with pytest.raises(DownloadError) as info:  # not in the mirror: names both the URL and the path tried
+        download("https://example.org/nope.bin", tmp_path / "e.bin", mirror=str(mirror), progress=False)
+    assert "https://example.org/nope.bin" in str(info.value) and "example.org/nope.bin" in str(info.value)
+    assert str(mirror) in str(info.value)
+
+
+def test_http_mirror_and_resolve_url(server, tmp_path):
+    (server.root / "example.org" / "d").mkdir(parents=True)
+    (server.root / "example.org" / "d" / "f.bin").write_bytes(PAYLOAD)
+    dest = fetch_file({"url": "https://example.org/d/f.bin", "filename": "renamed.bin", "md5": _md5(PAYLOAD)},
+                      tmp_path, mirror=server.base + "/", progress=False, timeout=5)
+    assert dest.name == "renamed.bin" and dest.read_bytes() == PAYLOAD
+    assert server.requests[0][0] == "/example.org/d/f.bin"
+    assert resolve_url("https://h.org/a/b.zip", None) == "https://h.org/a/b.zip"
+    assert resolve_url("https://h.org/a/b.zip", "https://m.net/z") == "https://m.net/z/h.org/a/b.zip"
+    assert resolve_url("https://h.org/uc?id=1&x=y", "file:///m") == "file:///m/h.org/uc_id-1_x-y"
+    assert resolve_url("file:///tmp/x.zip", "/m") == "file:///tmp/x.zip"
+
+
+def test_log_lines(server, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="zsdr.download"):
+        download(f"{server.base}/data/file.bin", tmp_path / "f.bin", progress=False, timeout=5)
+    assert any("downloading" in r.message for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------------------- extract
+
+def _tar(path: Path, members: list[tuple], mode="w:gz") -> Path:
+    with tarfile.open(path, mode) as tf:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+            else:
+                info.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE,
+                             "fifo": tarfile.FIFOTYPE}[kind]
+                info.linkname = data or ""
+                tf.addfile(info)
+    return path
+
+
+def _zip(path: Path, members: dict) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return path
+
+
+def test_extract_tar_gz_and_zip_with_strip(tmp_path):
+    tgz = _tar(tmp_path / "a.tar.gz", [("top", "dir", None), ("top/sub/x.txt", "file", b"x"),
+                                       ("top/y.txt", "file", b"y"), ("top/link", "sym", "y.txt")])
+    out = extract(tgz, tmp_path / "t", strip=1)
+    assert (out / "sub" / "x.txt").read_bytes() == b"x" and (out / "link").read_bytes() == b"y"
+    z = _zip(tmp_path / "a.zip", {"root/": b"", "root/corpus.jsonl": b"{}\n", "root/q/qrels.tsv": b"q\n"})
+    out = extract(z, tmp_path / "z", strip=1)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["corpus.jsonl", "q", "q/qrels.tsv"]
+    # content, not the name, decides the format; plain and xz tars work too
+    disguised = tmp_path / "data.bin"
+    disguised.write_bytes(z.read_bytes())
+    assert (extract(disguised, tmp_path / "z2") / "root" / "corpus.jsonl").is_file()
+    for mode in ("w", "w:xz", "w:bz2"):
+        t = _tar(tmp_path / f"p.{mode[-2:]}", [("f.txt", "file", b"f")], mode=mode)
+        assert (extract(t, tmp_path / f"o{mode[-2:]}") / "f.txt").read_bytes() == b"f"
+    # an existing dest_dir is replaced whole
+    assert extract(tgz, tmp_path / "z") and not (tmp_path / "z" / "corpus.jsonl").exists()
+
+
+@pytest.mark.parametrize("case", ["zip-slip", "zip-abs", "zip-symlink", "tar-slip", "tar-abs", "tar-symlink",
+                                  "tar-symlink-chain", "tar-write-through-link", "tar-hardlink", "tar-fifo"])
+def test_extract_refuses_unsafe_members(tmp_path, case):
+    work = tmp_path / "work"
+    work.mkdir()
+    ok = ("ok.txt", "file", b"fine")
+    if case == "zip-slip":
+        archive = _zip(work / "a.zip", {"ok.txt": b"fine", "../evil.txt": b"evil"})
+    elif case == "zip-abs":
+        archive = _zip(work / "a.zip", {"ok.txt": b"fine", "/tmp/evil.txt": b"evil"})
+    elif case == "zip-symlink":
+        archive = work / "a.zip"
+        with zipfile.ZipFile(archive, "w") as zf:
+            info = zipfile.ZipInfo("link")
+            info.external_attr = (0o120777 << 16)
+            zf.writestr(info, "/etc/passwd")
+    elif case == "tar-slip":
+        archive = _tar(work / "a.tgz", [ok, ("sub/../../evil.txt", "file", b"evil")])
+    elif case == "tar-abs":
+        archive = _tar(work / "a.tgz", [ok, (str(tmp_path / "evil.txt"), "file", b"evil")])
+    elif case == "tar-symlink":
+        archive = _tar(work / "a.tgz", [ok, ("link", "sym", "../../.."), ("link/evil.txt", "file", b"evil")])
+    elif case == "tar-symlink-chain":
+        archive = _tar(work / "a.tgz", [("x/z", "sym", "y/.."), ("x/y", "sym", ".."), ("x/z/evil.txt", "file", b"e")])
+    elif case == "tar-write-through-link":
+        archive = _tar(work / "a.tgz", [("d", "sym", "."), ("d/evil.txt", "file", b"evil")])
+    elif case == "tar-hardlink":
+        archive = _tar(work / "a.tgz", [ok, ("passwd", "hard", "/etc/passwd")])
+    else:
+        archive = _tar(work / "a.tgz", [ok, ("pipe", "fifo", None)])
+    before = _files(tmp_path)
+    with pytest.raises(DownloadError, match="unsafe member") as info:
+        extract(archive, tmp_path / "dest")
+    assert str(archive) in str(info.value)
+    assert _files(tmp_path) == before  # nothing at dest, no temporary folder, nothing written outside
+    assert not Path("/tmp/evil.txt").exists() or Path("/tmp/evil.txt").read_bytes() != b"evil"
+
+
+def test_extract_truncated_archives_fail_cleanly(tmp_path):
+    big = bytes(range(256)) * 4000
+    tgz = _tar(tmp_path / "a.tar.gz", [("a.bin", "file", big), ("b.bin", "file", big[::-1])])
+    z = _zip(tmp_path / "a.zip", {"a.bin": big, "b.bin": big[::-1]})
+    for archive in (tgz, z):
+        cut = tmp_path / f"cut-{archive.name}"
+        cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+        before = _files(tmp_path)
+        with pytest.raises(DownloadError, match="truncated|corrupt") as info:
+            extract(cut, tmp_path / "out")
+        assert str(cut) in str(info.value)
+        assert _files(tmp_path) == before
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"not an archive at all" * 100)
+    with pytest.raises(DownloadError, match="not a zip/tar"):
+        extract(garbage, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
