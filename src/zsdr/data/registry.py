@@ -1,0 +1,189 @@
+"""Every dataset the five papers use: where it comes from, how it is checked, how it is converted.
+
+One :class:`Dataset` per BEIR-layout folder ``data/<name>/``. A dataset is either downloaded
+(``files``: URL, published checksum where one exists, approximate size), extracted and converted
+by a converter of :mod:`zsdr.data.convert`, or — for the four BEIR sets that are not public —
+"bring your own files": the user places a BEIR-layout folder under ``byo/<name>/`` and the
+pipeline validates and adopts it. Sources: spec §6 of the project's method specification; BEIR's
+README for the md5 of every public archive.
+
+Downloaded files land under ``downloads/<host>/<path>`` — the layout ``wget -x`` writes — so a
+``downloads/`` folder is itself a mirror that another site can point ``mirror:`` at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+BEIR_BASE = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
+MSMARCO_BASE = "https://msmarco.z22.web.core.windows.net/msmarcoranking"
+HF_HARD_NEGATIVES = "https://huggingface.co/datasets/sentence-transformers/msmarco-hard-negatives/resolve/main"
+LOTTE_URL = "https://downloads.cs.stanford.edu/nlp/data/colbert/colbertv2/lotte.tar.gz"
+BEIR_LICENSE_NOTE = "see the original dataset's licence (BEIR redistributes it as is)"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    url: str
+    md5: str | None = None
+    sha256: str | None = None
+    size: int | None = None           # bytes, when known (approximate sizes go in Dataset.size)
+    note: str = ""
+    strip: int = 0                    # leading archive path components to drop (GitHub archives: 1)
+
+    @property
+    def local_path(self) -> str:
+        """Path under ``downloads/``: ``<host>/<path>`` (the ``wget -x`` mirror layout)."""
+        parts = urlsplit(self.url)
+        path = parts.path.lstrip("/")
+        if parts.query:  # e.g. Google Drive ids
+            path = f"{path}_{parts.query.replace('&', '_').replace('=', '-')}"
+        return f"{parts.netloc}/{path}"
+
+    def as_spec(self) -> dict:
+        return {k: v for k, v in {"url": self.url, "md5": self.md5, "sha256": self.sha256, "size": self.size}.items()
+                if v is not None}
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    group: str
+    description: str
+    files: tuple[RemoteFile, ...] = ()
+    converter: str | None = None
+    options: dict = field(default_factory=dict)
+    splits: tuple[str, ...] = ("test",)
+    license: str = BEIR_LICENSE_NOTE
+    size: str = ""
+    language: str = "en"
+    used_by: tuple[str, ...] = ()
+    byo: str | None = None             # bring-your-own instructions (non-public data)
+    extras: tuple[RemoteFile, ...] = ()  # training-side files downloaded with the dataset
+
+    @property
+    def public(self) -> bool:
+        return self.byo is None and bool(self.files)
+
+
+def _beir(name: str, md5: str, splits: tuple[str, ...], size: str, used_by: tuple[str, ...], license: str,
+          description: str, subdir: str | None = None, dataset_name: str | None = None) -> Dataset:
+    return Dataset(
+        name=dataset_name or name, group="beir", description=description,
+        files=(RemoteFile(f"{BEIR_BASE}/{name}.zip", md5=md5),), converter="beir",
+        options={"subdir": subdir or name}, splits=splits, license=license, size=size, used_by=used_by)
+
+
+_ALL_EN = ("BERM", "MoDIR", "COCO-DR", "RMSC")
+_CQA_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats", "tex",
+               "unix", "webmasters", "wordpress")
+
+DATASETS: list[Dataset] = [
+    Dataset(
+        name="msmarco", group="msmarco", description="MS MARCO passage ranking: 8.8M passages, train and dev-small",
+        files=(RemoteFile(f"{MSMARCO_BASE}/collectionandqueries.tar.gz",
+                          note="no published checksum; also mirrored as BEIR msmarco.zip (md5 444067daf65d982533ea17ebd59501e4)"),),
+        converter="msmarco", splits=("train", "dev"), size="1.0 GB (2.9 GB extracted)",
+        license="MS MARCO terms: non-commercial research use", used_by=("BERM", "DDR", "MoDIR", "COCO-DR", "RMSC"),
+        extras=(
+            RemoteFile(f"{MSMARCO_BASE}/triples.train.small.tar.gz", note="query, positive, BM25 negative text triples"),
+            RemoteFile(f"{HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz", note="negatives of 13 systems (DDR)"),
+            RemoteFile(f"{HF_HARD_NEGATIVES}/cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz",
+                       note="teacher scores for Margin-MSE"),
+        )),
+    _beir("trec-covid", "ce62140cb23feb9becf6270d0d1fe6d1", ("test",), "69 MB", _ALL_EN,
+          "CORD-19 abstracts; see the TREC-COVID terms", "TREC-COVID (BEIR): 171K CORD-19 abstracts, 50 topics"),
+    Dataset(name="trec-covid-beir", group="beir", description="TREC-COVID with Thakur et al.'s fuller annotation (DDR's variant)",
+            files=(RemoteFile(f"{BEIR_BASE}/trec-covid-beir.zip", note="no published checksum"),), converter="beir",
+            options={"subdir": "trec-covid-beir"}, splits=("test",), size="70 MB", used_by=("DDR", "COCO-DR"),
+            license="CORD-19 terms"),
+    _beir("nfcorpus", "a89dba18a62ef92f7d323ec890a0d38d", ("train", "dev", "test"), "2.4 MB", _ALL_EN,
+          "NFCorpus: non-commercial research use", "NFCorpus: nutrition and medical documents"),
+    _beir("nq", "d4d3d2e48787a744b6f6e691ff534307", ("test",), "489 MB", _ALL_EN, "CC BY-SA 3.0",
+          "Natural Questions over Wikipedia (2.68M passages)"),
+    _beir("hotpotqa", "f412724f78b0d91183a0e86805e16114", ("train", "dev", "test"), "624 MB", _ALL_EN, "CC BY-SA 4.0",
+          "HotpotQA multi-hop questions over Wikipedia"),
+    _beir("fiqa", "17918ed23cd04fb15047f73e6c3bd9d9", ("train", "dev", "test"), "17 MB", _ALL_EN,
+          "non-commercial research use", "FiQA-2018 financial opinion QA"),
+    _beir("arguana", "8ad3e3c2a5867cdced806d6503f29b99", ("test",), "3 MB", _ALL_EN, "CC BY 4.0",
+          "ArguAna counter-argument retrieval (query ids may equal doc ids)"),
+    _beir("webis-touche2020", "46f650ba5a527fc69e0a6521c5a23563", ("test",), "226 MB", _ALL_EN, "CC BY 4.0",
+          "Touché-2020 argument retrieval"),
+    *[_beir("cqadupstack", "4e41456d7df8ee7760a7f866133bda78", ("test",), "437 MB (all forums)", _ALL_EN,
+            "Apache 2.0", f"CQADupStack {forum} forum (duplicate questions)", subdir=f"cqadupstack/{forum}",
+            dataset_name=f"cqadupstack-{forum}") for forum in _CQA_FORUMS],
+    _beir("quora", "18fb154900ba42a600f84b839c173167", ("dev", "test"), "15 MB", _ALL_EN,
+          "Quora terms (non-commercial)", "Quora duplicate questions (query ids may equal doc ids)"),
+    _beir("dbpedia-entity", "c2a39eb420a3164af735795df012ac2c", ("dev", "test"), "653 MB", _ALL_EN, "CC BY-SA 3.0",
+          "DBpedia-Entity v2 entity retrieval"),
+    _beir("scidocs", "38121350fc3a4d2f48850f6aff52e4a9", ("test",), "29 MB", _ALL_EN, "CC BY 4.0",
+          "SCIDOCS citation prediction"),
+    _beir("fever", "5a818580227bfb4b35bb6fa46d9b6c03", ("train", "dev", "test"), "1.2 GB", _ALL_EN, "CC BY-SA 3.0",
+          "FEVER fact checking over Wikipedia"),
+    _beir("climate-fever", "8b66f0a9126c521bae2bde127b4dc99d", ("test",), "1.2 GB", _ALL_EN, "CC BY-SA 3.0",
+          "Climate-FEVER fact checking over Wikipedia"),
+    _beir("scifact", "5f7d1de60b170fc8027bb7898e2efca1", ("train", "test"), "2.8 MB", _ALL_EN, "CC BY-NC 2.0",
+          "SciFact scientific claim verification"),
+    *[Dataset(name=name, group="beir-byo", description=desc, splits=("test",), used_by=used,
+              license="not redistributable (see the source's licence)",
+              byo=(f"{name} is not public. Build it in BEIR layout with BEIR's reproduction scripts ({how}) and place "
+                   f"corpus.jsonl, queries.jsonl and qrels/test.tsv under byo/{name}/; the pipeline validates and "
+                   f"adopts it as data/{name}/."))
+      for name, desc, used, how in [
+          ("bioasq", "BioASQ (BEIR build, 14.9M abstracts)", ("MoDIR", "COCO-DR"),
+           "https://github.com/beir-cellar/beir/blob/main/examples/dataset#2-bioasq; needs a bioasq.org account"),
+          ("signal1m", "Signal-1M (RT) news-tweet retrieval", ("COCO-DR",),
+           "https://github.com/beir-cellar/beir/blob/main/examples/dataset#4-signal-1m; needs the Signal-1M licence"),
+          ("trec-news", "TREC-NEWS (Washington Post v2)", ("COCO-DR",),
+           "https://github.com/beir-cellar/beir/blob/main/examples/dataset#1-trec-news; needs the NIST WaPo licence"),
+          ("robust04", "Robust04 (TREC disks 4 and 5)", ("COCO-DR",),
+           "https://github.com/beir-cellar/beir/blob/main/examples/dataset#3-robust04; needs the NIST disks 4&5 licence"),
+      ]],
+    *[Dataset(name=f"lotte-{topic}-{split}", group="lotte",
+              description=f"LoTTE {topic} ({split} split): forum and search queries",
+              files=(RemoteFile(LOTTE_URL, note="no published checksum"),), converter="lotte",
+              options={"topic": topic, "split": split}, splits=("forum", "search"), size="3.6 GB (archive, all topics)",
+              license="see the StackExchange data licence (CC BY-SA)", used_by=("DDR", "RMSC"))
+      for topic in ("writing", "recreation", "science", "technology", "lifestyle") for split in ("test", "dev")],
+    Dataset(name="oagqa", group="oagqa", description="OAG-QA: 17,948 academic questions over 87 topics (BERM Table 2)",
+            files=(RemoteFile("https://drive.google.com/uc?export=download&id=1jEAzWq_J0cXz1pvT9nQ2s2ooGdcR8r6-",
+                              note="Google Drive asks to confirm large downloads: fetch by hand or via a mirror"),),
+            converter="oagqa", options={}, splits=("test",), size="~1 GB", license="ODC-BY (Open Academic Graph)",
+            used_by=("BERM",)),
+    *[Dataset(name=f"cpr-{domain}", group="multi-cpr", language="zh",
+              description=f"Multi-CPR {domain} passage retrieval (evaluated on dev)",
+              files=(RemoteFile("https://github.com/Alibaba-NLP/Multi-CPR/archive/refs/heads/main.zip",
+                                note="branch archive: no fixed checksum", strip=1),),
+              converter="cpr", options={"domain": domain}, splits=("train", "dev"), size="~1 GB",
+              license="Apache 2.0", used_by=("DDR",)) for domain in ("ecom", "video", "medical")],
+    Dataset(name="cmedqa2", group="cmedqa2", language="zh", description="cMedQAv2 Chinese medical QA (evaluated on test)",
+            files=(RemoteFile("https://github.com/zhangsheng93/cMedQA2/archive/refs/heads/master.zip",
+                              note="branch archive: no fixed checksum", strip=1),),
+            converter="cmedqa2", splits=("train", "dev", "test"), size="~100 MB", license="research use (see repository)",
+            used_by=("DDR",)),
+    Dataset(name="dureader", group="dureader", language="zh",
+            description="DuReader 2.0 turned into retrieval as DDR does (Chinese source domain)",
+            files=(RemoteFile("https://dataset-bj.cdn.bcebos.com/dureader/dureader_preprocessed.zip",
+                              note="no published checksum"),),
+            converter="dureader", splits=("train", "dev"), size="~1.2 GB",
+            license="Apache 2.0 (DuReader)", used_by=("DDR",)),
+]
+
+REGISTRY: dict[str, Dataset] = {d.name: d for d in DATASETS}
+
+
+def get(name: str) -> Dataset:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown dataset {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def remote_files() -> dict[str, RemoteFile]:
+    """Every downloadable file of the registry keyed by its path under ``downloads/``."""
+    out: dict[str, RemoteFile] = {}
+    for d in DATASETS:
+        for f in (*d.files, *d.extras):
+            out[f.local_path] = f
+    return out
