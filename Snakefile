@@ -1,0 +1,45 @@
+"""zsdr: one DAG from raw downloads to the paper tables.
+
+snakemake --cores all results/table1.csv                       # mini scale, CPU, offline
+snakemake --cores all data --configfile configs/paper.yaml
+"""
+
+import os
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+# The workflow runs its own copy of the library, in this process and in every job's.
+SRC = str(Path(workflow.basedir) / "src")
+sys.path.insert(0, SRC)
+os.environ.update(
+    PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
+)
+
+
+configfile: "config.yaml"
+
+
+validate(config, "schemas/config.schema.yaml")
+
+os.environ.setdefault(
+    "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
+)
+if config["offline"]:
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/sparse.smk"
+include: "rules/evaluate.smk"
+include: "rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        f"{RESULTS}/table1.csv",

@@ -1,0 +1,114 @@
+# Datasets: the generated mini benchmark, registry downloads and conversions, tiny backbones.
+
+
+rule mini_benchmark:
+    """Generate the synthetic source and target domains (zsdr.data.mini)."""
+    input:
+        code("zsdr.data.mini", "zsdr.data.formats", "zsdr.sparse.bm25"),
+    output:
+        expand(
+            "{data}/{name}/{f}",
+            data=DATA,
+            name=MINI_DATASETS,
+            f=["corpus.jsonl", "queries.jsonl", "dataset.json"],
+        ),
+        mini=f"{DATA}/mini.json",
+    log:
+        f"{LOGS}/data/mini_benchmark.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        mini=config["mini"],
+    script:
+        "../workflow_scripts/mini_benchmark.py"
+
+
+rule download:
+    """One remote file, resumable and checksum-verified, into downloads/<host>/<path>."""
+    output:
+        f"{DOWNLOADS}/{{path}}",
+    log:
+        f"{LOGS}/download/{{path}}.log",
+    wildcard_constraints:
+        path=alternation(REMOTE),
+    retries: 1
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=500,
+        runtime=600,
+        downloads=1,
+    params:
+        spec=lambda wc: REMOTE[wc.path].as_spec(),
+        mirror=config["mirror"],
+        retries=config["download"]["retries"],
+        timeout=config["download"]["timeout"],
+    script:
+        "../workflow_scripts/download.py"
+
+
+rule convert:
+    """Extract, convert to the BEIR layout and validate one registry dataset."""
+    input:
+        files=lambda wc: downloads_of(wc.dataset),
+        code=code(
+            "zsdr.data.fetch",
+            "zsdr.data.convert",
+            "zsdr.data.download",
+            "zsdr.data.formats",
+        ),
+    output:
+        f"{DATA}/{{dataset}}/dataset.json",
+    log:
+        f"{LOGS}/data/convert_{{dataset}}.log",
+    wildcard_constraints:
+        dataset=alternation(registry.REGISTRY),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        downloads=DOWNLOADS,
+        byo=PATHS["byo"],
+    script:
+        "../workflow_scripts/convert.py"
+
+
+rule tiny_backbone:
+    """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora."""
+    input:
+        data=[dataset_marker(n) for n in MINI_DATASETS],
+        code=code("zsdr.models.tiny"),
+    output:
+        f"{MODELS}/backbones/{{backbone}}/config.json",
+        f"{MODELS}/backbones/{{backbone}}/tokenizer.json",
+    log:
+        f"{LOGS}/models/tiny_backbone_{{backbone}}.log",
+    wildcard_constraints:
+        backbone=alternation(BUILT_BACKBONES),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        build=lambda wc: config["backbones"][wc.backbone]["build"],
+        datasets=[f"{DATA}/{n}" for n in MINI_DATASETS],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/tiny_backbone.py"
+
+
+rule data:
+    """Every dataset of the config (source, targets, extras) with its training-side downloads."""
+    input:
+        [
+            dataset_marker(n)
+            for n in dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
+        ],
+        [p for n in FETCHED for p in downloads_of(n, extras=True)],
+        [f"{MODELS}/backbones/{b}/config.json" for b in BUILT_BACKBONES],

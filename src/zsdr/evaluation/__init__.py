@@ -1,0 +1,1 @@
+"""zsdr.evaluation"""

@@ -1,0 +1,15 @@
+from zsdr.data.download import download
+from zsdr.logs import setup_logging
+
+setup_logging(snakemake.log[0])
+p, spec = snakemake.params, snakemake.params.spec
+download(
+    spec["url"],
+    snakemake.output[0],
+    md5=spec.get("md5"),
+    sha256=spec.get("sha256"),
+    size=spec.get("size"),
+    mirror=p.mirror,
+    retries=p.retries,
+    timeout=p.timeout,
+)

@@ -1,0 +1,7 @@
+from zsdr.logs import setup_logging
+from zsdr.tables.table1 import build_table1, write_table
+
+setup_logging(snakemake.log[0])
+p = snakemake.params
+df = build_table1(snakemake.input.metrics, p.systems, p.datasets, p.source, p.metric)
+write_table(df, snakemake.output.csv, snakemake.output.md, f"Table 1 ({p.scale} scale): {p.metric}")
