@@ -1,0 +1,371 @@
+"""zsdr.evaluation.metrics: agreement with pytrec_eval, conventions, Hole@10, CQADupStack, CLI."""
+
+import argparse
+import json
+import random
+
+import numpy as np
+import pytest
+import pytrec_eval
+
+from zsdr.evaluation.metrics import (
+    PreparedQrels,
+    average_cqadupstack,
+    average_metrics,
+    evaluate_files,
+    evaluate_many,
+    evaluate_run,
+    load_qrels,
+    parse_metrics,
+    qrels_format,
+    register_cli,
+)
+from zsdr.io import DataError
+
+METRICS = ["ndcg@10", "recall@100", "recall@1000", "mrr@10"]
+TREC = {"ndcg@10": "ndcg_cut_10", "recall@100": "recall_100", "recall@1000": "recall_1000"}
+
+
+def random_case(seed: int, queries: int = 60):
+    """Graded qrels (0-3) and a run with ties, empty rankings, unjudged and unanswered queries."""
+    rnd = random.Random(seed)
+    pool = [rnd.choice(["d", "D", "doc", "x", "10"]) + str(i) for i in range(1500)]  # varied lengths and case
+    qrels, run = {}, {}
+    for i in range(queries):
+        q = f"q{i}"
+        judged = rnd.sample(pool, rnd.randint(1, 30))
+        qrels[q] = {d: (rnd.choice([0, 1, 2, 3]) if i % 7 else 0) for d in judged}   # every 7th: none relevant
+        kind = i % 10
+        if kind == 0:
+            continue                                           # unanswered
+        if kind == 1:
+            run[q] = {}                                        # empty ranking
+            continue
+        depth = rnd.choice([3, 12, 80, 150, 1200])
+        docs = rnd.sample(pool, depth)
+        docs[: len(judged) // 2] = judged[: len(judged) // 2]  # some judged docs retrieved
+        docs = list(dict.fromkeys(docs))
+        levels = rnd.choice([3, 20, 1000])                     # few levels: many ties
+        run[q] = {d: float(rnd.randrange(levels)) / 7 for d in docs}
+    run["not-in-qrels"] = {pool[0]: 1.0}
+    return qrels, run
+
+
+def trec_top(ranking: dict, k: int) -> dict:
+    """trec_eval's order (score desc, docid desc), cut at k: MRR@k through pytrec_eval's recip_rank."""
+    return dict(sorted(ranking.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)[:k])
+
+
+def pytrec_scores(qrels, run) -> dict[str, dict[str, float]]:
+    """pytrec_eval per query, as zsdr metric names, on the queries with a relevant document."""
+    full = pytrec_eval.RelevanceEvaluator(qrels, set(TREC.values())).evaluate(run)
+    top = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate({q: trec_top(r, 10) for q, r in run.items()})
+    relevant = {q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())}
+    return {q: {**{m: full[q][t] for m, t in TREC.items()}, "mrr@10": top[q]["recip_rank"]}
+            for q in full if q in relevant}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_agrees_with_pytrec_eval(seed):
+    qrels, run = random_case(seed)
+    expected = pytrec_scores(qrels, run)
+    result = evaluate_run(qrels, run, METRICS, missing="skip")
+    assert set(result["per_query"]) == set(expected)            # answered queries with a relevant doc
+    assert result["queries"] == len(expected)
+    for q, scores in expected.items():
+        for m, v in scores.items():
+            assert result["per_query"][q][m] == pytest.approx(v, abs=1e-6), (q, m)
+    for m in METRICS:
+        assert result["aggregate"][m] == pytest.approx(np.mean([s[m] for s in expected.values()]), abs=1e-6)
+    assert any(v["ndcg@10"] > 0 for v in result["per_query"].values())
+
+
+def test_ties_follow_trec_eval_docid_descending():
+    qrels = {"q": {"a": 1, "ab": 2, "B": 1}}
+    for run in ({"q": {"a": 1.0, "ab": 1.0, "B": 1.0, "z": 1.0, "c": 1.0}},
+                {"q": {"B": 1.0, "a": 1.0}},
+                {"q": {"x": 2.0, "a": 0.5, "b": 0.5, "ab": 0.5}}):
+        expected = pytrec_scores(qrels, run)["q"]
+        got = evaluate_run(qrels, run, METRICS)["per_query"]["q"]
+        assert got == pytest.approx(expected, abs=1e-9)
+    # z, c, ab, a, B: the first relevant (ab) is third
+    assert evaluate_run(qrels, {"q": {"a": 1.0, "ab": 1.0, "B": 1.0, "z": 1.0, "c": 1.0}},
+                        ["mrr@10"])["aggregate"]["mrr@10"] == pytest.approx(1 / 3)
+    # the dict order of tied documents does not matter
+    a = evaluate_run(qrels, {"q": {"z": 1.0, "B": 1.0, "ab": 1.0}}, METRICS)
+    b = evaluate_run(qrels, {"q": {"ab": 1.0, "B": 1.0, "z": 1.0}}, METRICS)
+    assert a == b
+
+
+def test_missing_queries_score_zero_by_default():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 2}, "q4": {"d": 0}}
+    run = {"q1": {"a": 1.0}, "q2": {"x": 1.0, "b": 0.5}}
+    zero = evaluate_run(qrels, run, ["ndcg@10", "mrr@10"])
+    assert zero["queries"] == 3 and zero["unanswered"] == 1 and zero["missing"] == "zero"
+    assert set(zero["per_query"]) == {"q1", "q2", "q3"}                     # q4 has no relevant doc
+    assert zero["per_query"]["q3"] == {"ndcg@10": 0.0, "mrr@10": 0.0}
+    assert zero["aggregate"]["mrr@10"] == pytest.approx((1 + 0.5 + 0) / 3)
+    skip = evaluate_run(qrels, run, ["ndcg@10", "mrr@10"], missing="skip")
+    assert skip["queries"] == 2 and set(skip["per_query"]) == {"q1", "q2"}
+    assert skip["aggregate"]["mrr@10"] == pytest.approx(0.75)
+    nothing = evaluate_run(qrels, {}, ["ndcg@10", "hole@10"])
+    assert nothing["aggregate"] == {"ndcg@10": 0.0, "hole@10": 0.0} and nothing["unanswered"] == 3
+    with pytest.raises(ValueError, match="missing"):
+        evaluate_run(qrels, run, ["ndcg@10"], missing="drop")
+
+
+def test_ignore_identical_ids_drops_the_query_itself():
+    qrels = {"q1": {"d1": 1, "q1": 1}, "q2": {"d2": 1}}
+    run = {"q1": {"q1": 9.0, "x": 8.0, "d1": 7.0}, "q2": {"q2": 3.0, "d2": 2.0}}
+    kept = evaluate_run(qrels, run, ["mrr@10", "recall@100", "hole@10"])
+    dropped = evaluate_run(qrels, run, ["mrr@10", "recall@100", "hole@10"], ignore_identical_ids=True)
+    assert kept["per_query"]["q1"]["mrr@10"] == 1.0 and kept["per_query"]["q2"]["mrr@10"] == 0.5
+    assert dropped["per_query"]["q1"] == {"mrr@10": 0.5, "recall@100": 0.5, "hole@10": 0.5}
+    assert dropped["per_query"]["q2"] == {"mrr@10": 1.0, "recall@100": 1.0, "hole@10": 0.0}
+    assert dropped["ignore_identical_ids"] is True
+    # as BEIR does it: pop the identical id, then pytrec_eval
+    beir = {q: {d: s for d, s in r.items() if d != q} for q, r in run.items()}
+    assert dropped["per_query"]["q1"]["mrr@10"] == pytrec_scores(qrels, beir)["q1"]["mrr@10"]
+    only_self = evaluate_run({"q": {"a": 1}}, {"q": {"q": 1.0}}, ["mrr@10"], ignore_identical_ids=True)
+    assert only_self["per_query"]["q"]["mrr@10"] == 0.0
+
+
+def test_hole_at_10_hand_computed():
+    qrels = {"q1": {"a": 1, "b": 0, "c": 0},           # b, c judged non-relevant: not holes
+             "q2": {"e": 2, "f": 0},
+             "q3": {"g": 1},                          # not answered: 0 (BEIR convention)
+             "q4": {"h": 0}}                          # no relevant document: not evaluated
+    run = {"q1": {d: 20.0 - i for i, d in enumerate(["a", "u1", "b", "u2", "u3", "u4", "c", "u5", "u6", "u7",
+                                                        "u8", "u9"])},    # top 10: a b c judged, 7 holes
+           "q2": {"e": 3.0, "u": 2.0, "f": 1.0, "v": 0.5},              # 4 retrieved, 2 holes
+           "q4": {"x": 1.0}}
+    result = evaluate_run(qrels, run, ["hole@10", "hole@2"])
+    assert result["per_query"]["q1"] == {"hole@10": pytest.approx(0.7), "hole@2": 0.5}
+    assert result["per_query"]["q2"] == {"hole@10": 0.5, "hole@2": 0.5}
+    assert result["per_query"]["q3"] == {"hole@10": 0.0, "hole@2": 0.0}
+    assert result["aggregate"]["hole@10"] == pytest.approx((0.7 + 0.5 + 0.0) / 3)
+    assert "q4" not in result["per_query"]
+
+
+def test_metric_names_are_checked():
+    assert [(m.base, m.k) for m in parse_metrics("ndcg@10, hole@10,recall")] == [("ndcg", 10), ("hole", 10),
+                                                                                ("recall", 0)]
+    for bad in (["ndcgg@10"], ["hole"], ["ndcg@0"], ["ndcg@x"], [], ["mrr@10", "mrr@10"]):
+        with pytest.raises(ValueError):
+            parse_metrics(bad)
+
+
+def test_uncut_metrics_use_the_whole_ranking():
+    qrels, run = random_case(5)
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"recall"}).evaluate(run)
+    result = evaluate_run(qrels, run, ["recall", "ndcg@10"], missing="skip")
+    for q, scores in result["per_query"].items():
+        assert scores["recall"] == pytest.approx(full[q]["recall_1000"] if len(run[q]) <= 1000
+                                                 else sum(g >= 1 and d in run[q] for d, g in qrels[q].items())
+                                                 / sum(g >= 1 for g in qrels[q].values()), abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files, evaluate_many, CQADupStack
+
+
+def write_beir_qrels(path, qrels, header=True):
+    lines = ["query-id\tcorpus-id\tscore"] if header else []
+    lines += [f"{q}\t{d}\t{g}" for q, docs in qrels.items() for d, g in docs.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def write_trec_qrels(path, qrels):
+    path.write_text("".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    return path
+
+
+def write_run(path, run):
+    path.write_text("".join(f"{q} Q0 {d} {i + 1} {s!r} tag\n" for q, r in run.items()
+                            for i, (d, s) in enumerate(r.items())))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    qrels, run = random_case(11, queries=30)
+    run = {q: r for q, r in run.items() if r}
+    dataset = tmp_path / "ds"
+    write_beir_qrels(dataset / "qrels" / "test.tsv", qrels)
+    return {"qrels": qrels, "run": run, "dataset": dataset, "tsv": dataset / "qrels" / "test.tsv",
+            "trec_qrels": write_trec_qrels(tmp_path / "qrels.trec", qrels),
+            "run_file": write_run(tmp_path / "run.trec", run), "tmp": tmp_path}
+
+
+def test_qrels_formats_are_detected(files, tmp_path):
+    assert qrels_format(files["dataset"]) == "beir-dir"
+    assert qrels_format(files["tsv"]) == "beir-tsv"
+    assert qrels_format(write_beir_qrels(tmp_path / "noheader.tsv", files["qrels"], header=False)) == "beir-tsv"
+    assert qrels_format(files["trec_qrels"]) == "trec"
+    expected = {q: dict(d) for q, d in files["qrels"].items()}
+    for source in (files["dataset"], files["tsv"], files["trec_qrels"], tmp_path / "noheader.tsv"):
+        assert load_qrels(source, "test") == expected
+    weird = tmp_path / "weird.txt"
+    weird.write_text("\n\nq1 d1 1 extra stuff\n")
+    with pytest.raises(DataError, match=r"weird.txt:3: neither a BEIR qrels tsv nor TREC qrels"):
+        load_qrels(weird)
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("\n")
+    with pytest.raises(DataError, match="empty"):
+        load_qrels(empty)
+
+
+def test_evaluate_many_matches_evaluate_run_and_writes_json(files):
+    tmp, metrics = files["tmp"], METRICS + ["hole@10"]
+    shuffled = {q: dict(reversed(list(r.items()))) for q, r in files["run"].items()}
+    cache: dict = {}
+    jobs = [{"qrels": files["dataset"], "split": "test", "run": files["run_file"], "out": tmp / "m" / "a.json",
+             "metrics": metrics, "meta": {"system": "a"}},
+            {"qrels": files["dataset"], "split": "test", "run": shuffled, "out": tmp / "m" / "b.json",
+             "metrics": metrics},
+            {"qrels": files["trec_qrels"], "run": files["run_file"], "metrics": metrics, "ignore_identical_ids": True}]
+    results = evaluate_many(jobs, cache=cache)
+    assert len(cache) == 2                                   # the folder's qrels parsed once
+    direct = evaluate_run(files["qrels"], files["run"], metrics)
+    for r in results:
+        assert r["per_query"].keys() == direct["per_query"].keys()
+        for q, scores in direct["per_query"].items():
+            assert r["per_query"][q] == pytest.approx(scores, abs=1e-12)
+        assert r["aggregate"] == pytest.approx(direct["aggregate"], abs=1e-12)
+        assert r["queries"] == direct["queries"]
+    saved = json.loads((tmp / "m" / "a.json").read_text())
+    assert saved["system"] == "a" and saved["split"] == "test" and saved["run"] == str(files["run_file"])
+    assert saved["aggregate"] == pytest.approx(direct["aggregate"], abs=1e-12)
+    assert set(saved["per_query"]) == set(direct["per_query"]) and saved["queries"] == direct["queries"]
+    with pytest.raises(ValueError, match="unknown job keys"):
+        evaluate_many([{**jobs[0], "metric": "ndcg@10"}])
+
+
+def test_evaluate_files_keeps_the_workflow_contract(files):
+    out = files["tmp"] / "metrics.json"
+    result = evaluate_files(files["dataset"], "test", files["run_file"], out, ["ndcg@10", "mrr@10"])
+    saved = json.loads(out.read_text())
+    assert saved["dataset"] == str(files["dataset"]) and saved["aggregate"] == result["aggregate"]
+    assert all(set(v) == {"ndcg@10", "mrr@10"} for v in saved["per_query"].values())
+
+
+def test_run_file_errors_name_the_line(files):
+    bad = files["tmp"] / "bad.trec"
+    bad.write_text("q1 Q0 d1 1 1.0 t\nq1 Q0 d2 2 t\n")
+    with pytest.raises(DataError, match=r"bad.trec:2:"):
+        evaluate_many([{"qrels": files["tsv"], "run": bad, "metrics": ["ndcg@10"]}])
+
+
+@pytest.mark.parametrize("text", [
+    "q1 Q0 d1 1 2.5 t\nq1 Q0 d2 2 1 t\nq2 Q0 d1 1 -3e-2 t\n",   # the canonical form: Arrow's fast path
+    "q1 Q0 d1 1 2.5 t\r\nq1 Q0 d2 2 1 t\r\n",                   # CRLF
+    "q1\tQ0\td1\t1\t2.5\tt\n",                                # tabs
+    "q1  Q0 d1 1 2.5 t\n\nq1 Q0 d2 2 1 t \n",                    # runs of spaces, a blank line
+    "\ufeffq1 Q0 d1 1 2.5 t\n",                                  # a BOM
+    "q1 Q0 d1 1 2.5 t\nq1 Q0 d1 2 9 t\nq1 Q0 d2 3 1 t\n",        # a pair twice: the last score counts
+    "",
+])
+@pytest.mark.parametrize("compress", [False, True])
+def test_run_table_reads_what_the_line_reader_reads(tmp_path, text, compress):
+    import gzip
+
+    from zsdr.data.formats import read_trec_run, read_trec_run_table, run_table
+
+    path = tmp_path / ("run.trec.gz" if compress else "run.trec")
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data, mtime=0) if compress else data)
+    table = read_trec_run_table(path)
+    assert table.column_names == ["q", "d", "s"]
+    as_dict = read_trec_run(path)
+    assert sorted(table.to_pylist(), key=lambda r: (r["q"], r["d"])) == \
+        sorted(run_table(as_dict).to_pylist(), key=lambda r: (r["q"], r["d"]))
+    assert len(table) == sum(map(len, as_dict.values()))
+
+
+def _part(values: dict[str, float], metric="ndcg@10"):
+    return {"aggregate": {metric: float(np.mean(list(values.values())))},
+            "per_query": {q: {metric: v} for q, v in values.items()}, "queries": len(values)}
+
+
+def test_average_metrics_is_the_mean_of_the_parts():
+    parts = {"cqadupstack-a": _part({"1": 1.0, "2": 0.0}), "cqadupstack-b": _part({"1": 0.2})}
+    avg = average_metrics(parts)
+    assert avg["aggregate"] == {"ndcg@10": pytest.approx((0.5 + 0.2) / 2)}
+    assert avg["per_query"] == {"cqadupstack-a/1": {"ndcg@10": 1.0}, "cqadupstack-a/2": {"ndcg@10": 0.0},
+                                "cqadupstack-b/1": {"ndcg@10": 0.2}}
+    assert avg["queries"] == 3 and avg["parts"]["cqadupstack-b"] == {"aggregate": {"ndcg@10": 0.2}, "queries": 1}
+    with pytest.raises(DataError, match="same metrics"):
+        average_metrics({"a": _part({"1": 1.0}), "b": _part({"1": 1.0}, metric="mrr@10")})
+
+
+def test_average_cqadupstack_reads_the_twelve_forums(tmp_path):
+    from zsdr.evaluation.metrics import _cqadupstack, write_metrics
+
+    forums = _cqadupstack()
+    assert len(forums) == 12 and forums[0] == "cqadupstack-android" and forums[-1] == "cqadupstack-wordpress"
+    for i, forum in enumerate(forums):
+        write_metrics(tmp_path / forum / "bm25.json", _part({"q1": i / 12, "q2": 0.5}))
+    out = tmp_path / "cqadupstack" / "bm25.json"
+    avg = average_cqadupstack(tmp_path, out=out, system="bm25")
+    assert avg["aggregate"]["ndcg@10"] == pytest.approx(np.mean([(i / 12 + 0.5) / 2 for i in range(12)]))
+    assert len(avg["per_query"]) == 24 and "cqadupstack-tex/q2" in avg["per_query"]
+    assert json.loads(out.read_text())["dataset"] == "cqadupstack"
+    (tmp_path / "cqadupstack-tex" / "bm25.json").unlink()
+    with pytest.raises(DataError, match="cqadupstack-tex"):
+        average_cqadupstack(tmp_path, system="bm25")
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def run_cli(argv):
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers())
+    args = parser.parse_args(["evaluate", *map(str, argv)])
+    return args.func(args)
+
+
+def test_cli_prints_aggregate_json_for_every_qrels_format(files, capsys):
+    expected = evaluate_run(files["qrels"], files["run"], ["ndcg@10", "recall@100"])["aggregate"]
+    for qrels, extra in ((files["dataset"], ["--split", "test"]), (files["tsv"], []), (files["trec_qrels"], [])):
+        assert run_cli(["--qrels", qrels, "--run", files["run_file"], "--metrics", "ndcg@10,recall@100", *extra]) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert list(printed) == ["ndcg@10", "recall@100"]
+        assert printed == pytest.approx(expected, abs=1e-12)
+
+
+def test_cli_per_query_and_options(files, capsys):
+    out = files["tmp"] / "pq.json"
+    run_cli(["--qrels", files["tsv"], "--run", files["run_file"], "--metrics", "mrr@10,hole@10",
+             "--ignore-identical-ids", "--missing", "skip", "--per-query", out])
+    printed = json.loads(capsys.readouterr().out)
+    saved = json.loads(out.read_text())
+    assert saved["aggregate"] == printed and saved["missing"] == "skip" and saved["ignore_identical_ids"] is True
+    assert set(saved["per_query"]) <= set(files["qrels"])
+
+
+def test_cli_errors(files):
+    bad = files["tmp"] / "bad.tsv"
+    bad.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n")
+    with pytest.raises(DataError, match=r"bad.tsv:3: expected 3 tab-separated columns"):
+        run_cli(["--qrels", bad, "--run", files["run_file"]])
+    bad_trec = files["tmp"] / "bad.qrels"
+    bad_trec.write_text("q1 0 d1 1\nq1 0 d2 high\n")
+    with pytest.raises(DataError, match=r"bad.qrels:2: relevance 'high'"):
+        run_cli(["--qrels", bad_trec, "--run", files["run_file"]])
+    with pytest.raises(DataError, match="no qrels for split 'dev'"):
+        run_cli(["--qrels", files["dataset"], "--split", "dev", "--run", files["run_file"]])
+    with pytest.raises(DataError, match="--metrics: unknown metric 'bleu@4'"):
+        run_cli(["--qrels", files["tsv"], "--run", files["run_file"], "--metrics", "ndcg@10,bleu@4"])
+    with pytest.raises(DataError, match="file not found"):
+        run_cli(["--qrels", files["tmp"] / "nope.tsv", "--run", files["run_file"]])
+
+
+def test_prepared_qrels_order_relevant_docs_by_grade():
+    prep = PreparedQrels({"q": {"a": 1, "b": 3, "c": 0, "d": 2}, "none": {"x": 0}})
+    assert prep.qids == ["q"]
+    assert prep.codes[0] == {"b": 0, "d": 1, "a": 2, "c": -1}
+    assert prep.arrays[0].tolist() == [[0, 3], [1, 2], [2, 1]]
