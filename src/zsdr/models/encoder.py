@@ -1,0 +1,537 @@
+"""A bi-encoder over a Hugging Face backbone: pooling, optional ANCE head, similarity, text formats.
+
+:class:`EncoderConfig` says how a text becomes a vector (which pooling, dot or cosine, maximum
+lengths, prefixes, how a document's title and text are joined); :class:`Encoder` is a plain
+``torch.nn.Module`` (trainable: ``forward`` is differentiable) that also encodes lists of
+queries and documents in length-bucketed batches for retrieval.
+
+A model folder written by :meth:`Encoder.save_pretrained` holds the backbone and tokenizer
+(``save_pretrained`` of each), ``zsdr.json`` (the :class:`EncoderConfig`) and, for the
+``cls_linear_ln`` pooling, ``head.safetensors``. Any Hugging Face id or folder loads too; a
+sentence-transformers folder lends its pooling, normalisation and maximum length as defaults.
+
+Document formats (``doc_format``):
+
+* ``title_space_text``: ``(title + " " + text).strip()``, the BEIR / MTEB sentence-transformers
+  convention;
+* ``title_sep_text``: title and text as a tokenizer pair (``[CLS] title [SEP] text [SEP]``);
+* ``lower_title_text``: the lower-cased title's tokens directly followed by the text's tokens, no
+  separator (COCO-DR);
+* ``text``: the text alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from zsdr.io import DataError, atomic_dir
+
+log = logging.getLogger(__name__)
+
+POOLINGS = ("cls", "mean", "cls_linear_ln")
+SIMILARITIES = ("dot", "cosine")
+DOC_FORMATS = ("title_space_text", "title_sep_text", "lower_title_text", "text")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+CONFIG_FILE = "zsdr.json"
+HEAD_FILE = "head.safetensors"
+CONFIG_VERSION = 1
+
+
+@dataclass
+class EncoderConfig:
+    """How texts become vectors. ``normalize`` (L2 before the inner product) follows ``similarity``."""
+
+    pooling: str = "cls"
+    similarity: str = "dot"
+    query_max_length: int = 64
+    doc_max_length: int = 256
+    query_prefix: str = ""
+    doc_prefix: str = ""
+    doc_format: str = "title_space_text"
+    head_seed: int = 0  # initialises the cls_linear_ln head when the checkpoint has none
+
+    def __post_init__(self):
+        for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("similarity", self.similarity, SIMILARITIES),
+                                     ("doc_format", self.doc_format, DOC_FORMATS)):
+            if value not in allowed:
+                raise ValueError(f"unknown {name} {value!r} (expected one of {', '.join(allowed)})")
+        for name in ("query_max_length", "doc_max_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+                raise ValueError(f"{name} must be an integer >= 2, got {value!r}")
+        for name in ("query_prefix", "doc_prefix"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} must be a string")
+
+    @property
+    def normalize(self) -> bool:
+        return self.similarity == "cosine"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls, data: dict, path: str | os.PathLike | None = None) -> "EncoderConfig":
+        known = set(cls.field_names())
+        unknown = sorted(set(data) - known - {"version", "backbone"})
+        if unknown:
+            raise DataError(path, None, f"unknown encoder settings {unknown}", f"known: {', '.join(sorted(known))}")
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except ValueError as exc:
+            raise DataError(path, None, str(exc), "fix the encoder settings") from None
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` as a ``torch.device``; ``None`` picks CUDA when available, else the CPU."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device``: ``None`` means full fp32 (always on the CPU)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
+    if device.type != "cuda" or precision == "fp32":
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if precision == "bf16" else torch.float16
+
+
+class AnceHead(nn.Module):
+    """ANCE's projection: ``LayerNorm(W h + b)`` with a square ``W``."""
+
+    def __init__(self, dim: int, seed: int = 0, init_std: float = 0.02, eps: float = 1e-5):
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim, eps=eps)
+        generator = torch.Generator().manual_seed(int(seed))
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.randn(dim, dim, generator=generator) * init_std)
+            self.linear.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.linear(x))
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(path, None, f"cannot read ({exc})", "write the file again") from None
+
+
+def _sentence_transformers_defaults(folder: Path) -> dict:
+    """Pooling / similarity / max length of a sentence-transformers folder (empty for other folders)."""
+    modules_file = folder / "modules.json"
+    if not modules_file.is_file():
+        return {}
+    out: dict[str, Any] = {}
+    modules = _read_json(modules_file)
+    kinds = [m.get("type", "") for m in modules]
+    out["similarity"] = "cosine" if any(k.endswith(".Normalize") for k in kinds) else "dot"
+    for m in modules:
+        if m.get("type", "").endswith(".Pooling"):
+            pool_file = folder / m.get("path", "") / "config.json"
+            if pool_file.is_file():
+                pool = _read_json(pool_file)
+                if pool.get("pooling_mode_mean_tokens"):
+                    out["pooling"] = "mean"
+                elif pool.get("pooling_mode_cls_token"):
+                    out["pooling"] = "cls"
+    st_file = folder / "sentence_bert_config.json"
+    if st_file.is_file():
+        length = _read_json(st_file).get("max_seq_length")
+        if isinstance(length, int):
+            out["query_max_length"] = out["doc_max_length"] = length
+    return out
+
+
+def _ance_head_from_checkpoint(folder: Path) -> dict[str, torch.Tensor] | None:
+    """ANCE checkpoints (``embeddingHead`` + ``norm``) keep their head beside the backbone weights."""
+    names = {"embeddingHead.weight": "linear.weight", "embeddingHead.bias": "linear.bias",
+             "norm.weight": "norm.weight", "norm.bias": "norm.bias"}
+    weights = folder / "model.safetensors"
+    if weights.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(weights), framework="pt") as f:
+            keys = set(f.keys())
+            if set(names) <= keys:
+                return {new: f.get_tensor(old) for old, new in names.items()}
+    return None
+
+
+class Encoder(nn.Module):
+    """A backbone, a pooling (and optional head) and a tokenizer, configured by :class:`EncoderConfig`."""
+
+    def __init__(self, backbone: nn.Module, tokenizer, config: EncoderConfig | None = None,
+                 name_or_path: str | None = None, precision: str = "auto"):
+        super().__init__()
+        self.backbone = backbone
+        self.tokenizer = tokenizer
+        self.config = config or EncoderConfig()
+        self.name_or_path = name_or_path
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
+        self.precision = precision
+        self.head: AnceHead | None = None
+        self._special: tuple[list[int], list[int]] | None = None
+        self._clamp_lengths()
+        if self.config.pooling == "cls_linear_ln":
+            self.head = self._new_head()
+
+    # -------------------------------------------------------------------------------- set-up
+    @property
+    def dim(self) -> int:
+        cfg = getattr(self.backbone, "config", None)
+        size = getattr(cfg, "hidden_size", None)
+        return int(size) if size else int(self.backbone.get_input_embeddings().embedding_dim)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _new_head(self) -> AnceHead:
+        std = float(getattr(getattr(self.backbone, "config", None), "initializer_range", 0.02) or 0.02)
+        head = AnceHead(self.dim, seed=self.config.head_seed, init_std=std)
+        return head.to(self.device)
+
+    def _max_positions(self) -> int | None:
+        cfg = getattr(self.backbone, "config", None)
+        n = getattr(cfg, "max_position_embeddings", None)
+        if not n:
+            return None
+        # RoBERTa-family position ids start after the padding index.
+        if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert", "longformer"):
+            pad = getattr(cfg, "pad_token_id", None)
+            n -= (1 if pad is None else pad) + 1
+        return int(n)
+
+    def _clamp_lengths(self) -> None:
+        limits = [n for n in (self._max_positions(), getattr(self.tokenizer, "model_max_length", None))
+                  if isinstance(n, int) and 2 <= n < 1_000_000]
+        if not limits:
+            return
+        cap = min(limits)
+        for name in ("query_max_length", "doc_max_length"):
+            if getattr(self.config, name) > cap:
+                log.info("%s %d exceeds the model's %d positions; using %d", name, getattr(self.config, name), cap, cap)
+                self.config = replace(self.config, **{name: cap})
+
+    def configure(self, **overrides) -> "Encoder":
+        """Change settings in place (``max_length`` sets both lengths); a new ``cls_linear_ln`` gets a seeded head."""
+        overrides = _normalise_overrides(overrides)
+        if not overrides:
+            return self
+        self.config = replace(self.config, **overrides)
+        self._clamp_lengths()
+        if self.config.pooling == "cls_linear_ln":
+            if self.head is None:
+                self.head = self._new_head()
+        else:
+            self.head = None
+        return self
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
+                        precision: str = "auto", **overrides) -> "Encoder":
+        """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
+
+        ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
+        ``max_length`` for both lengths. ``device=None`` keeps the model on the CPU until it encodes.
+        """
+        from transformers import AutoTokenizer
+
+        overrides = _normalise_overrides(overrides)
+        name = str(name_or_path)
+        folder = Path(name_or_path)
+        local = folder.is_dir()
+        settings: dict[str, Any] = {}
+        saved_head = None
+        if local:
+            settings.update(_sentence_transformers_defaults(folder))
+            if (folder / CONFIG_FILE).is_file():
+                saved = _read_json(folder / CONFIG_FILE)
+                EncoderConfig.from_dict(saved, folder / CONFIG_FILE)  # validates
+                settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
+        config = EncoderConfig(**{**settings, **overrides})
+        if local and config.pooling == "cls_linear_ln":
+            if (folder / HEAD_FILE).is_file():
+                from safetensors.torch import load_file
+
+                saved_head = load_file(str(folder / HEAD_FILE))
+            else:
+                saved_head = _ance_head_from_checkpoint(folder)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(name)
+        except OSError as exc:
+            raise DataError(name, None, f"cannot load a tokenizer ({exc})",
+                            "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
+        backbone = _load_backbone(name)
+        encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
+        if encoder.head is not None:
+            if saved_head is not None:
+                try:
+                    encoder.head.load_state_dict(saved_head)
+                except RuntimeError as exc:
+                    raise DataError(folder / HEAD_FILE, None, f"head weights do not fit the backbone ({exc})",
+                                    "save the model again with Encoder.save_pretrained") from None
+            else:
+                log.info("%s: no cls_linear_ln head in the checkpoint; initialised from seed %d", name,
+                         config.head_seed)
+        encoder.eval()
+        if device is not None:
+            encoder.to(resolve_device(device))
+        return encoder
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically."""
+        directory = Path(directory)
+        with atomic_dir(directory) as tmp:
+            self.backbone.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
+            (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            if self.head is not None:
+                from safetensors.torch import save_file
+
+                save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                          str(tmp / HEAD_FILE))
+        return directory
+
+    # ------------------------------------------------------------------------------ forward
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Pooled (and, for cosine, L2-normalised) vectors from the last hidden states."""
+        if self.config.pooling == "mean":
+            mask = attention_mask.unsqueeze(-1).float()
+            pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        else:
+            pooled = hidden[:, 0]
+        if self.head is not None:
+            pooled = self.head(pooled)
+        pooled = pooled.float()
+        if self.config.normalize:
+            pooled = nn.functional.normalize(pooled, p=2, dim=-1)
+        return pooled
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        hidden = self.backbone(**kwargs).last_hidden_state
+        return self.pool(hidden, attention_mask)
+
+    # ---------------------------------------------------------------------------- tokenising
+    def _uses_token_types(self) -> bool:
+        return "token_type_ids" in getattr(self.tokenizer, "model_input_names", ())
+
+    def _specials(self) -> tuple[list[int], list[int]]:
+        """The special ids a single sequence gets before and after its tokens (e.g. [CLS] / [SEP])."""
+        if self._special is None:
+            probe = "a"
+            bare = self.tokenizer(probe, add_special_tokens=False)["input_ids"]
+            full = self.tokenizer(probe, add_special_tokens=True)["input_ids"]
+            for i in range(len(full) - len(bare) + 1):
+                if full[i:i + len(bare)] == bare:
+                    self._special = (full[:i], full[i + len(bare):])
+                    break
+            else:  # pragma: no cover - every tokenizer we know embeds the bare ids
+                raise RuntimeError(f"cannot locate the special tokens of {type(self.tokenizer).__name__}")
+        return self._special
+
+    def _tokenize(self, first: list[str], second: list[str] | None, max_length: int) -> dict[str, list[list[int]]]:
+        if not first:
+            return {"input_ids": [], **({"token_type_ids": []} if self._uses_token_types() else {})}
+        enc = self.tokenizer(first, second, add_special_tokens=True, truncation=True, max_length=max_length,
+                             padding=False, return_attention_mask=False,
+                             return_token_type_ids=self._uses_token_types())
+        out = {"input_ids": enc["input_ids"]}
+        if self._uses_token_types():
+            out["token_type_ids"] = enc["token_type_ids"]
+        return out
+
+    def tokenize_queries(self, texts: Sequence[str]) -> dict[str, list[list[int]]]:
+        p = self.config.query_prefix
+        return self._tokenize([p + t for t in texts], None, self.config.query_max_length)
+
+    def tokenize_docs(self, docs: Sequence[dict | str]) -> dict[str, list[list[int]]]:
+        cfg = self.config
+        if not docs:
+            return self._tokenize([], None, cfg.doc_max_length)
+        titles = [("" if isinstance(d, str) else d.get("title") or "") for d in docs]
+        texts = [(d if isinstance(d, str) else d.get("text") or "") for d in docs]
+        p = cfg.doc_prefix
+        if cfg.doc_format == "title_space_text":
+            return self._tokenize([p + f"{t} {x}".strip() for t, x in zip(titles, texts)], None, cfg.doc_max_length)
+        if cfg.doc_format == "text":
+            return self._tokenize([p + x for x in texts], None, cfg.doc_max_length)
+        if cfg.doc_format == "title_sep_text":
+            return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length)
+        # lower_title_text: title tokens (lower-cased) then text tokens, one segment, no separator.
+        head, tail = self._specials()
+        budget = max(cfg.doc_max_length - len(head) - len(tail), 0)
+        bare = dict(add_special_tokens=False, truncation=True, max_length=max(budget, 1))
+        t_ids = self.tokenizer([p + t.lower() for t in titles], **bare)["input_ids"]
+        x_ids = self.tokenizer(texts, **bare)["input_ids"]
+        ids = [head + (a + b)[:budget] + tail for a, b in zip(t_ids, x_ids)]
+        out = {"input_ids": ids}
+        if self._uses_token_types():
+            out["token_type_ids"] = [[0] * len(i) for i in ids]
+        return out
+
+    # ------------------------------------------------------------------------------ encoding
+    def _pad(self, rows: list[list[int]], value: int) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        out = np.full((len(rows), width), value, dtype=np.int64)
+        for i, r in enumerate(rows):
+            out[i, :len(r)] = r
+        return torch.from_numpy(out)
+
+    def encode_tokenized(self, features: dict[str, list[list[int]]], batch_size: int = 64,
+                         device: str | torch.device | None = None, precision: str | None = None,
+                         show_progress: bool = False, desc: str = "encode") -> np.ndarray:
+        """Embed pre-tokenised inputs in length-bucketed batches; rows come back in input order (float32)."""
+        from tqdm.auto import tqdm
+
+        ids = features["input_ids"]
+        n = len(ids)
+        if n == 0:
+            return np.empty((0, self.dim), dtype=np.float32)
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        target = self._target_device(device)
+        if self.device != target:
+            self.to(target)
+        amp = autocast_dtype(target, precision or self.precision)
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        types = features.get("token_type_ids")
+        lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=n)
+        order = np.argsort(-lengths, kind="stable")  # longest first: padding stays within similar lengths
+        # Results stay on the device until the end: one transfer, no synchronisation per batch.
+        out = torch.empty((n, self.dim), dtype=torch.float32, device=target)
+        was_training = self.training
+        self.eval()
+        bar = tqdm(total=n, desc=desc, unit="text", disable=not show_progress, leave=False)
+        try:
+            with torch.inference_mode():
+                for start in range(0, n, batch_size):
+                    idx = order[start:start + batch_size]
+                    input_ids = self._pad([ids[i] for i in idx], pad_id)
+                    mask = (torch.arange(input_ids.shape[1])[None, :] < torch.from_numpy(lengths[idx])[:, None]).long()
+                    batch = {"input_ids": input_ids.to(target, non_blocking=True),
+                             "attention_mask": mask.to(target, non_blocking=True)}
+                    if types is not None:
+                        batch["token_type_ids"] = self._pad([types[i] for i in idx], 0).to(target, non_blocking=True)
+                    ctx = torch.autocast(device_type=target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+                    with ctx:
+                        emb = self(**batch)
+                    out[torch.from_numpy(idx).to(target)] = emb.float()
+                    bar.update(len(idx))
+        finally:
+            bar.close()
+            self.train(was_training)
+        return out.cpu().numpy()
+
+    def _target_device(self, device) -> torch.device:
+        if device is not None:
+            return resolve_device(device)
+        current = self.device
+        return current if current.type != "cpu" else resolve_device(None)
+
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 64, device: str | torch.device | None = None,
+                       show_progress: bool = False, precision: str | None = None) -> np.ndarray:
+        """``(len(texts), dim)`` float32 query embeddings."""
+        return self.encode_tokenized(self.tokenize_queries(list(texts)), batch_size, device, precision,
+                                     show_progress, desc="queries")
+
+    def encode_docs(self, docs: Sequence[dict | str], batch_size: int = 64, device: str | torch.device | None = None,
+                    show_progress: bool = False, precision: str | None = None) -> np.ndarray:
+        """``(len(docs), dim)`` float32 embeddings of ``{"title", "text"}`` dicts (or bare strings)."""
+        return self.encode_tokenized(self.tokenize_docs(list(docs)), batch_size, device, precision,
+                                     show_progress, desc="docs")
+
+    def describe(self) -> dict:
+        return {"model": self.name_or_path, "dim": self.dim, **self.config.to_dict(), "normalize": self.config.normalize}
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' load report and progress bars (missing weights are logged by us)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _load_backbone(name: str) -> nn.Module:
+    """``AutoModel`` without its pooler (unused); warns about weights the checkpoint lacks."""
+    from transformers import AutoModel
+
+    try:
+        with _quiet_transformers():
+            try:
+                backbone, info = AutoModel.from_pretrained(name, add_pooling_layer=False, output_loading_info=True)
+            except TypeError:  # architectures without a pooler take no such argument
+                backbone, info = AutoModel.from_pretrained(name, output_loading_info=True)
+    except OSError as exc:
+        raise DataError(name, None, f"cannot load a model ({exc})",
+                        "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith("pooler."))
+    if missing:
+        log.warning("%s: %d weights missing from the checkpoint were initialised randomly (e.g. %s)", name,
+                    len(missing), missing[0])
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    if unexpected:
+        log.debug("%s: %d checkpoint weights unused (e.g. %s)", name, len(unexpected), unexpected[0])
+    return backbone
+
+
+def _normalise_overrides(overrides: dict) -> dict:
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    length = overrides.pop("max_length", None)
+    if length is not None:
+        overrides.setdefault("query_max_length", length)
+        overrides.setdefault("doc_max_length", length)
+    unknown = sorted(set(overrides) - set(EncoderConfig.field_names()))
+    if unknown:
+        raise TypeError(f"unknown encoder settings {unknown} (known: {', '.join(EncoderConfig.field_names())}, max_length)")
+    return overrides
+
+
+def load_encoder(model: "str | os.PathLike | Encoder", device=None, precision: str | None = None,
+                 **overrides) -> Encoder:
+    """``model`` itself when it is an :class:`Encoder` (no overrides allowed), else ``Encoder.from_pretrained``."""
+    if isinstance(model, Encoder):
+        if _normalise_overrides(overrides):
+            raise ValueError("encoder settings cannot be overridden on an Encoder instance; call encoder.configure()")
+        if precision is not None:
+            model.precision = precision
+        return model
+    return Encoder.from_pretrained(model, device=device, precision=precision or "auto", **overrides)
+

