@@ -1,0 +1,99 @@
+"""Reading what the tables are made of: metrics, dataset statistics and distribution-shift files.
+
+* ``metrics/<dataset>/<system>.json`` (:mod:`zsdr.evaluation.metrics`):
+  ``{"aggregate": {metric: value}, "per_query": {qid: {metric: value}}, "queries": n, ...}``.
+* ``stats/<dataset>.json``: :func:`zsdr.evaluation.analysis.dataset_statistics` of one split
+  (a flat dict with ``docs``, ``queries``, ...; optionally ``"split": name``), or several splits
+  as ``{split: statistics}``.
+* ``shift/<target>.json``: :func:`zsdr.evaluation.analysis.shift_statistics` of one target
+  (``query_jaccard``, ``doc_jaccard``).
+
+Every reader raises :class:`zsdr.io.DataError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from zsdr.io import DataError
+
+STAT_KEYS = ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "rel_per_query")
+
+
+def read_json(path: str | os.PathLike, fix: str) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found", fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(path, getattr(exc, "lineno", None), f"not readable as JSON ({exc})", fix) from None
+    if not isinstance(data, dict):
+        raise DataError(path, None, "expected a JSON object", fix)
+    return data
+
+
+def read_metrics(path: str | os.PathLike) -> dict:
+    """A metrics file, checked for ``aggregate`` and ``per_query`` mappings."""
+    data = read_json(path, "re-run the evaluate rule that writes it")
+    for key in ("aggregate", "per_query"):
+        if not isinstance(data.get(key), dict):
+            raise DataError(path, None, f"no {key!r} mapping", "re-run the evaluate rule that writes it")
+    return data
+
+
+def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[float, dict[str, float]]:
+    """(aggregate value, per-query values) of ``metric`` in a metrics file read by :func:`read_metrics`."""
+    if metric not in data["aggregate"]:
+        raise DataError(path, None, f"metric {metric!r} was not computed (has: {', '.join(sorted(data['aggregate']))})",
+                        "add it to evaluation.metrics in the config")
+    per_query = {}
+    for qid, scores in data["per_query"].items():
+        if not isinstance(scores, dict) or metric not in scores:
+            raise DataError(path, None, f"query {qid!r} has no per-query {metric!r}", "re-run the evaluate rule")
+        per_query[str(qid)] = float(scores[metric])
+    return float(data["aggregate"][metric]), per_query
+
+
+def _check_stats(stats, where: str | os.PathLike | None, split: str) -> dict:
+    if not isinstance(stats, dict):
+        raise DataError(where, None, f"split {split!r}: expected a mapping of statistics")
+    missing = [k for k in STAT_KEYS if k not in stats]
+    if missing:
+        raise DataError(where, None, f"split {split!r} lacks {', '.join(missing)}",
+                        "write zsdr.evaluation.analysis.dataset_statistics output")
+    return stats
+
+
+def read_statistics(source: str | os.PathLike | dict) -> dict[str, dict]:
+    """Statistics of one dataset as ``{split: statistics}``; a flat file gives ``{"eval": ...}``
+    (or ``{its "split": ...}``) — ``"eval"`` standing for the dataset's evaluation split."""
+    where = None if isinstance(source, dict) else source
+    data = source if isinstance(source, dict) else read_json(source, "re-run the statistics rule that writes it")
+    if "docs" in data:
+        split = str(data.get("split", "eval"))
+        return {split: _check_stats(data, where, split)}
+    return {str(split): _check_stats(stats, where, split) for split, stats in data.items()}
+
+
+def read_shift(source: str | os.PathLike | dict) -> dict[str, float]:
+    """Distribution-shift measures of one target (``query_jaccard``, ``doc_jaccard``)."""
+    where = None if isinstance(source, dict) else source
+    data = source if isinstance(source, dict) else read_json(source, "re-run the shift rule that writes it")
+    for key in ("query_jaccard", "doc_jaccard"):
+        if not isinstance(data.get(key), (int, float)):
+            raise DataError(where, None, f"no numeric {key!r}",
+                            "write zsdr.evaluation.analysis.shift_statistics output")
+    return data
+
+
+def metric_files_by_cell(paths) -> dict[tuple[str, str], Path]:
+    """``{(dataset, system): path}`` for files laid out as ``<anything>/<dataset>/<system>.json``."""
+    return {(Path(p).parent.name, Path(p).stem): Path(p) for p in paths}
+
+
+def files_by_dataset(paths) -> dict[str, Path]:
+    """``{dataset: path}`` for files laid out as ``<anything>/<dataset>.json`` (stats, shift)."""
+    return {Path(p).stem: Path(p) for p in paths}

@@ -1,0 +1,828 @@
+"""Declarative specs of the papers' tables: ``specs/<paper>_table<N>.yaml``, loaded and validated.
+
+A spec describes one table of one paper: what it reproduces, its rows and columns, how cells are
+computed, tested and emphasised, and where the paper's own numbers are (``published/*.csv``).
+:mod:`zsdr.tables.render` turns a spec plus the pipeline's metric/statistics files into
+``results/<paper>/table<N>.{csv,md}``.
+
+Spec format (YAML; every key is checked, an unknown key is an error)::
+
+    paper: ddr                  # berm | ddr | modir | cocodr | rmsc (must match the file name)
+    table: 2                    # the paper's table number (must match the file name)
+    kind: metric                # metric | data | static | analysis (see below)
+    title: "..."
+    caption: "..."              # what the table reproduces, in the paper's words where possible
+    orientation: datasets-as-rows   # or systems-as-rows (rows are systems, columns datasets)
+    row_header: [Language, Dataset] # names of the label columns of the row axis
+    metric: ndcg@10             # default metric of every cell
+    metrics:                    # optional: one row per metric for each dataset row (datasets-as-rows)
+      - {metric: ndcg@10, label: NDCG@10}
+    datasets:                   # the dataset axis, in the paper's order
+      - {id: trec-covid, label: TREC-COVID}              # a registry dataset
+      - {id: cqadupstack, label: CQADupStack}            # a group: mean of its members (groups below)
+      - {average: Avg, over: [trec-covid, cqadupstack]}  # mean of entries/ids (default: all above)
+      - {info: Parameters, values: {dpr: 110M}}          # a text row (no number is computed)
+    groups: {name: [dataset, ...]}   # optional; `cqadupstack` (its 12 forums) is built in
+    systems:                    # the other axis: what is measured on each dataset
+      - {key: dr, system: ddr-dr-contrast, alternatives: [..], label: DR, group: Contrastive,
+         metric: recall@1000, format: d3, published: CL_DR, published_marker: CL_sig}
+      - {key: imp, relative: [ddr, dr]}      # ddr / dr - 1 (operands: column keys or system ids)
+      - {key: gap, difference: [ance, bm25]} # ance - bm25
+      - {key: jac, stat: doc_jaccard, source: shift}            # from shift/<dataset>.json
+      - {key: docs, stat: docs, source: stats, split: eval}     # from stats/<dataset>.json
+    significance:
+      test: ttest               # ttest | fisher (paired, two-tailed)
+      holm: false               # Holm correction over every p-value of the table
+      unit: datasets            # average rows: pair per-dataset values (datasets) or pool queries
+      comparisons:
+        - {column: ddr, against: [dr], symbols: [[0.01, "**"], [0.05, "*"]], attach: imp}
+          # marker shown where `column` is better than `against` at p < threshold; attach:
+          # self (default: the `column` cell), against (the baseline's cell) or a column key
+    emphasis: {per: row, bold: best, underline: second, among: [bm25, dr, ddr]}
+          # underline: second | none | {best_among: [keys]}; among: keys or a list of key lists
+    published: {file: ddr_table2.csv, key: [dataset, metric], ignore: [language],
+                marker_file: null, note: null}
+          # row entries name their CSV row with `published:` (values of `key`; the metric label is
+          # appended when `metrics` expands rows); column entries name their CSV column.
+          # Default: the label. `published: null` on an entry: the paper has no such row/column.
+    notes: [...]                # shown under the table (transcription caveats, choices made)
+
+Kinds: ``metric`` cells come from ``metrics/<dataset>/<system>.json``; ``data`` cells from dataset
+statistics (and may mix in metric differences); ``static`` tables (hyperparameters, qualitative
+content) and ``analysis`` tables (numbers that a later analysis stage will produce) render the
+published content only and say why (``why``; ``stage`` for analysis). Static/analysis specs
+without a published file describe their layout in ``layout: {rows, columns}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from zsdr.data.registry import REGISTRY
+from zsdr.io import DataError
+
+PAPERS = ("berm", "ddr", "modir", "cocodr", "rmsc")
+KINDS = ("metric", "data", "static", "analysis")
+ORIENTATIONS = ("datasets-as-rows", "systems-as-rows")
+PROVENANCES = ("T", "L", "R")
+STAT_SOURCES = {
+    "stats": ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "rel_per_query"),
+    "shift": ("query_jaccard", "doc_jaccard"),
+}
+CQADUPSTACK_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats",
+                      "tex", "unix", "webmasters", "wordpress")
+BUILTIN_GROUPS = {"cqadupstack": tuple(f"cqadupstack-{f}" for f in CQADUPSTACK_FORUMS)}
+METRIC_RE = re.compile(r"^(ndcg|recall|mrr|hole|precision|map|accuracy)@\d+$")
+FORMAT_RE = re.compile(r"^(\+?)(d|pct)([0-4])$|^int$")
+SPEC_FILE_RE = re.compile(r"^(?P<paper>[a-z]+)_table(?P<table>\d+)\.yaml$")
+
+_TOP_KEYS = {"paper", "table", "kind", "title", "caption", "why", "stage", "orientation", "row_header", "metric",
+             "metrics", "datasets", "groups", "systems", "significance", "emphasis", "published", "notes", "layout"}
+
+
+def _package_dir(name: str) -> Path:
+    return Path(str(resources.files("zsdr.tables").joinpath(name)))
+
+
+SPEC_DIR = _package_dir("specs")
+PUBLISHED_DIR = _package_dir("published")
+SYSTEMS_FILE = _package_dir("systems.yaml")
+
+
+# ---------------------------------------------------------------------------------------------
+# Data model
+
+
+@dataclass(frozen=True)
+class System:
+    id: str
+    label: str
+    provenance: str
+    stage: str
+    hf: str | None = None
+    pooling: str | None = None
+    similarity: str | None = None
+    reason: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class DatasetEntry:
+    """An entry of the dataset axis: ``dataset``, ``group``, ``average`` or ``info``."""
+    key: str
+    kind: str
+    label: tuple[str, ...] | str
+    members: tuple[str, ...] = ()      # dataset: (id,); group: its datasets; average: keys or ids
+    published: tuple[str, ...] | str | None = None
+    values: dict = field(default_factory=dict)   # info rows: column key -> text
+
+
+@dataclass(frozen=True)
+class SystemEntry:
+    """An entry of the system axis: ``system``, ``relative``, ``difference`` or ``stat``."""
+    key: str
+    kind: str
+    label: tuple[str, ...] | str
+    group: str | None = None
+    systems: tuple[str, ...] = ()      # the system, then alternatives (first one produced is used)
+    operands: tuple[str, ...] = ()     # relative / difference: (a, b)
+    stat: str | None = None
+    source: str | None = None
+    split: str = "eval"
+    metric: str | None = None
+    format: str | None = None
+    published: tuple[str, ...] | str | None = None
+    published_marker: str | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    column: str
+    against: tuple[str, ...]
+    symbols: tuple[tuple[float, str], ...]
+    attach: str = "self"
+
+
+@dataclass(frozen=True)
+class Significance:
+    test: str = "ttest"
+    holm: bool = False
+    unit: str = "datasets"
+    trials: int = 10000
+    comparisons: tuple[Comparison, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Emphasis:
+    per: str
+    bold: str | None
+    underline: str | tuple[str, ...] | None   # "second", None, or the keys of a best-among set
+    among: tuple[tuple[str, ...], ...]
+    lower_is_better: bool = False
+
+
+@dataclass(frozen=True)
+class Published:
+    file: str | None
+    key: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    marker_file: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    path: Path
+    paper: str
+    table: int
+    kind: str
+    title: str
+    caption: str
+    orientation: str = "datasets-as-rows"
+    row_header: tuple[str, ...] = ("Dataset",)
+    metric: str | None = None
+    metrics: tuple[tuple[str, str], ...] = ()
+    datasets: tuple[DatasetEntry, ...] = ()
+    groups: dict = field(default_factory=dict)
+    systems: tuple[SystemEntry, ...] = ()
+    significance: Significance | None = None
+    emphasis: Emphasis | None = None
+    published: Published | None = None
+    notes: tuple[str, ...] = ()
+    why: str | None = None
+    stage: str | None = None
+    layout: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.paper}_table{self.table}"
+
+    @property
+    def rows_are_datasets(self) -> bool:
+        return self.orientation == "datasets-as-rows"
+
+    def system_entry(self, key: str) -> SystemEntry:
+        for entry in self.systems:
+            if entry.key == key:
+                return entry
+        raise KeyError(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+class _Ctx:
+    """Where we are in a spec file, for error messages."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def error(self, key: str, message: str, fix: str | None = None) -> DataError:
+        return DataError(self.path, None, f"key {key}: {message}", fix)
+
+    def mapping(self, value, key: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def seq(self, value, key: str) -> list:
+        if not isinstance(value, list):
+            raise self.error(key, f"expected a list, got {type(value).__name__}")
+        return value
+
+    def text(self, value, key: str) -> str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise self.error(key, f"expected text, got {type(value).__name__}")
+        return str(value)
+
+    def texts(self, value, key: str) -> tuple[str, ...]:
+        """A list of texts (``None`` = empty)."""
+        return tuple(self.text(v, f"{key}[{i}]") for i, v in enumerate(self.seq([] if value is None else value, key)))
+
+    def only(self, mapping: dict, allowed: set[str], key: str) -> None:
+        unknown = sorted(set(mapping) - allowed)
+        if unknown:
+            raise self.error(key, f"unknown key(s) {', '.join(unknown)}", f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
+
+
+def _label(ctx: _Ctx, value, key: str) -> tuple[str, ...] | str:
+    if isinstance(value, list):
+        return tuple(ctx.text(v, f"{key}[{i}]") for i, v in enumerate(value))
+    return ctx.text(value, key)
+
+
+def _published_ref(ctx: _Ctx, entry: dict, key: str, default):
+    """An entry's `published` name: explicit (str / list / null) or the default."""
+    if "published" not in entry:
+        return default
+    value = entry["published"]
+    if value is None:
+        return None
+    return _label(ctx, value, f"{key}.published")
+
+
+# ---------------------------------------------------------------------------------------------
+# Systems
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    label: str
+    built: bool
+
+
+@functools.lru_cache(maxsize=None)
+def _systems_file() -> tuple[dict[str, Stage], dict[str, System]]:
+    ctx = _Ctx(SYSTEMS_FILE)
+    data = ctx.mapping(yaml.safe_load(SYSTEMS_FILE.read_text(encoding="utf-8")), "(top level)")
+    ctx.only(data, {"stages", "systems"}, "(top level)")
+    stages: dict[str, Stage] = {}
+    for name, entry in ctx.mapping(data.get("stages", {}), "stages").items():
+        entry = ctx.mapping(entry, f"stages.{name}")
+        ctx.only(entry, {"state", "label"}, f"stages.{name}")
+        if entry.get("state") not in ("built", "planned"):
+            raise ctx.error(f"stages.{name}.state", f"{entry.get('state')!r} is neither built nor planned")
+        stages[name] = Stage(name=name, label=ctx.text(entry.get("label", name), f"stages.{name}.label"),
+                             built=entry["state"] == "built")
+    systems: dict[str, System] = {}
+    allowed = {"label", "provenance", "stage", "hf", "pooling", "similarity", "reason", "note"}
+    for sid, entry in ctx.mapping(data.get("systems"), "systems").items():
+        key = f"systems.{sid}"
+        entry = ctx.mapping(entry, key)
+        ctx.only(entry, allowed, key)
+        prov = entry.get("provenance")
+        if prov not in PROVENANCES:
+            raise ctx.error(f"{key}.provenance", f"{prov!r} is not one of T, L, R")
+        stage = entry.get("stage")
+        if prov == "R":
+            if stage != "none":
+                raise ctx.error(f"{key}.stage", "a reported-only (R) system has stage `none`")
+            if not entry.get("reason"):
+                raise ctx.error(f"{key}.reason", "a reported-only (R) system needs a reason")
+        elif stage not in stages:
+            raise ctx.error(f"{key}.stage", f"{stage!r} is not listed under `stages`")
+        if prov == "L" and not {"hf", "pooling", "similarity"} <= set(entry):
+            raise ctx.error(key, "a loaded (L) system names hf (or null), pooling and similarity")
+        if prov == "L" and entry.get("hf") is None and not entry.get("reason"):
+            raise ctx.error(f"{key}.reason", "an L system without a Hugging Face id needs a reason")
+        systems[sid] = System(id=sid, label=ctx.text(entry.get("label", sid), f"{key}.label"), provenance=prov,
+                              stage=stage, hf=entry.get("hf"), pooling=entry.get("pooling"),
+                              similarity=entry.get("similarity"), reason=entry.get("reason"), note=entry.get("note"))
+    return stages, systems
+
+
+def load_systems() -> dict[str, System]:
+    """``systems.yaml``: every system id a spec may name."""
+    return _systems_file()[1]
+
+
+def load_stages() -> dict[str, Stage]:
+    """``systems.yaml`` ``stages``: which stages the pipeline has built."""
+    return _systems_file()[0]
+
+
+def unavailable_reason(system_id: str) -> str:
+    """What a cell says when the pipeline cannot produce ``system_id`` in this run."""
+    system = load_systems()[system_id]
+    if system.reason:
+        return system.reason
+    if system.provenance == "L":
+        return f"checkpoint {system.hf} not in this run's config (systems.{system_id})"
+    stage = load_stages()[system.stage]
+    if not stage.built:
+        return f"needs the {stage.label} stage (not built yet)"
+    return f"not in this run's config (systems.{system_id})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Published CSVs
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    path: Path
+    columns: tuple[str, ...]
+    rows: dict          # key tuple -> {column: raw text}
+    order: tuple        # key tuples in file order
+
+
+@functools.lru_cache(maxsize=None)
+def read_published(name: str) -> list[dict]:
+    """A published CSV as a list of ``{column: text}`` (every cell kept as text; empty = empty)."""
+    path = PUBLISHED_DIR / name
+    if not path.is_file():
+        raise DataError(path, None, "published table not found", "add the CSV under zsdr/tables/published/")
+    text = path.read_text(encoding="utf-8")
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header:
+        raise DataError(path, 1, "empty published table")
+    if len(set(header)) != len(header):
+        raise DataError(path, 1, "duplicate column names in the header")
+    out = []
+    for lineno, row in enumerate(reader, start=2):
+        if len(row) != len(header):
+            raise DataError(path, lineno, f"{len(row)} fields where the header has {len(header)}",
+                            "quote cells that contain commas")
+        out.append(dict(zip(header, row)))
+    return out
+
+
+def published_table(spec: TableSpec, marker: bool = False) -> PublishedTable | None:
+    """The spec's published CSV (or its marker CSV) keyed by the values of ``published.key``."""
+    pub = spec.published
+    if pub is None or pub.file is None or (marker and pub.marker_file is None):
+        return None
+    name = pub.marker_file if marker else pub.file
+    rows = read_published(name)
+    path = PUBLISHED_DIR / name
+    columns = tuple(rows[0]) if rows else ()
+    keyed: dict = {}
+    for i, row in enumerate(rows, start=2):
+        k = tuple(row[c] for c in pub.key) if pub.key else (str(i - 2),)
+        if k in keyed:
+            raise DataError(path, i, f"row key {k} appears twice", "make published.key identify rows")
+        keyed[k] = row
+    return PublishedTable(path=path, columns=columns, rows=keyed, order=tuple(keyed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing one spec
+
+
+def _parse_dataset_entry(ctx: _Ctx, raw, i: int, groups: dict, row_axis: bool) -> DatasetEntry:
+    key = f"datasets[{i}]"
+    raw = ctx.mapping(raw, key)
+    kinds = [k for k in ("id", "average", "info") if k in raw]
+    if len(kinds) != 1:
+        raise ctx.error(key, "an entry has exactly one of id, average, info")
+    if "id" in raw:
+        ctx.only(raw, {"id", "label", "published", "key"}, key)
+        ident = ctx.text(raw["id"], f"{key}.id")
+        label = _label(ctx, raw.get("label", ident), f"{key}.label")
+        if ident in groups:
+            kind, members = "group", tuple(groups[ident])
+        elif ident in REGISTRY:
+            kind, members = "dataset", (ident,)
+        else:
+            raise ctx.error(f"{key}.id", f"{ident!r} is neither a registry dataset nor a group",
+                            "use a name of `zsdr datasets` or define it under `groups`")
+        entry_key = ctx.text(raw.get("key", ident), f"{key}.key")
+    elif "average" in raw:
+        ctx.only(raw, {"average", "over", "published", "key", "label"}, key)
+        name = ctx.text(raw["average"], f"{key}.average")
+        label = _label(ctx, raw.get("label", name), f"{key}.label")
+        members = ctx.texts(raw.get("over"), f"{key}.over")
+        kind, entry_key = "average", ctx.text(raw.get("key", _slug(name)), f"{key}.key")
+    else:
+        ctx.only(raw, {"info", "values", "published", "key", "label"}, key)
+        name = ctx.text(raw["info"], f"{key}.info")
+        label = _label(ctx, raw.get("label", name), f"{key}.label")
+        values = {str(k): ctx.text(v, f"{key}.values.{k}")
+                  for k, v in ctx.mapping(raw.get("values", {}), f"{key}.values").items()}
+        return DatasetEntry(key=ctx.text(raw.get("key", _slug(name)), f"{key}.key"), kind="info", label=label,
+                            published=_published_ref(ctx, raw, key, label), values=values)
+    if not row_axis and isinstance(label, tuple):
+        raise ctx.error(f"{key}.label", "entries of the column axis have a single text label")
+    return DatasetEntry(key=entry_key, kind=kind, label=label, members=members,
+                        published=_published_ref(ctx, raw, key, label))
+
+
+def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool) -> SystemEntry:
+    key = f"systems[{i}]"
+    raw = ctx.mapping(raw, key)
+    kinds = [k for k in ("system", "relative", "difference", "stat") if k in raw]
+    if len(kinds) != 1:
+        raise ctx.error(key, "an entry has exactly one of system, relative, difference, stat")
+    kind = kinds[0]
+    common = {"key", "label", "group", "metric", "format", "published", "published_marker"}
+    metric = raw.get("metric")
+    if metric is not None and not METRIC_RE.match(str(metric)):
+        raise ctx.error(f"{key}.metric", f"{metric!r} is not a metric name (e.g. ndcg@10, recall@100, hole@10)")
+    fmt = raw.get("format")
+    if fmt is not None and not FORMAT_RE.match(str(fmt)):
+        raise ctx.error(f"{key}.format", f"{fmt!r} is not a format", "d0..d4, +d3, pct1, +pct1 or int")
+    fields = {}
+    if kind == "system":
+        ctx.only(raw, common | {"system", "alternatives"}, key)
+        ids = [ctx.text(raw["system"], f"{key}.system"), *ctx.texts(raw.get("alternatives"), f"{key}.alternatives")]
+        for sid in ids:
+            if sid not in systems:
+                raise ctx.error(f"{key}.system", f"{sid!r} is not defined in systems.yaml",
+                                "add it to zsdr/tables/systems.yaml (one place for every system id)")
+        fields["systems"] = tuple(ids)
+        default_key, default_label = ids[0], systems[ids[0]].label
+    elif kind in ("relative", "difference"):
+        ctx.only(raw, common | {kind}, key)
+        ops = ctx.seq(raw[kind], f"{key}.{kind}")
+        if len(ops) != 2:
+            raise ctx.error(f"{key}.{kind}", "expected [a, b]")
+        fields["operands"] = tuple(ctx.text(o, f"{key}.{kind}") for o in ops)
+        default_key, default_label = f"{kind}-{'-'.join(fields['operands'])}", kind
+    else:
+        ctx.only(raw, common | {"stat", "source", "split"}, key)
+        source = raw.get("source", "stats")
+        if source not in STAT_SOURCES:
+            raise ctx.error(f"{key}.source", f"{source!r} is not one of {', '.join(STAT_SOURCES)}")
+        stat = ctx.text(raw["stat"], f"{key}.stat")
+        if stat not in STAT_SOURCES[source]:
+            raise ctx.error(f"{key}.stat", f"{stat!r} is not a {source} statistic ({', '.join(STAT_SOURCES[source])})")
+        split = ctx.text(raw.get("split", "eval"), f"{key}.split")
+        fields.update(stat=stat, source=source, split=split)
+        default_key, default_label = (stat if split == "eval" else f"{stat}-{split}"), stat
+    label = _label(ctx, raw.get("label", default_label), f"{key}.label")
+    if not row_axis and isinstance(label, tuple):
+        raise ctx.error(f"{key}.label", "entries of the column axis have a single text label")
+    marker = raw.get("published_marker")
+    return SystemEntry(key=ctx.text(raw.get("key", default_key), f"{key}.key"), kind=kind, label=label,
+                       group=raw.get("group"), metric=metric, format=fmt,
+                       published=_published_ref(ctx, raw, key, label),
+                       published_marker=None if marker is None else ctx.text(marker, f"{key}.published_marker"),
+                       **fields)
+
+
+def _parse_significance(ctx: _Ctx, raw, column_keys: set[str], system_keys: set[str]) -> Significance:
+    raw = ctx.mapping(raw, "significance")
+    ctx.only(raw, {"test", "holm", "unit", "trials", "comparisons", "note"}, "significance")
+    test = raw.get("test", "ttest")
+    if test not in ("ttest", "fisher"):
+        raise ctx.error("significance.test", f"{test!r} is neither ttest nor fisher")
+    unit = raw.get("unit", "datasets")
+    if unit not in ("datasets", "queries"):
+        raise ctx.error("significance.unit", f"{unit!r} is neither datasets nor queries")
+    if not isinstance(raw.get("holm", False), bool):
+        raise ctx.error("significance.holm", "expected true or false")
+    comparisons = []
+    for i, c in enumerate(ctx.seq(raw.get("comparisons", []), "significance.comparisons")):
+        key = f"significance.comparisons[{i}]"
+        c = ctx.mapping(c, key)
+        ctx.only(c, {"column", "against", "symbols", "attach"}, key)
+        column = ctx.text(c.get("column"), f"{key}.column")
+        against = tuple(ctx.text(a, f"{key}.against") for a in ctx.seq(c.get("against"), f"{key}.against"))
+        for k in (column, *against):
+            if k not in system_keys:
+                raise ctx.error(key, f"{k!r} is not the key of a `system:` entry (tests need per-query scores)")
+        symbols = []
+        for j, pair in enumerate(ctx.seq(c.get("symbols", [[0.01, "**"], [0.05, "*"]]), f"{key}.symbols")):
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], float) and 0 < pair[0] < 1):
+                raise ctx.error(f"{key}.symbols[{j}]", "expected [threshold, symbol] with 0 < threshold < 1")
+            symbols.append((float(pair[0]), ctx.text(pair[1], f"{key}.symbols[{j}]")))
+        if [s[0] for s in symbols] != sorted(s[0] for s in symbols):
+            raise ctx.error(f"{key}.symbols", "list thresholds from the strictest (smallest) up")
+        attach = ctx.text(c.get("attach", "self"), f"{key}.attach")
+        if attach not in ("self", "against") and attach not in column_keys:
+            raise ctx.error(f"{key}.attach", f"{attach!r} is not self, against or a system entry key")
+        comparisons.append(Comparison(column=column, against=against, symbols=tuple(symbols), attach=attach))
+    trials = raw.get("trials", 10000)
+    if not isinstance(trials, int) or trials < 100:
+        raise ctx.error("significance.trials", "expected an integer >= 100")
+    return Significance(test=test, holm=raw.get("holm", False), unit=unit, trials=trials,
+                        comparisons=tuple(comparisons), note=raw.get("note"))
+
+
+def _parse_emphasis(ctx: _Ctx, raw, column_keys: list[str], default_among: list[str], orientation: str) -> Emphasis:
+    raw = ctx.mapping(raw, "emphasis")
+    ctx.only(raw, {"per", "bold", "underline", "among", "lower_is_better"}, "emphasis")
+    per = raw.get("per")
+    expected = "row" if orientation == "datasets-as-rows" else "column"
+    if per != expected:
+        raise ctx.error("emphasis.per", f"{per!r}: emphasis compares systems on one dataset, which is a {expected} "
+                                        f"in a {orientation} table", f"write per: {expected}")
+    bold = raw.get("bold", "best")
+    if bold not in ("best", None):
+        raise ctx.error("emphasis.bold", "expected best or null")
+    underline = raw.get("underline")
+    if isinstance(underline, dict):
+        ctx.only(underline, {"best_among"}, "emphasis.underline")
+        underline = ctx.texts(underline.get("best_among"), "emphasis.underline.best_among")
+        for k in underline:
+            if k not in column_keys:
+                raise ctx.error("emphasis.underline.best_among", f"{k!r} is not a system entry key")
+    elif underline not in ("second", None, "none"):
+        raise ctx.error("emphasis.underline", "expected second, none or {best_among: [keys]}")
+    if underline == "none":
+        underline = None
+    among_raw = raw.get("among")
+    if among_raw is None:
+        among = (tuple(default_among),)
+    else:
+        among_raw = ctx.seq(among_raw, "emphasis.among")
+        groups = among_raw if among_raw and all(isinstance(a, list) for a in among_raw) else [among_raw]
+        among = tuple(tuple(ctx.text(k, "emphasis.among") for k in g) for g in groups)
+        for g in among:
+            for k in g:
+                if k not in column_keys:
+                    raise ctx.error("emphasis.among", f"{k!r} is not a system entry key")
+    return Emphasis(per=per, bold=bold, underline=underline, among=among,
+                    lower_is_better=bool(raw.get("lower_is_better", False)))
+
+
+def _parse_published(ctx: _Ctx, raw) -> Published | None:
+    if raw is None:
+        return None
+    raw = ctx.mapping(raw, "published")
+    ctx.only(raw, {"file", "key", "ignore", "marker_file", "note"}, "published")
+    return Published(file=raw.get("file"), key=ctx.texts(raw.get("key"), "published.key"),
+                     ignore=ctx.texts(raw.get("ignore"), "published.ignore"), marker_file=raw.get("marker_file"),
+                     note=raw.get("note"))
+
+
+def parse_spec(path: str | Path) -> TableSpec:
+    """Load and validate one spec file (errors name the file and the key)."""
+    path = Path(path)
+    ctx = _Ctx(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise DataError(path, mark.line + 1 if mark else None, f"not valid YAML ({exc})") from None
+    raw = ctx.mapping(raw, "(top level)")
+    ctx.only(raw, _TOP_KEYS, "(top level)")
+    m = SPEC_FILE_RE.match(path.name)
+    if not m:
+        raise DataError(path, None, "spec files are named <paper>_table<N>.yaml")
+    paper, table = raw.get("paper"), raw.get("table")
+    if paper not in PAPERS:
+        raise ctx.error("paper", f"{paper!r} is not one of {', '.join(PAPERS)}")
+    if paper != m["paper"] or table != int(m["table"]):
+        raise ctx.error("paper/table", f"{paper}/{table} does not match the file name {path.name}")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise ctx.error("kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+    for k in ("title", "caption"):
+        if not raw.get(k):
+            raise ctx.error(k, "required")
+    common = dict(path=path, paper=paper, table=table, kind=kind, title=ctx.text(raw["title"], "title"),
+                  caption=ctx.text(raw["caption"], "caption"),
+                  notes=tuple(ctx.text(n, "notes") for n in ctx.seq(raw.get("notes", []), "notes")),
+                  published=_parse_published(ctx, raw.get("published")))
+    if kind in ("static", "analysis"):
+        ctx.only(raw, {"paper", "table", "kind", "title", "caption", "why", "stage", "published", "notes", "layout"},
+                 "(top level)")
+        if not raw.get("why"):
+            raise ctx.error("why", f"a {kind} table says why nothing is regenerated")
+        if kind == "analysis" and raw.get("stage") not in load_stages():
+            raise ctx.error("stage", f"{raw.get('stage')!r}: an analysis table names the stage that will produce it")
+        if common["published"] is None and not raw.get("layout"):
+            raise ctx.error("layout", "without a published file, describe the layout ({rows, columns})")
+        spec = TableSpec(why=ctx.text(raw["why"], "why"), stage=raw.get("stage"),
+                         layout=ctx.mapping(raw.get("layout", {}), "layout"), **common)
+        if spec.published is not None:
+            published_table(spec)  # parses
+        return spec
+
+    orientation = raw.get("orientation", "datasets-as-rows")
+    if orientation not in ORIENTATIONS:
+        raise ctx.error("orientation", f"{orientation!r} is not one of {', '.join(ORIENTATIONS)}")
+    rows_are_datasets = orientation == "datasets-as-rows"
+    default_header = ["Dataset"] if rows_are_datasets else ["System"]
+    row_header = tuple(ctx.text(h, "row_header") for h in ctx.seq(raw.get("row_header", default_header), "row_header"))
+    metric = raw.get("metric")
+    if metric is not None and not METRIC_RE.match(str(metric)):
+        raise ctx.error("metric", f"{metric!r} is not a metric name (e.g. ndcg@10)")
+    metrics = []
+    for i, m_raw in enumerate(ctx.seq(raw.get("metrics", []), "metrics")):
+        m_raw = ctx.mapping(m_raw, f"metrics[{i}]")
+        ctx.only(m_raw, {"metric", "label"}, f"metrics[{i}]")
+        name = str(m_raw.get("metric"))
+        if not METRIC_RE.match(name):
+            raise ctx.error(f"metrics[{i}].metric", f"{name!r} is not a metric name")
+        metrics.append((name, ctx.text(m_raw.get("label", name), f"metrics[{i}].label")))
+    if metrics and not rows_are_datasets:
+        raise ctx.error("metrics", "row expansion by metric needs orientation datasets-as-rows")
+
+    groups = dict(BUILTIN_GROUPS)
+    for name, members in ctx.mapping(raw.get("groups", {}), "groups").items():
+        members = tuple(ctx.text(x, f"groups.{name}") for x in ctx.seq(members, f"groups.{name}"))
+        for d in members:
+            if d not in REGISTRY:
+                raise ctx.error(f"groups.{name}", f"{d!r} is not a registry dataset")
+        groups[name] = members
+
+    systems = load_systems()
+    datasets = tuple(_parse_dataset_entry(ctx, e, i, groups, rows_are_datasets)
+                     for i, e in enumerate(ctx.seq(raw.get("datasets", []), "datasets")))
+    entries = tuple(_parse_system_entry(ctx, e, i, systems, not rows_are_datasets)
+                    for i, e in enumerate(ctx.seq(raw.get("systems", []), "systems")))
+    if not datasets or not entries:
+        raise ctx.error("datasets/systems", "a metric or data table has at least one dataset and one system entry")
+    for axis, items in (("datasets", datasets), ("systems", entries)):
+        seen = set()
+        for e in items:
+            if e.key in seen:
+                raise ctx.error(axis, f"key {e.key!r} is used twice", "give one of them an explicit `key`")
+            seen.add(e.key)
+    for i, e in enumerate(datasets):
+        if isinstance(e.label, tuple) and len(e.label) != len(row_header):
+            raise ctx.error(f"datasets[{i}].label", f"{len(e.label)} labels for {len(row_header)} row_header columns")
+        if e.kind == "average":
+            names = {d.key for d in datasets[:i]} | set(groups) | set(REGISTRY)
+            for mkey in e.members:
+                if mkey not in names:
+                    raise ctx.error(f"datasets[{i}].over", f"{mkey!r} is neither an entry above, a group nor a dataset")
+        if e.kind == "info":
+            for k in e.values:
+                if k not in {s.key for s in entries}:
+                    raise ctx.error(f"datasets[{i}].values", f"{k!r} is not a system entry key")
+    keys = [e.key for e in entries]
+    for i, e in enumerate(entries):
+        if isinstance(e.label, tuple) and len(e.label) != len(row_header):
+            raise ctx.error(f"systems[{i}].label", f"{len(e.label)} labels for {len(row_header)} row_header columns")
+        for op in e.operands:
+            if op not in keys[:i] + keys[i + 1:] and op not in systems:
+                raise ctx.error(f"systems[{i}]", f"operand {op!r} is neither a system entry key nor a system id")
+        hidden_operand = any(o not in keys for o in e.operands)
+        needs_metric = e.kind == "system" or (e.kind in ("relative", "difference") and hidden_operand)
+        if needs_metric and not (e.metric or metric or metrics):
+            raise ctx.error(f"systems[{i}]", "no metric: set `metric` (table or entry) or `metrics`")
+        if e.kind == "stat" and not rows_are_datasets:
+            raise ctx.error(f"systems[{i}]", "stat entries need orientation datasets-as-rows")
+    significance = None
+    if raw.get("significance") is not None:
+        significance = _parse_significance(ctx, raw["significance"], set(keys),
+                                           {e.key for e in entries if e.kind == "system"})
+    emphasis = None
+    if raw.get("emphasis") is not None:
+        emphasis = _parse_emphasis(ctx, raw["emphasis"], keys, [e.key for e in entries if e.kind == "system"],
+                                   orientation)
+    spec = TableSpec(orientation=orientation, row_header=row_header, metric=metric, metrics=tuple(metrics),
+                     datasets=datasets, groups=groups, systems=entries, significance=significance,
+                     emphasis=emphasis, **common)
+    check_published_shape(spec)
+    return spec
+
+
+def published_row_ref(spec: TableSpec, entry, metric_label: str | None = None) -> tuple | None:
+    """The published CSV key of a row-axis entry (None: the paper has no such row).
+
+    A multi-column label used as the default names the row by its last ``n`` parts, ``n`` being
+    the number of key columns (less the metric column when ``metrics`` expands the rows).
+    """
+    if entry.published is None or spec.published is None or spec.published.file is None:
+        return None
+    ref = entry.published if isinstance(entry.published, tuple) else (entry.published,)
+    n = len(spec.published.key) - (metric_label is not None)
+    if len(ref) != n and isinstance(entry.label, tuple) and entry.published == entry.label:
+        ref = ref[-n:]
+    return ref + ((metric_label,) if metric_label is not None else ())
+
+
+def published_column_ref(entry) -> str | None:
+    """The published CSV column of a column-axis entry (None: the paper has no such column)."""
+    if entry.published is None:
+        return None
+    return entry.published if isinstance(entry.published, str) else " ".join(entry.published)
+
+
+def _row_and_column_refs(spec: TableSpec):
+    """(row refs, column refs): every published row key and column the spec's entries name."""
+    rows, cols = [], []
+    row_entries = spec.datasets if spec.rows_are_datasets else spec.systems
+    col_entries = spec.systems if spec.rows_are_datasets else spec.datasets
+    for e in row_entries:
+        expand = spec.metrics and e.kind != "info"
+        for mlabel in ([m for _, m in spec.metrics] if expand else [None]):
+            ref = published_row_ref(spec, e, mlabel)
+            if ref is not None:
+                rows.append((e, ref))
+    for e in col_entries:
+        ref = published_column_ref(e)
+        if ref is not None:
+            cols.append((e, ref, False))
+        marker = getattr(e, "published_marker", None)
+        if marker:
+            cols.append((e, marker, True))
+    return rows, cols
+
+
+def check_published_shape(spec: TableSpec) -> None:
+    """Every published row and column is named by exactly one spec entry, and every name exists."""
+    pub = spec.published
+    if pub is None or pub.file is None:
+        return
+    table = published_table(spec)
+    ctx = _Ctx(spec.path)
+    for k in pub.key + pub.ignore:
+        if k not in table.columns:
+            raise ctx.error("published.key/ignore", f"column {k!r} is not in {pub.file}")
+    rows, cols = _row_and_column_refs(spec)
+    markers = published_table(spec, marker=True)
+    seen_rows: dict = {}
+    for e, ref in rows:
+        if len(ref) != len(pub.key):
+            raise ctx.error(f"{e.key}.published", f"{ref} does not give the {len(pub.key)} key values {list(pub.key)}")
+        if ref not in table.rows:
+            raise ctx.error(f"{e.key}.published", f"no row {ref} in {pub.file}",
+                            "set `published:` to the CSV row's key (or null: the paper has no such row)")
+        if ref in seen_rows:
+            raise ctx.error(f"{e.key}.published", f"row {ref} is already named by {seen_rows[ref]!r}")
+        seen_rows[ref] = e.key
+    missing = [k for k in table.order if k not in seen_rows]
+    if missing:
+        raise ctx.error("datasets/systems", f"published rows {missing} of {pub.file} are named by no entry",
+                        "add an entry (an info row for text rows) or fix its `published:`")
+    seen_cols: dict = {}
+    for e, col, is_marker in cols:
+        source = markers if is_marker and markers is not None else table
+        if col not in source.columns:
+            raise ctx.error(f"{e.key}.published", f"no column {col!r} in {Path(source.path).name}",
+                            "set `published:` to the CSV column (or null: the paper has no such column)")
+        if source is table:
+            if col in seen_cols:
+                raise ctx.error(f"{e.key}.published", f"column {col!r} is already named by {seen_cols[col]!r}")
+            seen_cols[col] = e.key
+    left = [c for c in table.columns if c not in seen_cols and c not in pub.key and c not in pub.ignore]
+    if left:
+        raise ctx.error("systems/datasets", f"published columns {left} of {pub.file} are named by no entry",
+                        "name them with `published:` / `published_marker:`, or list them in published.ignore")
+    if markers is not None:
+        if set(markers.rows) - set(table.rows):
+            raise ctx.error("published.marker_file", "the marker file has rows the table does not have")
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def spec_path(paper: str, table: int | str) -> Path:
+    return SPEC_DIR / f"{paper}_table{int(table)}.yaml"
+
+
+@functools.lru_cache(maxsize=None)
+def load_spec(paper: str, table: int | str) -> TableSpec:
+    """The validated spec of ``paper``'s table ``table`` (e.g. ``load_spec("ddr", 2)``)."""
+    path = spec_path(paper, table)
+    if not path.is_file():
+        known = ", ".join(f"{p}/{t}" for p, t in list_specs())
+        raise DataError(path, None, f"no spec for {paper} table {table}", f"known: {known}")
+    return parse_spec(path)
+
+
+def list_specs() -> list[tuple[str, int]]:
+    """Every (paper, table) with a spec, papers in publication order then table number."""
+    found = []
+    for p in SPEC_DIR.glob("*.yaml"):
+        m = SPEC_FILE_RE.match(p.name)
+        if m and m["paper"] in PAPERS:
+            found.append((m["paper"], int(m["table"])))
+    return sorted(found, key=lambda pt: (PAPERS.index(pt[0]), pt[1]))
+
+
+def all_specs() -> dict[tuple[str, int], TableSpec]:
+    """Every spec, loaded and validated, keyed by (paper, table)."""
+    return {pt: load_spec(*pt) for pt in list_specs()}

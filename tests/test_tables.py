@@ -1,0 +1,521 @@
+"""Paper-table machinery: specs, published numbers, rendering, table 1 and the data tables."""
+
+import csv
+import importlib.util
+import json
+import math
+import sys
+import types
+
+import pandas as pd
+import pytest
+
+from zsdr.io import DataError
+from zsdr.tables import data_tables, spec as specs
+from zsdr.tables.render import (format_delta, format_value, parse_published, render_table, required_cells,
+                                required_statistics)
+from zsdr.tables.table1 import build_table1, write_table
+
+# Every table of the five papers (TABLES inventory): (paper, table) -> kind.
+EXPECTED = {
+    ("berm", 1): "metric", ("berm", 2): "metric", ("berm", 3): "metric", ("berm", 4): "metric",
+    ("berm", 5): "analysis", ("berm", 6): "analysis", ("berm", 7): "data", ("berm", 8): "data",
+    ("ddr", 1): "data", ("ddr", 2): "metric", ("ddr", 3): "metric", ("ddr", 4): "metric", ("ddr", 5): "metric",
+    ("ddr", 6): "metric",
+    ("modir", 1): "metric", ("modir", 2): "metric", ("modir", 3): "analysis", ("modir", 4): "analysis",
+    ("modir", 5): "static",
+    ("cocodr", 1): "metric", ("cocodr", 2): "metric", ("cocodr", 3): "metric", ("cocodr", 4): "analysis",
+    ("cocodr", 5): "data", ("cocodr", 6): "data", ("cocodr", 7): "metric",
+    ("rmsc", 1): "metric", ("rmsc", 2): "metric",
+}
+METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10", "hole@10")
+
+
+# ---------------------------------------------------------------------------------------------
+# A stand-in for zsdr.evaluation.significance while that module is being written (same API).
+
+
+def _stub_significance():
+    from scipy import stats
+
+    def paired_ttest(a, b):
+        return float(stats.ttest_rel(a, b).pvalue)
+
+    def fisher_randomization(a, b, trials=10000, seed=0):
+        import numpy as np
+        rng = np.random.default_rng(seed)
+        d = np.asarray(a, float) - np.asarray(b, float)
+        flips = rng.choice([-1.0, 1.0], size=(trials, len(d)))
+        return float(((np.abs((flips * d).mean(1)) >= abs(d.mean())).sum() + 1) / (trials + 1))
+
+    def holm(pvalues):
+        order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+        out, running = [0.0] * len(pvalues), 0.0
+        for rank, i in enumerate(order):
+            running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+            out[i] = running
+        return out
+
+    def compare(a, b, test="ttest", **kw):
+        keys = sorted(a)
+        x, y = [a[k] for k in keys], [b[k] for k in keys]
+        p = paired_ttest(x, y) if test == "ttest" else fisher_randomization(x, y, **kw)
+        return {"p": p, "mean_a": sum(x) / len(x), "mean_b": sum(y) / len(y), "n": len(x), "test": test}
+
+    def marker(p, symbols=((0.01, "**"), (0.05, "*"))):
+        return next((s for t, s in symbols if p < t), "")
+
+    mod = types.ModuleType("zsdr.evaluation.significance")
+    mod.__dict__.update(paired_ttest=paired_ttest, fisher_randomization=fisher_randomization, holm=holm,
+                        compare=compare, marker=marker)
+    return mod
+
+
+@pytest.fixture(autouse=True)
+def significance(monkeypatch):
+    if importlib.util.find_spec("zsdr.evaluation.significance") is None:
+        import zsdr.evaluation
+        stub = _stub_significance()
+        monkeypatch.setitem(sys.modules, "zsdr.evaluation.significance", stub)
+        monkeypatch.setattr(zsdr.evaluation, "significance", stub, raising=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic inputs
+
+
+def write_metrics(root, dataset, system, scores: dict[str, float], metrics=METRICS):
+    """A metrics file whose every metric has the per-query ``scores`` (aggregate = their mean)."""
+    path = root / "metrics" / dataset / f"{system}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    per_query = {q: {m: v for m in metrics} for q, v in scores.items()}
+    mean = sum(scores.values()) / len(scores)
+    path.write_text(json.dumps({"aggregate": {m: mean for m in metrics}, "per_query": per_query,
+                                "queries": len(scores)}))
+    return path
+
+
+def scores(base: float, n: int = 30, spread: float = 0.05) -> dict[str, float]:
+    """Deterministic per-query scores with mean ``base``."""
+    return {f"q{i}": base + spread * ((i % 5) - 2) / 2 for i in range(n)}
+
+
+def read_rows(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def cell(frame: pd.DataFrame, dataset: str, entry: str, metric: str | None = None) -> dict:
+    sel = (frame["dataset"] == dataset) & (frame["entry"] == entry)
+    if metric is not None:
+        sel &= frame["metric"] == metric
+    rows = frame[sel].to_dict("records")
+    assert len(rows) == 1, (dataset, entry, metric, len(rows))
+    return rows[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Specs and published numbers
+
+
+def test_every_paper_table_has_a_spec_that_loads():
+    loaded = specs.all_specs()
+    assert {pt: s.kind for pt, s in loaded.items()} == EXPECTED
+    for s in loaded.values():
+        assert s.title and s.caption
+        if s.kind in ("static", "analysis"):
+            assert s.why
+
+
+def test_every_published_csv_parses_and_matches_its_spec():
+    used = set()
+    for s in specs.all_specs().values():
+        if s.published is None or s.published.file is None:
+            assert s.paper == "berm" or s.kind == "analysis"
+            continue
+        used.add(s.published.file)
+        if s.published.marker_file:
+            used.add(s.published.marker_file)
+        table = specs.published_table(s)
+        assert table.order, s.name
+        if s.kind in ("metric", "data"):
+            specs.check_published_shape(s)  # every CSV row and column is named by exactly one entry
+            n_rows = sum(len(s.metrics) or 1 if e.kind != "info" else 1
+                         for e in (s.datasets if s.rows_are_datasets else s.systems)
+                         if specs.published_row_ref(s, e, s.metrics[0][1] if s.metrics and e.kind != "info" else None))
+            assert n_rows == len(table.order), s.name
+    on_disk = {p.name for p in specs.PUBLISHED_DIR.glob("*.csv")}
+    assert on_disk == used
+    assert not any(n.startswith("berm_") for n in on_disk)  # no BERM number was recovered
+    assert (specs.PUBLISHED_DIR / "README.md").is_file()
+
+
+def test_ddr_table2_imp_is_ddr_over_dr_minus_one():
+    for row in specs.read_published("ddr_table2.csv"):
+        for regime in ("CL", "KD"):
+            ratio = float(row[f"{regime}_DDR"]) / float(row[f"{regime}_DR"]) - 1
+            assert abs(ratio - parse_published(row[f"{regime}_imp"])) <= 0.006, (row["dataset"], row["metric"])
+            assert row[f"{regime}_sig"] in ("", "*", "**")
+
+
+def test_published_averages_are_the_mean_of_their_cells():
+    """Every printed average (with all members printed) checks to 0.0015, but the known slip."""
+    known_slips = {("cocodr_table3.csv", ("BM25",), "Avg")}
+    checked = 0
+    for s in specs.all_specs().values():
+        if s.kind != "metric" or s.published is None or s.published.file is None:
+            continue
+        table = specs.published_table(s)
+        averages = [e for e in s.datasets if e.kind == "average"]
+        for avg in averages:
+            idx = s.datasets.index(avg)
+            members = [s.datasets[i] for i in range(idx) if s.datasets[i].kind in ("dataset", "group")]
+            if avg.members:
+                members = [e for e in s.datasets if e.key in avg.members]
+            for metric_label in [m for _, m in s.metrics] or [None]:
+                for entry in s.systems:
+                    if s.rows_are_datasets:
+                        col = specs.published_column_ref(entry)
+                        refs = [specs.published_row_ref(s, e, metric_label) for e in [*members, avg]]
+                        vals = [table.rows[r][col] for r in refs] if col else []
+                    else:
+                        row = specs.published_row_ref(s, entry)
+                        vals = [table.rows[row][specs.published_column_ref(e)] for e in [*members, avg]]
+                    if not vals or not all(vals) or entry.kind != "system":
+                        continue
+                    *cells, printed = map(parse_published, vals)
+                    slip = (s.published.file, (table.rows[row]["model"],) if not s.rows_are_datasets else None,
+                            avg.label) in known_slips
+                    assert slip or abs(sum(cells) / len(cells) - printed) <= 0.0015, (s.name, entry.key, avg.key)
+                    checked += 1
+    assert checked > 50
+
+
+def test_systems_file_is_consistent():
+    systems = specs.load_systems()
+    for sid in ("bm25-flat", "bm25-multifield", "bm25-rm3"):
+        assert systems[sid].provenance == "T" and systems[sid].stage == "bm25"
+    assert systems["ance-msmarco"].hf == "castorini/ance-msmarco-passage"
+    assert (systems["ance-msmarco"].pooling, systems["ance-msmarco"].similarity) == ("cls_linear_ln", "dot")
+    assert (systems["tas-b"].pooling, systems["contriever-msmarco"].pooling) == ("cls", "mean")
+    assert systems["cocodr-base-msmarco"].hf == "OpenMatch/cocodr-base-msmarco"
+    assert specs.unavailable_reason("cpt-l") == "reported only (closed API)"
+    assert specs.unavailable_reason("ddr-contrast") == "needs the DDR stage (not built yet)"
+
+
+def test_bad_spec_errors_name_the_file_and_the_key(tmp_path):
+    bad = tmp_path / "ddr_table9.yaml"
+    base = ("paper: ddr\ntable: 9\nkind: metric\ntitle: t\ncaption: c\nmetric: ndcg@10\n"
+            "datasets:\n  - {id: nfcorpus}\nsystems:\n")
+    bad.write_text(base + "  - {system: no-such-system}\n")
+    with pytest.raises(DataError) as err:
+        specs.parse_spec(bad)
+    assert "ddr_table9.yaml" in str(err.value) and "systems[0].system" in str(err.value)
+    bad.write_text(base.replace("nfcorpus", "nfcorpos") + "  - {system: bm25-flat}\n")
+    with pytest.raises(DataError, match=r"datasets\[0\]\.id"):
+        specs.parse_spec(bad)
+    bad.write_text(base + "  - {system: bm25-flat}\nemphasis: {per: column}\n")
+    with pytest.raises(DataError, match="emphasis.per"):
+        specs.parse_spec(bad)
+    bad.write_text(base + "  - {system: bm25-flat, colour: red}\n")
+    with pytest.raises(DataError, match="unknown key"):
+        specs.parse_spec(bad)
+    bad.write_text(base + "  - {system: bm25-flat}\npublished: {file: ddr_table6.csv, key: [dataset]}\n")
+    with pytest.raises(DataError, match="published"):
+        specs.parse_spec(bad)
+
+
+def test_formatting():
+    assert format_value(0.60349) == "0.603"
+    assert format_value(0.111, "pct1") == "11.1%"
+    assert format_value(0.053, "+pct1") == "+5.3%"
+    assert format_value(-0.0001, "+d3") == "+0.000"
+    assert format_value(171332.0, "int") == "171332"
+    assert format_delta(-0.013, "pct1") == "-1.3 pp"
+    assert parse_published("+5.3%") == pytest.approx(0.053)
+    assert parse_published("−0.002") == pytest.approx(-0.002)
+    assert parse_published("66M*18") is None and parse_published("") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric tables
+
+
+def test_required_cells():
+    ddr2 = specs.load_spec("ddr", 2)
+    cells = required_cells(ddr2, {"bm25-flat", "bm25-rm3", "tas-b"})
+    assert len(cells) == 20 and ("cpr-ecom", "bm25-rm3") in cells and cells == sorted(cells)
+    # an alternative stands in for a column whose own system is not produced
+    coco7 = required_cells(specs.load_spec("cocodr", 7), {"cocodr-base-msmarco"})
+    assert ("scifact", "cocodr-base-msmarco") in coco7 and ("cqadupstack-wordpress", "cocodr-base-msmarco") in coco7
+    # reported-only systems are never required; groups expand to their forums
+    modir1 = required_cells(specs.load_spec("modir", 1), {"bm25-multifield", "genq"})
+    assert {s for _, s in modir1} == {"bm25-multifield"} and len(modir1) == 14 + 12
+    # averages over datasets that are not displayed (BERM Table 4)
+    berm4 = required_cells(specs.load_spec("berm", 4), {"dpr", "kd"})
+    assert len(berm4) == 2 * (13 + 12)
+    # mini scale and the datasets of the run
+    mini = required_cells(ddr2, {"bm25-flat"}, datasets_override=["mini-alpha", "mini-beta"])
+    assert mini == [("mini-alpha", "bm25-flat"), ("mini-beta", "bm25-flat")]
+    assert required_cells(ddr2, {"bm25-flat"}, available_datasets={"cpr-ecom"}) == [("cpr-ecom", "bm25-flat")]
+    # COCO-DR Table 6 needs metrics for its differences, and shift files
+    assert required_statistics(specs.load_spec("cocodr", 6))["shift"][:2] == ["arguana", "bioasq"]
+    assert required_cells(specs.load_spec("modir", 5), {"bm25-flat"}) == []
+
+
+def test_render_ddr_table2(tmp_path):
+    spec = specs.load_spec("ddr", 2)
+    produced = {"bm25-flat", "bm25-rm3", "ddr-dr-contrast", "ddr-contrast"}
+    files = {}
+    for d in ("trec-covid-beir", "cpr-ecom"):
+        files[(d, "bm25-flat")] = write_metrics(tmp_path, d, "bm25-flat", scores(0.30))
+        files[(d, "bm25-rm3")] = write_metrics(tmp_path, d, "bm25-rm3", scores(0.28))
+        files[(d, "ddr-dr-contrast")] = write_metrics(tmp_path, d, "ddr-dr-contrast", scores(0.40))
+        files[(d, "ddr-contrast")] = write_metrics(tmp_path, d, "ddr-contrast",
+                                                   {q: v + 0.02 + 0.001 * (i % 3) for i, (q, v) in
+                                                    enumerate(scores(0.40).items())} if d == "cpr-ecom"
+                                                   else scores(0.40))
+    assert set(files) == set(required_cells(spec, produced, available_datasets={"trec-covid-beir", "cpr-ecom"}))
+    out_csv, out_md = tmp_path / "results" / "ddr" / "table2.csv", tmp_path / "results" / "ddr" / "table2.md"
+    frame = render_table(spec, files, out_csv, out_md, produced_systems=produced,
+                         available_datasets={"trec-covid-beir", "cpr-ecom"})
+    assert len(frame) == 10 * 3 * 8 and read_rows(out_csv)[0].keys() == set(frame.columns)
+    c = cell(frame, "cpr-ecom", "cl-ddr", "ndcg@10")
+    assert c["reproduced"] == pytest.approx(0.421, abs=1e-6) and c["emphasis"] == "bold"
+    assert c["published"] == "0.313" and c["delta"] == pytest.approx(0.421 - 0.313, abs=1e-6)
+    assert c["provenance"] == "T" and c["system"] == "ddr-contrast"
+    imp = cell(frame, "cpr-ecom", "cl-imp", "recall@100")
+    assert imp["reproduced"] == pytest.approx(0.421 / 0.4 - 1, abs=1e-6)
+    assert imp["marker"] == "**" and imp["display"] == "5.2%"
+    assert imp["published"] == "12.8%" and imp["published_marker"] == "**"
+    assert imp["delta"] == pytest.approx(0.421 / 0.4 - 1 - 0.128, abs=1e-6)
+    assert "cl-ddr vs cl-dr" in imp["p_values"]
+    # identical scores: no marker; second best is underlined
+    assert cell(frame, "trec-covid-beir", "cl-imp", "ndcg@10")["marker"] == ""
+    assert cell(frame, "cpr-ecom", "cl-dr", "ndcg@10")["emphasis"] == "underline"
+    assert cell(frame, "cpr-ecom", "bm25", "ndcg@10")["emphasis"] == ""
+    # cells the pipeline cannot produce say why
+    kd = cell(frame, "cpr-ecom", "kd-ddr", "ndcg@10")
+    assert pd.isna(kd["reproduced"]) or kd["reproduced"] == ""
+    assert kd["note"] == "needs the DDR stage (not built yet)" and kd["published"] == "0.318"
+    lotte = cell(frame, "lotte-writing-test", "bm25", "recall@100")
+    assert lotte["note"] == "dataset lotte-writing-test not in this run"
+    md = out_md.read_text()
+    assert "| Chinese | CPR-Ecom | NDCG@10 |".replace(" ", "") in md.replace(" ", "")
+    assert "**0.421**" in md and "<u>0.400</u>" in md and "5.2%\\*\\*" in md and "12.8%\\*\\*" in md
+    assert "*needs the DDR stage (not built yet)*" in md and "+0.108" in md
+    assert "two-tailed paired t-test" in md
+    render_table(spec, files, tmp_path / "again.csv", tmp_path / "again.md", produced_systems=produced,
+                 available_datasets={"trec-covid-beir", "cpr-ecom"})
+    assert out_csv.read_bytes() == (tmp_path / "again.csv").read_bytes()
+    assert out_md.read_bytes() == (tmp_path / "again.md").read_bytes()
+
+
+def test_missing_metrics_file_of_a_produced_system_is_an_error(tmp_path):
+    spec = specs.load_spec("ddr", 6)
+    with pytest.raises(DataError, match="no metrics file"):
+        render_table(spec, {}, tmp_path / "t.csv", tmp_path / "t.md", produced_systems={"ddr-contrast"})
+    assert not (tmp_path / "t.csv").exists()
+
+
+def test_groups_averages_and_pooled_significance(tmp_path):
+    """RMSC Table 1: average rows over topics with pooled queries; MoDIR Table 1: CQADupStack, Hole@10."""
+    spec = specs.load_spec("rmsc", 1)
+    produced = {"bm25-flat", "contriever-msmarco", "cocodr-rn", "rmsc-co"}
+    files = {}
+    topics = ["lotte-writing-test", "lotte-lifestyle-test", "lotte-recreation-test", "lotte-science-test",
+              "lotte-technology-test"]
+    for k, d in enumerate(topics):
+        files[(d, "bm25-flat")] = write_metrics(tmp_path, d, "bm25-flat", scores(0.2 + 0.01 * k))
+        files[(d, "contriever-msmarco")] = write_metrics(tmp_path, d, "contriever-msmarco", scores(0.3))
+        files[(d, "cocodr-rn")] = write_metrics(tmp_path, d, "cocodr-rn", scores(0.3, spread=0.04))
+        files[(d, "rmsc-co")] = write_metrics(tmp_path, d, "rmsc-co", {q: v + 0.03 + 0.002 * (i % 4) for i, (q, v)
+                                                                       in enumerate(scores(0.3).items())})
+    frame = render_table(spec, files, tmp_path / "t.csv", tmp_path / "t.md", produced_systems=produced)
+    avg = cell(frame, "avg", "bm25", "ndcg@10")
+    assert avg["reproduced"] == pytest.approx(0.22, abs=1e-9)
+    assert avg["published"] == "0.258" and avg["delta"] == pytest.approx(0.22 - 0.258, abs=1e-6)
+    co = cell(frame, "avg", "rmsc-co", "recall@1000")
+    assert co["marker"] == "‡‡" and co["published"] == "0.828" and co["published_marker"] == "‡‡"
+    assert co["emphasis"] == "bold"
+    assert cell(frame, "avg", "rmsc-cd", "ndcg@10")["note"] == "needs the RMSC stage (not built yet)"
+
+    spec = specs.load_spec("modir", 1)
+    files = {}
+    for k, forum in enumerate(specs.CQADUPSTACK_FORUMS):
+        d = f"cqadupstack-{forum}"
+        files[(d, "bm25-multifield")] = write_metrics(tmp_path, d, "bm25-multifield", scores(0.1 + 0.01 * k))
+        files[(d, "ance-msmarco")] = write_metrics(tmp_path, d, "ance-msmarco", scores(0.2))
+    frame = render_table(spec, files, tmp_path / "m.csv", tmp_path / "m.md",
+                         produced_systems={"bm25-multifield", "ance-msmarco"},
+                         available_datasets={f"cqadupstack-{f}" for f in specs.CQADUPSTACK_FORUMS})
+    cqa = cell(frame, "cqadupstack", "bm25")
+    assert cqa["reproduced"] == pytest.approx(0.155, abs=1e-9) and cqa["metric"] == "ndcg@10"
+    hole = cell(frame, "cqadupstack", "hole-bm25")
+    assert hole["metric"] == "hole@10" and hole["display"] == "15.5%" and hole["published"] == "94.8%"
+    assert "-79.3 pp" in (tmp_path / "m.md").read_text()
+    assert cell(frame, "cqadupstack", "rel-ance")["note"] == "needs the MoDIR stage (not built yet)"
+
+
+def test_transposed_table_alternatives_and_untested_comparisons(tmp_path):
+    spec = specs.load_spec("cocodr", 3)
+    files = {}
+    for d in ("fiqa", "scifact", "trec-covid-beir", "robust04", *specs.BUILTIN_GROUPS["cqadupstack"]):
+        files[(d, "cocodr-base-msmarco")] = write_metrics(tmp_path, d, "cocodr-base-msmarco", scores(0.4))
+    frame = render_table(spec, files, tmp_path / "t.csv", tmp_path / "t.md")
+    base = cell(frame, "avg", "cocodr-base")
+    assert base["system"] == "cocodr-base-msmarco" and base["provenance"] == "L"
+    assert base["reproduced"] == pytest.approx(0.4) and base["published"] == "0.527"
+    assert cell(frame, "fiqa", "gpl-tsdae")["note"] == "reported only (GPL paper)"
+    md = (tmp_path / "t.md").read_text()
+    assert "| Our Method | COCO-DR Base | L |".replace(" ", "") in md.replace(" ", "")
+    assert "comparisons with GPL w/ TSDAE not tested: reported only (GPL paper)" in md
+
+
+def test_mini_scale_override(tmp_path):
+    spec = specs.load_spec("rmsc", 2)
+    files = {(d, s): write_metrics(tmp_path, d, s, scores(v))
+             for d in ("mini-alpha", "mini-beta") for s, v in (("bm25-multifield", 0.3), ("cocodr-rn", 0.5))}
+    produced = {"bm25-multifield", "cocodr-rn"}
+    assert sorted(files) == required_cells(spec, produced, ["mini-alpha", "mini-beta"])
+    frame = render_table(spec, files, tmp_path / "t.csv", tmp_path / "t.md", scale="mini",
+                         datasets_override=["mini-alpha", "mini-beta"], produced_systems=produced)
+    assert list(dict.fromkeys(frame["dataset"])) == ["mini-alpha", "mini-beta", "avg"]
+    assert cell(frame, "avg", "coco")["reproduced"] == pytest.approx(0.5)
+    assert set(frame["published"]) == {""} or frame["published"].isna().all()
+    assert "no published counterpart at mini scale" in cell(frame, "mini-alpha", "bm25")["note"]
+    md = (tmp_path / "t.md").read_text()
+    assert "no published counterpart at mini scale" in md and "| mini-alpha" in md and "| TREC-C" not in md
+
+
+def test_holm_and_fisher_overrides(tmp_path):
+    spec = specs.load_spec("ddr", 2)
+    produced = {"ddr-dr-contrast", "ddr-contrast"}
+    files = {("cpr-ecom", "ddr-dr-contrast"): write_metrics(tmp_path, "cpr-ecom", "ddr-dr-contrast", scores(0.4)),
+             ("cpr-ecom", "ddr-contrast"): write_metrics(tmp_path, "cpr-ecom", "ddr-contrast",
+                                                         {q: v + 0.01 * (i % 3) for i, (q, v)
+                                                          in enumerate(scores(0.4).items())})}
+    kw = dict(produced_systems=produced, available_datasets={"cpr-ecom"})
+    plain = render_table(spec, files, tmp_path / "a.csv", tmp_path / "a.md", **kw)
+    holm = render_table(spec, files, tmp_path / "b.csv", tmp_path / "b.md", significance={"holm": True}, **kw)
+    p_plain = float(cell(plain, "cpr-ecom", "cl-imp", "ndcg@10")["p_values"].split(": ")[1])
+    p_holm = float(cell(holm, "cpr-ecom", "cl-imp", "ndcg@10")["p_values"].split(": ")[1])
+    assert p_holm == pytest.approx(min(1.0, 3 * p_plain), rel=1e-3)
+    assert "Holm-corrected" in (tmp_path / "b.md").read_text()
+    fisher = render_table(spec, files, tmp_path / "c.csv", tmp_path / "c.md",
+                          significance={"test": "fisher", "trials": 500}, **kw)
+    assert cell(fisher, "cpr-ecom", "cl-imp", "ndcg@10")["marker"] == "**"
+    assert "Fisher randomization" in (tmp_path / "c.md").read_text()
+
+
+def test_static_and_analysis_tables(tmp_path):
+    frame = render_table(specs.load_spec("modir", 5), {}, tmp_path / "t.csv", tmp_path / "t.md")
+    assert list(frame.columns) == ["group", "hyperparameter", "value"] and len(frame) == 8
+    md = (tmp_path / "t.md").read_text()
+    assert "Not regenerated" in md and "Momentum step n" in md
+    render_table(specs.load_spec("berm", 5), {}, tmp_path / "b.csv", tmp_path / "b.md")
+    assert "BERM stage" in (tmp_path / "b.md").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# Data tables
+
+
+def stats(docs, doc_words, queries, query_words, rel=1.0):
+    return {"docs": docs, "doc_avg_words": doc_words, "queries": queries, "query_avg_words": query_words,
+            "qrels": int(queries * rel), "rel_per_query": rel}
+
+
+def test_ddr_table1_from_statistics_files(tmp_path):
+    paths = []
+    for d in ("trec-covid-beir", "cpr-ecom"):
+        path = tmp_path / "stats" / f"{d}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(stats(171332 if d == "trec-covid-beir" else 1000, 160.6, 50, 10.4)))
+        paths.append(path)
+    frame = data_tables.ddr_table1(paths, tmp_path / "t.csv", tmp_path / "t.md",
+                                   available_datasets={"trec-covid-beir", "cpr-ecom"})
+    docs = cell(frame, "trec-covid-beir", "docs")
+    assert docs["display"] == "171332" and docs["published"] == "171332" and docs["delta"] == 0
+    words = cell(frame, "trec-covid-beir", "doc_avg_words")
+    assert words["display"] == "161" and words["published"] == "161"
+    assert cell(frame, "trec-covid-beir", "query_avg_words")["published"] == ""  # lost in our copy
+    assert cell(frame, "cpr-ecom", "queries")["published"] == "1000"
+    md = (tmp_path / "t.md").read_text()
+    assert "Document: #Num" in md and "| en | TREC-Covid |".replace(" ", "") in md.replace(" ", "")
+
+
+def test_cocodr_table5_splits_and_groups(tmp_path):
+    forums = specs.BUILTIN_GROUPS["cqadupstack"]
+    stat_in = {f: {"test": stats(100 * (i + 1), 100.0 + i, 10, 8.0)} for i, f in enumerate(forums)}
+    stat_in["msmarco"] = {"train": stats(8841823, 56.0, 502939, 6.0, rel=1.06), "dev": stats(8841823, 56.0, 6980, 5.9)}
+    frame = data_tables.cocodr_table5(stat_in, tmp_path / "t.csv", tmp_path / "t.md", splits={"msmarco": "dev"},
+                                      available_datasets=set(stat_in))
+    assert cell(frame, "msmarco", "queries")["reproduced"] == 6980 and cell(frame, "msmarco", "queries")["delta"] == 0
+    assert cell(frame, "msmarco", "qrels-train")["reproduced"] == int(502939 * 1.06)
+    assert cell(frame, "msmarco", "queries-dev")["reproduced"] == 6980
+    cqa = cell(frame, "cqadupstack", "docs")
+    assert cqa["reproduced"] == sum(100 * (i + 1) for i in range(12))
+    weighted = sum(100 * (i + 1) * (100.0 + i) for i in range(12)) / cqa["reproduced"]
+    assert cell(frame, "cqadupstack", "doc_avg_words")["reproduced"] == pytest.approx(weighted, abs=1e-6)
+    assert cell(frame, "cqadupstack", "qrels-train")["note"] == "no train split"
+    assert cell(frame, "nq", "docs")["note"] == "dataset nq not in this run"
+
+
+def test_cocodr_table6_shift_and_differences(tmp_path):
+    shift = {"scifact": {"query_jaccard": 0.18094, "doc_jaccard": 0.25}}
+    files = {("scifact", "ance-msmarco"): write_metrics(tmp_path, "scifact", "ance-msmarco", scores(0.50)),
+             ("scifact", "bm25-multifield"): write_metrics(tmp_path, "scifact", "bm25-multifield", scores(0.65))}
+    frame = data_tables.cocodr_table6(shift, tmp_path / "t.csv", tmp_path / "t.md", metric_files=files,
+                                      available_datasets={"scifact"})
+    q = cell(frame, "scifact", "query_jaccard")
+    assert q["display"] == "0.1809" and q["published"] == "0.1809" and q["delta"] == pytest.approx(0.00004, abs=1e-6)
+    gap = cell(frame, "scifact", "ance-bert-gap")
+    assert gap["reproduced"] == pytest.approx(-0.15) and gap["display"] == "-0.150" and gap["published"] == "-0.158"
+    assert cell(frame, "scifact", "ance-cocondenser-gap")["note"] == "needs the COCO-DR stage (not built yet)"
+    needs = data_tables.required_inputs(specs.load_spec("cocodr", 6), {"ance-msmarco", "bm25-multifield"},
+                                        available_datasets={"scifact"})
+    assert needs == {"stats": [], "shift": ["scifact"],
+                     "metrics": [("scifact", "ance-msmarco"), ("scifact", "bm25-multifield")]}
+
+
+def test_bad_statistics_file_is_a_data_error(tmp_path):
+    path = tmp_path / "scifact.json"
+    path.write_text(json.dumps({"docs": 3}))
+    with pytest.raises(DataError, match="lacks"):
+        data_tables.render_data_table(specs.load_spec("berm", 7), tmp_path / "t.csv", tmp_path / "t.md",
+                                      stats=[path], available_datasets={"scifact"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Table 1
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
+def test_table1_significance_against_the_strongest_baseline(tmp_path):
+    datasets = ["src", "t1", "t2"]
+    base = {"bm25-flat": 0.30, "bm25-rm3": 0.33, "tiny": 0.40, "same": 0.33}
+    files = []
+    for d in datasets:
+        for s, v in base.items():
+            per = scores(v) if s != "tiny" else {q: x + 0.01 * (i % 3) for i, (q, x) in enumerate(scores(v).items())}
+            files.append(write_metrics(tmp_path, d, s, per))
+    systems = {"bm25-flat": "BM25", "bm25-rm3": "BM25+RM3", "tiny": "a tiny model", "same": "as good as RM3"}
+    df = build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-flat", "bm25-rm3"])
+    assert list(df.columns[:2]) == ["system", "description"]
+    assert df.attrs["reference"] == "bm25-rm3"
+    row = df.set_index("system")
+    assert row.loc["tiny", "t1 (target) marker"] == "‡" and row.loc["tiny", "t1 (target) p"] < 0.01
+    assert row.loc["bm25-flat", "t1 (target) marker"] == ""  # worse than the reference: no marker
+    assert row.loc["bm25-rm3", "role"] == "reference" and row.loc["bm25-flat", "role"] == "baseline"
+    assert row.loc["tiny", "target mean"] == pytest.approx(0.41, abs=1e-4)
+    write_table(df, tmp_path / "table1.csv", tmp_path / "table1.md", "Table 1")
+    md = (tmp_path / "table1.md").read_text()
+    assert "**0.4100**‡" in md and "strongest baseline, bm25-rm3" in md and "† p < 0.05, ‡ p < 0.01" in md
+    header = read_rows(tmp_path / "table1.csv")
+    assert float(header[0]["t1 (target)"]) == pytest.approx(0.3)
+    with pytest.raises(DataError, match="baseline"):
+        build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-multifield"])
+    plain = build_table1(files, list(systems), datasets, "src", "ndcg@10")
+    assert "role" not in plain.columns and plain.attrs["reference"] is None
+    assert not math.isnan(plain["target mean"].iloc[0])
