@@ -49,4 +49,4 @@ lint: install-dev
 	$(BIN)/snakefmt --check Snakefile rules/
 
 clean-outputs:
-	rm -rf data models runs metrics logs results/table1.* .snakemake
+	rm -rf data models indexes embeddings runs metrics stats logs results/table1.* results/report.html $(wildcard results/*/) .snakemake

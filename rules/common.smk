@@ -1,16 +1,22 @@
 # Helpers and target builders shared by every rule file. No rules here.
 
+import os
 import re
 
 from zsdr.data import registry
+from zsdr.tables.render import required_cells, required_statistics, spec_files
+from zsdr.tables.spec import all_specs
 from zsdr.workflow import code_files
 
 PATHS = config["paths"]
 DOWNLOADS = PATHS["downloads"]
 DATA = PATHS["data"]
 MODELS = PATHS["models"]
+INDEXES = PATHS["indexes"]
+EMBEDDINGS = PATHS["embeddings"]
 RUNS = PATHS["runs"]
 METRICS = PATHS["metrics"]
+STATS = PATHS["stats"]
 RESULTS = PATHS["results"]
 LOGS = "logs"
 
@@ -66,3 +72,101 @@ def downloads_of(name, extras=False):
     ds = registry.get(name)
     files = list(ds.files) + (list(ds.extras) if extras else [])
     return [f"{DOWNLOADS}/{f.local_path}" for f in files]
+
+
+# Retrieval systems (config `systems`), by kind.
+SYSTEMS = config["systems"]
+BM25_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "bm25"]
+DENSE_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "dense"]
+
+
+def language(name):
+    """Analyzer language of a dataset (the registry's; mini domains are English)."""
+    return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
+
+
+def check_system(name, where):
+    if name not in SYSTEMS:
+        raise ValueError(
+            f"config key {where}: system {name!r} is not defined under `systems` "
+            f"(defined: {', '.join(SYSTEMS)})"
+        )
+    return name
+
+
+def dense_model(system):
+    """What a dense system loads: a backbone folder the DAG builds, a model folder, or an HF id."""
+    spec = SYSTEMS[system]
+    if "backbone" in spec:
+        name = spec["backbone"]
+        if name not in config["backbones"]:
+            raise ValueError(
+                f"config key systems.{system}.backbone: {name!r} is not a key of `backbones`"
+            )
+        backbone = config["backbones"][name]
+        return f"{MODELS}/backbones/{name}" if "build" in backbone else backbone["hf"]
+    return spec["model"]
+
+
+def dense_model_input(wc):
+    """The model files a dense job waits for (none for a Hugging Face id)."""
+    model = dense_model(wc.system)
+    return [f"{model}/config.json"] if model.startswith(f"{MODELS}/") else []
+
+
+def encoder_options(system):
+    """The Encoder settings of a dense system (everything but kind/backbone/model/description)."""
+    skip = {"kind", "backbone", "model", "description"}
+    return {k: v for k, v in SYSTEMS[system].items() if k not in skip}
+
+
+# GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
+DENSE_ENV = "../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml"
+SHARDS = [
+    f"shard{i}-of-{config['dense']['shards']}" for i in range(config["dense"]["shards"])
+]
+
+TABLE1_SYSTEMS = [
+    check_system(s, "table1.systems") for s in config["table1"]["systems"]
+]
+TABLE1_BASELINES = [
+    check_system(s, "table1.baselines") for s in config["table1"]["baselines"]
+]
+# The paper tables. At mini scale their dataset rows are the mini targets; elsewhere the cells
+# of datasets this config does not fetch show why they are empty.
+TABLE_SPECS = all_specs()
+CONFIGURED_DATASETS = list(
+    dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
+)
+TABLE_DATASETS_OVERRIDE = TARGETS if MINI_DATASETS else None
+TABLE_AVAILABLE_DATASETS = None if MINI_DATASETS else CONFIGURED_DATASETS
+TABLE_CELLS = {
+    key: required_cells(
+        spec,
+        set(SYSTEMS),
+        TABLE_DATASETS_OVERRIDE,
+        available_datasets=TABLE_AVAILABLE_DATASETS,
+    )
+    for key, spec in TABLE_SPECS.items()
+}
+TABLE_STATS = {
+    key: required_statistics(
+        spec, TABLE_DATASETS_OVERRIDE, available_datasets=TABLE_AVAILABLE_DATASETS
+    )
+    for key, spec in TABLE_SPECS.items()
+}
+
+
+def table_inputs(wc):
+    """The spec, systems.yaml and published CSVs of a paper table (edits re-render it)."""
+    files = spec_files(TABLE_SPECS[(wc.paper, int(wc.n))])
+    return [os.path.relpath(f, workflow.basedir) for f in files]
+
+
+# Systems whose runs every evaluated dataset gets (one evaluate job covers them all at once):
+# table 1's and every system a paper table needs.
+EVAL_SYSTEMS = list(
+    dict.fromkeys(
+        TABLE1_SYSTEMS + sorted({s for cells in TABLE_CELLS.values() for _, s in cells})
+    )
+)

@@ -1,24 +1,75 @@
-# Evaluation: aggregate and per-query metrics of every run.
+# Evaluation: aggregate and per-query metrics of every run (ranx).
+#
+# One job per dataset evaluates the runs of every evaluated system in one process: ranx's numba
+# start-up costs seconds per process, so a job per run would spend most of its time starting.
 
 
 rule evaluate:
-    """Metrics of one run against the dataset's evaluation split (ranx)."""
+    """Metrics of every evaluated system's run on one dataset's evaluation split."""
     input:
-        run=f"{RUNS}/{{dataset}}/{{system}}.trec",
+        runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=EVAL_SYSTEMS),
         data=lambda wc: dataset_marker(wc.dataset),
         code=code("zsdr.evaluation.metrics", "zsdr.data.formats"),
     output:
-        f"{METRICS}/{{dataset}}/{{system}}.json",
+        [f"{METRICS}/{{dataset}}/{s}.json" for s in EVAL_SYSTEMS],
     log:
-        f"{LOGS}/metrics/{{dataset}}/{{system}}.log",
+        f"{LOGS}/metrics/{{dataset}}.log",
     conda:
         "../envs/cpu.yaml"
     resources:
-        mem_mb=2000,
-        runtime=20,
+        mem_mb=4000,
+        runtime=30,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: eval_split(wc.dataset),
         metrics=config["evaluation"]["metrics"],
+        ignore_identical_ids=lambda wc: wc.dataset
+        in config["evaluation"]["ignore_identical_ids"],
     script:
         "../workflow_scripts/evaluate.py"
+
+
+rule dataset_stats:
+    """Corpus, query and qrels statistics of every split of a dataset (DDR T1, COCO-DR T5)."""
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+    output:
+        f"{STATS}/{{dataset}}.json",
+    log:
+        f"{LOGS}/stats/{{dataset}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        doc_fields=config["statistics"]["doc_fields"],
+    script:
+        "../workflow_scripts/dataset_stats.py"
+
+
+rule shift_stats:
+    """Query-type and unigram weighted Jaccard between the source and a target (COCO-DR T6)."""
+    input:
+        source=dataset_marker(SOURCE),
+        target=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+    output:
+        f"{STATS}/shift/{{dataset}}.json",
+    log:
+        f"{LOGS}/stats/shift_{{dataset}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        source=lambda wc, input: os.path.dirname(input.source),
+        source_split=config["statistics"]["source_split"],
+        target=lambda wc: f"{DATA}/{wc.dataset}",
+        target_split=lambda wc: eval_split(wc.dataset),
+        max_docs=config["statistics"]["max_docs"],
+    script:
+        "../workflow_scripts/shift_stats.py"

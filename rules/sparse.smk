@@ -1,25 +1,57 @@
-# Lexical retrieval.
+# Lexical retrieval: Lucene indexes and BM25 / BM25+RM3 runs through pyserini.
 
 
-rule bm25_inmemory:
-    """BM25 (Lucene formula, k1/b from config) over an in-memory index: small corpora only."""
+rule lucene_index:
+    """A Lucene index of a corpus: `flat` (title+text in one field) or `multifield`."""
     input:
         data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.sparse.bm25", "zsdr.sparse.run", "zsdr.data.formats"),
+        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
     output:
-        f"{RUNS}/{{dataset}}/bm25-inmemory.trec",
+        directory(f"{INDEXES}/{{dataset}}/lucene-{{fields}}"),
     log:
-        f"{LOGS}/runs/{{dataset}}/bm25-inmemory.log",
+        f"{LOGS}/indexes/{{dataset}}/lucene-{{fields}}.log",
+    wildcard_constraints:
+        fields="flat|multifield",
     conda:
-        "../envs/cpu.yaml"
+        "../envs/java.yaml"
+    threads: config["bm25"]["threads"]
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=8000,
+        runtime=240,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        language=lambda wc: language(wc.dataset),
+    script:
+        "../workflow_scripts/lucene_index.py"
+
+
+rule bm25:
+    """Top-k BM25 (or BM25+RM3) run of a configured `kind: bm25` system."""
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{SYSTEMS[wc.system]['fields']}",
+        code=code("zsdr.sparse.lucene", "zsdr.sparse.run", "zsdr.data.formats"),
+    output:
+        f"{RUNS}/{{dataset}}/{{system}}.trec",
+    log:
+        f"{LOGS}/runs/{{dataset}}/{{system}}.log",
+    wildcard_constraints:
+        system=alternation(BM25_SYSTEMS),
+    conda:
+        "../envs/java.yaml"
+    threads: config["bm25"]["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=120,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: eval_split(wc.dataset),
+        fields=lambda wc: SYSTEMS[wc.system]["fields"],
+        rm3=lambda wc: config["bm25"]["rm3"] if SYSTEMS[wc.system]["rm3"] else None,
+        language=lambda wc: language(wc.dataset),
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],
         depth=config["bm25"]["depth"],
+        remove_query=config["bm25"]["remove_query"],
     script:
-        "../workflow_scripts/bm25_inmemory.py"
+        "../workflow_scripts/bm25.py"

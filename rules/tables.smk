@@ -1,13 +1,11 @@
-# Tables: the project's head-to-head table and the paper tables.
-
-TABLE1_SYSTEMS = {"bm25-inmemory": "BM25 (k1=0.9, b=0.4, in-memory)"}
+# Tables: the project's head-to-head table and every table of the five papers.
 
 
 rule table1:
-    """results/table1.csv: every system that exists so far on the source dev set and every target."""
+    """results/table1.csv: every configured system on the source dev set and every target."""
     input:
         metrics=expand("{m}/{d}/{s}.json", m=METRICS, d=EVAL_DATASETS, s=TABLE1_SYSTEMS),
-        code=code("zsdr.tables.table1"),
+        code=code("zsdr.tables", "zsdr.evaluation.significance"),
     output:
         csv=report(
             f"{RESULTS}/table1.csv",
@@ -23,10 +21,66 @@ rule table1:
         mem_mb=1000,
         runtime=5,
     params:
-        systems=TABLE1_SYSTEMS,
+        systems={s: SYSTEMS[s].get("description", "") for s in TABLE1_SYSTEMS},
+        baselines=TABLE1_BASELINES,
         datasets=EVAL_DATASETS,
         source=SOURCE,
         metric=config["table1"]["metric"],
+        significance=config["evaluation"]["significance"],
         scale=config["scale"],
     script:
         "../workflow_scripts/table1.py"
+
+
+rule paper_table:
+    """One table of one paper, regenerated at this scale beside its published numbers."""
+    input:
+        metrics=lambda wc: [
+            f"{METRICS}/{d}/{s}.json" for d, s in TABLE_CELLS[(wc.paper, int(wc.n))]
+        ],
+        stats=lambda wc: [
+            f"{STATS}/{d}.json" for d in TABLE_STATS[(wc.paper, int(wc.n))]["stats"]
+        ],
+        shift=lambda wc: [
+            f"{STATS}/shift/{d}.json"
+            for d in TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
+        ],
+        spec=table_inputs,
+        code=code("zsdr.tables", "zsdr.evaluation.significance"),
+    output:
+        csv=report(
+            f"{RESULTS}/{{paper}}/table{{n}}.csv",
+            caption="../report/paper_table.rst",
+            category="Paper tables",
+            subcategory="{paper}",
+            labels={"paper": "{paper}", "table": "{n}"},
+        ),
+        md=f"{RESULTS}/{{paper}}/table{{n}}.md",
+    log:
+        f"{LOGS}/tables/{{paper}}_table{{n}}.log",
+    wildcard_constraints:
+        paper=alternation({p for p, _ in TABLE_SPECS}),
+        n=r"\d+",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        paper=lambda wc: wc.paper,
+        table=lambda wc: int(wc.n),
+        scale=config["scale"],
+        datasets_override=TABLE_DATASETS_OVERRIDE,
+        available_datasets=TABLE_AVAILABLE_DATASETS,
+        produced_systems=sorted(SYSTEMS),
+        splits=config["datasets"]["eval_splits"],
+        significance=config["evaluation"]["significance"],
+    script:
+        "../workflow_scripts/paper_table.py"
+
+
+rule tables:
+    """Every table of every paper (results/<paper>/table<N>.{csv,md}) and table 1."""
+    input:
+        f"{RESULTS}/table1.csv",
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS],

@@ -1,6 +1,18 @@
-from zsdr.evaluation.metrics import evaluate_files
+# One process scores every run of a dataset: the qrels are parsed once and ranx's kernels are
+# loaded once (its numba start-up would otherwise dominate hundreds of small jobs).
+from pathlib import Path
+
+from zsdr.evaluation.metrics import evaluate_many
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
 p = snakemake.params
-evaluate_files(p.dataset, p.split, snakemake.input.run, snakemake.output[0], p.metrics)
+runs, outputs = list(snakemake.input.runs), list(snakemake.output)
+assert len(runs) == len(outputs), (runs, outputs)
+jobs = [
+    {"qrels": p.dataset, "split": p.split, "run": run, "out": out, "metrics": list(p.metrics),
+     "ignore_identical_ids": bool(p.ignore_identical_ids),
+     "meta": {"dataset": snakemake.wildcards.dataset, "system": Path(out).stem}}
+    for run, out in zip(runs, outputs)
+]
+evaluate_many(jobs)

@@ -3,5 +3,7 @@ from zsdr.tables.table1 import build_table1, write_table
 
 setup_logging(snakemake.log[0])
 p = snakemake.params
-df = build_table1(snakemake.input.metrics, p.systems, p.datasets, p.source, p.metric)
+sig = p.significance
+df = build_table1(snakemake.input.metrics, p.systems, p.datasets, p.source, p.metric, baselines=p.baselines,
+                  test=sig["test"], trials=sig["trials"], holm=sig["holm"])
 write_table(df, snakemake.output.csv, snakemake.output.md, f"Table 1 ({p.scale} scale): {p.metric}")

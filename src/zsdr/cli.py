@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -105,10 +106,39 @@ def cmd_doctor(args) -> int:
     return 0 if ok else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Commands defined next to the code they run (each module has ``register_cli(subparsers)``).
+# Only the module of the command being run is imported, so `zsdr validate` never loads torch.
+MODULE_COMMANDS = {
+    "bm25": "zsdr.sparse.lucene",
+    "evaluate": "zsdr.evaluation.metrics",
+    "encode-search": "zsdr.retrieval.search",
+    "encode": "zsdr.retrieval.search",
+    "encode-queries": "zsdr.retrieval.search",
+    "search": "zsdr.retrieval.search",
+    "stats": "zsdr.evaluation.analysis",
+    "shift": "zsdr.evaluation.analysis",
+}
+
+
+BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini")
+
+
+def _command_modules(argv: list[str]) -> list[str]:
+    """The modules whose commands the parser needs: the one being run, or all of them for help."""
+    words = [a for a in argv if not a.startswith("-")]
+    if words and words[0] in MODULE_COMMANDS:
+        return [MODULE_COMMANDS[words[0]]]
+    if words and words[0] in BUILTIN_COMMANDS:
+        return []
+    return list(dict.fromkeys(MODULE_COMMANDS.values()))
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
+    for module in _command_modules(sys.argv[1:] if argv is None else argv):
+        importlib.import_module(module).register_cli(sub)
 
     p = sub.add_parser("validate", help="check a BEIR-layout dataset folder and print its counts")
     p.add_argument("directory")
@@ -143,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from zsdr.logs import setup_logging
 
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.func(args)

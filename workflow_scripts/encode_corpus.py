@@ -1,0 +1,10 @@
+from zsdr.logs import setup_logging
+from zsdr.retrieval.encode import encode_corpus_shard
+
+setup_logging(snakemake.log[0])
+p = snakemake.params
+d = p.dense
+w = snakemake.wildcards
+encode_corpus_shard(p.model, p.dataset, snakemake.output[0], shard=int(w.shard), num_shards=int(w.shards),
+                    batch_size=d["batch_size"], dtype=d["dtype"], device=None if d["device"] == "auto" else d["device"],
+                    precision=d["precision"], show_progress=False, **p.options)

@@ -1,0 +1,7 @@
+from zsdr.logs import setup_logging
+from zsdr.sparse.lucene import build_index
+
+setup_logging(snakemake.log[0])
+p = snakemake.params
+build_index(p.dataset, snakemake.output[0], fields=snakemake.wildcards.fields, language=p.language,
+            threads=snakemake.threads)
