@@ -122,9 +122,13 @@ def encoder_options(system):
 
 # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
 DENSE_ENV = "../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml"
-SHARDS = [
-    f"shard{i}-of-{config['dense']['shards']}" for i in range(config["dense"]["shards"])
-]
+
+
+def shards(dataset):
+    """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
+    n = config["dense"]["dataset_shards"].get(dataset, config["dense"]["shards"])
+    return [f"shard{i}-of-{n}" for i in range(n)]
+
 
 TABLE1_SYSTEMS = [
     check_system(s, "table1.systems") for s in config["table1"]["systems"]
@@ -138,6 +142,12 @@ TABLE_SPECS = all_specs()
 CONFIGURED_DATASETS = list(
     dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
 )
+for _name in config["dense"]["dataset_shards"]:
+    if _name not in CONFIGURED_DATASETS:
+        raise ValueError(
+            f"config key dense.dataset_shards.{_name}: {_name!r} is not a configured dataset "
+            f"(datasets.source, datasets.targets or datasets.extra)"
+        )
 TABLE_DATASETS_OVERRIDE = TARGETS if MINI_DATASETS else None
 TABLE_AVAILABLE_DATASETS = None if MINI_DATASETS else CONFIGURED_DATASETS
 TABLE_CELLS = {

@@ -35,7 +35,9 @@ rule dense_search:
     input:
         data=lambda wc: dataset_marker(wc.dataset),
         model=dense_model_input,
-        shards=lambda wc: [f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in SHARDS],
+        shards=lambda wc: [
+            f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in shards(wc.dataset)
+        ],
         code=code(
             "zsdr.retrieval",
             "zsdr.models.encoder",

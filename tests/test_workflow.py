@@ -123,6 +123,23 @@ def test_unknown_dataset_in_config_is_named(tmp_path):
     assert proc.returncode != 0 and "'no-such-set' is neither" in proc.stdout + proc.stderr
 
 
+def test_dataset_shards_plan_one_encode_job_per_shard_and_name_unknown_datasets(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["dense"]["dataset_shards"] = {"mini-alpha": 3}
+    path = tmp_path / "shards.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    plan = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", str(path))
+    out = plan.stdout + plan.stderr
+    alpha = set(re.findall(r"embeddings/mini-alpha/[^/\s]+/(shard\d+-of-\d+)", out))
+    beta = set(re.findall(r"embeddings/mini-beta/[^/\s]+/(shard\d+-of-\d+)", out))
+    n = cfg["dense"]["shards"]
+    assert alpha == {f"shard{i}-of-3" for i in range(3)} and beta == {f"shard{i}-of-{n}" for i in range(n)}
+    cfg["dense"]["dataset_shards"] = {"mini-gamma": 2}
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "results/table1.csv", "--configfile", str(path), check=False)
+    assert proc.returncode != 0 and "dense.dataset_shards.mini-gamma" in proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     """A copy of the workflow (code and config only) to run for real."""
