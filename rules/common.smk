@@ -4,6 +4,7 @@ import os
 import re
 
 from zsdr.data import registry
+from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.tables.render import required_cells, required_statistics, spec_files
 from zsdr.tables.spec import all_specs
 from zsdr.workflow import code_files

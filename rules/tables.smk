@@ -79,8 +79,40 @@ rule paper_table:
         "../workflow_scripts/paper_table.py"
 
 
+rule paper_figure:
+    """A paper figure whose numbers are one of its tables', drawn from that table's CSV."""
+    input:
+        table=lambda wc: f"{RESULTS}/{wc.paper}/table{FIGURE_SPECS[(wc.paper, int(wc.n))].table}.csv",
+        code=code("zsdr.tables.figures", "zsdr.tables.render"),
+    output:
+        figure=report(
+            f"{RESULTS}/{{paper}}/figure{{n}}.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="{paper}",
+            labels={"paper": "{paper}", "figure": "{n}"},
+        ),
+    log:
+        f"{LOGS}/tables/{{paper}}_figure{{n}}.log",
+    wildcard_constraints:
+        paper=alternation({p for p, _ in FIGURE_SPECS}),
+        n=r"\d+",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        paper=lambda wc: wc.paper,
+        figure=lambda wc: int(wc.n),
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/paper_figure.py"
+
+
 rule tables:
-    """Every table of every paper (results/<paper>/table<N>.{csv,md}) and table 1."""
+    """Every table of every paper (results/<paper>/table<N>.{csv,md}), their figures, and table 1."""
     input:
         f"{RESULTS}/table1.csv",
         [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS],
+        [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],

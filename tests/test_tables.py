@@ -1,11 +1,8 @@
 """Paper-table machinery: specs, published numbers, rendering, table 1 and the data tables."""
 
 import csv
-import importlib.util
 import json
 import math
-import sys
-import types
 
 import pandas as pd
 import pytest
@@ -29,55 +26,6 @@ EXPECTED = {
     ("rmsc", 1): "metric", ("rmsc", 2): "metric",
 }
 METRICS = ("ndcg@10", "recall@100", "recall@1000", "mrr@10", "hole@10")
-
-
-# ---------------------------------------------------------------------------------------------
-# A stand-in for zsdr.evaluation.significance while that module is being written (same API).
-
-
-def _stub_significance():
-    from scipy import stats
-
-    def paired_ttest(a, b):
-        return float(stats.ttest_rel(a, b).pvalue)
-
-    def fisher_randomization(a, b, trials=10000, seed=0):
-        import numpy as np
-        rng = np.random.default_rng(seed)
-        d = np.asarray(a, float) - np.asarray(b, float)
-        flips = rng.choice([-1.0, 1.0], size=(trials, len(d)))
-        return float(((np.abs((flips * d).mean(1)) >= abs(d.mean())).sum() + 1) / (trials + 1))
-
-    def holm(pvalues):
-        order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-        out, running = [0.0] * len(pvalues), 0.0
-        for rank, i in enumerate(order):
-            running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
-            out[i] = running
-        return out
-
-    def compare(a, b, test="ttest", **kw):
-        keys = sorted(a)
-        x, y = [a[k] for k in keys], [b[k] for k in keys]
-        p = paired_ttest(x, y) if test == "ttest" else fisher_randomization(x, y, **kw)
-        return {"p": p, "mean_a": sum(x) / len(x), "mean_b": sum(y) / len(y), "n": len(x), "test": test}
-
-    def marker(p, symbols=((0.01, "**"), (0.05, "*"))):
-        return next((s for t, s in symbols if p < t), "")
-
-    mod = types.ModuleType("zsdr.evaluation.significance")
-    mod.__dict__.update(paired_ttest=paired_ttest, fisher_randomization=fisher_randomization, holm=holm,
-                        compare=compare, marker=marker)
-    return mod
-
-
-@pytest.fixture(autouse=True)
-def significance(monkeypatch):
-    if importlib.util.find_spec("zsdr.evaluation.significance") is None:
-        import zsdr.evaluation
-        stub = _stub_significance()
-        monkeypatch.setitem(sys.modules, "zsdr.evaluation.significance", stub)
-        monkeypatch.setattr(zsdr.evaluation, "significance", stub, raising=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,3 +467,73 @@ def test_table1_significance_against_the_strongest_baseline(tmp_path):
     plain = build_table1(files, list(systems), datasets, "src", "ndcg@10")
     assert "role" not in plain.columns and plain.attrs["reference"] is None
     assert not math.isnan(plain["target mean"].iloc[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures drawn from tables
+
+
+def test_every_figure_draws_from_entries_of_an_existing_table():
+    from zsdr.tables.figures import FIGURES
+
+    every = specs.all_specs()
+    for (paper, n), fig in FIGURES.items():
+        assert (paper, fig.table) in every, f"{paper} figure {n}: table {fig.table} has no spec"
+        keys = {e.key for e in every[(paper, fig.table)].systems}
+        for panel in fig.panels:
+            assert {panel.x, panel.y} <= keys, f"{paper} figure {n}: {panel} names an entry the table lacks"
+
+
+def _table6(tmp_path):
+    """COCO-DR Table 6 rendered for three datasets, ANCE(BERT) and BM25 produced."""
+    shift = {"scifact": {"query_jaccard": 0.18, "doc_jaccard": 0.25},
+             "nfcorpus": {"query_jaccard": 0.24, "doc_jaccard": 0.24},
+             "fiqa": {"query_jaccard": 0.33, "doc_jaccard": 0.30}}
+    files = {}
+    for d, (ance, bm25) in {"scifact": (0.50, 0.65), "nfcorpus": (0.24, 0.32), "fiqa": (0.30, 0.24)}.items():
+        files[(d, "ance-msmarco")] = write_metrics(tmp_path, d, "ance-msmarco", scores(ance))
+        files[(d, "bm25-multifield")] = write_metrics(tmp_path, d, "bm25-multifield", scores(bm25))
+    data_tables.cocodr_table6(shift, tmp_path / "table6.csv", tmp_path / "table6.md", metric_files=files,
+                              available_datasets=set(shift))
+    return tmp_path / "table6.csv"
+
+
+def test_figure_points_take_both_series_from_the_table_and_skip_averages(tmp_path):
+    from zsdr.tables.figures import entry_note, figure_points, fit
+
+    points = figure_points(_table6(tmp_path), "query_jaccard", "ance-bert-gap")
+    ours = {label: (x, y) for label, x, y in points["reproduced"]}
+    assert set(ours) == {"SciFact", "NFCorpus", "FiQA-2018"}
+    assert ours["FiQA-2018"][0] == pytest.approx(0.33) and ours["FiQA-2018"][1] == pytest.approx(0.06, abs=1e-9)
+    paper = {label: (x, y) for label, x, y in points["published"]}
+    assert paper["SciFact"] == (pytest.approx(0.1809), pytest.approx(-0.158))   # the paper's printed cells
+    assert len(paper) == 18 and not any(label.lower().startswith("avg") for label in paper)
+    slope, _, r = fit(points["reproduced"])
+    assert slope > 0 and 0 < r <= 1
+    assert fit(points["reproduced"][:2]) is None
+    only_ours = figure_points(_table6(tmp_path), "query_jaccard", "ance-cocondenser-gap")
+    assert only_ours["reproduced"] == [] and len(only_ours["published"]) == 18
+    assert entry_note(tmp_path / "table6.csv", "ance-cocondenser-gap") == "needs the COCO-DR stage (not built yet)"
+    assert entry_note(tmp_path / "table6.csv", "ance-bert-gap").endswith("not in this run")   # the other datasets
+
+
+def test_render_figure_is_deterministic_and_checks_its_table(tmp_path):
+    from zsdr.tables.figures import FIGURES, render_figure
+
+    table = _table6(tmp_path)
+    spec = FIGURES[("cocodr", 2)]
+    summary = render_figure(spec, table, tmp_path / "a.png", scale="small")
+    render_figure(spec, table, tmp_path / "b.png", scale="small")
+    data = (tmp_path / "a.png").read_bytes()
+    assert data.startswith(b"\x89PNG") and data == (tmp_path / "b.png").read_bytes()
+    assert summary["(a) ANCE (BERT)"]["reproduced"] == 3 and summary["(b) ANCE (coCondenser)"]["reproduced"] == 0
+    with pytest.raises(ValueError, match="png"):
+        render_figure(spec, table, tmp_path / "c.gif")
+    assert not (tmp_path / "c.gif").exists()
+    bad = tmp_path / "bad.csv"
+    bad.write_text("dataset,entry\nscifact,x\n")
+    with pytest.raises(DataError, match="bad.csv.*not a rendered paper table"):
+        render_figure(spec, bad, tmp_path / "d.png")
+    with pytest.raises(DataError, match="no entry 'doc_jaccard'"):
+        pd.read_csv(table).query("entry != 'doc_jaccard'").to_csv(bad, index=False)
+        render_figure(spec, bad, tmp_path / "d.png")

@@ -70,9 +70,11 @@ def test_dry_run_every_paper_table(configfile):
     args = ["-n", "tables"] + (["--configfile", configfile] if configfile else [])
     proc = snakemake(*args)
     jobs = planned_jobs(proc.stdout + proc.stderr)
+    from zsdr.tables.figures import FIGURES
     from zsdr.tables.spec import list_specs
 
     assert jobs.get("paper_table") == len(list_specs()) == 28
+    assert jobs.get("paper_figure") == len(FIGURES) >= 1
     assert jobs.get("table1") == 1
 
 
