@@ -33,18 +33,45 @@ def corpus_texts(dataset_dirs: Iterable[str | os.PathLike]) -> Iterator[str]:
             yield obj["text"]
 
 
+def wordpiece_vocab(texts: list[str], vocab_size: int) -> dict[str, int]:
+    """A WordPiece vocabulary learnt from ``texts``, the same on every run.
+
+    ``tokenizers``' WordPieceTrainer is not deterministic: it adds the ``##`` continuation alphabet
+    in hash-map order, and merge ties then break differently in every process. So the merges are
+    learnt by its BPE trainer without a continuation prefix (deterministic: ties break by token id),
+    and the vocabulary is laid out from them in merge order: the special tokens, every character
+    and its ``##`` form, then each merged piece and its ``##`` form, up to ``vocab_size``.
+    WordPiece's greedy longest-match then tokenizes any word of the corpus without ``[UNK]``.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE(unk_token="[UNK]"))
+    bpe.normalizer = normalizers.BertNormalizer(lowercase=True)
+    bpe.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    bpe.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_BERT,
+                                                       min_frequency=2))
+    learnt = sorted(bpe.get_vocab().items(), key=lambda kv: kv[1])
+    pieces = [t for t, _ in learnt if t not in SPECIAL_BERT]
+    alphabet = [t for t in pieces if len(t) == 1]
+    merged = [t for t in pieces if len(t) > 1]
+    vocab: dict[str, int] = {t: i for i, t in enumerate(SPECIAL_BERT)}
+    for piece in [*alphabet, *(f"##{c}" for c in alphabet), *(p for t in merged for p in (t, f"##{t}"))]:
+        if len(vocab) >= vocab_size:
+            break
+        vocab.setdefault(piece, len(vocab))
+    return vocab
+
+
 def train_tokenizer(kind: str, texts: list[str], vocab_size: int, max_length: int):
     """A ``PreTrainedTokenizerFast`` of the given family trained on ``texts``."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import BertTokenizerFast, RobertaTokenizerFast
 
     if kind == "bert":
-        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok = Tokenizer(models.WordPiece(wordpiece_vocab(texts, vocab_size), unk_token="[UNK]"))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
-        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_BERT, min_frequency=2)
-        tok.train_from_iterator(texts, trainer)
         cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
         tok.post_processor = processors.TemplateProcessing(
             single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
