@@ -67,7 +67,8 @@ def test_dry_run_default_config():
 @pytest.mark.parametrize("configfile", [None, "configs/small.yaml", "configs/paper.yaml"])
 def test_dry_run_every_paper_table(configfile):
     """Every paper table is a target at every scale (cells the scale cannot fill say why)."""
-    args = ["-n", "tables"] + (["--configfile", configfile] if configfile else [])
+    # --forceall: the count must not depend on outputs already present in the checkout
+    args = ["-n", "--forceall", "tables"] + (["--configfile", configfile] if configfile else [])
     proc = snakemake(*args)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     from zsdr.tables.figures import FIGURES
@@ -164,6 +165,27 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
         assert (workdir / "models" / "backbones" / b / "model.safetensors").is_file()
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_mini_paper_tables_figure_and_report(workdir):
+    """Every paper table renders at mini scale (data tables from the mini data), and the report bundles them."""
+    snakemake("--cores", "2", "tables", cwd=workdir, timeout=900)
+    results = workdir / "results"
+    from zsdr.tables.spec import list_specs
+
+    assert len(list(results.glob("*/table*.csv"))) == len(list_specs())
+    ddr1 = (results / "ddr" / "table1.md").read_text()
+    assert "mini-alpha" in ddr1 and "mini-beta" in ddr1
+    for n in (5, 6):
+        with open(results / "cocodr" / f"table{n}.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert {r["dataset"] for r in rows} >= {"mini-alpha", "mini-beta"}
+    shift = {r["entry"]: r for r in rows if r["dataset"] == "mini-alpha"}
+    assert 0 < float(shift["query_jaccard"]["reproduced"]) <= 1 and 0 < float(shift["doc_jaccard"]["reproduced"]) <= 1
+    assert (results / "cocodr" / "figure2.png").read_bytes().startswith(b"\x89PNG")
+    snakemake("--report", "results/report.html", "tables", cwd=workdir, timeout=600)
+    report = (results / "report.html").read_text(encoding="utf-8", errors="replace")
+    assert "figure2.png" in report and "table6.csv" in report and "table1.csv" in report
 
 
 def edit(path):
