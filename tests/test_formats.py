@@ -198,3 +198,19 @@ def test_real_scifact_counts(shared_data):
 def test_real_vaswani_counts(shared_data):
     counts = validate_beir(shared_data / "vaswani" / "beir-format")
     assert (counts.docs, counts.queries, counts.qrels["test"]) == (11429, 93, 2083)
+
+
+def test_read_json_names_the_file_line_and_fix(tmp_path):
+    from zsdr.io import read_json
+
+    path = tmp_path / "meta.json"
+    with pytest.raises(DataError, match=r"meta.json: file not found \(fix: redo it\)"):
+        read_json(path, "redo it")
+    path.write_text('{"a": 1,\n "b": }\n')
+    with pytest.raises(DataError, match=r"meta.json:2: not readable as JSON"):
+        read_json(path, "redo it")
+    path.write_text("[1, 2]\n")
+    with pytest.raises(DataError, match="expected a JSON object"):
+        read_json(path, "redo it")
+    assert read_json(path, "redo it", expect=list) == [1, 2]
+    assert read_json(path, "redo it", expect=None) == [1, 2]

@@ -2,6 +2,8 @@
 
 * :class:`DataError` — a bad-input error that names the file, the line and the fix.
 * :func:`open_text` — strict UTF-8 text reading of plain or gzip files (BOM and CRLF tolerated).
+* :func:`open_raw` — the bytes of a plain or gzip file (gzip detected by its magic bytes).
+* :func:`read_json` — a JSON file, every failure a :class:`DataError` naming the file and the fix.
 * :func:`atomic_write` / :func:`atomic_dir` — write to a temporary sibling, rename on success,
   remove on failure, so a crashed job never leaves a file that looks finished.
 * :func:`file_digest` — streaming md5/sha256 of a file.
@@ -13,6 +15,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -103,6 +106,28 @@ class _CheckedLines:
             yield text.rstrip("\r\n")
 
 
+def open_raw(path: str | os.PathLike) -> IO[bytes]:
+    """``path`` opened for reading bytes, decompressed when it is gzip (detected by magic bytes)."""
+    path = Path(path)
+    return gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+
+
+def read_json(path: str | os.PathLike, fix: str, expect: type | None = dict):
+    """The parsed JSON file at ``path``; a missing file, unreadable bytes, invalid JSON (with its
+    line) or, with ``expect``, a top-level value of another type raise :class:`DataError` with ``fix``."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found", fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(path, getattr(exc, "lineno", None), f"not readable as JSON ({exc})", fix) from None
+    if expect is not None and not isinstance(data, expect):
+        kind = {dict: "a JSON object", list: "a JSON array"}.get(expect, expect.__name__)
+        raise DataError(path, None, f"expected {kind}", fix)
+    return data
+
+
 @contextlib.contextmanager
 def open_lines(path: str | os.PathLike) -> Iterator[_CheckedLines]:
     """Yield an iterator over the lines of ``path`` (gzip detected by magic bytes).
@@ -113,8 +138,7 @@ def open_lines(path: str | os.PathLike) -> Iterator[_CheckedLines]:
     path = Path(path)
     if not path.is_file():
         raise DataError(path, None, "file not found", "check the path, or run the rule that produces it")
-    raw: IO[bytes]
-    raw = gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")
+    raw = open_raw(path)
     try:
         yield _CheckedLines(path, raw)
     finally:

@@ -12,7 +12,6 @@ Every problem is reported as ``FILE:LINE: what is wrong (fix: ...)``.
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
@@ -22,7 +21,7 @@ from typing import IO, Iterable, Iterator
 
 import numpy as np
 
-from zsdr.io import DataError, MultiDataError, atomic_dir, atomic_write, open_lines
+from zsdr.io import DataError, MultiDataError, atomic_dir, atomic_write, open_lines, open_raw
 
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 MAX_REPORTED_ERRORS = 20
@@ -423,8 +422,6 @@ def _read_single_spaced_run(path: Path):
     import pyarrow.compute as pc
     from pyarrow import csv as pacsv
 
-    from zsdr.io import _is_gzip
-
     names = ["q", "z", "d", "r", "s", "t"]
     options = dict(
         read_options=pacsv.ReadOptions(column_names=names),
@@ -432,7 +429,7 @@ def _read_single_spaced_run(path: Path):
         convert_options=pacsv.ConvertOptions(
             column_types={n: pa.float64() if n == "s" else pa.string() for n in names},
             strings_can_be_null=False, null_values=[], include_columns=list(RUN_COLUMNS)))
-    with (gzip.open(path, "rb") if _is_gzip(path) else open(path, "rb")) as raw:
+    with open_raw(path) as raw:
         try:
             if raw.peek(3)[:3] == b"\xef\xbb\xbf":
                 return None

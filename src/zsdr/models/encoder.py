@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, read_json
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CONFIG_FILE = "zsdr.json"
 HEAD_FILE = "head.safetensors"
 CONFIG_VERSION = 1
+_REWRITE = "write the file again (save the model with save_pretrained)"
 
 
 @dataclass
@@ -130,34 +131,27 @@ class AnceHead(nn.Module):
         return self.norm(self.linear(x))
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(path, None, f"cannot read ({exc})", "write the file again") from None
-
-
 def _sentence_transformers_defaults(folder: Path) -> dict:
     """Pooling / similarity / max length of a sentence-transformers folder (empty for other folders)."""
     modules_file = folder / "modules.json"
     if not modules_file.is_file():
         return {}
     out: dict[str, Any] = {}
-    modules = _read_json(modules_file)
+    modules = read_json(modules_file, _REWRITE, expect=list)
     kinds = [m.get("type", "") for m in modules]
     out["similarity"] = "cosine" if any(k.endswith(".Normalize") for k in kinds) else "dot"
     for m in modules:
         if m.get("type", "").endswith(".Pooling"):
             pool_file = folder / m.get("path", "") / "config.json"
             if pool_file.is_file():
-                pool = _read_json(pool_file)
+                pool = read_json(pool_file, _REWRITE)
                 if pool.get("pooling_mode_mean_tokens"):
                     out["pooling"] = "mean"
                 elif pool.get("pooling_mode_cls_token"):
                     out["pooling"] = "cls"
     st_file = folder / "sentence_bert_config.json"
     if st_file.is_file():
-        length = _read_json(st_file).get("max_seq_length")
+        length = read_json(st_file, _REWRITE).get("max_seq_length")
         if isinstance(length, int):
             out["query_max_length"] = out["doc_max_length"] = length
     return out
@@ -268,7 +262,7 @@ class Encoder(nn.Module):
         if local:
             settings.update(_sentence_transformers_defaults(folder))
             if (folder / CONFIG_FILE).is_file():
-                saved = _read_json(folder / CONFIG_FILE)
+                saved = read_json(folder / CONFIG_FILE, _REWRITE)
                 EncoderConfig.from_dict(saved, folder / CONFIG_FILE)  # validates
                 settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
         config = EncoderConfig(**{**settings, **overrides})

@@ -27,7 +27,7 @@ from typing import IO, Iterator, Sequence
 import numpy as np
 
 from zsdr.data.formats import _find, iter_records
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.encoder import Encoder, load_encoder
 
 log = logging.getLogger(__name__)
@@ -96,10 +96,7 @@ def read_meta(directory: str | os.PathLike) -> dict:
     if not path.is_file():
         raise DataError(path, None, "not an embeddings folder (no meta.json)",
                         "encode it with `zsdr encode` / `zsdr encode-queries`")
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(path, exc.lineno, f"invalid JSON ({exc.msg})", "encode the folder again") from None
+    meta = read_json(path, "encode the folder again")
     for key in ("count", "dim", "dtype"):
         if key not in meta:
             raise DataError(path, None, f"missing {key!r}", "encode the folder again")

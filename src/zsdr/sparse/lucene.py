@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from zsdr.data.formats import _find, iter_records, write_trec_run
-from zsdr.io import DataError, atomic_dir, atomic_write
+from zsdr.io import DataError, atomic_dir, atomic_write, read_json
 
 log = logging.getLogger(__name__)
 
@@ -287,10 +287,7 @@ def index_metadata(index_dir: str | os.PathLike) -> dict | None:
     path = Path(index_dir) / METADATA
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(path, None, f"unreadable index metadata ({exc})", "rebuild the index") from None
+    return read_json(path, "rebuild the index")
 
 
 # ---------------------------------------------------------------------------------------------

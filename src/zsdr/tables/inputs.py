@@ -13,26 +13,12 @@ Every reader raises :class:`zsdr.io.DataError` naming the file and what is wrong
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from zsdr.io import DataError
+from zsdr.io import DataError, read_json
 
 STAT_KEYS = ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "rel_per_query")
-
-
-def read_json(path: str | os.PathLike, fix: str) -> dict:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(path, None, "file not found", fix) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(path, getattr(exc, "lineno", None), f"not readable as JSON ({exc})", fix) from None
-    if not isinstance(data, dict):
-        raise DataError(path, None, "expected a JSON object", fix)
-    return data
 
 
 def read_metrics(path: str | os.PathLike) -> dict:
