@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytrec_eval
 
-from zsdr.data.formats import read_corpus, read_qrels
+from zsdr.data.formats import judged_queries, read_corpus, read_qrels
 from zsdr.sparse import lucene
 from zsdr.sparse.bm25 import BM25
-from zsdr.sparse.run import judged_queries
 
 DEPTH = 1000
 

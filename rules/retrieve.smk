@@ -42,7 +42,6 @@ rule dense_search:
             "zsdr.retrieval",
             "zsdr.models.encoder",
             "zsdr.data.formats",
-            "zsdr.sparse.run",
         ),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",

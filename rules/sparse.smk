@@ -30,7 +30,7 @@ rule bm25:
     input:
         data=lambda wc: dataset_marker(wc.dataset),
         index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{SYSTEMS[wc.system]['fields']}",
-        code=code("zsdr.sparse.lucene", "zsdr.sparse.run", "zsdr.data.formats"),
+        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",
     log:

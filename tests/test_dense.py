@@ -223,7 +223,7 @@ def test_encode_search_equals_brute_force_and_sharding_is_invisible(tiny, bert, 
                         show_progress=False)
     corpus = read_corpus(tiny["data"])
     qrels = read_qrels(tiny["data"], "test")
-    from zsdr.sparse.run import judged_queries
+    from zsdr.data.formats import judged_queries
 
     q = bert.encode_queries(list(judged_queries(tiny["data"], "test").values()))
     want = brute_force(q, bert.encode_docs(list(corpus.values())), list(corpus), 20)

@@ -243,6 +243,24 @@ def read_qrels(directory_or_file: str | os.PathLike, split: str | None = None) -
 # Writing
 
 
+def judged_queries(directory: str | os.PathLike, split: str,
+                   qrels: dict[str, dict[str, int]] | None = None) -> dict[str, str]:
+    """The queries ``split``'s qrels judge (at least one row, any grade), id -> text, in qrels order.
+
+    ``qrels``: the split's qrels when already read. A judged query missing from ``queries.jsonl``
+    raises :class:`DataError` naming the qrels file.
+    """
+    if qrels is None:
+        qrels = read_qrels(directory, split)
+    texts = read_queries(directory)
+    missing = [qid for qid in qrels if qid not in texts]
+    if missing:
+        raise DataError(qrels_files(directory)[split], None,
+                        f"{len(missing)} judged queries are not in queries.jsonl (first: {missing[0]!r})",
+                        f"add the queries or drop their judgements (`zsdr validate {directory}` lists them all)")
+    return {qid: texts[qid] for qid in qrels}
+
+
 def _dump(obj: dict) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
 

@@ -34,7 +34,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from zsdr.data.formats import _find, iter_records, qrels_files, read_qrels, read_queries
+from zsdr.data.formats import _find, iter_records, judged_queries, qrels_files, read_qrels
 from zsdr.io import DataError, atomic_write
 
 WH_TYPES = ("what", "when", "who", "how", "where", "why", "which")
@@ -99,18 +99,12 @@ def _iter_docs(dataset_dir: str | os.PathLike, max_docs: int | None = None) -> I
 
 
 def _judged_queries(dataset_dir: str | os.PathLike, split: str) -> tuple[dict[str, dict[str, int]], dict[str, str]]:
-    """The split's qrels and the texts of its judged queries (queries with at least one qrels row)."""
+    """The split's qrels (at least one row required) and the texts of its judged queries."""
     qrels = read_qrels(dataset_dir, split)
-    qrels_path = qrels_files(dataset_dir)[split]
     if not qrels:
-        raise DataError(qrels_path, None, f"split {split!r} has no judgements", "write at least one qrels row")
-    texts = read_queries(dataset_dir)
-    missing = [qid for qid in qrels if qid not in texts]
-    if missing:
-        raise DataError(qrels_path, None,
-                        f"{len(missing)} judged queries are not in queries.jsonl (first: {missing[0]!r})",
-                        "add the queries or drop their judgements (`zsdr validate` lists them all)")
-    return qrels, {qid: texts[qid] for qid in qrels}
+        raise DataError(qrels_files(dataset_dir)[split], None, f"split {split!r} has no judgements",
+                        "write at least one qrels row")
+    return qrels, judged_queries(dataset_dir, split, qrels)
 
 
 def dataset_statistics(dataset_dir: str | os.PathLike, split: str = "test", doc_fields: str = "title+text") -> dict:

@@ -26,7 +26,7 @@ from typing import IO, Iterator, Sequence
 
 import numpy as np
 
-from zsdr.data.formats import _find, iter_records
+from zsdr.data.formats import _find, iter_records, judged_queries
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.encoder import Encoder, load_encoder
 
@@ -249,17 +249,22 @@ def write_query_embeddings(out_dir: str | os.PathLike, ids: Sequence[str], emb: 
     return out_dir
 
 
+def encode_judged_queries(encoder: Encoder, dataset_dir: str | os.PathLike, split: str, batch_size: int = 64,
+                          device: str | None = None, precision: str | None = None,
+                          show_progress: bool = False) -> tuple[list[str], np.ndarray]:
+    """``(ids, embeddings)`` of the judged queries of ``split``, in qrels order."""
+    queries = judged_queries(dataset_dir, split)
+    emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
+                                 show_progress=show_progress, precision=precision)
+    return list(queries), np.asarray(emb)
+
+
 def encode_queries_file(model_dir_or_encoder: str | os.PathLike | Encoder, dataset_dir: str | os.PathLike,
                         split: str, out_dir: str | os.PathLike, batch_size: int = 64, device: str | None = None,
                         precision: str | None = None, show_progress: bool = False, **encoder_overrides) -> Path:
     """Encode the judged queries of ``split`` (``qrels/<split>.tsv`` order) into an embeddings folder."""
-    from zsdr.sparse.run import judged_queries
-
-    queries = judged_queries(dataset_dir, split)
     encoder = load_encoder(model_dir_or_encoder, device=device, precision=precision, **encoder_overrides)
     start = time.perf_counter()
-    emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
-                                 show_progress=show_progress, precision=precision)
-    return write_query_embeddings(out_dir, list(queries), emb, model=encoder.name_or_path,
-                                  encoder=encoder.describe(), dataset=str(dataset_dir), split=split,
-                                  seconds=round(time.perf_counter() - start, 3))
+    ids, emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
+    return write_query_embeddings(out_dir, ids, emb, model=encoder.name_or_path, encoder=encoder.describe(),
+                                  dataset=str(dataset_dir), split=split, seconds=round(time.perf_counter() - start, 3))

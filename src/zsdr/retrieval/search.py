@@ -253,16 +253,6 @@ def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os
     return run
 
 
-def _encode_judged_queries(encoder, dataset_dir, split: str, batch_size: int, device, precision,
-                           show_progress: bool) -> tuple[list[str], np.ndarray]:
-    from zsdr.sparse.run import judged_queries
-
-    queries = judged_queries(dataset_dir, split)
-    q_emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
-                                   show_progress=show_progress, precision=precision)
-    return list(queries), np.asarray(q_emb)
-
-
 def _write_run(encoder, out_run, run: dict, k: int, tag: str | None, dataset_dir, split: str, start: float) -> None:
     from zsdr.data.formats import write_trec_run
 
@@ -282,10 +272,11 @@ def search_with_model(model, dataset_dir: str | os.PathLike, split: str, shard_d
     jobs run with the same model and ``overrides``. Writes the TREC run; returns it.
     """
     from zsdr.models.encoder import load_encoder
+    from zsdr.retrieval.encode import encode_judged_queries
 
     start = time.perf_counter()
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
-    q_ids, q_emb = _encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
+    q_ids, q_emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress)
     _write_run(encoder, out_run, run, k, tag, dataset_dir, split, start)
     return run
@@ -304,14 +295,14 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     ``work_dir`` (kept) or to a temporary folder beside ``out_run`` (removed). Returns the run.
     """
     from zsdr.models.encoder import load_encoder
-    from zsdr.retrieval.encode import encode_corpus_shard
+    from zsdr.retrieval.encode import encode_corpus_shard, encode_judged_queries
 
     overrides = dict(pooling=pooling, similarity=similarity, max_length=max_length, query_max_length=query_max_length,
                      doc_max_length=doc_max_length, doc_format=doc_format, query_prefix=query_prefix,
                      doc_prefix=doc_prefix)
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
     start = time.perf_counter()
-    q_ids, q_emb = _encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
+    q_ids, q_emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     out_run = Path(out_run)
     out_run.parent.mkdir(parents=True, exist_ok=True)
     temp = None

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from zsdr.data.formats import _find, iter_records, write_trec_run
+from zsdr.data.formats import _find, iter_records, judged_queries, write_trec_run
 from zsdr.io import DataError, atomic_dir, atomic_write, read_json
 
 log = logging.getLogger(__name__)
@@ -408,8 +408,6 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
 
     Without ``index_dir`` a temporary index is built beside ``out`` and removed afterwards.
     """
-    from zsdr.sparse.run import judged_queries
-
     _check(fields, language)
     queries = judged_queries(dataset_dir, split)
     out = Path(out)
