@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zsdr.evaluation.significance import compare, holm, marker
 from zsdr.io import DataError, atomic_write
 from zsdr.tables import inputs
 from zsdr.tables.spec import (FORMAT_RE, PUBLISHED_DIR, SYSTEMS_FILE, DatasetEntry, SystemEntry, TableSpec, load_systems,
@@ -142,30 +143,13 @@ def write_outputs(frame: pd.DataFrame, markdown: str, out_csv: str | os.PathLike
 # Significance (zsdr.evaluation.significance)
 
 
-def _significance():
-    from zsdr.evaluation import significance
-    return significance
-
-
 def paired_test(a: dict, b: dict, test: str, trials: int, where: str) -> dict:
-    """``significance.compare`` on two per-query (or per-dataset) mappings over the same keys."""
-    if set(a) != set(b):
-        only = sorted(set(a) ^ set(b))
-        raise DataError(None, None, f"{where}: the two systems were scored on different queries "
-                                    f"({len(only)} differ, e.g. {only[:3]})",
-                        "evaluate both runs against the same qrels")
+    """:func:`zsdr.evaluation.significance.compare` (Fisher seeded), its errors naming the table cell."""
     kw = {"trials": trials, "seed": 0} if test == "fisher" else {}
-    return _significance().compare(a, b, test=test, **kw)
-
-
-def marker_for(p: float | None, symbols) -> str:
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return ""
-    return _significance().marker(p, symbols=tuple(tuple(s) for s in symbols))
-
-
-def holm_adjust(pvalues: list[float]) -> list[float]:
-    return list(_significance().holm(pvalues)) if pvalues else []
+    try:
+        return compare(a, b, test=test, **kw)
+    except ValueError as exc:
+        raise DataError(None, None, f"{where}: {exc}", "evaluate both systems' runs against the same qrels") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -469,13 +453,13 @@ class _Table:
                     attach = {"self": comp.column, "against": against}.get(comp.attach, comp.attach)
                     records.append([line, attach, result["p"], comp.symbols, better, f"{comp.column} vs {against}"])
         if sig.holm:
-            for rec, p in zip(records, holm_adjust([r[2] for r in records])):
+            for rec, p in zip(records, holm([r[2] for r in records])):
                 rec[2] = p
         for line, attach, p, symbols, better, label in records:
             target = self.cell(line, self.entries[attach])
             target.p_values.append(f"{label}: {p:.4g}")
             if better:
-                target.marker += marker_for(p, symbols)
+                target.marker += marker(p, symbols)
 
     def apply_emphasis(self) -> None:
         emph = self.spec.emphasis

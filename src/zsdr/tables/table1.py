@@ -16,10 +16,11 @@ import os
 
 import pandas as pd
 
+from zsdr.evaluation import significance
 from zsdr.io import DataError
 from zsdr.tables import inputs
-from zsdr.tables.render import (emphasis_ranks, format_value, holm_adjust, marker_for, md_escape, md_table, md_value,
-                                paired_test, rounded, write_outputs)
+from zsdr.tables.render import (emphasis_ranks, format_value, md_escape, md_table, md_value, paired_test, rounded,
+                                write_outputs)
 from zsdr.tables.spec import load_systems
 
 SYMBOLS = ((0.01, "‡"), (0.05, "†"))
@@ -81,13 +82,13 @@ def build_table1(metric_files: list[str | os.PathLike], systems: dict[str, str] 
                                      f"table1: {d} {system} vs {reference}")
                 tests.append((system, d, result["p"], result["mean_a"] > result["mean_b"]))
     if holm:
-        tests = [(s, d, p, better) for (s, d, _, better), p in zip(tests, holm_adjust([t[2] for t in tests]))]
+        tests = [(s, d, p, better) for (s, d, _, better), p in zip(tests, significance.holm([t[2] for t in tests]))]
     found = {(s, d): (p, better) for s, d, p, better in tests}
     for d in targets:
         col = column[d]
         df[f"{col} p"] = [round(found[(s, d)][0], 6) if (s, d) in found else None for s in df["system"]]
-        df[f"{col} marker"] = [marker_for(found[(s, d)][0], SYMBOLS) if found.get((s, d), (0, False))[1] else ""
-                               for s in df["system"]]
+        df[f"{col} marker"] = [significance.marker(found[(s, d)][0], SYMBOLS)
+                               if found.get((s, d), (0, False))[1] else "" for s in df["system"]]
     return df
 
 
