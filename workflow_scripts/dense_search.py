@@ -6,4 +6,4 @@ p = snakemake.params
 d = p.dense
 search_with_model(p.model, p.dataset, p.split, snakemake.input.shards, snakemake.output[0], k=d["depth"],
                   tag=snakemake.wildcards.system, batch_size=d["batch_size"],
-                  device=None if d["device"] == "auto" else d["device"], precision=d["precision"], **p.options)
+                  device=d["device"], precision=d["precision"], **p.options)

@@ -6,5 +6,5 @@ p = snakemake.params
 d = p.dense
 w = snakemake.wildcards
 encode_corpus_shard(p.model, p.dataset, snakemake.output[0], shard=int(w.shard), num_shards=int(w.shards),
-                    batch_size=d["batch_size"], dtype=d["dtype"], device=None if d["device"] == "auto" else d["device"],
+                    batch_size=d["batch_size"], dtype=d["dtype"], device=d["device"],
                     precision=d["precision"], show_progress=False, **p.options)

@@ -38,6 +38,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -113,7 +114,6 @@ class PreparedQrels:
     def __init__(self, qrels: Mapping[str, Mapping[str, int]], source: str | None = None):
         self.source = source
         self.qids = sorted(q for q, docs in qrels.items() if any(g >= 1 for g in docs.values()))
-        self.index = {q: i for i, q in enumerate(self.qids)}
         self.codes: list[dict[str, int]] = []
         self.arrays: list[np.ndarray] = []
         for q in self.qids:
@@ -123,19 +123,23 @@ class PreparedQrels:
             codes.update((d, i) for i, d in enumerate(relevant))
             self.codes.append(codes)
             self.arrays.append(np.array([[i, docs[d]] for i, d in enumerate(relevant)], dtype=np.float64))
-        self._judged = None
 
-    @property
+    @cached_property
+    def qid_array(self):
+        """:attr:`qids` as a pyarrow string array (built once, used by every run scored against these qrels)."""
+        import pyarrow as pa
+
+        return pa.array(self.qids, pa.string())
+
+    @cached_property
     def judged(self):
         """Every judgement of the evaluated queries as a pyarrow table ``q``, ``d``, ``code`` (built once)."""
-        if self._judged is None:
-            import pyarrow as pa
+        import pyarrow as pa
 
-            q = [q for q, codes in zip(self.qids, self.codes) for _ in range(len(codes))]
-            d = [d for codes in self.codes for d in codes]
-            code = np.fromiter((c for codes in self.codes for c in codes.values()), dtype=np.int64, count=len(d))
-            self._judged = pa.table({"q": pa.array(q, pa.string()), "d": pa.array(d, pa.string()), "code": code})
-        return self._judged
+        q = [q for q, codes in zip(self.qids, self.codes) for _ in range(len(codes))]
+        d = [d for codes in self.codes for d in codes]
+        code = np.fromiter((c for codes in self.codes for c in codes.values()), dtype=np.int64, count=len(d))
+        return pa.table({"q": pa.array(q, pa.string()), "d": pa.array(d, pa.string()), "code": code})
 
     def __len__(self) -> int:
         return len(self.qids)
@@ -215,11 +219,9 @@ def _rankings(qrels: PreparedQrels, table, ignore_identical_ids: bool, depth: in
     filtering, the join with the judgements and the sort (query, score descending, docid descending:
     ``trec_eval``'s tie-break, plain byte order of the ids) all run in Arrow's C++ kernels.
     """
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    qid_array = pa.array(qrels.qids, pa.string())
-    keep = pc.is_in(table["q"], value_set=qid_array)
+    keep = pc.is_in(table["q"], value_set=qrels.qid_array)
     if ignore_identical_ids:
         keep = pc.and_(keep, pc.not_equal(table["q"], table["d"]))
     table = table.filter(keep)
@@ -232,7 +234,7 @@ def _rankings(qrels: PreparedQrels, table, ignore_identical_ids: bool, depth: in
                                                          ("d", "descending")]))
     encoded = pc.dictionary_encode(table["q"]).combine_chunks()
     rows = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    present = pc.index_in(encoded.dictionary, value_set=qid_array).to_numpy(zero_copy_only=False).astype(np.int64)
+    present = pc.index_in(encoded.dictionary, value_set=qrels.qid_array).to_numpy(zero_copy_only=False).astype(np.int64)
     retrieved = np.bincount(rows, minlength=len(present)).astype(np.int64)
     starts = np.concatenate(([0], np.cumsum(retrieved)[:-1])).astype(np.int64)
     ranks = np.arange(len(rows), dtype=np.int64) - starts[rows]

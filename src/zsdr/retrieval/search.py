@@ -174,13 +174,12 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
     shard_dirs = [Path(d) for d in shard_dirs]
     if not shard_dirs:
         raise ValueError("no shard folders given")
-    metas = []
-    for d in shard_dirs:
-        _, meta = open_embeddings(d)
+    opened = [open_embeddings(d) for d in shard_dirs]   # memory-mapped: nothing is read yet
+    metas = [meta for _, meta in opened]
+    for d, meta in zip(shard_dirs, metas):
         if meta["dim"] != queries.shape[1]:
             raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {queries.shape[1]}",
                             "encode queries and documents with the same model")
-        metas.append(meta)
     layout = _Layout(metas)
     searcher = _Searcher(gpu)
     nq, dim = queries.shape
@@ -190,8 +189,7 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
     total = sum(int(m["count"]) for m in metas)
     bar = tqdm(total=total, desc="search", unit="doc", disable=not show_progress)
     with searcher.blas_blocks(), bar:
-        for f, d in enumerate(shard_dirs):
-            emb, meta = open_embeddings(d)
+        for f, (emb, _) in enumerate(opened):
             for r0 in range(0, len(emb), rows_per_block):
                 block = np.ascontiguousarray(emb[r0:r0 + rows_per_block], dtype=np.float32)
                 keys = layout.keys(f, np.arange(r0, r0 + len(block)))
