@@ -1,0 +1,82 @@
+"""Every loss against values computed by hand on small tensors."""
+
+import math
+
+import pytest
+import torch
+
+from zsdr.losses.contrastive import MASKED, contrastive, pairwise_nll, relevance_mask
+from zsdr.losses.margin_mse import margin_mse
+
+
+def close(t, value):
+    assert float(t) == pytest.approx(value, abs=1e-6)
+
+
+def test_pairwise_nll_one_negative():
+    # -log(e^2 / (e^2 + e^1)) = log(1 + e^-1); -log(e^0 / (e^0 + e^1)) = log(1 + e)
+    loss = pairwise_nll(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 1.0]))
+    close(loss, (math.log(1 + math.exp(-1)) + math.log(1 + math.e)) / 2)
+
+
+def test_pairwise_nll_several_negatives_and_gradient():
+    pos = torch.tensor([1.0], requires_grad=True)
+    neg = torch.tensor([[0.0, 0.0]], requires_grad=True)
+    loss = pairwise_nll(pos, neg)
+    close(loss, math.log(1 + 2 / math.e))                # -log(e / (e + 2))
+    loss.backward()
+    p = math.e / (math.e + 2)
+    close(pos.grad[0], p - 1)                            # d/ds+ = softmax+ - 1
+    close(neg.grad[0, 0], (1 - p) / 2)                   # d/ds- = softmax-
+
+
+def test_pairwise_nll_rejects_unpaired_shapes():
+    with pytest.raises(ValueError, match="pair up"):
+        pairwise_nll(torch.zeros(2), torch.zeros(3, 1))
+
+
+Q = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+D = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+
+
+def test_contrastive_in_batch():
+    # row 0 logits [1, 0, 1], target 0: log(2 + e^-1); row 1 logits [0, 1, 1], target 1: the same
+    close(contrastive(Q, D, torch.tensor([0, 1])), math.log(2 + math.exp(-1)))
+
+
+def test_contrastive_temperature_scales_logits():
+    # scale 2: row 0 logits [2, 0, 2] -> log(2 + e^-2)
+    close(contrastive(Q, D, torch.tensor([0, 1]), scale=2.0), math.log(2 + math.exp(-2)))
+
+
+def test_contrastive_masks_other_relevant_documents_but_never_the_target():
+    mask = torch.zeros(2, 3, dtype=torch.bool)
+    mask[0, 2] = True            # doc 2 is also relevant to query 0: not a negative for it
+    mask[1, 1] = True            # the target itself is never masked
+    row0 = math.log(1 + math.exp(-1))        # logits [1, 0, masked]
+    row1 = math.log(2 + math.exp(-1))        # unchanged
+    close(contrastive(Q, D, torch.tensor([0, 1]), mask), (row0 + row1) / 2)
+    assert MASKED < -1000
+
+
+def test_relevance_mask_marks_every_copy_of_a_relevant_document():
+    mask = relevance_mask([{"a", "c"}, set()], ["a", "b", "a", "c"])
+    assert mask.tolist() == [[True, False, True, True], [False, False, False, False]]
+
+
+def test_margin_mse_by_hand():
+    # student margins [3-1, 3-2] = [2, 1]; teacher margins [2-1, 2-1] = [1, 1]; mean((1, 0)^2) = 0.5
+    close(margin_mse(torch.tensor([3.0]), torch.tensor([[1.0, 2.0]]), torch.tensor([2.0]), torch.tensor([[1.0, 1.0]])),
+          0.5)
+    # one negative each, given as (n,) vectors: ((1-0) - (2-0))^2 = 1 and ((0-1) - (0-1))^2 = 0
+    close(margin_mse(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0]), torch.tensor([2.0, 0.0]),
+                     torch.tensor([0.0, 1.0])), 0.5)
+
+
+def test_margin_mse_gradient_and_shape_check():
+    s_pos = torch.tensor([3.0], requires_grad=True)
+    loss = margin_mse(s_pos, torch.tensor([[1.0, 2.0]]), torch.tensor([2.0]), torch.tensor([[1.0, 1.0]]))
+    loss.backward()
+    close(s_pos.grad[0], (2 * 1 + 2 * 0) / 2)            # d/ds+ mean(diff^2) = mean(2 diff)
+    with pytest.raises(ValueError, match="differ in shape"):
+        margin_mse(torch.zeros(1), torch.zeros(1, 2), torch.zeros(1), torch.zeros(1, 3))
