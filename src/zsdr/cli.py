@@ -117,6 +117,9 @@ MODULE_COMMANDS = {
     "search": "zsdr.retrieval.search",
     "stats": "zsdr.evaluation.analysis",
     "shift": "zsdr.evaluation.analysis",
+    "train": "zsdr.training.recipes",
+    "score-pairs": "zsdr.training.teacher",
+    "mine": "zsdr.retrieval.mine",
 }
 
 

@@ -1,0 +1,85 @@
+"""ANCE negative refresh: retrieve with the latest checkpoint, drop positives, sample negatives.
+
+The corpus is encoded by the ordinary sharded encode jobs (the checkpoint is a dense system like
+any other); this step encodes the training queries, searches the shards exactly (top
+``depth``, 200 in ANCE / COCO-DR), removes every document labelled relevant to the query and
+samples ``sample`` negatives uniformly without replacement (20 in ANCE / MoDIR / BERM, 30 in
+COCO-DR; METHODS.md §0.1), kept in rank order. Sampling is seeded per query (its position in
+the qrels), so the same checkpoint gives the same file. Output: the negatives JSON-lines format
+(system ``ance``) that :class:`zsdr.training.data.TrainingSet` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Sequence
+
+import numpy as np
+
+from zsdr.data.formats import read_qrels
+from zsdr.training.data import Example, write_negatives
+
+log = logging.getLogger(__name__)
+
+
+def sample_negatives(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], sample: int,
+                     seed: int) -> list[Example]:
+    """Per query (qrels order): the run's documents minus its relevant ones, ``sample`` drawn uniformly."""
+    out = []
+    for i, (qid, judged) in enumerate(qrels.items()):
+        positives = tuple(d for d, g in judged.items() if g > 0)
+        if not positives:
+            continue
+        relevant = set(positives)
+        pool = [d for d in run.get(qid, {}) if d not in relevant]
+        if not pool:
+            continue
+        rng = np.random.default_rng([seed, i])
+        picks = np.sort(rng.choice(len(pool), size=min(sample, len(pool)), replace=False))
+        out.append(Example(qid, positives, tuple(pool[int(j)] for j in picks)))
+    return out
+
+
+def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike], out: str | os.PathLike,
+                   *, split: str = "train", depth: int = 200, sample: int = 20, seed: int = 42, batch_size: int = 64,
+                   device: str | None = None, precision: str | None = None, gpu: bool | None = None,
+                   system: str = "ance", show_progress: bool = False, **overrides) -> dict:
+    from zsdr.models.encoder import load_encoder
+    from zsdr.retrieval.encode import encode_judged_queries
+    from zsdr.retrieval.search import search_shards
+
+    encoder = load_encoder(model, device=device, precision=precision, **overrides)
+    q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress)
+    run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress)
+    examples = sample_negatives(run, read_qrels(dataset, split), sample, seed)
+    write_negatives(out, examples, system)
+    stats = {"queries": len(q_ids), "with_negatives": len(examples),
+             "mean_negatives": float(np.mean([len(e.negatives) for e in examples])) if examples else 0.0}
+    log.info("mined negatives: %s", json.dumps(stats))
+    return stats
+
+
+def cmd_mine(args) -> int:
+    stats = mine_negatives(args.model, args.dataset, args.shards, args.out, split=args.split, depth=args.depth,
+                           sample=args.sample, seed=args.seed, batch_size=args.batch_size, device=args.device,
+                           show_progress=not args.quiet)
+    print(json.dumps(stats))
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("mine", help="ANCE negatives: retrieve with a checkpoint, drop positives, sample")
+    p.add_argument("model")
+    p.add_argument("dataset")
+    p.add_argument("out")
+    p.add_argument("--shards", nargs="+", required=True, help="corpus embedding folders of the same model")
+    p.add_argument("--split", default="train")
+    p.add_argument("--depth", type=int, default=200)
+    p.add_argument("--sample", type=int, default=20)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_mine)

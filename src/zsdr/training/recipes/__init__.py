@@ -1,0 +1,127 @@
+"""Recipes: a recipe composes a model, a batch source and loss terms, then runs the one Trainer.
+
+A recipe is described by a *spec* (a JSON-able dict, the ``recipes.<name>`` config section
+resolved by the workflow into paths): :func:`run_spec` trains it in this process, and
+``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
+``accelerate launch`` start once per process for multi-GPU and multi-node runs.
+
+Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder``), ``init`` (model
+folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives`` (negatives
+file), ``systems`` (which negative systems of that file; null = all), ``teacher`` (teacher-score
+file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
+fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
+``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
+overrides), ``loss``, ``negatives_per_query``, ``scale``; cross-encoders ``max_length`` and
+``negatives_per_query``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+KINDS = ("bi_encoder", "cross_encoder")
+
+
+def _fingerprint(spec: dict) -> str:
+    from zsdr.training.trainer import fingerprint_of
+
+    files = [spec[k] for k in ("negatives", "teacher") if spec.get(k)]
+    files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
+    init = Path(spec["init"])
+    if init.is_dir():
+        files += sorted(str(p) for p in init.iterdir() if p.is_file())
+    keep = {k: v for k, v in spec.items() if k not in ("info", "checkpoint_dir", "progress")}
+    return fingerprint_of(keep, files)
+
+
+def build_task(spec: dict):
+    """The task (``nn.Module``) a spec trains."""
+    import torch
+
+    from zsdr.training.data import TrainingSet
+    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask, set_dropout
+
+    kind = spec.get("kind", "bi_encoder")
+    if kind not in KINDS:
+        raise ValueError(f"recipe kind {kind!r}: expected one of {', '.join(KINDS)}")
+    seed = int(spec["train"].get("seed", 42))
+    torch.manual_seed(seed)
+    data = TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
+                       max_examples=spec.get("max_examples"))
+    if kind == "cross_encoder":
+        from zsdr.models.cross_encoder import CrossEncoder
+
+        model = CrossEncoder.from_pretrained(spec["init"], head=spec.get("head", "cls"),
+                                             max_length=spec.get("max_length", 256))
+        set_dropout(model.model, spec.get("dropout"))
+        model.train()
+        return CrossEncoderTask(model, data, negatives=spec.get("negatives_per_query", 7), seed=seed)
+    from zsdr.models.encoder import Encoder
+
+    encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))
+    set_dropout(encoder.backbone, spec.get("dropout"))
+    encoder.train()
+    return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
+                         scale=spec.get("scale", 1.0), seed=seed)
+
+
+def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
+    """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
+    from zsdr.training.trainer import TrainConfig, Trainer
+
+    cfg = TrainConfig.from_dict(spec["train"])
+    task = build_task(spec)
+    trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
+                      fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
+                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec["dataset"],
+                            "negatives": spec["negatives"], "teacher": spec.get("teacher"),
+                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query")})
+    return trainer.train()
+
+
+def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
+           spec_path: str | os.PathLike | None = None, progress: bool = False,
+           log_file: str | os.PathLike | None = None) -> None:
+    """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
+
+    ``launcher`` replaces the default ``python -m torch.distributed.run --nproc_per_node N`` (e.g.
+    ``accelerate launch --multi_gpu ...`` or a multi-node torchrun with a rendezvous endpoint).
+    """
+    if processes <= 1 and nodes <= 1 and not launcher:
+        run_spec(spec, progress=progress)
+        return
+    spec_path = Path(spec_path or Path(spec["out"]).parent / f".{Path(spec['out']).name}.spec.json")
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_text(json.dumps(spec, indent=1))
+    cmd = list(launcher) if launcher else [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+                                           "--nproc_per_node", str(processes)]
+    cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet"]
+    log.info("launching: %s", " ".join(cmd))
+    if log_file is None:
+        subprocess.run(cmd, check=True)
+    else:
+        with open(log_file, "a", encoding="utf-8") as fh:
+            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+
+
+def cmd_train(args) -> int:
+    spec = json.loads(Path(args.spec).read_text())
+    run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("train", help="train a recipe spec (JSON); run under torchrun for several processes")
+    p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_train)

@@ -1,0 +1,157 @@
+"""What a training step computes: bi-encoder and cross-encoder tasks for :class:`~zsdr.training.trainer.Trainer`.
+
+A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises the examples,
+``forward(batch)`` returns ``(loss, logs)``, ``save(directory)`` writes the model.
+
+:class:`BiEncoderTask` losses (``loss``):
+* ``pairwise_nll``: each query against its own positive and ``negatives`` sampled negatives
+  (ANCE-family ``rdot_nll``; DPR warmup, ANCE episodes);
+* ``contrastive``: each query against every positive and negative of the global batch (gathered
+  with gradients across processes), inverse temperature ``scale``, other documents labelled
+  relevant to the query masked (DDR's REM/DR contrastive loss);
+* ``margin_mse``: Margin-MSE against teacher scores of the positive and each negative (KD).
+
+``scale`` multiplies the student's similarities into logits for every loss (1 for dot products;
+cosine similarities need a temperature, e.g. DDR's 20).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from zsdr.models.encoder import Encoder
+from zsdr.training.data import TrainingSet, pad
+from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
+
+LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
+
+
+def set_dropout(model: nn.Module, p: float | None) -> None:
+    """Override every dropout probability of ``model`` (``None`` keeps the checkpoint's)."""
+    if p is None:
+        return
+    cfg = getattr(model, "config", None)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+        if cfg is not None and hasattr(cfg, name):
+            setattr(cfg, name, p)
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = p
+        elif hasattr(m, "dropout_prob") and isinstance(m.dropout_prob, float):
+            m.dropout_prob = p
+
+
+class BiEncoderTask(nn.Module):
+    def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
+                 seed: int = 42):
+        super().__init__()
+        if loss not in LOSSES:
+            raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
+        if negatives < 1 and loss != "contrastive":
+            raise ValueError(f"loss {loss} needs at least one negative per query")
+        if loss == "margin_mse" and data.teacher is None:
+            raise ValueError("margin_mse needs teacher scores")
+        self.encoder = encoder
+        self.data = data
+        self.loss_name = loss
+        self.negatives = int(negatives)
+        self.scale = float(scale)
+        self.seed = int(seed)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data)
+
+    def make_batch(self, indices: list[int], epoch: int) -> dict:
+        enc, data = self.encoder, self.data
+        qids, queries, doc_ids = [], [], []
+        for i in indices:
+            ex, pos, negs = data.sample(i, epoch, self.seed, self.negatives)
+            qids.append(ex.qid)
+            queries.append(data.queries[ex.qid])
+            doc_ids.extend([pos, *negs])
+        pad_id = enc.tokenizer.pad_token_id if enc.tokenizer.pad_token_id is not None else 0
+        q = enc.tokenize_queries(queries)
+        d = enc.tokenize_docs([data.corpus[did] for did in doc_ids])
+        batch = {"q": pad(q["input_ids"], pad_id, q.get("token_type_ids")),
+                 "d": pad(d["input_ids"], pad_id, d.get("token_type_ids")),
+                 "qids": qids, "doc_ids": doc_ids}
+        if self.loss_name == "margin_mse":
+            group = 1 + self.negatives
+            batch["teacher"] = torch.tensor(
+                [[data.teacher[q][doc_ids[j * group + c]] for c in range(group)] for j, q in enumerate(qids)],
+                dtype=torch.float32)
+        return batch
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        q = self.encoder(**batch["q"])
+        d = self.encoder(**batch["d"])
+        n, group = q.shape[0], 1 + self.negatives
+        own = torch.einsum("nd,nkd->nk", q.float(), d.float().view(n, group, -1))
+        logs = {"accuracy": float((own.argmax(dim=1) == 0).float().mean())}
+        if self.loss_name == "pairwise_nll":
+            from zsdr.losses.contrastive import pairwise_nll
+
+            loss = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:])
+        elif self.loss_name == "margin_mse":
+            from zsdr.losses.margin_mse import margin_mse
+
+            t = batch["teacher"]
+            loss = margin_mse(self.scale * own[:, 0], self.scale * own[:, 1:], t[:, 0], t[:, 1:])
+        else:
+            from zsdr.losses.contrastive import contrastive, relevance_mask
+
+            all_d = gather_with_grad(d)
+            all_ids = gather_objects(batch["doc_ids"])
+            offset = rank_offset(d.shape[0])
+            targets = offset + torch.arange(n, device=q.device) * group
+            mask = relevance_mask([self.data.relevant.get(qid, set()) for qid in batch["qids"]], all_ids).to(q.device)
+            loss = contrastive(q, all_d, targets, mask, self.scale)
+        return loss, logs
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        return self.encoder.save_pretrained(directory)
+
+
+class CrossEncoderTask(nn.Module):
+    """A :class:`~zsdr.models.cross_encoder.CrossEncoder` trained with a softmax over each query's
+    positive and sampled negatives (localised contrastive estimation)."""
+
+    def __init__(self, model, data: TrainingSet, negatives: int = 7, seed: int = 42):
+        super().__init__()
+        self.model = model
+        self.data = data
+        self.negatives = int(negatives)
+        self.seed = int(seed)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data)
+
+    def make_batch(self, indices: list[int], epoch: int) -> dict:
+        firsts, seconds = [], []
+        for i in indices:
+            ex, pos, negs = self.data.sample(i, epoch, self.seed, self.negatives)
+            for did in (pos, *negs):
+                firsts.append(self.data.queries[ex.qid])
+                seconds.append(passage_text(self.data.corpus[did]))
+        return self.model.features(firsts, seconds)
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        from zsdr.losses.contrastive import pairwise_nll
+
+        logits = self.model(**batch).view(-1, 1 + self.negatives)
+        loss = pairwise_nll(logits[:, 0], logits[:, 1:])
+        return loss, {"accuracy": float((logits.argmax(dim=1) == 0).float().mean())}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        return self.model.save_pretrained(directory)
+
+
+def passage_text(doc: dict) -> str:
+    """The passage side of a cross-encoder pair: title and text joined by a space."""
+    return f"{doc.get('title') or ''} {doc['text']}".strip()

@@ -1,0 +1,95 @@
+"""Teacher scores from a cross-encoder: score every (query, candidate) pair of a negatives file.
+
+Used when a dataset has no published teacher scores (MS MARCO has sentence-transformers'
+``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``; the mini source domain does not): the
+candidates of a query are its positives and its negative pool, and the output is the JSON-lines
+format :func:`zsdr.training.data.read_teacher_scores` reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from zsdr.data.formats import read_corpus, read_queries
+from zsdr.models.encoder import autocast_dtype, resolve_device
+from zsdr.training.data import read_negatives, write_teacher_scores
+
+log = logging.getLogger(__name__)
+
+
+def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negatives: str | os.PathLike,
+                out: str | os.PathLike, *, batch_size: int = 64, max_candidates: int | None = None,
+                random_candidates: int = 0, seed: int = 42, device: str | None = None, precision: str = "auto",
+                show_progress: bool = False) -> int:
+    """Score each query's positives and negative pool (first ``max_candidates`` negatives); returns #pairs.
+
+    ``random_candidates`` adds that many corpus documents drawn uniformly per query (seeded by the
+    query's position), so a student distilled from these scores also sees easy negatives with large
+    teacher margins (which candidates the teacher scores is an open choice: METHODS.md §2.3).
+    """
+    import numpy as np
+
+    from tqdm.auto import tqdm
+
+    from zsdr.models.cross_encoder import CrossEncoder
+    from zsdr.training.tasks import passage_text
+
+    model = CrossEncoder.from_pretrained(model_dir).eval()
+    target = resolve_device(device)
+    model.to(target)
+    amp = autocast_dtype(target, precision)
+    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    pairs = []
+    doc_ids = list(corpus)
+    for i, ex in enumerate(read_negatives(negatives)):
+        negs = ex.negatives[:max_candidates] if max_candidates else ex.negatives
+        extra: list[str] = []
+        if random_candidates:
+            rng = np.random.default_rng([seed, i])
+            taken = set(ex.positives) | set(negs)
+            extra = [doc_ids[int(j)] for j in rng.choice(len(doc_ids), size=min(len(doc_ids), random_candidates * 2),
+                                                          replace=False) if doc_ids[int(j)] not in taken]
+            extra = extra[:random_candidates]
+        pairs.extend((ex.qid, did) for did in dict.fromkeys((*ex.positives, *negs, *extra)) if did in corpus)
+    scores: dict[str, dict[str, float]] = {}
+    with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start:start + batch_size]
+            feats = model.features([queries[q] for q, _ in chunk], [passage_text(corpus[d]) for _, d in chunk])
+            feats = {k: v.to(target) for k, v in feats.items()}
+            ctx = torch.autocast(target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+            with ctx:
+                logits = model(**feats).float().cpu().tolist()
+            for (q, d), s in zip(chunk, logits):
+                scores.setdefault(q, {})[d] = s
+            bar.update(len(chunk))
+    write_teacher_scores(out, scores)
+    return len(pairs)
+
+
+def cmd_score_pairs(args) -> int:
+    n = score_pairs(args.model, args.dataset, args.negatives, args.out, batch_size=args.batch_size,
+                    max_candidates=args.max_candidates, random_candidates=args.random_candidates,
+                    device=args.device, show_progress=not args.quiet)
+    print(json.dumps({"pairs": n, "out": args.out}))
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("score-pairs", help="teacher scores: a cross-encoder scores (query, candidate) pairs")
+    p.add_argument("model", help="cross-encoder folder or Hugging Face id")
+    p.add_argument("dataset", help="BEIR folder with the texts")
+    p.add_argument("negatives", help="negatives JSON lines: the candidates of each query")
+    p.add_argument("out", help="teacher scores, JSON lines")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--max-candidates", type=int, default=None)
+    p.add_argument("--random-candidates", type=int, default=0, help="random corpus documents scored per query")
+    p.add_argument("--device", default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_score_pairs)

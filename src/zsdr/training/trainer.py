@@ -1,0 +1,369 @@
+"""The one training loop every recipe runs (Hugging Face Accelerate underneath).
+
+A recipe hands the :class:`Trainer` a *task*: an ``nn.Module`` whose ``forward(batch)`` returns
+``(loss, logs)``, with ``make_batch(indices, epoch)`` (build the batch of the given examples),
+``num_examples`` and ``save(directory)`` (write the trained model). The trainer owns everything
+else:
+
+* one process, multi-GPU DDP or multi-node, as started by ``accelerate launch`` / ``torchrun``;
+  each process takes its contiguous slice of every global micro-batch, so the examples of a step
+  do not depend on how many processes share it;
+* bf16 / fp16 autocast (fp16 with loss scaling); gradient accumulation (DDP sync only on the last
+  micro-batch); AdamW or LAMB (``pytorch_optimizer.Lamb``: trust ratio with the weight norm
+  clamped at 10, no bias correction, as ANCE's ``utils/lamb.py``); linear or constant schedule
+  with warmup; gradient clipping;
+* exact checkpoint / resume: model, optimizer, scheduler, loss scaler and every process's RNG
+  states (``Accelerator.save_state``) plus the step, written atomically every ``save_every``
+  steps. The data position is the step itself: the order of epoch ``e`` is a seeded permutation
+  and every example draws its negatives from ``(seed, epoch, index)``, so a resumed run sees the
+  batches an uninterrupted one would have seen and ends with bit-identical weights on CPU;
+* a metrics log (``train_log.jsonl``: step, epoch, loss, learning rate, gradient norm, examples
+  per second), a loss-curve PNG and a progress bar.
+
+Checkpoints live in ``checkpoint_dir`` (outside the Snakemake output, so a failed job keeps
+them); a checkpoint written for other settings (``fingerprint``) is ignored and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from zsdr.io import atomic_dir, atomic_write
+from zsdr.training.data import epoch_order
+
+log = logging.getLogger(__name__)
+
+OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "constant")
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+STATE_FILE = "trainer_state.json"
+LOG_FILE = "train_log.jsonl"
+PLOT_FILE = "loss.png"
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings (one config section per recipe; see config.yaml ``recipes``)."""
+
+    batch_size: int = 32            # examples (queries) per process per micro-batch
+    grad_accum: int = 1
+    max_steps: int | None = None    # optimizer steps; when null, ``epochs`` over the examples
+    epochs: float | None = None
+    lr: float = 2e-5
+    optimizer: str = "adamw"
+    weight_decay: float = 0.0
+    adam_eps: float = 1e-8
+    betas: tuple[float, float] = (0.9, 0.999)
+    schedule: str = "linear"
+    warmup_steps: int = 0
+    max_grad_norm: float | None = 1.0
+    precision: str = "fp32"         # fp32 | bf16 | fp16 | auto (bf16 where supported); the CPU runs fp32
+    seed: int = 42
+    save_every: int = 500
+    log_every: int = 10
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        if self.max_steps is None and self.epochs is None:
+            raise ValueError("give max_steps or epochs (max_steps wins when both are set)")
+        for name in ("batch_size", "grad_accum", "save_every", "log_every"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        self.betas = tuple(self.betas)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   extra={k: v for k, v in data.items() if k not in known})
+
+
+def mixed_precision(precision: str, cuda: bool) -> str:
+    if not cuda or precision == "fp32":
+        return "no"
+    if precision == "auto":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return precision
+
+
+def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if cfg.optimizer == "lamb":
+        from pytorch_optimizer import Lamb
+
+        # ANCE's LAMB: trust ratio, weight norm clamped at 10, no bias correction; clipping is
+        # the trainer's (max_grad_norm=0 turns Lamb's own global-norm pre-scaling off).
+        return Lamb(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                    max_grad_norm=0.0, foreach=False)
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+
+
+def build_schedule(optimizer, cfg: TrainConfig, total: int):
+    """Hugging Face's linear (warmup, then linear decay to 0 at ``total``) or constant-with-warmup schedule."""
+    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    warmup = max(int(cfg.warmup_steps), 0)
+    if cfg.schedule == "constant":
+        return get_constant_schedule_with_warmup(optimizer, warmup)
+    return get_linear_schedule_with_warmup(optimizer, warmup, total)
+
+
+def fingerprint_of(settings: dict, files: list[str | os.PathLike] = ()) -> str:
+    """A digest of the settings and of the inputs' sizes and modification times."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode())
+    for f in files:
+        st = os.stat(f)
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+class Trainer:
+    def __init__(self, task: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
+                 checkpoint_dir: str | os.PathLike | None = None, fingerprint: str = "",
+                 cpu: bool | None = None, progress: bool = True, stop_after: int | None = None,
+                 info: dict | None = None):
+        from accelerate import Accelerator
+
+        self.task = task
+        self.cfg = config
+        self.out_dir = Path(out_dir)
+        self.ckpt_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.fingerprint = fingerprint
+        self.progress = progress
+        self.stop_after = stop_after  # testing aid: stop (without saving) after this many steps
+        self.info = info or {}
+        cuda = torch.cuda.is_available() and not cpu
+        logging.getLogger("accelerate").setLevel(logging.WARNING)  # one INFO line per checkpoint file otherwise
+        self.acc = Accelerator(mixed_precision=mixed_precision(config.precision, cuda), cpu=not cuda)
+        self.world = self.acc.num_processes
+        self.rank = self.acc.process_index
+        n = task.num_examples
+        self.global_batch = config.batch_size * self.world
+        self.micro_per_epoch = n // self.global_batch
+        if self.micro_per_epoch < 1:
+            raise ValueError(f"{n} training examples cannot fill one global batch of {self.global_batch} "
+                             f"({config.batch_size} per process x {self.world} processes)")
+        if config.max_steps is not None:
+            self.total = int(config.max_steps)
+        else:
+            self.total = max(1, math.floor(config.epochs * self.micro_per_epoch / config.grad_accum))
+        self._orders: dict[int, np.ndarray] = {}
+
+    # ------------------------------------------------------------------------------- data
+    def indices(self, micro: int) -> tuple[list[int], int]:
+        """This process's example indices of global micro-batch ``micro``, and its epoch."""
+        epoch, pos = divmod(micro, self.micro_per_epoch)
+        if epoch not in self._orders:
+            self._orders = {epoch: epoch_order(self.task.num_examples, self.cfg.seed, epoch)}
+        start = pos * self.global_batch + self.rank * self.cfg.batch_size
+        return self._orders[epoch][start:start + self.cfg.batch_size].tolist(), epoch
+
+    # -------------------------------------------------------------------------- checkpoints
+    def _checkpoints(self) -> list[Path]:
+        if self.ckpt_dir is None or not self.ckpt_dir.is_dir():
+            return []
+        return sorted(p for p in self.ckpt_dir.glob("step-*") if (p / STATE_FILE).is_file())
+
+    def _latest(self) -> tuple[Path, int] | None:
+        for path in reversed(self._checkpoints()):
+            state = json.loads((path / STATE_FILE).read_text())
+            if state.get("fingerprint") == self.fingerprint and state.get("world") == self.world:
+                return path, int(state["step"])
+            log.warning("ignoring checkpoint %s: written for other settings", path)
+        return None
+
+    def _save_checkpoint(self, step: int) -> None:
+        final = self.ckpt_dir / f"step-{step:09d}"
+        tmp = self.ckpt_dir / f".step-{step:09d}.tmp"
+        if self.acc.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.acc.wait_for_everyone()
+        self.acc.save_state(str(tmp), safe_serialization=True)
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            (tmp / STATE_FILE).write_text(json.dumps(
+                {"step": step, "fingerprint": self.fingerprint, "world": self.world}) + "\n")
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            for old in self._checkpoints():
+                if old != final:
+                    shutil.rmtree(old, ignore_errors=True)
+        self.acc.wait_for_everyone()
+
+    # -------------------------------------------------------------------------------- loop
+    def train(self) -> Path | None:
+        from accelerate.utils import set_seed
+        from tqdm.auto import tqdm
+
+        cfg, acc = self.cfg, self.acc
+        set_seed(cfg.seed, device_specific=True)
+        optimizer = build_optimizer(self.task.parameters(), cfg)
+        scheduler = build_schedule(optimizer, cfg, self.total)
+        model, optimizer = acc.prepare(self.task, optimizer)
+        acc.register_for_checkpointing(scheduler)
+        start = 0
+        if self.ckpt_dir is not None:
+            if acc.is_main_process:
+                self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+                for stale in self.ckpt_dir.glob(".step-*.tmp"):
+                    shutil.rmtree(stale, ignore_errors=True)
+            acc.wait_for_everyone()
+            found = self._latest()
+            if found is not None:
+                acc.load_state(str(found[0]))
+                start = found[1]
+                log.info("resuming from %s (step %d of %d)", found[0], start, self.total)
+            elif acc.is_main_process:
+                for old in self._checkpoints():
+                    shutil.rmtree(old, ignore_errors=True)
+        if self.ckpt_dir is not None:
+            log_path = self.ckpt_dir / LOG_FILE
+        else:
+            log_path = self.out_dir.parent / f".{self.out_dir.name}.{LOG_FILE}"
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        records = self._read_log(log_path, start) if acc.is_main_process else []
+        bar = tqdm(total=self.total, initial=start, desc=f"train {self.out_dir.name}", unit="step",
+                   disable=not (self.progress and acc.is_main_process), dynamic_ncols=True)
+        model.train()
+        last = time.perf_counter()
+        window_loss, window_n, examples = 0.0, 0, 0
+        step = start
+        unwrapped = acc.unwrap_model(model)
+        try:
+            while step < self.total:
+                step_loss = torch.zeros((), device=acc.device)
+                logs_acc: dict[str, float] = {}
+                epoch = 0
+                for m in range(cfg.grad_accum):
+                    idx, epoch = self.indices(step * cfg.grad_accum + m)
+                    batch = _to(unwrapped.make_batch(idx, epoch), acc.device)
+                    sync = contextlib.nullcontext() if m == cfg.grad_accum - 1 else acc.no_sync(model)
+                    with sync:
+                        loss, logs = model(batch)
+                        acc.backward(loss / cfg.grad_accum)
+                    step_loss += loss.detach().float() / cfg.grad_accum
+                    for k, v in logs.items():
+                        logs_acc[k] = logs_acc.get(k, 0.0) + float(v) / cfg.grad_accum
+                grad_norm = None
+                if cfg.max_grad_norm:
+                    grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                examples += self.global_batch * cfg.grad_accum
+                mean_loss = float(acc.reduce(step_loss, reduction="mean"))
+                window_loss += mean_loss
+                window_n += 1
+                bar.update(1)
+                if step % cfg.log_every == 0 or step == self.total:
+                    now = time.perf_counter()
+                    rec = {"step": step, "epoch": epoch, "loss": window_loss / window_n, "last_loss": mean_loss,
+                           "lr": scheduler.get_last_lr()[0],
+                           "grad_norm": None if grad_norm is None else float(grad_norm),
+                           "examples_per_s": examples / max(now - last, 1e-9),
+                           **{k: v for k, v in logs_acc.items()}}
+                    if acc.is_main_process:
+                        records.append(rec)
+                        with open(log_path, "a", encoding="utf-8") as fh:
+                            fh.write(json.dumps(rec) + "\n")
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}")
+                    window_loss, window_n, examples, last = 0.0, 0, 0, now
+                if self.ckpt_dir is not None and step % cfg.save_every == 0 and step < self.total:
+                    self._save_checkpoint(step)
+                if self.stop_after is not None and step >= self.stop_after:
+                    return None
+        finally:
+            bar.close()
+        acc.wait_for_everyone()
+        if acc.is_main_process:
+            with atomic_dir(self.out_dir) as tmp:
+                unwrapped.save(tmp)
+                if log_path.is_file():
+                    shutil.copyfile(log_path, tmp / LOG_FILE)
+                plot_losses(records, tmp / PLOT_FILE, title=self.out_dir.name)
+                (tmp / "training.json").write_text(json.dumps(
+                    {"steps": self.total, "processes": self.world, "global_batch": self.global_batch * cfg.grad_accum,
+                     "examples": self.task.num_examples, "train": asdict(cfg), **self.info},
+                    indent=1, default=str) + "\n")
+            if self.ckpt_dir is not None:
+                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+            elif log_path.is_file():
+                log_path.unlink()
+        acc.wait_for_everyone()
+        return self.out_dir
+
+    @staticmethod
+    def _read_log(path: Path, start: int) -> list[dict]:
+        """The records up to ``start`` (a resumed run drops what the killed one logged after its checkpoint)."""
+        if not path.is_file():
+            return []
+        kept = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut off by the kill
+            if rec.get("step", 0) <= start:
+                kept.append(rec)
+        with atomic_write(path) as fh:
+            fh.writelines(json.dumps(r) + "\n" for r in kept)
+        return kept
+
+
+def _to(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: _to(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
+        return type(batch)(_to(v, device) for v in batch)
+    return batch
+
+
+def read_log(path: str | os.PathLike) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot_losses(records: list[dict], out: str | os.PathLike, title: str = "") -> None:
+    """The loss curve (and learning rate) of a run as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    if records:
+        steps = [r["step"] for r in records]
+        ax.plot(steps, [r["loss"] for r in records], color="tab:blue", label="loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss")
+        ax2 = ax.twinx()
+        ax2.plot(steps, [r["lr"] for r in records], color="tab:gray", linestyle=":", label="lr")
+        ax2.set_ylabel("learning rate")
+    ax.set_title(title)
+    fig.tight_layout()
+    with atomic_write(out, "wb") as fh:
+        fig.savefig(fh, format="png")
+    plt.close(fig)

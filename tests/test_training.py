@@ -1,0 +1,182 @@
+"""zsdr.training: data files, sampling, exact resume after SIGKILL, 2-process DDP equals 1 process."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gzip
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from zsdr.data.mini import generate
+from zsdr.io import DataError
+from zsdr.models.tiny import build_tiny_backbone
+from zsdr.retrieval.mine import sample_negatives
+from zsdr.training.data import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
+                                write_teacher_scores)
+from zsdr.training.recipes import launch
+
+MINI = {
+    "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
+    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
+    "domains": [{"name": "src", "role": "source", "docs": 320, "train_queries": 200, "dev_queries": 20}],
+}
+SIZE = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "max_length": 64, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("train")
+    generate(MINI, root / "data")
+    build_tiny_backbone("bert", [root / "data" / "src"], root / "bert", SIZE, vocab_size=600, seed=0)
+    return root
+
+
+def spec(tiny, name, **over):
+    s = {"kind": "bi_encoder", "init": str(tiny / "bert"), "dataset": str(tiny / "data" / "src"),
+         "negatives": str(tiny / "data" / "src" / "negatives.jsonl"), "systems": None, "teacher": None,
+         "out": str(tiny / "out" / name), "checkpoint_dir": str(tiny / "ckpt" / name),
+         "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 48},
+         "loss": "contrastive", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
+         "train": {"batch_size": 8, "max_steps": 12, "lr": 1e-3, "optimizer": "adamw", "warmup_steps": 2,
+                   "seed": 3, "save_every": 4, "log_every": 1}}
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(s.get(k), dict):
+            s[k] = {**s[k], **v}
+        else:
+            s[k] = v
+    path = tiny / f"{name}.json"
+    path.write_text(json.dumps(s))
+    return s, path
+
+
+def train_cli(path, **kw):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "zsdr", "train", str(path), "--quiet", "--cpu"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def weights(out):
+    return load_file(str(Path(out) / "model.safetensors"))
+
+
+def losses(out):
+    return [json.loads(line) for line in (Path(out) / "train_log.jsonl").read_text().splitlines()]
+
+
+# ------------------------------------------------------------------------------------------ data
+def test_negatives_union_of_systems_minus_positives(tmp_path):
+    f = tmp_path / "neg.jsonl.gz"
+    with gzip.open(f, "wt") as fh:
+        fh.write(json.dumps({"qid": 1, "pos": [7], "neg": {"bm25": [3, 7, 9], "ce": [9, 4]}}) + "\n")
+        fh.write(json.dumps({"qid": "2", "pos": ["8"], "neg": {"ce": ["5"]}}) + "\n")
+    ex = read_negatives(f)
+    assert ex[0] == Example("1", ("7",), ("3", "9", "4")) and ex[1].negatives == ("5",)
+    assert read_negatives(f, systems=["ce"])[0].negatives == ("9", "4")
+
+
+def test_bad_negatives_line_names_file_and_line(tmp_path):
+    f = tmp_path / "neg.jsonl"
+    f.write_text(json.dumps({"qid": "1", "pos": ["7"], "neg": {"x": ["2"]}}) + "\n" + '{"qid": "2"}\n')
+    with pytest.raises(DataError, match=r"neg\.jsonl:2.*needs \"qid\" and \"pos\""):
+        read_negatives(f)
+
+
+def test_teacher_scores_pickle_and_jsonl_and_scored_subset(tmp_path):
+    pkl = tmp_path / "ce.pkl.gz"
+    with gzip.open(pkl, "wb") as fh:
+        pickle.dump({1: {7: 3.5, 9: -1.0}, 2: {5: 0.0}}, fh)
+    scores = read_teacher_scores(pkl)
+    assert scores == {"1": {"7": 3.5, "9": -1.0}, "2": {"5": 0.0}}
+    write_teacher_scores(tmp_path / "t.jsonl", scores)
+    assert read_teacher_scores(tmp_path / "t.jsonl") == scores
+    kept = with_teacher([Example("1", ("7",), ("3",)), Example("2", ("8",), ("5",))], scores)
+    assert kept == [Example("1", ("7",), ("9",))]      # negatives: what the teacher scored; q2 has no scored positive
+
+
+def test_sampling_is_a_pure_function_of_seed_epoch_index(tiny):
+    data = TrainingSet(tiny / "data" / "src", tiny / "data" / "src" / "negatives.jsonl")
+    a = [data.sample(i, 0, 1, 3) for i in range(5)]
+    assert a == [data.sample(i, 0, 1, 3) for i in range(5)]
+    assert a != [data.sample(i, 1, 1, 3) for i in range(5)]
+    for ex, pos, negs in a:
+        assert pos in ex.positives and len(negs) == 3 and not set(negs) & set(ex.positives)
+
+
+def test_mined_negatives_drop_every_relevant_document():
+    run = {"q1": {"a": 3.0, "b": 2.0, "c": 1.0, "d": 0.5}, "q2": {"x": 1.0}}
+    qrels = {"q1": {"a": 1, "c": 2, "z": 0}, "q2": {"x": 1}}
+    out = sample_negatives(run, qrels, sample=5, seed=0)
+    assert out == [Example("q1", ("a", "c"), ("b", "d"))]            # q2 has no negative left
+    assert sample_negatives(run, qrels, sample=1, seed=0) == sample_negatives(run, qrels, sample=1, seed=0)
+
+
+# ------------------------------------------------------------------------------------ training
+def test_training_learns_and_writes_an_encoder_folder(tiny):
+    s, path = spec(tiny, "learn", train={"max_steps": 40})
+    proc = train_cli(path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    out = Path(s["out"])
+    for f in ("config.json", "zsdr.json", "model.safetensors", "tokenizer.json", "training.json", "loss.png"):
+        assert (out / f).is_file(), f
+    assert json.loads((out / "zsdr.json").read_text())["pooling"] == "mean"
+    log = losses(out)
+    assert [r["step"] for r in log] == list(range(1, 41))
+    first, last = sum(r["loss"] for r in log[:5]) / 5, sum(r["loss"] for r in log[-5:]) / 5
+    assert last < first * 0.9, (first, last)          # chance level is log(16) = 2.77
+    assert not Path(s["checkpoint_dir"]).exists()          # removed once the model is written
+
+
+def test_sigkill_then_rerun_gives_bit_identical_weights(tiny):
+    steps = {"max_steps": 60, "save_every": 10, "batch_size": 16}
+    ref, ref_path = spec(tiny, "straight", train=steps)
+    assert train_cli(ref_path).wait(timeout=300) == 0
+    s, path = spec(tiny, "killed", train=steps)
+    proc = train_cli(path)
+    ckpt = Path(s["checkpoint_dir"]) / "step-000000030"
+    deadline = time.time() + 300
+    while not ckpt.is_dir() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "training ended before it could be killed half-way"
+    assert not Path(s["out"]).exists()
+    rerun = train_cli(path)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read()
+    a, b = weights(ref["out"]), weights(s["out"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 61))
+    assert [r["loss"] for r in losses(s["out"])] == [r["loss"] for r in losses(ref["out"])]
+
+
+def test_changed_settings_do_not_resume_a_stale_checkpoint(tiny):
+    s, path = spec(tiny, "stale", train={"max_steps": 8})
+    proc = train_cli(path)
+    assert proc.wait(timeout=300) == 0
+    ckpt = Path(s["checkpoint_dir"])
+    ckpt.mkdir(parents=True)
+    (ckpt / "step-000000004").mkdir()
+    (ckpt / "step-000000004" / "trainer_state.json").write_text('{"step": 4, "fingerprint": "other", "world": 1}')
+    s2, path2 = spec(tiny, "stale", train={"max_steps": 8})
+    assert train_cli(path2).wait(timeout=300) == 0
+    assert [r["step"] for r in losses(s2["out"])] == list(range(1, 9))
+
+
+def test_two_gloo_processes_match_one_process(tiny):
+    """Same global batch (1 x 8 vs 2 x 4): the cross-device gather and the loss reduction are exact."""
+    one, one_path = spec(tiny, "one", train={"batch_size": 8})
+    assert train_cli(one_path).wait(timeout=300) == 0
+    two, _ = spec(tiny, "two", train={"batch_size": 4})
+    launch(two, processes=2, spec_path=tiny / "two-launch.json", log_file=tiny / "two.log")
+    a, b = losses(one["out"]), losses(two["out"])
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 13))
+    for ra, rb in zip(a, b):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
+    assert json.loads((Path(two["out"]) / "training.json").read_text())["processes"] == 2
+    wa, wb = weights(one["out"]), weights(two["out"])
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
