@@ -35,6 +35,7 @@ if config["offline"]:
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/sparse.smk"
+include: "rules/finetune.smk"
 include: "rules/retrieve.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"

@@ -75,8 +75,51 @@ def downloads_of(name, extras=False):
     return [f"{DOWNLOADS}/{f.local_path}" for f in files]
 
 
-# Retrieval systems (config `systems`), by kind.
-SYSTEMS = config["systems"]
+# Trained models (config `recipes`, `cross_encoders`): every recipe is a dense system of the same
+# name; a recipe with E > 1 episodes trains runs <name>-ep1 .. <name>-epE (each also a system, so
+# the next episode can mine negatives with it) and the system <name> is its last episode.
+TRAINING = config["training"]
+RECIPES = config["recipes"]
+CROSS_ENCODERS = config["cross_encoders"]
+TRAIN_RUNS = {}  # run name -> (recipe, episode)
+for _name, _r in RECIPES.items():
+    _e = _r.get("episodes", 1)
+    if _e > 1 and _r["negatives"] != "ance":
+        raise ValueError(
+            f"config key recipes.{_name}.episodes: {_e} episodes need `negatives: ance`"
+        )
+    if _r["negatives"] == "ance" and _r["init"] not in RECIPES:
+        raise ValueError(
+            f"config key recipes.{_name}.init: ANCE episodes mine with the previous model, "
+            f"so init must be another recipe (got {_r['init']!r})"
+        )
+    for _k in range(1, _e + 1):
+        TRAIN_RUNS[_name if _e == 1 else f"{_name}-ep{_k}"] = (_name, _k)
+
+
+def recipe_run(name, episode=None):
+    """The run that trains episode ``episode`` (default: the last) of recipe ``name``."""
+    e = RECIPES[name].get("episodes", 1)
+    return name if e == 1 else f"{name}-ep{episode or e}"
+
+
+def trained_model(name):
+    return f"{MODELS}/trained/{recipe_run(name)}"
+
+
+# Retrieval systems (config `systems` plus one per trained run), by kind.
+SYSTEMS = dict(config["systems"])
+for _run, (_name, _k) in TRAIN_RUNS.items():
+    _r = RECIPES[_name]
+    _sys = {
+        "kind": "dense",
+        "model": f"{MODELS}/trained/{_run}",
+        "description": _r.get("description", f"trained by recipe {_name}"),
+        **_r.get("system", {}),
+    }
+    SYSTEMS.setdefault(_run, _sys)
+    if _run != _name and _k == _r.get("episodes", 1):
+        SYSTEMS.setdefault(_name, _sys)
 BM25_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "bm25"]
 DENSE_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "dense"]
 
@@ -181,3 +224,199 @@ EVAL_SYSTEMS = list(
         TABLE1_SYSTEMS + sorted({s for cells in TABLE_CELLS.values() for _, s in cells})
     )
 )
+
+
+# Training (rules/finetune.smk): what each training job reads, how it is launched, what it runs.
+
+
+def model_ref(name):
+    """What `init` names: a backbone, a recipe's trained model, a cross-encoder, or an HF id/folder."""
+    if name in config["backbones"]:
+        b = config["backbones"][name]
+        return f"{MODELS}/backbones/{name}" if "build" in b else b["hf"]
+    if name in RECIPES:
+        return trained_model(name)
+    if name in CROSS_ENCODERS:
+        return f"{MODELS}/cross-encoders/{name}"
+    return name
+
+
+def model_files(ref):
+    """The files a job waits for before loading ``ref`` (none for a Hugging Face id)."""
+    return [f"{ref}/config.json"] if ref.startswith(f"{MODELS}/") else []
+
+
+def train_source(item):
+    return check_dataset(item.get("dataset", SOURCE))
+
+
+def side_file(source, key, where):
+    path = TRAINING["sources"].get(source, {}).get(key)
+    if not path:
+        raise ValueError(
+            f"config key {where} needs training.sources.{source}.{key} (the file is not configured)"
+        )
+    return path
+
+
+def training_data(item, where, run=None):
+    """``(dataset folder, negatives file)`` an item trains on, by its `negatives` kind."""
+    src = train_source(item)
+    kind = item["negatives"]
+    if kind == "triples":
+        side_file(src, "triples", where)
+        return f"{DATA}/{src}-triples", f"{DATA}/{src}-triples/negatives.jsonl"
+    if kind == "hard":
+        return f"{DATA}/{src}", side_file(src, "hard_negatives", where)
+    if kind == "bm25":
+        return f"{DATA}/{src}", f"{DATA}/{src}/negatives/bm25.jsonl"
+    return f"{DATA}/{src}", f"{DATA}/{src}/negatives/{run}.jsonl"
+
+
+def teacher_file(item, where):
+    name = item.get("teacher")
+    if name is None:
+        return None
+    src = train_source(item)
+    if name == "published":
+        return side_file(src, "teacher_scores", where)
+    if name not in CROSS_ENCODERS:
+        raise ValueError(
+            f"config key {where}.teacher: {name!r} is neither `published` nor a key of `cross_encoders`"
+        )
+    return f"{DATA}/{src}/teacher/{name}.jsonl"
+
+
+def train_settings(item):
+    """The recipe's `train` section over the shared `training` defaults."""
+    shared = {k: TRAINING[k] for k in ("seed", "precision", "save_every", "log_every")}
+    return {**shared, **item["train"]}
+
+
+def train_spec(run):
+    """The resolved spec (zsdr.training.recipes) of one training run."""
+    name, k = TRAIN_RUNS[run]
+    r = RECIPES[name]
+    where = f"recipes.{name}"
+    episodes = r.get("episodes", 1)
+    init = model_ref(r["init"]) if k == 1 else f"{MODELS}/trained/{name}-ep{k - 1}"
+    dataset, negatives = training_data(r, where, run)
+    train = train_settings(r)
+    if r.get("episode_lr_decay") and k > 1:
+        train["lr"] = train["lr"] * max(0.2, 1 - (k - 1) / episodes)
+    return {
+        "kind": "bi_encoder",
+        "init": init,
+        "dataset": dataset,
+        "negatives": negatives,
+        "systems": r.get("systems"),
+        "teacher": teacher_file(r, where),
+        "out": f"{MODELS}/trained/{run}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/{run}",
+        "encoder": r.get("encoder", {}),
+        "loss": r["loss"],
+        "negatives_per_query": r.get("negatives_per_query", 1),
+        "scale": r.get("scale", 1.0),
+        "dropout": TRAINING["dropout"],
+        "max_examples": r.get("max_examples"),
+        "train": train,
+        "info": {
+            "recipe": name,
+            "episode": k,
+            "episodes": episodes,
+            "description": r.get("description", ""),
+            "provenance": r.get("provenance", ""),
+        },
+    }
+
+
+def cross_encoder_spec(name):
+    c = CROSS_ENCODERS[name]
+    dataset, negatives = training_data(c, f"cross_encoders.{name}")
+    return {
+        "kind": "cross_encoder",
+        "init": model_ref(c["init"]),
+        "dataset": dataset,
+        "negatives": negatives,
+        "systems": None,
+        "teacher": None,
+        "out": f"{MODELS}/cross-encoders/{name}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/cross-encoder-{name}",
+        "head": c.get("head", "cls"),
+        "max_length": c.get("max_length", 256),
+        "negatives_per_query": c.get("negatives_per_query", 7),
+        "dropout": TRAINING["dropout"],
+        "train": train_settings(c),
+        "info": {"cross_encoder": name, "description": c.get("description", "")},
+    }
+
+
+def spec_inputs(spec):
+    """Dataset marker, negatives, teacher scores and initial model of a training spec."""
+    data = spec["dataset"]
+    marker = (
+        f"{data}/dataset.json"
+        if not data.endswith("-triples")
+        else f"{data}/negatives.jsonl"
+    )
+    files = [marker, spec["negatives"]] + model_files(spec["init"])
+    return files + ([spec["teacher"]] if spec["teacher"] else [])
+
+
+def launch_settings(item):
+    """How a training job starts: processes per node, nodes, launcher (a recipe may set its own processes)."""
+    out = {k: TRAINING[k] for k in ("processes", "nodes", "launcher")}
+    if item.get("processes"):
+        out["processes"] = item["processes"]
+    return out
+
+
+def spec_summary(spec, launch):
+    """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
+    t = spec["train"]
+    length = (
+        f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
+    )
+    enc = spec.get("encoder", {})
+    lengths = (
+        f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
+        if spec["kind"] == "bi_encoder"
+        else f"pair {spec['max_length']}"
+    )
+    return (
+        f"init {spec['init']}; loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} "
+        f"negative(s) from {os.path.basename(spec['negatives'])}; batch {t['batch_size']} x "
+        f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
+        f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
+        f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}"
+    )
+
+
+LOSS_MODULES = {
+    "pairwise_nll": "zsdr.losses.contrastive",
+    "contrastive": "zsdr.losses.contrastive",
+    "margin_mse": "zsdr.losses.margin_mse",
+}
+TRAINER_CODE = (
+    "zsdr.training.trainer",
+    "zsdr.training.data",
+    "zsdr.training.tasks",
+    "zsdr.training.distributed",
+    "zsdr.training.recipes",
+    "zsdr.models.encoder",
+    "zsdr.data.formats",
+)
+TRIPLES_SOURCES = sorted(
+    {
+        train_source(x)
+        for x in [*RECIPES.values(), *CROSS_ENCODERS.values()]
+        if x["negatives"] == "triples"
+    }
+)
+ANCE_RUNS = [r for r, (n, _) in TRAIN_RUNS.items() if RECIPES[n]["negatives"] == "ance"]
+
+
+def previous_system(run):
+    """The system whose model mines the negatives of an ANCE run: the last episode or the init recipe."""
+    name, k = TRAIN_RUNS[run]
+    return RECIPES[name]["init"] if k == 1 else f"{name}-ep{k - 1}"

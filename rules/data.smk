@@ -12,6 +12,14 @@ rule mini_benchmark:
             name=MINI_DATASETS,
             f=["corpus.jsonl", "queries.jsonl", "dataset.json"],
         ),
+        training=expand(
+            "{data}/{name}/{f}",
+            data=DATA,
+            name=[
+                d["name"] for d in config["mini"]["domains"] if d["role"] == "source"
+            ],
+            f=["negatives.jsonl", "triples.train.tsv"],
+        ),
         mini=f"{DATA}/mini.json",
     log:
         f"{LOGS}/data/mini_benchmark.log",

@@ -4,8 +4,10 @@ import csv
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +97,31 @@ def test_dry_run_paper_config_plans_every_dataset():
             assert f"downloads/{f.local_path}" in detail
 
 
+def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
+    proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", "configs/paper.yaml")
+    jobs = planned_jobs(proc.stdout)
+    # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines; the published teacher scores
+    # replace the cross-encoder, the triples archive becomes one training set
+    assert jobs["train"] == 8 and jobs["mine_negatives"] == 3 and jobs["triples_dataset"] == 1, jobs
+    assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs
+    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.-]+): (init .*)", proc.stdout)}
+    assert set(plan) == {"dpr", "dpr-inbatch", "ance-ep1", "ance-ep2", "ance-ep3", "kd", "ddr-dr-contrast",
+                         "ddr-dr-distill"}
+    expected = {
+        "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
+                "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16"],
+        "ance-ep2": ["init models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
+                     "warmup 5000", "45000 steps", "q64/d256"],
+        "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz"],
+        "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
+                            "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
+        "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
+    }
+    for run, parts in expected.items():
+        for part in parts:
+            assert part in plan[run], (run, part, plan[run])
+
+
 def test_paper_config_lists_every_registry_dataset():
     cfg = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
     named = {cfg["datasets"]["source"], *cfg["datasets"]["targets"], *cfg["datasets"]["extra"]}
@@ -161,6 +188,23 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert "mini-source (source)" in header and "mini-alpha (target)" in header and "target mean" in header
     row = dict(zip(header, rows[0]))
     assert 0.2 < float(row["mini-alpha (target)"]) < 1.0
+    # a real learning signal: the trained baselines beat the untrained encoders everywhere (DDR's
+    # distilled DR learns from a weak tiny teacher at this scale and is not held to it)
+    table = {r[0]: dict(zip(header, r)) for r in rows}
+    cols = ["mini-source (source)", "mini-alpha (target)", "mini-beta (target)"]
+
+    def value(system, col):
+        return float(re.search(r"[0-9.]+", table[system][col]).group())
+
+    for col in cols:
+        floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
+        for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast"):
+            assert value(system, col) > floor, (system, col, value(system, col), floor)
+    episodes = [yaml.safe_load((workdir / "models" / "trained" / f"ance-ep{k}" / "training.json").read_text())
+                for k in (1, 2)]
+    assert [e["recipe"]["episode"] for e in episodes] == [1, 2]
+    assert episodes[1]["init"].endswith("ance-ep1") and episodes[1]["negatives"].endswith("ance-ep2.jsonl")
+    assert (workdir / "models" / "trained" / "kd" / "loss.png").read_bytes().startswith(b"\x89PNG")
     for b in ("tiny-bert", "tiny-roberta"):
         assert (workdir / "models" / "backbones" / b / "model.safetensors").is_file()
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
@@ -193,6 +237,32 @@ def edit(path):
         f.write("# edited\n")
 
 
+def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
+    """Editing Margin-MSE re-plans the trainings that use it and their downstream jobs, nothing else;
+    editing one table spec re-plans that table only."""
+    loss = workdir / "src" / "zsdr" / "losses" / "margin_mse.py"
+    original = loss.read_text()
+    edit(loss)
+    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
+    distilled = [n for n, r in cfg["recipes"].items() if r["loss"] == "margin_mse"]
+    assert len(distilled) == 2                       # kd and ddr-dr-distill
+    datasets = 3                                     # source dev + two targets
+    jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
+    assert jobs == {"train": 2, "encode_corpus": 2 * datasets * cfg["dense"]["shards"], "dense_search": 2 * datasets,
+                    "evaluate": datasets, "table1": 1}, jobs
+    proc = snakemake("-n", "results/table1.csv", cwd=workdir)
+    for name in distilled:
+        assert f"train {name}: " in proc.stdout
+    loss.write_text(original)                        # same content: nothing to re-run
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
+    spec = workdir / "src" / "zsdr" / "tables" / "specs" / "berm_table1.yaml"
+    original = spec.read_text()
+    edit(spec)
+    jobs = planned_jobs(snakemake("-n", "tables", cwd=workdir).stdout)
+    assert jobs == {"paper_table": 1, "tables": 1}, jobs
+    spec.write_text(original)
+
+
 def test_library_edit_replans_its_jobs(workdir):
     """Rules list the zsdr modules they run: editing one re-plans exactly its jobs and their downstream.
 
@@ -209,3 +279,25 @@ def test_library_edit_replans_its_jobs(workdir):
     edit(workdir / "src" / "zsdr" / "tables" / "table1.py")
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     assert jobs == {"table1": 1, "all": 1} or jobs == {"table1": 1}
+
+
+def test_killed_training_job_resumes_to_identical_weights(workdir):
+    """SIGKILL the whole Snakemake process group half-way through a training, unlock, run the same
+    target again: it resumes from the last checkpoint and writes the same bytes as the full run."""
+    model = workdir / "models" / "trained" / "dpr"
+    reference = (model / "model.safetensors").read_bytes()
+    shutil.rmtree(model)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([SNAKEMAKE, "--cores", "1", "models/trained/dpr/config.json"], cwd=workdir, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    checkpoints = workdir / "models" / ".checkpoints" / "dpr"
+    deadline = time.time() + 600
+    while not list(checkpoints.glob("step-*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (model / "model.safetensors").exists(), "the training finished before it could be killed"
+    snakemake("--unlock", cwd=workdir)
+    snakemake("--cores", "1", "models/trained/dpr/config.json", cwd=workdir, timeout=600)
+    assert "resuming from" in (workdir / "logs" / "train" / "dpr.log").read_text()
+    assert (model / "model.safetensors").read_bytes() == reference

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from zsdr.data.formats import BeirCounts, BeirWriter, iter_jsonl, iter_qrels_tsv, iter_records, iter_trec_qrels, \
-    qrels_files
+    qrels_files, write_manifest
 from zsdr.io import DataError, open_lines, open_text
 
 log = logging.getLogger("zsdr.convert")
@@ -310,6 +310,36 @@ def convert_msmarco_triples(raw: str | os.PathLike, out: str | os.PathLike,
                 fh.write(json.dumps({"qid": f"q{qkey:016x}", "pos": [f"d{d:016x}" for d in pos_ids],
                                      "neg": {"triples": [f"d{d:016x}" for d in dict.fromkeys(neg_ids)]}}) + "\n")
     return _done("msmarco-triples", writer, qrels)
+
+
+def triples_to_beir(path: str | os.PathLike, out: str | os.PathLike, limit: int | None = None) -> BeirCounts:
+    """A triples file (``.tsv``, ``.tsv.gz``, or a ``.tar.gz``/``.zip`` holding one) -> BEIR + negatives.jsonl.
+
+    The training-side twin of :func:`convert_msmarco_triples` for a file anywhere (MS MARCO's
+    ``triples.train.small.tar.gz`` download, the mini source's ``triples.train.tsv``); writes
+    ``out/dataset.json`` last.
+    """
+    from zsdr.data.download import extract
+
+    path, out = Path(path), Path(out)
+    if not path.is_file():
+        raise DataError(path, None, "triples file not found", "download it (`zsdr fetch msmarco`) or fix the path")
+    if path.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.raw.", dir=out.parent))
+        try:
+            extract(path, scratch)
+            found = sorted(p for p in scratch.rglob("*") if p.is_file() and ".tsv" in p.name)
+            if not found:
+                raise DataError(path, None, "the archive holds no .tsv file", "pass the triples archive or file")
+            counts = convert_msmarco_triples(found[0].parent, out, triples=found[0].name, limit=limit)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        counts = convert_msmarco_triples(path.parent, out, triples=path.name, limit=limit)
+    write_manifest(out, counts, name=out.name, group="training", role="training",
+                   description=f"text triples of {path.name} with content-hash ids", sources=[str(path)])
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------

@@ -252,7 +252,10 @@ def _write_training_files(root: Path, docs: list[dict], train: list[tuple[str, s
                 pool = [d["id"] for d in docs if d["id"] != doc["id"] and d["id"] not in negs]
                 negs += [pool[i] for i in rng.choice(len(pool), size=k - len(negs), replace=False).tolist()]
             neg_fh.write(json.dumps({"qid": qid, "pos": [doc["id"]], "neg": {"bm25": negs}}) + "\n")
-            for did in negs[: cfg["triples_per_query"]]:
+            # like MS MARCO's triples.train.small, whose negatives are drawn from BM25's top 1000,
+            # the triples' negatives are drawn from the BM25 list, not its head
+            picks = sorted(rng.choice(len(negs), size=min(cfg["triples_per_query"], len(negs)), replace=False))
+            for did in (negs[int(i)] for i in picks):
                 tri_fh.write(f"{query}\t{text_of[doc['id']]}\t{text_of[did]}\n")
 
 

@@ -46,9 +46,9 @@ class CrossEncoder(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, head: str | None = None,
                         max_length: int | None = None) -> "CrossEncoder":
-        from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from zsdr.models.encoder import _quiet_transformers
+        from zsdr.models.encoder import _load_backbone, _quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
@@ -58,8 +58,8 @@ class CrossEncoder(nn.Module):
         with _quiet_transformers():
             if head == "cls":
                 model = AutoModelForSequenceClassification.from_pretrained(str(name_or_path), num_labels=1)
-            else:
-                model = AutoModel.from_pretrained(str(name_or_path))
+            else:  # without the (unused) pooler, so DDP sees no parameter without a gradient
+                model = _load_backbone(str(name_or_path))
         encoder = cls(model, tokenizer, head, max_length)
         if encoder.score is not None and (folder / HEAD_FILE).is_file():
             from safetensors.torch import load_file

@@ -425,6 +425,31 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
     return run
 
 
+def bm25_negatives(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, out: str | os.PathLike,
+                   split: str = "train", depth: int = 200, k1: float = 0.9, b: float = 0.4,
+                   language: str = "en", threads: int = 1) -> int:
+    """BM25 negatives for a dataset without triples: top ``depth`` of each judged query minus its positives.
+
+    Writes the hard-negatives JSON-lines shape ``{"qid", "pos": [...], "neg": {"bm25": [...]}}`` (rank
+    order) that the trainer reads; returns the number of queries written.
+    """
+    from zsdr.data.formats import read_qrels
+
+    qrels = read_qrels(dataset_dir, split)
+    queries = judged_queries(dataset_dir, split, qrels)
+    run = search(index_dir, queries, k1=k1, b=b, depth=depth, language=language, remove_query=True, threads=threads)
+    n = 0
+    with atomic_write(out) as fh:
+        for qid, judged in qrels.items():
+            pos = [d for d, g in judged.items() if g > 0]
+            negs = [d for d in run.get(qid, {}) if d not in judged or judged[d] <= 0]
+            if pos and negs:
+                fh.write(json.dumps({"qid": qid, "pos": pos, "neg": {"bm25": negs}}) + "\n")
+                n += 1
+    log.info("wrote %s: BM25 negatives of %d queries", out, n)
+    return n
+
+
 def _cmd_bm25(args: argparse.Namespace) -> int:
     rm3 = None
     if args.rm3:

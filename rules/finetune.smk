@@ -1,0 +1,188 @@
+# Fine-tuning: training data (triples, BM25 / ANCE negatives, teacher scores), cross-encoders,
+# and every recipe of config `recipes` through the one trainer (zsdr.training).
+
+
+rule triples_dataset:
+    """Text triples -> a BEIR folder with content-hash ids plus negatives.jsonl (system `triples`)."""
+    input:
+        triples=lambda wc: side_file(wc.source, "triples", "recipes"),
+        code=code("zsdr.data.convert", "zsdr.data.download", "zsdr.data.formats"),
+    output:
+        negatives=f"{DATA}/{{source}}-triples/negatives.jsonl",
+        manifest=f"{DATA}/{{source}}-triples/dataset.json",
+    log:
+        f"{LOGS}/data/triples_{{source}}.log",
+    wildcard_constraints:
+        source=alternation(TRIPLES_SOURCES),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    script:
+        "../workflow_scripts/triples_dataset.py"
+
+
+rule bm25_negatives:
+    """BM25 negatives mined with the sparse stage (a dataset without triples)."""
+    input:
+        data=lambda wc: dataset_marker(wc.source),
+        index=lambda wc: f"{INDEXES}/{wc.source}/lucene-flat",
+        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
+    output:
+        f"{DATA}/{{source}}/negatives/bm25.jsonl",
+    log:
+        f"{LOGS}/data/bm25_negatives_{{source}}.log",
+    conda:
+        "../envs/java.yaml"
+    threads: config["bm25"]["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.source}",
+        depth=TRAINING["bm25_negatives"],
+        bm25=config["bm25"],
+        language=lambda wc: language(wc.source),
+    script:
+        "../workflow_scripts/bm25_negatives.py"
+
+
+rule mine_negatives:
+    """ANCE refresh: the previous checkpoint retrieves top-k for the training queries; sample negatives."""
+    input:
+        data=lambda wc: dataset_marker(wc.source),
+        model=lambda wc: model_files(dense_model(previous_system(wc.run))),
+        shards=lambda wc: [
+            f"{EMBEDDINGS}/{wc.source}/{previous_system(wc.run)}/{s}"
+            for s in shards(wc.source)
+        ],
+        code=code("zsdr.retrieval", "zsdr.training.data", "zsdr.models.encoder"),
+    output:
+        f"{DATA}/{{source}}/negatives/{{run}}.jsonl",
+    log:
+        f"{LOGS}/data/mine_{{source}}_{{run}}.log",
+    wildcard_constraints:
+        run=alternation(ANCE_RUNS),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=32000,
+        runtime=240,
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: dense_model(previous_system(wc.run)),
+        options=lambda wc: encoder_options(previous_system(wc.run)),
+        dataset=lambda wc: f"{DATA}/{wc.source}",
+        mine=TRAINING["mine"],
+        seed=lambda wc: train_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["seed"]
+        + TRAIN_RUNS[wc.run][1],
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/mine_negatives.py"
+
+
+rule train_cross_encoder:
+    """A cross-encoder (teacher) trained with the one trainer."""
+    input:
+        lambda wc: spec_inputs(cross_encoder_spec(wc.name)),
+        code=code(*TRAINER_CODE, "zsdr.losses.contrastive", "zsdr.models.cross_encoder"),
+    output:
+        f"{MODELS}/cross-encoders/{{name}}/config.json",
+        f"{MODELS}/cross-encoders/{{name}}/training.json",
+    log:
+        f"{LOGS}/train/cross-encoder-{{name}}.log",
+    wildcard_constraints:
+        name=alternation(CROSS_ENCODERS),
+    conda:
+        DENSE_ENV
+    threads: TRAINING["threads"]
+    resources:
+        mem_mb=32000,
+        runtime=TRAINING["runtime"],
+        gpus=TRAINING["gpus"],
+    params:
+        spec=lambda wc: cross_encoder_spec(wc.name),
+        summary=lambda wc: spec_summary(
+            cross_encoder_spec(wc.name), launch_settings(CROSS_ENCODERS[wc.name])
+        ),
+        launch=lambda wc: launch_settings(CROSS_ENCODERS[wc.name]),
+    message:
+        "train cross-encoder {wildcards.name}: {params.summary}"
+    script:
+        "../workflow_scripts/train.py"
+
+
+rule teacher_scores:
+    """Teacher scores of every (query, candidate) pair of the training negatives."""
+    input:
+        model=f"{MODELS}/cross-encoders/{{name}}/config.json",
+        data=lambda wc: dataset_marker(wc.source),
+        negatives=lambda wc: training_data(
+            CROSS_ENCODERS[wc.name] | {"dataset": wc.source, "negatives": "hard"},
+            f"cross_encoders.{wc.name}",
+        )[1],
+        code=code(
+            "zsdr.training.teacher",
+            "zsdr.training.data",
+            "zsdr.training.tasks",
+            "zsdr.models.cross_encoder",
+            "zsdr.data.formats",
+        ),
+    output:
+        f"{DATA}/{{source}}/teacher/{{name}}.jsonl",
+    log:
+        f"{LOGS}/data/teacher_{{source}}_{{name}}.log",
+    wildcard_constraints:
+        name=alternation(CROSS_ENCODERS),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=16000,
+        runtime=TRAINING["runtime"],
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
+        dataset=lambda wc: f"{DATA}/{wc.source}",
+        max_candidates=lambda wc: CROSS_ENCODERS[wc.name].get("max_candidates"),
+        random_candidates=lambda wc: CROSS_ENCODERS[wc.name].get("random_candidates", 0),
+        seed=TRAINING["seed"],
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/teacher_scores.py"
+
+
+rule train:
+    """One training run of a recipe (one ANCE episode, or the whole DPR / KD / DR recipe)."""
+    input:
+        lambda wc: spec_inputs(train_spec(wc.run)),
+        code=lambda wc: code(
+            *TRAINER_CODE, LOSS_MODULES[RECIPES[TRAIN_RUNS[wc.run][0]]["loss"]]
+        ),
+    output:
+        f"{MODELS}/trained/{{run}}/config.json",
+        f"{MODELS}/trained/{{run}}/zsdr.json",
+        f"{MODELS}/trained/{{run}}/training.json",
+        f"{MODELS}/trained/{{run}}/loss.png",
+    log:
+        f"{LOGS}/train/{{run}}.log",
+    wildcard_constraints:
+        run=alternation(TRAIN_RUNS),
+    conda:
+        DENSE_ENV
+    threads: TRAINING["threads"]
+    resources:
+        mem_mb=32000,
+        runtime=TRAINING["runtime"],
+        gpus=lambda wc: TRAINING["gpus"]
+        * launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["processes"],
+    params:
+        spec=lambda wc: train_spec(wc.run),
+        summary=lambda wc: spec_summary(
+            train_spec(wc.run), launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]])
+        ),
+        launch=lambda wc: launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]]),
+    message:
+        "train {wildcards.run}: {params.summary}"
+    script:
+        "../workflow_scripts/train.py"

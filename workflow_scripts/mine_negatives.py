@@ -1,0 +1,8 @@
+from zsdr.logs import setup_logging
+from zsdr.retrieval.mine import mine_negatives
+
+setup_logging(snakemake.log[0])
+p = snakemake.params
+mine_negatives(p.model, p.dataset, snakemake.input.shards, snakemake.output[0], depth=p.mine["depth"],
+               sample=p.mine["sample"], seed=p.seed, batch_size=p.mine["batch_size"], device=p.dense["device"],
+               precision=p.dense["precision"], **p.options)

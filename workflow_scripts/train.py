@@ -1,0 +1,10 @@
+import torch
+
+from zsdr.logs import setup_logging
+from zsdr.training.recipes import launch
+
+setup_logging(snakemake.log[0])
+torch.set_num_threads(snakemake.threads)
+p = snakemake.params
+launch(p.spec, processes=p.launch["processes"], nodes=p.launch["nodes"], launcher=p.launch["launcher"],
+       log_file=snakemake.log[0])
