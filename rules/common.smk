@@ -420,3 +420,10 @@ def previous_system(run):
     """The system whose model mines the negatives of an ANCE run: the last episode or the init recipe."""
     name, k = TRAIN_RUNS[run]
     return RECIPES[name]["init"] if k == 1 else f"{name}-ep{k - 1}"
+
+
+# Resolve every training spec now, so a config mistake stops any command with the key to fix.
+for _run in TRAIN_RUNS:
+    train_spec(_run)
+for _name in CROSS_ENCODERS:
+    cross_encoder_spec(_name)

@@ -74,7 +74,10 @@ rule mine_negatives:
         model=lambda wc: dense_model(previous_system(wc.run)),
         options=lambda wc: encoder_options(previous_system(wc.run)),
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        mine=TRAINING["mine"],
+        mine=lambda wc: {
+            **TRAINING["mine"],
+            **RECIPES[TRAIN_RUNS[wc.run][0]].get("mine", {}),
+        },
         seed=lambda wc: train_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["seed"]
         + TRAIN_RUNS[wc.run][1],
         dense=config["dense"],

@@ -371,3 +371,21 @@ def test_malformed_line_names_file_and_line(tmp_path, out, fixture, rel, line, b
     assert f"{path.name}:{line}:" in str(info.value)
     assert not out.exists()
     assert not out.parent.exists() or list(out.parent.iterdir()) == []
+
+
+def test_triples_to_beir_reads_an_archive_and_marks_the_folder_done(tmp_path, out):
+    import tarfile
+
+    from zsdr.data.convert import triples_to_beir
+
+    archive = tmp_path / "triples.train.small.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(FIX / "msmarco_triples" / "triples.train.small.tsv", arcname="triples.train.small.tsv")
+    counts = triples_to_beir(archive, out)
+    plain = convert_msmarco_triples(FIX / "msmarco_triples", tmp_path / "plain")
+    assert counts.as_dict() == plain.as_dict()
+    assert (out / "negatives.jsonl").read_text() == (tmp_path / "plain" / "negatives.jsonl").read_text()
+    assert json.loads((out / "dataset.json").read_text())["role"] == "training"
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]     # the scratch folder is gone
+    with pytest.raises(DataError, match="not found"):
+        triples_to_beir(tmp_path / "missing.tsv", tmp_path / "x")

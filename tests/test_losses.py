@@ -10,7 +10,7 @@ from zsdr.losses.margin_mse import margin_mse
 
 
 def close(t, value):
-    assert float(t) == pytest.approx(value, abs=1e-6)
+    assert float(t.detach()) == pytest.approx(value, abs=1e-6)
 
 
 def test_pairwise_nll_one_negative():

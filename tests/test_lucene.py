@@ -249,3 +249,13 @@ def test_scifact_matches_pyserini(shared_data, tmp_path, fields, expected):
         pytest.skip(f"{dataset} not present")
     run = lucene.bm25_run(dataset, "test", tmp_path / "run.trec", fields=fields, threads=2)
     assert _ndcg10(read_qrels(dataset, "test"), run) == pytest.approx(expected, abs=0.002)
+
+
+def test_bm25_negatives_are_top_hits_minus_every_judged_positive(tiny, flat, tmp_path):
+    out = tmp_path / "neg.jsonl"
+    n = lucene.bm25_negatives(tiny, flat, out, split="test", depth=5)
+    rows = {r["qid"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert n == len(rows) and set(rows) <= {"q1", "q2", "q3"}
+    q2 = rows["q2"]
+    assert q2["pos"] == ["s1", "p1"] and "s2" in q2["neg"]["bm25"]          # s2 mentions solar, not judged
+    assert not {"s1", "p1"} & set(q2["neg"]["bm25"]) and len(q2["neg"]["bm25"]) <= 5

@@ -73,7 +73,15 @@ def test_training_files(mini):
         assert len(rec["neg"]["bm25"]) == 20 and not set(rec["neg"]["bm25"]) & set(rec["pos"])
         assert set(rec["neg"]["bm25"]) <= set(corpus)
     triples = (root / "mini-source" / "triples.train.tsv").read_text().splitlines()
-    assert len(triples) == 300 * 2 and all(len(t.split("\t")) == 3 for t in triples)
+    k = small_config()["triples_per_query"]
+    assert len(triples) == 300 * k and all(len(t.split("\t")) == 3 for t in triples)
+    # like MS MARCO's triples, negatives are drawn from the whole BM25 list, not only its head
+    rank = {}
+    for rec in negs:
+        for r, did in enumerate(rec["neg"]["bm25"]):
+            rank.setdefault(corpus[did]["text"], []).append(r)
+    ranks = [min(rank[t.split("\t")[2]]) for t in triples]
+    assert max(ranks) >= k and all(r < 20 for r in ranks)
 
 
 def test_essential_units_are_exact(mini):

@@ -180,3 +180,16 @@ def test_two_gloo_processes_match_one_process(tiny):
     assert json.loads((Path(two["out"]) / "training.json").read_text())["processes"] == 2
     wa, wb = weights(one["out"]), weights(two["out"])
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+
+
+def test_gradient_accumulation_equals_the_larger_batch(tiny):
+    """Pairwise NLL over own negatives: 2 micro-batches of 4 make the same update as one batch of 8."""
+    one, one_path = spec(tiny, "acc1", loss="pairwise_nll", train={"batch_size": 8, "max_steps": 6})
+    two, two_path = spec(tiny, "acc2", loss="pairwise_nll", train={"batch_size": 4, "grad_accum": 2, "max_steps": 6})
+    for path in (one_path, two_path):
+        proc = train_cli(path)
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    for ra, rb in zip(losses(one["out"]), losses(two["out"])):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
+    wa, wb = weights(one["out"]), weights(two["out"])
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)

@@ -122,6 +122,25 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
             assert part in plan[run], (run, part, plan[run])
 
 
+def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["recipes"]["dpr"]["negatives"] = "bm25"          # a source without triples: mine with the sparse stage
+    path = tmp_path / "bm25.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(snakemake("-n", "--forceall", "models/trained/dpr/config.json", "--configfile", str(path)).stdout)
+    assert jobs.get("bm25_negatives") == 1 and jobs.get("lucene_index") == 1 and "triples_dataset" not in jobs, jobs
+    cfg["recipes"]["dpr"]["negatives"] = "triples"
+    cfg["recipes"]["kd"]["teacher"] = "no-such-teacher"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "results/table1.csv", "--configfile", str(path), check=False)
+    assert proc.returncode != 0 and "recipes.kd.teacher: 'no-such-teacher'" in proc.stdout + proc.stderr
+    cfg["recipes"]["kd"]["teacher"] = "tiny-cross-encoder"
+    cfg["recipes"]["ance"]["init"] = "tiny-roberta"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = snakemake("-n", "results/table1.csv", "--configfile", str(path), check=False)
+    assert proc.returncode != 0 and "recipes.ance.init" in proc.stdout + proc.stderr
+
+
 def test_paper_config_lists_every_registry_dataset():
     cfg = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
     named = {cfg["datasets"]["source"], *cfg["datasets"]["targets"], *cfg["datasets"]["extra"]}
