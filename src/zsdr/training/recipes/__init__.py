@@ -113,7 +113,9 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
 
 
 def cmd_train(args) -> int:
-    spec = json.loads(Path(args.spec).read_text())
+    from zsdr.io import read_json
+
+    spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes)")
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
     return 0
 
