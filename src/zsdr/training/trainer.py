@@ -17,6 +17,7 @@ else:
   steps. The data position is the step itself: the order of epoch ``e`` is a seeded permutation
   and every example draws its negatives from ``(seed, epoch, index)``, so a resumed run sees the
   batches an uninterrupted one would have seen and ends with bit-identical weights on CPU;
+* the next batch is sampled and tokenised on a worker thread while the current step runs;
 * a metrics log (``train_log.jsonl``: step, epoch, loss, learning rate, gradient norm, examples
   per second), a loss-curve PNG and a progress bar.
 
@@ -34,6 +35,7 @@ import math
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,14 +252,26 @@ class Trainer:
         window_loss, window_n, examples = 0.0, 0, 0
         step = start
         unwrapped = acc.unwrap_model(model)
+        last_micro = self.total * cfg.grad_accum
+
+        def fetch(micro: int):
+            idx, ep = self.indices(micro)
+            return unwrapped.make_batch(idx, ep), ep
+
+        # One batch ahead on a worker thread: sampling and tokenising overlap the step. Batches are
+        # pure functions of the step, so the prefetch changes no result.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zsdr-batches")
+        pending = pool.submit(fetch, start * cfg.grad_accum) if start < self.total else None
         try:
             while step < self.total:
                 step_loss = torch.zeros((), device=acc.device)
                 logs_acc: dict[str, float] = {}
                 epoch = 0
                 for m in range(cfg.grad_accum):
-                    idx, epoch = self.indices(step * cfg.grad_accum + m)
-                    batch = _to(unwrapped.make_batch(idx, epoch), acc.device)
+                    micro = step * cfg.grad_accum + m
+                    raw, epoch = pending.result()
+                    pending = pool.submit(fetch, micro + 1) if micro + 1 < last_micro else None
+                    batch = _to(raw, acc.device)
                     sync = contextlib.nullcontext() if m == cfg.grad_accum - 1 else acc.no_sync(model)
                     with sync:
                         loss, logs = model(batch)
@@ -296,6 +310,7 @@ class Trainer:
                     return None
         finally:
             bar.close()
+            pool.shutdown(wait=True, cancel_futures=True)
         acc.wait_for_everyone()
         if acc.is_main_process:
             with atomic_dir(self.out_dir) as tmp:
