@@ -353,13 +353,9 @@ def cross_encoder_spec(name):
 
 def spec_inputs(spec):
     """Dataset marker, negatives, teacher scores and initial model of a training spec."""
-    data = spec["dataset"]
-    marker = (
-        f"{data}/dataset.json"
-        if not data.endswith("-triples")
-        else f"{data}/negatives.jsonl"
+    files = [f"{spec['dataset']}/dataset.json", spec["negatives"]] + model_files(
+        spec["init"]
     )
-    files = [marker, spec["negatives"]] + model_files(spec["init"])
     return files + ([spec["teacher"]] if spec["teacher"] else [])
 
 

@@ -212,8 +212,9 @@ def test_forward_is_differentiable(tiny):
     enc = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", similarity="cosine")
     enc.train()
     feats = enc.tokenize_queries(["w1 w2 w3", "Alpha"])
-    ids = enc._pad(feats["input_ids"], enc.tokenizer.pad_token_id)
-    mask = (ids != enc.tokenizer.pad_token_id).long()
+    batch = enc.collate(feats)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert mask.tolist() == (ids != enc.tokenizer.pad_token_id).long().tolist()
     out = enc(ids, mask)
     assert out.requires_grad and out.shape == (2, 32)
     out.sum().backward()

@@ -392,12 +392,25 @@ class Encoder(nn.Module):
         return out
 
     # ------------------------------------------------------------------------------ encoding
-    def _pad(self, rows: list[list[int]], value: int) -> torch.Tensor:
-        width = max(len(r) for r in rows)
-        out = np.full((len(rows), width), value, dtype=np.int64)
-        for i, r in enumerate(rows):
-            out[i, :len(r)] = r
-        return torch.from_numpy(out)
+    def collate(self, features: dict[str, list[list[int]]], rows: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """Right-padded ``input_ids``, ``attention_mask`` (and ``token_type_ids``) CPU tensors of
+        tokenised ``features`` (``rows`` picks and orders a subset), ready for :meth:`forward`."""
+        ids = features["input_ids"]
+        rows = range(len(ids)) if rows is None else rows
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        width = max(len(ids[i]) for i in rows)
+        out = {"input_ids": np.full((len(rows), width), pad_id, dtype=np.int64),
+               "attention_mask": np.zeros((len(rows), width), dtype=np.int64)}
+        types = features.get("token_type_ids")
+        if types is not None:
+            out["token_type_ids"] = np.zeros((len(rows), width), dtype=np.int64)
+        for j, i in enumerate(rows):
+            n = len(ids[i])
+            out["input_ids"][j, :n] = ids[i]
+            out["attention_mask"][j, :n] = 1
+            if types is not None:
+                out["token_type_ids"][j, :n] = types[i]
+        return {k: torch.from_numpy(v) for k, v in out.items()}
 
     def encode_tokenized(self, features: dict[str, list[list[int]]], batch_size: int = 64,
                          device: str | torch.device | None = None, precision: str | None = None,
@@ -415,8 +428,6 @@ class Encoder(nn.Module):
         if self.device != target:
             self.to(target)
         amp = autocast_dtype(target, precision or self.precision)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        types = features.get("token_type_ids")
         lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=n)
         order = np.argsort(-lengths, kind="stable")  # longest first: padding stays within similar lengths
         # Results stay on the device until the end: one transfer, no synchronisation per batch.
@@ -428,12 +439,7 @@ class Encoder(nn.Module):
             with torch.inference_mode():
                 for start in range(0, n, batch_size):
                     idx = order[start:start + batch_size]
-                    input_ids = self._pad([ids[i] for i in idx], pad_id)
-                    mask = (torch.arange(input_ids.shape[1])[None, :] < torch.from_numpy(lengths[idx])[:, None]).long()
-                    batch = {"input_ids": input_ids.to(target, non_blocking=True),
-                             "attention_mask": mask.to(target, non_blocking=True)}
-                    if types is not None:
-                        batch["token_type_ids"] = self._pad([types[i] for i in idx], 0).to(target, non_blocking=True)
+                    batch = {k: v.to(target, non_blocking=True) for k, v in self.collate(features, idx).items()}
                     ctx = torch.autocast(device_type=target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
                     with ctx:
                         emb = self(**batch)

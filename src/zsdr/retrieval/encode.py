@@ -251,9 +251,9 @@ def write_query_embeddings(out_dir: str | os.PathLike, ids: Sequence[str], emb: 
 
 def encode_judged_queries(encoder: Encoder, dataset_dir: str | os.PathLike, split: str, batch_size: int = 64,
                           device: str | None = None, precision: str | None = None,
-                          show_progress: bool = False) -> tuple[list[str], np.ndarray]:
-    """``(ids, embeddings)`` of the judged queries of ``split``, in qrels order."""
-    queries = judged_queries(dataset_dir, split)
+                          show_progress: bool = False, qrels: dict | None = None) -> tuple[list[str], np.ndarray]:
+    """``(ids, embeddings)`` of the judged queries of ``split`` (``qrels``: that split, when already read)."""
+    queries = judged_queries(dataset_dir, split, qrels)
     emb = encoder.encode_queries(list(queries.values()), batch_size=batch_size, device=device,
                                  show_progress=show_progress, precision=precision)
     return list(queries), np.asarray(emb)

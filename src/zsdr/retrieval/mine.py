@@ -51,9 +51,10 @@ def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str |
     from zsdr.retrieval.search import search_shards
 
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
-    q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress)
+    qrels = read_qrels(dataset, split)
+    q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress, qrels)
     run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress)
-    examples = sample_negatives(run, read_qrels(dataset, split), sample, seed)
+    examples = sample_negatives(run, qrels, sample, seed)
     write_negatives(out, examples, system)
     stats = {"queries": len(q_ids), "with_negatives": len(examples),
              "mean_negatives": float(np.mean([len(e.negatives) for e in examples])) if examples else 0.0}

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import torch
 
-from zsdr.data.formats import iter_jsonl, read_corpus, read_qrels, read_queries
+from zsdr.data.formats import iter_jsonl, qrels_files, read_corpus, read_qrels, read_queries
 from zsdr.io import DataError, atomic_write, open_raw
 
 
@@ -141,10 +140,7 @@ class TrainingSet:
                                 "score the training pairs with the teacher first (or check the ids match)")
         self.queries = read_queries(self.dataset)
         self.corpus = read_corpus(self.dataset)
-        try:
-            qrels = read_qrels(self.dataset, split)
-        except DataError:
-            qrels = {}
+        qrels = read_qrels(self.dataset, split) if split in qrels_files(self.dataset) else {}
         self.relevant = {q: {d for d, g in row.items() if g > 0} for q, row in qrels.items()}
         kept = []
         for ex in examples:
@@ -180,19 +176,3 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The example order of an epoch: a seeded permutation."""
     return np.random.default_rng([seed, 1_000_003, epoch]).permutation(n)
 
-
-def pad(rows: list[list[int]], pad_id: int, types: list[list[int]] | None = None) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids``/``attention_mask`` (and ``token_type_ids``) tensors."""
-    width = max(len(r) for r in rows)
-    ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), width), dtype=np.int64)
-    for i, r in enumerate(rows):
-        ids[i, :len(r)] = r
-        mask[i, :len(r)] = 1
-    out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
-    if types is not None:
-        tt = np.zeros((len(rows), width), dtype=np.int64)
-        for i, r in enumerate(types):
-            tt[i, :len(r)] = r
-        out["token_type_ids"] = torch.from_numpy(tt)
-    return out

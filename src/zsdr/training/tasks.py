@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from zsdr.models.encoder import Encoder
-from zsdr.training.data import TrainingSet, pad
+from zsdr.training.data import TrainingSet
 from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
 
 LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
@@ -45,10 +45,25 @@ def set_dropout(model: nn.Module, p: float | None) -> None:
             m.dropout_prob = p
 
 
-class BiEncoderTask(nn.Module):
+class Task(nn.Module):
+    """What the trainer needs of a task besides ``forward``: the examples, sampled ``negatives``
+    per query with ``seed``; subclasses add ``make_batch`` and ``save``."""
+
+    def __init__(self, data: TrainingSet, negatives: int, seed: int):
+        super().__init__()
+        self.data = data
+        self.negatives = int(negatives)
+        self.seed = int(seed)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.data)
+
+
+class BiEncoderTask(Task):
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
                  seed: int = 42):
-        super().__init__()
+        super().__init__(data, negatives, seed)
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
         if negatives < 1 and loss != "contrastive":
@@ -56,15 +71,8 @@ class BiEncoderTask(nn.Module):
         if loss == "margin_mse" and data.teacher is None:
             raise ValueError("margin_mse needs teacher scores")
         self.encoder = encoder
-        self.data = data
         self.loss_name = loss
-        self.negatives = int(negatives)
         self.scale = float(scale)
-        self.seed = int(seed)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.data)
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
@@ -74,11 +82,8 @@ class BiEncoderTask(nn.Module):
             qids.append(ex.qid)
             queries.append(data.queries[ex.qid])
             doc_ids.extend([pos, *negs])
-        pad_id = enc.tokenizer.pad_token_id if enc.tokenizer.pad_token_id is not None else 0
-        q = enc.tokenize_queries(queries)
-        d = enc.tokenize_docs([data.corpus[did] for did in doc_ids])
-        batch = {"q": pad(q["input_ids"], pad_id, q.get("token_type_ids")),
-                 "d": pad(d["input_ids"], pad_id, d.get("token_type_ids")),
+        batch = {"q": enc.collate(enc.tokenize_queries(queries)),
+                 "d": enc.collate(enc.tokenize_docs([data.corpus[did] for did in doc_ids])),
                  "qids": qids, "doc_ids": doc_ids}
         if self.loss_name == "margin_mse":
             group = 1 + self.negatives
@@ -117,20 +122,13 @@ class BiEncoderTask(nn.Module):
         return self.encoder.save_pretrained(directory)
 
 
-class CrossEncoderTask(nn.Module):
+class CrossEncoderTask(Task):
     """A :class:`~zsdr.models.cross_encoder.CrossEncoder` trained with a softmax over each query's
     positive and sampled negatives (localised contrastive estimation)."""
 
     def __init__(self, model, data: TrainingSet, negatives: int = 7, seed: int = 42):
-        super().__init__()
+        super().__init__(data, negatives, seed)
         self.model = model
-        self.data = data
-        self.negatives = int(negatives)
-        self.seed = int(seed)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.data)
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         firsts, seconds = [], []

@@ -12,7 +12,6 @@ import contextlib
 import json
 import logging
 import os
-from pathlib import Path
 
 import torch
 

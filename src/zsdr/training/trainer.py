@@ -36,7 +36,7 @@ import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,6 @@ class TrainConfig:
     seed: int = 42
     save_every: int = 500
     log_every: int = 10
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -95,9 +94,10 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
-        return cls(**{k: v for k, v in data.items() if k in known},
-                   extra={k: v for k, v in data.items() if k not in known})
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown training settings {unknown} (known: {', '.join(cls.__dataclass_fields__)})")
+        return cls(**data)
 
 
 def mixed_precision(precision: str, cuda: bool) -> str:
@@ -355,10 +355,6 @@ def _to(batch: Any, device: torch.device) -> Any:
     if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
         return type(batch)(_to(v, device) for v in batch)
     return batch
-
-
-def read_log(path: str | os.PathLike) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def plot_losses(records: list[dict], out: str | os.PathLike, title: str = "") -> None:
