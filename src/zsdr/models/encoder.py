@@ -326,12 +326,15 @@ class Encoder(nn.Module):
         return pooled
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+                token_type_ids: torch.Tensor | None = None,
+                return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Pooled vectors; with ``return_hidden`` also the last-layer token states (BERM's units)."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         hidden = self.backbone(**kwargs).last_hidden_state
-        return self.pool(hidden, attention_mask)
+        pooled = self.pool(hidden, attention_mask)
+        return (pooled, hidden) if return_hidden else pooled
 
     # ---------------------------------------------------------------------------- tokenising
     def _uses_token_types(self) -> bool:

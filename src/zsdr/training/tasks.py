@@ -1,4 +1,5 @@
-"""What a training step computes: bi-encoder and cross-encoder tasks for :class:`~zsdr.training.trainer.Trainer`.
+"""What a training step computes: bi-encoder, cross-encoder and reader tasks for
+:class:`~zsdr.training.trainer.Trainer`.
 
 A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises the examples,
 ``forward(batch)`` returns ``(loss, logs)``, ``save(directory)`` writes the model.
@@ -18,11 +19,14 @@ cosine similarities need a temperature, e.g. DDR's 20).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from zsdr.data.formats import iter_jsonl, read_corpus, read_qrels, read_queries
+from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
 from zsdr.training.data import TrainingSet
 from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
@@ -62,7 +66,7 @@ class Task(nn.Module):
 
 class BiEncoderTask(Task):
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
-                 seed: int = 42):
+                 seed: int = 42, berm=None):
         super().__init__(data, negatives, seed)
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -73,6 +77,7 @@ class BiEncoderTask(Task):
         self.encoder = encoder
         self.loss_name = loss
         self.scale = float(scale)
+        self.berm = berm  # a zsdr.training.berm.BermTerm added to the loss, or None
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
@@ -90,12 +95,20 @@ class BiEncoderTask(Task):
             batch["teacher"] = torch.tensor(
                 [[data.teacher[q][doc_ids[j * group + c]] for c in range(group)] for j, q in enumerate(qids)],
                 dtype=torch.float32)
+        if self.berm is not None:
+            group = 1 + self.negatives
+            pids = doc_ids[::group]
+            batch["berm"] = self.berm.batch(enc, qids, pids, [data.corpus[p] for p in pids],
+                                            width=batch["d"]["input_ids"].shape[1])
         return batch
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
         q = self.encoder(**batch["q"])
-        d = self.encoder(**batch["d"])
         n, group = q.shape[0], 1 + self.negatives
+        if self.berm is None:
+            d = self.encoder(**batch["d"])
+        else:
+            d, hidden = self.encoder(**batch["d"], return_hidden=True)
         own = torch.einsum("nd,nkd->nk", q.float(), d.float().view(n, group, -1))
         logs = {"accuracy": float((own.argmax(dim=1) == 0).float().mean())}
         if self.loss_name == "pairwise_nll":
@@ -116,6 +129,10 @@ class BiEncoderTask(Task):
             targets = offset + torch.arange(n, device=q.device) * group
             mask = relevance_mask([self.data.relevant.get(qid, set()) for qid in batch["qids"]], all_ids).to(q.device)
             loss = contrastive(q, all_d, targets, mask, self.scale)
+        if self.berm is not None:
+            extra, berm_logs = self.berm.loss(q, d[::group], hidden[::group], batch["berm"])
+            logs.update(berm_logs, task_loss=float(loss.detach()))
+            loss = loss + extra
         return loss, logs
 
     def save(self, directory: str | os.PathLike) -> Path:
@@ -153,3 +170,97 @@ class CrossEncoderTask(Task):
 def passage_text(doc: dict) -> str:
     """The passage side of a cross-encoder pair: title and text joined by a space."""
     return f"{doc.get('title') or ''} {doc['text']}".strip()
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The answer of one (query, positive) pair of a ``units.jsonl`` file (``line``: where it is)."""
+
+    qid: str
+    doc_id: str
+    answer: str
+    answer_start: int
+    line: int
+
+
+@dataclass(frozen=True)
+class ReaderExample:
+    question: str
+    passage: str
+    answer_start: int
+    answer: str
+
+
+def read_units(path: str | os.PathLike) -> list[Unit]:
+    """The answers of a ``units.jsonl`` file (:mod:`zsdr.data.mini` writes one line per (query,
+    positive): ``query-id``, ``corpus-id``, ``answer`` and ``answer_start``, the answer's character
+    offset in the passage text; sentence fields are not read here)."""
+    path = Path(path)
+    fix = 'write {"query-id": "q1", "corpus-id": "d7", "answer": "blue", "answer_start": 42, ...}'
+    out = []
+    for line, obj in iter_jsonl(path):
+        missing = [k for k in ("query-id", "corpus-id", "answer", "answer_start") if k not in obj]
+        if missing:
+            raise DataError(path, line, f"missing {', '.join(repr(k) for k in missing)}", fix)
+        answer, start = obj["answer"], obj["answer_start"]
+        if not isinstance(answer, str) or not answer:
+            raise DataError(path, line, '"answer" must be a non-empty string', fix)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise DataError(path, line, f'"answer_start" must be a character offset >= 0, got {start!r}', fix)
+        out.append(Unit(str(obj["query-id"]), str(obj["corpus-id"]), answer, start, line))
+    if not out:
+        raise DataError(path, None, "no units", "the file is empty")
+    return out
+
+
+def reader_examples(dataset: str | os.PathLike, units: str | os.PathLike, split: str = "train",
+                    max_examples: int | None = None) -> list[ReaderExample]:
+    """(question, passage text, answer) of the ``units`` pairs whose query belongs to ``split`` of
+    the BEIR folder ``dataset`` (its qrels decide, so dev and test pairs never train a reader)."""
+    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    split_queries = set(read_qrels(dataset, split))
+    out = []
+    for u in read_units(units):
+        if u.qid not in split_queries:
+            continue
+        if u.qid not in queries or u.doc_id not in corpus:
+            raise DataError(units, u.line, f"pair ({u.qid!r}, {u.doc_id!r}) is not in {dataset}",
+                            "train with the dataset the units were written for")
+        text = corpus[u.doc_id]["text"]
+        if text[u.answer_start:u.answer_start + len(u.answer)] != u.answer:
+            raise DataError(units, u.line, f"answer {u.answer!r} is not at character {u.answer_start} of the text "
+                            f"of {u.doc_id!r}", "answer_start counts characters of the corpus `text` field")
+        out.append(ReaderExample(queries[u.qid], text, u.answer_start, u.answer))
+    if not out:
+        raise DataError(units, None, f"no unit belongs to a {split} query of {dataset}",
+                        f"check the query ids against {Path(dataset) / 'qrels' / f'{split}.tsv'}")
+    return out[:max_examples] if max_examples else out
+
+
+class ReaderTask(nn.Module):
+    """A :class:`~zsdr.models.reader.Reader` trained on answer spans: the mean of the start- and
+    end-position cross-entropies (SQuAD's loss); ``accuracy`` is the fraction of exact starts."""
+
+    def __init__(self, reader, examples: list[ReaderExample]):
+        super().__init__()
+        self.reader = reader
+        self.examples = examples
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.examples)
+
+    def make_batch(self, indices: list[int], epoch: int) -> dict:
+        exs = [self.examples[i] for i in indices]
+        return self.reader.features([e.question for e in exs], [e.passage for e in exs],
+                                    [e.answer_start for e in exs], [e.answer for e in exs])
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        targets = ("start_positions", "end_positions")
+        start, end = self.reader(**{k: v for k, v in batch.items() if k not in targets})
+        ce = nn.functional.cross_entropy
+        loss = (ce(start, batch["start_positions"]) + ce(end, batch["end_positions"])) / 2
+        return loss, {"accuracy": float((start.argmax(dim=1) == batch["start_positions"]).float().mean())}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        return self.reader.save_pretrained(directory)

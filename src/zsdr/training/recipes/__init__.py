@@ -5,14 +5,17 @@ resolved by the workflow into paths): :func:`run_spec` trains it in this process
 ``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
 ``accelerate launch`` start once per process for multi-GPU and multi-node runs.
 
-Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder``), ``init`` (model
-folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives`` (negatives
-file), ``systems`` (which negative systems of that file; null = all), ``teacher`` (teacher-score
-file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
+Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader``),
+``init`` (model folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives``
+(negatives file; readers have none), ``systems`` (which negative systems of that file; null = all),
+``teacher`` (teacher-score file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
 fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
 ``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
-overrides), ``loss``, ``negatives_per_query``, ``scale``; cross-encoders ``max_length`` and
-``negatives_per_query``.
+overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
+term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
+``double_softmax``); cross-encoders ``max_length`` and
+``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
+which only the pairs of the dataset's ``train`` qrels are used).
 """
 
 from __future__ import annotations
@@ -27,13 +30,14 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bi_encoder", "cross_encoder")
+KINDS = ("bi_encoder", "cross_encoder", "reader")
 
 
 def _fingerprint(spec: dict) -> str:
     from zsdr.training.trainer import fingerprint_of
 
-    files = [spec[k] for k in ("negatives", "teacher") if spec.get(k)]
+    files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
+    files += [spec["berm"]["labels"]] if (spec.get("berm") or {}).get("labels") else []
     files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
     init = Path(spec["init"])
     if init.is_dir():
@@ -54,6 +58,15 @@ def build_task(spec: dict):
         raise ValueError(f"recipe kind {kind!r}: expected one of {', '.join(KINDS)}")
     seed = int(spec["train"].get("seed", 42))
     torch.manual_seed(seed)
+    if kind == "reader":
+        from zsdr.models.reader import Reader
+        from zsdr.training.tasks import ReaderTask, reader_examples
+
+        reader = Reader.from_pretrained(spec["init"], max_length=spec.get("max_length", 384))
+        set_dropout(reader.model, spec.get("dropout"))
+        reader.train()
+        examples = reader_examples(spec["dataset"], spec["units"], max_examples=spec.get("max_examples"))
+        return ReaderTask(reader, examples)
     data = TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
                        max_examples=spec.get("max_examples"))
     if kind == "cross_encoder":
@@ -69,8 +82,13 @@ def build_task(spec: dict):
     encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))
     set_dropout(encoder.backbone, spec.get("dropout"))
     encoder.train()
+    berm = None
+    if spec.get("berm"):
+        from zsdr.training.berm import BermConfig, BermTerm
+
+        berm = BermTerm(BermConfig.from_dict(spec["berm"]))
     return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed)
+                         scale=spec.get("scale", 1.0), seed=seed, berm=berm)
 
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
@@ -82,7 +100,8 @@ def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop
     trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
                       fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
                       info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec["dataset"],
-                            "negatives": spec["negatives"], "teacher": spec.get("teacher"),
+                            "negatives": spec.get("negatives"), "units": spec.get("units"),
+                            "teacher": spec.get("teacher"),
                             "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query")})
     return trainer.train()
 

@@ -1,0 +1,93 @@
+"""BERM's semantic units: sentences of a passage and the tokens each one covers.
+
+A passage is split into sentence *units* (``syntok``; character spans into the passage text).
+When the encoder tokenises a document, :func:`tokenize_with_units` maps those character spans onto
+token positions of exactly the sequence the encoder sees (title, prefix and special tokens
+included), so a unit's embedding is the mean of the last-layer states of precisely its tokens.
+Works for any fast tokenizer with offsets (BERT WordPiece, RoBERTa byte-level BPE, ...).
+
+Units are defined in character space so that the labelling stage (which never sees the encoder's
+tokenizer) and the training step (which does) agree on them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Character ``(start, end)`` of every sentence of ``text`` (syntok), in order, non-empty."""
+    from syntok import segmenter
+
+    spans = []
+    for paragraph in segmenter.analyze(text):
+        for sentence in paragraph:
+            tokens = [t for t in sentence if t.value]
+            if not tokens:
+                continue
+            start, end = tokens[0].offset, tokens[-1].offset + len(tokens[-1].value)
+            if end > start:
+                spans.append((start, end))
+    return spans
+
+
+def sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in sentence_spans(text)]
+
+
+def _doc_strings(encoder, doc: dict) -> tuple[str, str | None, int]:
+    """What the encoder tokenises for ``doc``: (first sequence, second sequence, where the text starts
+    in the sequence that holds it)."""
+    cfg = encoder.config
+    title, text = doc.get("title") or "", doc.get("text") or ""
+    if cfg.doc_format == "title_space_text":
+        joined = f"{title} {text}".strip()
+        # where the text's first character landed once the joined string was stripped
+        start = len(title.lstrip()) + 1 if title.strip() else -(len(text) - len(text.lstrip()))
+        return cfg.doc_prefix + joined, None, len(cfg.doc_prefix) + start
+    if cfg.doc_format == "text":
+        return cfg.doc_prefix + text, None, len(cfg.doc_prefix)
+    if cfg.doc_format == "title_sep_text":
+        return cfg.doc_prefix + title, text, 0
+    raise ValueError(f"BERM units need the passage text's character offsets; doc_format {cfg.doc_format!r} joins "
+                     "title and text at the token level: use title_space_text, title_sep_text or text")
+
+
+def tokenize_with_units(encoder, docs: Sequence[dict], units: Sequence[Sequence[tuple[int, int]] | None]
+                        ) -> tuple[dict[str, list[list[int]]], list[list[tuple[int, int] | None]]]:
+    """Tokenise ``docs`` as ``encoder.tokenize_docs`` does and return each document's unit token spans.
+
+    ``units[i]``: character spans into ``docs[i]["text"]`` (``None``: segment it now with syntok).
+    Returns ``(features, spans)``: ``features`` equals ``encoder.tokenize_docs(docs)``; ``spans[i][j]``
+    is the ``(start, end)`` token positions (end exclusive) of unit ``j`` of document ``i``, or
+    ``None`` where truncation removed the unit.
+    """
+    tok = encoder.tokenizer
+    if not getattr(tok, "is_fast", False):
+        raise ValueError(f"BERM units need a fast tokenizer (offsets); {type(tok).__name__} is not one")
+    features = encoder.tokenize_docs(list(docs))
+    out = []
+    for i, doc in enumerate(docs):
+        first, second, shift = _doc_strings(encoder, doc)
+        enc = tok(first, second, add_special_tokens=True, truncation=True, max_length=encoder.config.doc_max_length,
+                  return_offsets_mapping=True)
+        if enc["input_ids"] != features["input_ids"][i]:  # pragma: no cover - guards the contract
+            raise RuntimeError("tokenising with offsets gave other ids than Encoder.tokenize_docs")
+        spans = units[i] if units[i] is not None else sentence_spans(doc.get("text") or "")
+        out.append(char_to_token_spans(enc["offset_mapping"], enc.sequence_ids(), 0 if second is None else 1,
+                                       spans, shift))
+    return features, out
+
+
+def char_to_token_spans(offsets: Sequence[tuple[int, int]], seq_ids: Sequence[int | None], text_seq: int,
+                        spans: Sequence[tuple[int, int]], shift: int = 0) -> list[tuple[int, int] | None]:
+    """Token ``(start, end)`` of each character span (shifted by ``shift`` into the tokenised string):
+    the tokens of sequence ``text_seq`` whose characters overlap the span; ``None`` for a span with
+    no token left (truncated away)."""
+    out = []
+    for s, e in spans:
+        s, e = s + shift, e + shift
+        hit = [j for j, ((a, b), sid) in enumerate(zip(offsets, seq_ids))
+               if sid == text_seq and b > a and a < e and b > s]
+        out.append((hit[0], hit[-1] + 1) if hit else None)
+    return out

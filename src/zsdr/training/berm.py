@@ -1,0 +1,113 @@
+"""BERM as a loss term of the bi-encoder task (METHODS.md §1.2).
+
+:class:`BermTerm` adds ``r1_weight · L_R1 + r2_weight · L_R2`` to whatever task loss the base recipe
+trains (DPR's pairwise NLL, ANCE's episodes, KD's Margin-MSE): the base recipe is unchanged, the
+term only needs each query's positive passage, its sentence units and its essential-unit label.
+
+Labels come from the labelling stage (:mod:`zsdr.training.unit_labels`): one JSON line per
+training pair ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...}`` with character
+spans into the passage text. A pair without a label still gets R1 (its units are segmented on the
+fly) but no R2. Unit vectors ``e_i`` are the mean of the last-layer token states over exactly the
+unit's tokens (:func:`zsdr.data.units.tokenize_with_units`), no projection head; ``t_p`` and
+``t_q`` are the encoder's (pooled, headed) vectors.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+import torch
+
+from zsdr.data.units import tokenize_with_units
+from zsdr.data.formats import iter_jsonl
+from zsdr.io import DataError
+
+
+@dataclass
+class BermConfig:
+    """The ``berm`` section of a recipe."""
+
+    labels: str | None = None        # labels file of the training pairs (the labelling stage's output)
+    r1_weight: float = 1.0           # L_R1, semantic-unit balance (METHODS.md §1.2 default)
+    r2_weight: float = 0.1           # L_R2, essential-unit extractability
+    double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (§1.2 ⚠)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BermConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"berm: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:
+    """``{(qid, pid): (unit character spans, essential index)}`` from a labels file."""
+    out = {}
+    for line, obj in iter_jsonl(path):
+        try:
+            spans = [(int(s), int(e)) for s, e in obj["units"]]
+            k = int(obj["essential"])
+            key = (str(obj["qid"]), str(obj["pid"]))
+        except (KeyError, TypeError, ValueError):
+            raise DataError(path, line, 'a label needs "qid", "pid", "units" ([[start, end], ...]) and "essential"',
+                            "write the file with the label_units rule") from None
+        if not -1 <= k < len(spans):
+            raise DataError(path, line, f"essential unit {k} outside the {len(spans)} units",
+                            "label the pairs again with the label_units rule")
+        out[key] = (spans, k)
+    return out
+
+
+class BermTerm:
+    """The R1 / R2 losses of the positives of a batch (see the module docstring)."""
+
+    def __init__(self, config: BermConfig):
+        self.config = config
+        self.labels = read_unit_labels(config.labels) if config.labels else {}
+
+    def batch(self, encoder, qids: Sequence[str], pids: Sequence[str], docs: Sequence[dict], width: int) -> dict:
+        """Unit pooling weights ``(n, u, width)``, unit mask ``(n, u)`` and targets ``(n,)`` of the positives
+        (``width``: the padded length of the document batch)."""
+        known = [self.labels.get((q, p)) for q, p in zip(qids, pids)]
+        _, spans = tokenize_with_units(encoder, docs, [k[0] if k else None for k in known])
+        kept = [[j for j, s in enumerate(row) if s is not None] for row in spans]
+        n, u = len(docs), max([len(k) for k in kept] + [1])
+        weights = torch.zeros(n, u, width)
+        mask = torch.zeros(n, u, dtype=torch.bool)
+        targets = torch.full((n,), -1, dtype=torch.long)
+        for b, (row, keep) in enumerate(zip(spans, kept)):
+            for i, j in enumerate(keep):
+                s, e = row[j]
+                weights[b, i, s:e] = 1.0 / (e - s)
+                mask[b, i] = True
+            essential = known[b][1] if known[b] else -1
+            if essential in keep:
+                targets[b] = keep.index(essential)
+        return {"weights": weights, "mask": mask, "targets": targets}
+
+    def loss(self, queries: torch.Tensor, passages: torch.Tensor, hidden: torch.Tensor,
+             batch: dict) -> tuple[torch.Tensor, dict]:
+        """``(r1_weight · R1 + r2_weight · R2, logs)`` for the positives' vectors and token states."""
+        from zsdr.losses.berm import matching_representation, unit_accuracy, unit_balance, unit_extraction
+
+        cfg = self.config
+        mask, targets = batch["mask"].to(hidden.device), batch["targets"].to(hidden.device)
+        units = torch.einsum("nul,nlh->nuh", batch["weights"].to(hidden.device), hidden.float())
+        total = passages.sum() * 0.0
+        logs = {}
+        if cfg.r1_weight:
+            r1 = unit_balance(passages, units, mask)
+            total = total + cfg.r1_weight * r1
+            logs["r1"] = float(r1.detach())
+        if cfg.r2_weight:
+            m = matching_representation(queries, passages)
+            r2 = unit_extraction(m, units, mask, targets, cfg.double_softmax)
+            total = total + cfg.r2_weight * r2
+            logs["r2"] = float(r2.detach())
+            acc = unit_accuracy(m.detach(), units.detach(), mask, targets)
+            if acc == acc:  # NaN when no positive of the batch is labelled
+                logs["unit_accuracy"] = acc
+        return total, logs
