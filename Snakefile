@@ -23,7 +23,11 @@ os.environ.update(
 configfile: "config.yaml"
 
 
+from zsdr.workflow import expand_berm_grid, expand_recipes
+
+expand_recipes(config)
 validate(config, "schemas/config.schema.yaml")
+BERM_GRID = expand_berm_grid(config)
 
 os.environ.setdefault(
     "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
@@ -35,10 +39,12 @@ if config["offline"]:
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/sparse.smk"
+include: "rules/labels.smk"
 include: "rules/finetune.smk"
 include: "rules/retrieve.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
+include: "rules/analysis.smk"
 
 
 rule all:

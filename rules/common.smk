@@ -5,6 +5,7 @@ import re
 
 from zsdr.data import registry
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
+from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
 from zsdr.tables.spec import all_specs
 from zsdr.workflow import code_files
@@ -75,12 +76,15 @@ def downloads_of(name, extras=False):
     return [f"{DOWNLOADS}/{f.local_path}" for f in files]
 
 
-# Trained models (config `recipes`, `cross_encoders`): every recipe is a dense system of the same
-# name; a recipe with E > 1 episodes trains runs <name>-ep1 .. <name>-epE (each also a system, so
-# the next episode can mine negatives with it) and the system <name> is its last episode.
+# Trained models (config `recipes`, `cross_encoders`, `readers`): every recipe is a dense system
+# of the same name; a recipe with E > 1 episodes trains runs <name>-ep1 .. <name>-epE (each also a
+# system, so the next episode can mine negatives with it) and the system <name> is its last episode.
 TRAINING = config["training"]
 RECIPES = config["recipes"]
 CROSS_ENCODERS = config["cross_encoders"]
+# Extractive QA readers (BERM's unit labels): the `hf` ones are used as released.
+READERS = config.get("readers", {})
+TRAINED_READERS = [n for n, r in READERS.items() if "hf" not in r]
 TRAIN_RUNS = {}  # run name -> (recipe, episode)
 for _name, _r in RECIPES.items():
     _e = _r.get("episodes", 1)
@@ -217,12 +221,21 @@ def table_inputs(wc):
     return [os.path.relpath(f, workflow.basedir) for f in files]
 
 
-# Systems whose runs every evaluated dataset gets (one evaluate job covers them all at once):
-# table 1's and every system a paper table needs.
-EVAL_SYSTEMS = list(
-    dict.fromkeys(
-        TABLE1_SYSTEMS + sorted({s for cells in TABLE_CELLS.values() for _, s in cells})
-    )
+def table_cell_files(wc):
+    """The cell files of a paper table: metrics/<d>/<s>.json, or <s>.units.json (`source: units`)."""
+    key = (wc.paper, int(wc.n))
+    return [
+        cell_file(METRICS, d, s, TABLE_SPECS[key].source) for d, s in TABLE_CELLS[key]
+    ]
+
+
+# Systems evaluated on every dataset by one job per dataset (table 1's: the main target stays one
+# job per dataset), and the further systems that paper tables and BERM's loss-weight grid need,
+# evaluated one job per (dataset, system) so that table 1 never waits for them.
+EVAL_SYSTEMS = list(dict.fromkeys(TABLE1_SYSTEMS))
+EXTRA_EVAL_SYSTEMS = sorted(
+    ({s for cells in TABLE_CELLS.values() for _, s in cells} | set(BERM_GRID.values()))
+    - set(EVAL_SYSTEMS)
 )
 
 
@@ -319,6 +332,7 @@ def train_spec(run):
         "scale": r.get("scale", 1.0),
         "dropout": TRAINING["dropout"],
         "max_examples": r.get("max_examples"),
+        "berm": berm_spec(r, dataset),
         "train": train,
         "info": {
             "recipe": name,
@@ -351,12 +365,118 @@ def cross_encoder_spec(name):
     }
 
 
+def reader_spec(name):
+    """The resolved spec of a reader the pipeline trains (the answer spans of the source's training
+    pairs: `units`, by default the dataset's own units.jsonl)."""
+    r = READERS[name]
+    dataset = f"{DATA}/{train_source(r)}"
+    return {
+        "kind": "reader",
+        "init": model_ref(r["init"]),
+        "dataset": dataset,
+        "units": r.get("units") or f"{dataset}/units.jsonl",
+        "max_length": r.get("max_length", 384),
+        "out": f"{MODELS}/readers/{name}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/reader-{name}",
+        "dropout": TRAINING["dropout"],
+        "train": train_settings(r),
+        "info": {"reader": name, "description": r.get("description", "")},
+    }
+
+
+def reader_path(name):
+    """What a reader loads: its trained folder (models/readers/<name>) or its `hf` id / folder."""
+    if name not in READERS:
+        raise ValueError(
+            f"reader {name!r} is not a key of `readers` (defined: {', '.join(READERS) or 'none'})"
+        )
+    r = READERS[name]
+    return r["hf"] if "hf" in r else f"{MODELS}/readers/{name}"
+
+
 def spec_inputs(spec):
-    """Dataset marker, negatives, teacher scores and initial model of a training spec."""
-    files = [f"{spec['dataset']}/dataset.json", spec["negatives"]] + model_files(
-        spec["init"]
-    )
-    return files + ([spec["teacher"]] if spec["teacher"] else [])
+    """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
+    initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
+    files = [f"{spec['dataset']}/dataset.json"]
+    files += [spec["negatives"]] if spec.get("negatives") else []
+    files += model_files(spec["init"])
+    files += [spec["teacher"]] if spec.get("teacher") else []
+    if spec.get("units") and spec["units"] != f"{spec['dataset']}/units.jsonl":
+        files.append(spec["units"])
+    return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
+
+
+# BERM (rules/labels.smk): essential-unit labels of the pairs a recipe with a `berm` term trains on.
+BERM = config["berm"]
+BERM_LABELS = BERM["labels"]
+
+
+def berm_spec(recipe, dataset):
+    """The `berm` loss term of a training spec (None without one): weights plus the labels file."""
+    b = recipe.get("berm")
+    if not b:
+        return None
+    return {"labels": f"{dataset}/berm/train/labels.jsonl", **b}
+
+
+def label_max_pairs(split):
+    """All training pairs; a seeded sample of test pairs for the analyses (BERM Table 5)."""
+    return None if split == "train" else BERM["analysis"]["pairs"]
+
+
+def berm_reader():
+    """The reader whose start probabilities enter the labels (None: BM25 only, the official code)."""
+    name = BERM_LABELS["reader"]
+    return None if name is None else reader_path(name)
+
+
+def reader_files():
+    ref = berm_reader()
+    return model_files(ref) if ref else []
+
+
+def label_shards(dataset, split):
+    n = BERM_LABELS["shards"]
+    return [f"{DATA}/{dataset}/berm/{split}/labels.{i}-of-{n}.jsonl" for i in range(n)]
+
+
+BERM_FIGURES = [
+    f"{RESULTS}/berm/figure4.png" if BERM_GRID else [],
+    f"{RESULTS}/berm/figure5.png",
+]
+
+
+def berm_grid_points():
+    """BERM Figure 4: every (alpha, beta) point with its system and its metrics on the targets."""
+    return [
+        {
+            "alpha": a,
+            "beta": b,
+            "system": name,
+            "metrics": [f"{METRICS}/{t}/{name}.json" for t in TARGETS],
+        }
+        for (a, b), name in sorted(BERM_GRID.items())
+    ]
+
+
+def tsne_domains():
+    """BERM Figure 5: the source and the targets (or config berm.analysis.tsne_domains)."""
+    names = BERM["analysis"].get("tsne_domains") or [SOURCE, *TARGETS]
+    return {n: f"{DATA}/{check_dataset(n)}" for n in names}
+
+
+def analysis_labels(dataset):
+    """BERM Tables 5-6: the labelled pairs of a dataset's evaluation split (rules/labels.smk)."""
+    return f"{DATA}/{dataset}/berm/{eval_split(dataset)}/labels.jsonl"
+
+
+def recipe_code(run):
+    """The library modules a training run executes: the trainer, its loss, its BERM term."""
+    r = RECIPES[TRAIN_RUNS[run][0]]
+    mods = [*TRAINER_CODE, LOSS_MODULES[r["loss"]]]
+    if r.get("berm"):
+        mods += ["zsdr.training.berm", "zsdr.losses.berm", "zsdr.data.units"]
+    return code(*mods)
 
 
 def launch_settings(item):
@@ -373,18 +493,32 @@ def spec_summary(spec, launch):
     length = (
         f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
     )
+    b = spec.get("berm")
+    berm = (
+        f"; + BERM R1 x{b['r1_weight']:g} + R2 x{b['r2_weight']:g}"
+        f"{' (double softmax)' if b.get('double_softmax') else ''}, labels "
+        f"{BERM_LABELS['variant']} BM25 + {BERM_LABELS['delta']:g} x reader "
+        f"{BERM_LABELS['reader']}"
+        if b
+        else ""
+    )
     enc = spec.get("encoder", {})
     lengths = (
         f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
         if spec["kind"] == "bi_encoder"
         else f"pair {spec['max_length']}"
     )
+    data = (
+        f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
+        f"from {os.path.basename(spec['negatives'])}"
+        if spec.get("negatives")
+        else f"loss start/end cross-entropy on the {spec['units']} answers"
+    )
     return (
-        f"init {spec['init']}; loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} "
-        f"negative(s) from {os.path.basename(spec['negatives'])}; batch {t['batch_size']} x "
+        f"init {spec['init']}; {data}; batch {t['batch_size']} x "
         f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
         f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
-        f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}"
+        f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{berm}"
     )
 
 
@@ -423,3 +557,5 @@ for _run in TRAIN_RUNS:
     train_spec(_run)
 for _name in CROSS_ENCODERS:
     cross_encoder_spec(_name)
+for _name in TRAINED_READERS:
+    reader_spec(_name)

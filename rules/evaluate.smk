@@ -5,7 +5,7 @@
 
 
 rule evaluate:
-    """Metrics of every evaluated system's run on one dataset's evaluation split."""
+    """Metrics of every table-1 system's run on one dataset's evaluation split."""
     input:
         runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=EVAL_SYSTEMS),
         data=lambda wc: dataset_marker(wc.dataset),
@@ -14,6 +14,33 @@ rule evaluate:
         [f"{METRICS}/{{dataset}}/{s}.json" for s in EVAL_SYSTEMS],
     log:
         f"{LOGS}/metrics/{{dataset}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        split=lambda wc: eval_split(wc.dataset),
+        metrics=config["evaluation"]["metrics"],
+        ignore_identical_ids=lambda wc: wc.dataset
+        in config["evaluation"]["ignore_identical_ids"],
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule evaluate_system:
+    """Metrics of one further system (a paper table's, not table 1's) on one dataset."""
+    input:
+        runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.evaluation.metrics", "zsdr.data.formats"),
+    output:
+        f"{METRICS}/{{dataset}}/{{system}}.json",
+    log:
+        f"{LOGS}/metrics/{{dataset}}_{{system}}.log",
+    wildcard_constraints:
+        system=alternation(EXTRA_EVAL_SYSTEMS),
     conda:
         "../envs/cpu.yaml"
     resources:

@@ -1,5 +1,5 @@
 # Fine-tuning: training data (triples, BM25 / ANCE negatives, teacher scores), cross-encoders,
-# and every recipe of config `recipes` through the one trainer (zsdr.training).
+# extractive readers and every recipe of config `recipes` through the one trainer (zsdr.training).
 
 
 rule triples_dataset:
@@ -116,6 +116,37 @@ rule train_cross_encoder:
         "../workflow_scripts/train.py"
 
 
+rule train_reader:
+    """An extractive QA reader (the start probabilities of BERM's unit labels), one trainer."""
+    input:
+        lambda wc: spec_inputs(reader_spec(wc.name)),
+        code=code(*TRAINER_CODE, "zsdr.models.reader"),
+    output:
+        f"{MODELS}/readers/{{name}}/config.json",
+        f"{MODELS}/readers/{{name}}/training.json",
+    log:
+        f"{LOGS}/train/reader-{{name}}.log",
+    wildcard_constraints:
+        name=alternation(TRAINED_READERS),
+    conda:
+        DENSE_ENV
+    threads: TRAINING["threads"]
+    resources:
+        mem_mb=32000,
+        runtime=TRAINING["runtime"],
+        gpus=TRAINING["gpus"],
+    params:
+        spec=lambda wc: reader_spec(wc.name),
+        summary=lambda wc: spec_summary(
+            reader_spec(wc.name), launch_settings(READERS[wc.name])
+        ),
+        launch=lambda wc: launch_settings(READERS[wc.name]),
+    message:
+        "train reader {wildcards.name}: {params.summary}"
+    script:
+        "../workflow_scripts/train.py"
+
+
 rule teacher_scores:
     """Teacher scores of every (query, candidate) pair of the training negatives."""
     input:
@@ -159,9 +190,7 @@ rule train:
     """One training run of a recipe (one ANCE episode, or the whole DPR / KD / DR recipe)."""
     input:
         lambda wc: spec_inputs(train_spec(wc.run)),
-        code=lambda wc: code(
-            *TRAINER_CODE, LOSS_MODULES[RECIPES[TRAIN_RUNS[wc.run][0]]["loss"]]
-        ),
+        code=lambda wc: recipe_code(wc.run),
     output:
         f"{MODELS}/trained/{{run}}/config.json",
         f"{MODELS}/trained/{{run}}/zsdr.json",

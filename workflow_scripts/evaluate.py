@@ -7,7 +7,8 @@ from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
 p = snakemake.params
-runs, outputs = list(snakemake.input.runs), list(snakemake.output)
+runs, outputs = snakemake.input.runs, list(snakemake.output)
+runs = [runs] if isinstance(runs, str) else list(runs)   # evaluate_system: one run
 assert len(runs) == len(outputs), (runs, outputs)
 jobs = [
     {"qrels": p.dataset, "split": p.split, "run": run, "out": out, "metrics": list(p.metrics),

@@ -32,3 +32,69 @@ def code_files(*modules: str, root: str | Path | None = None) -> list[str]:
     for f in sorted(files):
         out.append(str(f.relative_to(Path(root).resolve())) if root else str(f))
     return out
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
+
+
+def expand_recipes(config: dict) -> None:
+    """Resolve ``extends`` in ``config["recipes"]`` in place: a recipe that extends another is that recipe's
+    settings (itself resolved) with its own keys merged over them, nested sections key by key.
+
+    BERM's recipes are their base method plus a loss term (``dpr-berm: {extends: dpr, berm: ...}``),
+    so a change to DPR's settings reaches DPR+BERM without a copy. Runs before the schema validation,
+    which then sees whole recipes.
+    """
+    recipes = config.get("recipes") or {}
+    done: dict[str, dict] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> dict:
+        if name in done:
+            return done[name]
+        if name not in recipes:
+            raise ValueError(f"config key recipes.{chain[-1]}.extends: {name!r} is not a recipe")
+        if name in chain:
+            raise ValueError(f"config key recipes.{name}.extends: a cycle ({' -> '.join(chain + (name,))})")
+        own = dict(recipes[name])
+        base = own.pop("extends", None)
+        done[name] = _merge(resolve(base, chain + (name,)), own) if base else own
+        return done[name]
+
+    for name in list(recipes):
+        recipes[name] = resolve(name, ())
+
+
+def grid_recipe(recipe: str, alpha: float, beta: float) -> str:
+    """The recipe of BERM's Figure 4 grid point (alpha = R2 weight, beta = R1 weight)."""
+    return f"{recipe}-a{alpha:g}-b{beta:g}"
+
+
+def expand_berm_grid(config: dict) -> dict[tuple[float, float], str]:
+    """Add one recipe per point of ``config["berm"]["grid"]`` (BERM Figure 4) and return
+    ``{(alpha, beta): recipe}``. alpha weighs L_R2 and beta L_R1 (the reading under which the paper's
+    optimum alpha 0.1, beta 1.0 equals the official ANCE code's weights, METHODS.md §1.2); the point
+    equal to the grid recipe's own weights is that recipe, not a second copy of it."""
+    grid = (config.get("berm") or {}).get("grid")
+    if not grid:
+        return {}
+    recipes = config["recipes"]
+    name = grid["recipe"]
+    if name not in recipes or not recipes[name].get("berm"):
+        raise ValueError(f"config key berm.grid.recipe: {name!r} must be a recipe with a `berm` term")
+    own = recipes[name]["berm"]
+    points = {}
+    for alpha in grid["alpha"]:
+        for beta in grid["beta"]:
+            if (alpha, beta) == (own.get("r2_weight", 0.1), own.get("r1_weight", 1.0)):
+                points[(alpha, beta)] = name
+                continue
+            run = grid_recipe(name, alpha, beta)
+            recipes.setdefault(run, _merge(recipes[name], {
+                "description": f"BERM Figure 4 grid: {name} with R2 x{alpha:g}, R1 x{beta:g}",
+                "berm": {"r1_weight": beta, "r2_weight": alpha}}))
+            points[(alpha, beta)] = run
+    return points

@@ -1,0 +1,90 @@
+# BERM's essential-unit labels: for every training pair (and sampled test pairs for the BERM
+# analyses) the positive passage's sentence units, their BM25 and reader scores and the essential
+# unit (zsdr.training.unit_labels). Sharded because the reader pass is the expensive part.
+
+
+rule unit_stats:
+    """Collection statistics of the unit BM25 (config berm.labels.collection), once per split."""
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code(
+            "zsdr.training.unit_labels",
+            "zsdr.sparse.unit_bm25",
+            "zsdr.data.units",
+            "zsdr.data.formats",
+        ),
+    output:
+        f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
+    log:
+        f"{LOGS}/data/unit_stats_{{dataset}}_{{split}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        labels=BERM_LABELS,
+        max_pairs=lambda wc: label_max_pairs(wc.split),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/unit_stats.py"
+
+
+rule label_units_shard:
+    """One shard of the pairs: units, BM25 + delta x reader scores, the essential unit."""
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        stats=f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
+        reader=lambda wc: reader_files(),
+        code=code(
+            "zsdr.training.unit_labels",
+            "zsdr.sparse.unit_bm25",
+            "zsdr.data.units",
+            "zsdr.data.formats",
+            "zsdr.models.reader",
+        ),
+    output:
+        temp(f"{DATA}/{{dataset}}/berm/{{split}}/labels.{{shard}}-of-{{shards}}.jsonl"),
+    log:
+        f"{LOGS}/data/label_units_{{dataset}}_{{split}}_{{shard}}-of-{{shards}}.log",
+    wildcard_constraints:
+        shard=r"\d+",
+        shards=r"\d+",
+    conda:
+        "../envs/gpu.yaml"
+    resources:
+        mem_mb=16000,
+        runtime=240,
+        gpus=BERM_LABELS["gpus"],
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        labels=BERM_LABELS,
+        reader=lambda wc: berm_reader(),
+        max_pairs=lambda wc: label_max_pairs(wc.split),
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/label_units_shard.py"
+
+
+rule label_units:
+    """All shards of a split joined, with a summary (agreement with the mini generator's truth)."""
+    input:
+        shards=lambda wc: label_shards(wc.dataset, wc.split),
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.training.unit_labels", "zsdr.data.formats"),
+    output:
+        labels=f"{DATA}/{{dataset}}/berm/{{split}}/labels.jsonl",
+        summary=f"{DATA}/{{dataset}}/berm/{{split}}/summary.json",
+    log:
+        f"{LOGS}/data/label_units_{{dataset}}_{{split}}.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        info=lambda wc: {"split": wc.split, **BERM_LABELS},
+    script:
+        "../workflow_scripts/label_units.py"

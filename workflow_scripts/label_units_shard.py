@@ -1,0 +1,9 @@
+from zsdr.logs import setup_logging
+from zsdr.training.unit_labels import label_shard
+
+setup_logging(snakemake.log[0])
+p, wc = snakemake.params, snakemake.wildcards
+label_shard(p.dataset, wc.split, snakemake.input.stats, snakemake.output[0], shard=int(wc.shard),
+            shards=int(wc.shards), reader=p.reader, delta=p.labels["delta"], variant=p.labels["variant"],
+            k1=p.labels["k1"], b=p.labels["b"], max_pairs=p.max_pairs, seed=p.seed,
+            batch_size=p.labels["batch_size"])
