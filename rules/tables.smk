@@ -35,9 +35,7 @@ rule table1:
 rule paper_table:
     """One table of one paper, regenerated at this scale beside its published numbers."""
     input:
-        metrics=lambda wc: [
-            f"{METRICS}/{d}/{s}.json" for d, s in TABLE_CELLS[(wc.paper, int(wc.n))]
-        ],
+        metrics=table_cell_files,
         stats=lambda wc: [
             f"{STATS}/{d}.json" for d in TABLE_STATS[(wc.paper, int(wc.n))]["stats"]
         ],
@@ -116,3 +114,77 @@ rule tables:
         f"{RESULTS}/table1.csv",
         [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS],
         [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],
+        BERM_FIGURES,
+
+
+rule berm:
+    """Every BERM table and figure (results/berm/)."""
+    input:
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "berm"],
+        BERM_FIGURES,
+
+
+rule berm_figure4:
+    """BERM Figure 4: average target nDCG@10 over the (alpha, beta) grid of loss weights."""
+    input:
+        metrics=[f for p in berm_grid_points() for f in p["metrics"]],
+        code=code("zsdr.tables.berm_figures", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/berm/figure4.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="berm",
+            labels={"paper": "berm", "figure": "4"},
+        ),
+        csv=f"{RESULTS}/berm/figure4.csv",
+    log:
+        f"{LOGS}/tables/berm_figure4.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        points=berm_grid_points(),
+        metric=config["table1"]["metric"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/berm_figure4.py"
+
+
+rule berm_figure5:
+    """BERM Figure 5: t-SNE of source and target passages under DPR and DPR+BERM."""
+    input:
+        models=[
+            model_files(SYSTEMS[s]["model"]) for s in BERM["analysis"]["tsne_models"]
+        ],
+        data=[f"{d}/dataset.json" for d in tsne_domains().values()],
+        code=code("zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/berm/figure5.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="berm",
+            labels={"paper": "berm", "figure": "5"},
+        ),
+        csv=f"{RESULTS}/berm/figure5.csv",
+        summary=f"{RESULTS}/berm/figure5.json",
+    log:
+        f"{LOGS}/tables/berm_figure5.log",
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpus=config["dense"]["gpus"],
+    params:
+        models={s: SYSTEMS[s]["model"] for s in BERM["analysis"]["tsne_models"]},
+        domains=tsne_domains(),
+        points=BERM["analysis"]["tsne_points"],
+        seed=config["seed"],
+        device=config["dense"]["device"],
+        batch_size=config["dense"]["batch_size"],
+    script:
+        "../workflow_scripts/berm_figure5.py"

@@ -16,7 +16,7 @@ from zsdr.tables.table1 import build_table1, write_table
 # Every table of the five papers (TABLES inventory): (paper, table) -> kind.
 EXPECTED = {
     ("berm", 1): "metric", ("berm", 2): "metric", ("berm", 3): "metric", ("berm", 4): "metric",
-    ("berm", 5): "analysis", ("berm", 6): "analysis", ("berm", 7): "data", ("berm", 8): "data",
+    ("berm", 5): "metric", ("berm", 6): "metric", ("berm", 7): "data", ("berm", 8): "data",
     ("ddr", 1): "data", ("ddr", 2): "metric", ("ddr", 3): "metric", ("ddr", 4): "metric", ("ddr", 5): "metric",
     ("ddr", 6): "metric",
     ("modir", 1): "metric", ("modir", 2): "metric", ("modir", 3): "analysis", ("modir", 4): "analysis",
@@ -361,8 +361,8 @@ def test_static_and_analysis_tables(tmp_path):
     assert list(frame.columns) == ["group", "hyperparameter", "value"] and len(frame) == 8
     md = (tmp_path / "t.md").read_text()
     assert "Not regenerated" in md and "Momentum step n" in md
-    render_table(specs.load_spec("berm", 5), {}, tmp_path / "b.csv", tmp_path / "b.md")
-    assert "BERM stage" in (tmp_path / "b.md").read_text()
+    render_table(specs.load_spec("modir", 3), {}, tmp_path / "b.csv", tmp_path / "b.md")
+    assert "Not regenerated (analysis of the modir stage)" in (tmp_path / "b.md").read_text()
 
 
 # ---------------------------------------------------------------------------------------------

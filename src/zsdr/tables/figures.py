@@ -172,13 +172,20 @@ def render_figure(spec: FigureSpec, table_csv: str | os.PathLike, out: str | os.
         ax.set_visible(False)
     fig.suptitle(spec.title + (f" ({scale} scale)" if scale else ""), fontsize=11)
     fig.tight_layout()
+    save_figure(fig, out)
+    return summary
+
+
+def save_figure(fig, out: str | os.PathLike) -> None:
+    """Write a matplotlib figure to ``out`` (PNG, SVG or PDF by suffix) atomically and close it."""
+    import matplotlib.pyplot as plt
+
     fmt = os.fspath(out).rsplit(".", 1)[-1].lower()
     if fmt not in ("png", "svg", "pdf"):
         plt.close(fig)
         raise ValueError(f"{out}: figures are written as .png, .svg or .pdf")
     with atomic_write(out, "wb", encoding=None) as fh:
-        # No creation date or software version in the file: the same table gives the same bytes.
+        # No creation date or software version in the file: the same numbers give the same bytes.
         fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
                     {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
     plt.close(fig)
-    return summary

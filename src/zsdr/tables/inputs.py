@@ -2,6 +2,9 @@
 
 * ``metrics/<dataset>/<system>.json`` (:mod:`zsdr.evaluation.metrics`):
   ``{"aggregate": {metric: value}, "per_query": {qid: {metric: value}}, "queries": n, ...}``.
+* ``metrics/<dataset>/<system>.units.json`` (:mod:`zsdr.evaluation.unit_analysis`, tables with
+  ``source: units``): the same layout with one ``per_query`` entry per labelled pair; a value is
+  ``null`` where the measure does not apply to the pair (or, in ``aggregate``, to any pair).
 * ``stats/<dataset>.json``: :func:`zsdr.evaluation.analysis.dataset_statistics` of one split
   (a flat dict with ``docs``, ``queries``, ...; optionally ``"split": name``), or several splits
   as ``{split: statistics}``.
@@ -19,6 +22,7 @@ from pathlib import Path
 from zsdr.io import DataError, read_json
 
 STAT_KEYS = ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "rel_per_query")
+CELL_SUFFIXES = {"metrics": ".json", "units": ".units.json"}   # by a metric table's `source`
 
 
 def read_metrics(path: str | os.PathLike) -> dict:
@@ -30,8 +34,9 @@ def read_metrics(path: str | os.PathLike) -> dict:
     return data
 
 
-def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[float, dict[str, float]]:
-    """(aggregate value, per-query values) of ``metric`` in a metrics file read by :func:`read_metrics`."""
+def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[float | None, dict[str, float]]:
+    """(aggregate value, per-query values) of ``metric`` in a metrics file read by :func:`read_metrics`;
+    ``null`` values (a measure that does not apply) give ``None`` / are left out of the per-query values."""
     if metric not in data["aggregate"]:
         raise DataError(path, None, f"metric {metric!r} was not computed (has: {', '.join(sorted(data['aggregate']))})",
                         "add it to evaluation.metrics in the config")
@@ -39,8 +44,10 @@ def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[flo
     for qid, scores in data["per_query"].items():
         if not isinstance(scores, dict) or metric not in scores:
             raise DataError(path, None, f"query {qid!r} has no per-query {metric!r}", "re-run the evaluate rule")
-        per_query[str(qid)] = float(scores[metric])
-    return float(data["aggregate"][metric]), per_query
+        if scores[metric] is not None:
+            per_query[str(qid)] = float(scores[metric])
+    value = data["aggregate"][metric]
+    return (None if value is None else float(value)), per_query
 
 
 def _check_stats(stats, where: str | os.PathLike | None, split: str) -> dict:
@@ -75,9 +82,19 @@ def read_shift(source: str | os.PathLike | dict) -> dict[str, float]:
     return data
 
 
+def cell_file(root: str | os.PathLike, dataset: str, system: str, source: str = "metrics") -> str:
+    """Where the cell file of ``(dataset, system)`` lies under ``root`` for a table's ``source``."""
+    return f"{root}/{dataset}/{system}{CELL_SUFFIXES[source]}"
+
+
 def metric_files_by_cell(paths) -> dict[tuple[str, str], Path]:
-    """``{(dataset, system): path}`` for files laid out as ``<anything>/<dataset>/<system>.json``."""
-    return {(Path(p).parent.name, Path(p).stem): Path(p) for p in paths}
+    """``{(dataset, system): path}`` for files laid out as ``<anything>/<dataset>/<system>.json`` (or
+    ``<system>.units.json``)."""
+    out = {}
+    for p in map(Path, paths):
+        name = p.name.removesuffix(CELL_SUFFIXES["units"]) if p.name.endswith(CELL_SUFFIXES["units"]) else p.stem
+        out[(p.parent.name, name)] = p
+    return out
 
 
 def files_by_dataset(paths) -> dict[str, Path]:

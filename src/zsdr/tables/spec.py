@@ -14,9 +14,10 @@ Spec format (YAML; every key is checked, an unknown key is an error)::
     caption: "..."              # what the table reproduces, in the paper's words where possible
     orientation: datasets-as-rows   # or systems-as-rows (rows are systems, columns datasets)
     row_header: [Language, Dataset] # names of the label columns of the row axis
+    source: metrics             # metric tables: where cells come from (metrics | units, see below)
     metric: ndcg@10             # default metric of every cell
-    metrics:                    # optional: one row per metric for each dataset row (datasets-as-rows)
-      - {metric: ndcg@10, label: NDCG@10}
+    metrics:                    # optional: one line per metric for each dataset entry (a row, or in
+      - {metric: ndcg@10, label: NDCG@10}  # systems-as-rows a column "<dataset> <label>")
     datasets:                   # the dataset axis, in the paper's order
       - {id: trec-covid, label: TREC-COVID}              # a registry dataset
       - {id: cqadupstack, label: CQADupStack}            # a group: mean of its members (groups below)
@@ -47,7 +48,10 @@ Spec format (YAML; every key is checked, an unknown key is an error)::
           # Default: the label. `published: null` on an entry: the paper has no such row/column.
     notes: [...]                # shown under the table (transcription caveats, choices made)
 
-Kinds: ``metric`` cells come from ``metrics/<dataset>/<system>.json``; ``data`` cells from dataset
+Kinds: ``metric`` cells come from ``metrics/<dataset>/<system>.json`` (retrieval metrics such as
+``ndcg@10``) or, with ``source: units``, from ``metrics/<dataset>/<system>.units.json`` (BERM's unit
+analyses, :mod:`zsdr.evaluation.unit_analysis`: ``unit_variance``, ``unit_accuracy``,
+``unit_similarity``); ``data`` cells from dataset
 statistics (and may mix in metric differences); ``static`` tables (hyperparameters, qualitative
 content) and ``analysis`` tables (numbers that a later analysis stage will produce) render the
 published content only and say why (``why``; ``stage`` for analysis). Static/analysis specs
@@ -81,11 +85,15 @@ CQADUPSTACK_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "phy
                       "tex", "unix", "webmasters", "wordpress")
 BUILTIN_GROUPS = {"cqadupstack": tuple(f"cqadupstack-{f}" for f in CQADUPSTACK_FORUMS)}
 METRIC_RE = re.compile(r"^(ndcg|recall|mrr|hole|precision|map|accuracy)@\d+$")
+# Where the cells of a metric table come from, and the metric names each source has.
+CELL_SOURCES = ("metrics", "units")
+UNIT_METRICS = ("unit_variance", "unit_accuracy", "unit_similarity")
 FORMAT_RE = re.compile(r"^(\+?)(d|pct)([0-4])$|^int$")
 SPEC_FILE_RE = re.compile(r"^(?P<paper>[a-z]+)_table(?P<table>\d+)\.yaml$")
 
-_TOP_KEYS = {"paper", "table", "kind", "title", "caption", "why", "stage", "orientation", "row_header", "metric",
-             "metrics", "datasets", "groups", "systems", "significance", "emphasis", "published", "notes", "layout"}
+_TOP_KEYS = {"paper", "table", "kind", "title", "caption", "why", "stage", "orientation", "row_header", "source",
+             "metric", "metrics", "datasets", "groups", "systems", "significance", "emphasis", "published", "notes",
+             "layout"}
 
 
 def _package_dir(name: str) -> Path:
@@ -189,6 +197,7 @@ class TableSpec:
     caption: str
     orientation: str = "datasets-as-rows"
     row_header: tuple[str, ...] = ("Dataset",)
+    source: str = "metrics"
     metric: str | None = None
     metrics: tuple[tuple[str, str], ...] = ()
     datasets: tuple[DatasetEntry, ...] = ()
@@ -263,6 +272,17 @@ def _label(ctx: _Ctx, value, key: str) -> tuple[str, ...] | str:
     if isinstance(value, list):
         return tuple(ctx.text(v, f"{key}[{i}]") for i, v in enumerate(value))
     return ctx.text(value, key)
+
+
+def _check_metric(ctx: _Ctx, name, key: str, source: str) -> str:
+    """``name`` when it is a metric that the table's cell ``source`` holds (else an error naming ``key``)."""
+    text = str(name)
+    if source == "units":
+        if text not in UNIT_METRICS:
+            raise ctx.error(key, f"{text!r} is not a unit analysis measure ({', '.join(UNIT_METRICS)})")
+    elif not METRIC_RE.match(text):
+        raise ctx.error(key, f"{text!r} is not a metric name (e.g. ndcg@10, recall@100, hole@10)")
+    return text
 
 
 def _published_ref(ctx: _Ctx, entry: dict, key: str, default):
@@ -443,7 +463,7 @@ def _parse_dataset_entry(ctx: _Ctx, raw, i: int, groups: dict, row_axis: bool) -
                         published=_published_ref(ctx, raw, key, label))
 
 
-def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool) -> SystemEntry:
+def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool, source: str) -> SystemEntry:
     key = f"systems[{i}]"
     raw = ctx.mapping(raw, key)
     kinds = [k for k in ("system", "relative", "difference", "stat") if k in raw]
@@ -452,8 +472,8 @@ def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool) -
     kind = kinds[0]
     common = {"key", "label", "group", "metric", "format", "published", "published_marker"}
     metric = raw.get("metric")
-    if metric is not None and not METRIC_RE.match(str(metric)):
-        raise ctx.error(f"{key}.metric", f"{metric!r} is not a metric name (e.g. ndcg@10, recall@100, hole@10)")
+    if metric is not None:
+        metric = _check_metric(ctx, metric, f"{key}.metric", source)
     fmt = raw.get("format")
     if fmt is not None and not FORMAT_RE.match(str(fmt)):
         raise ctx.error(f"{key}.format", f"{fmt!r} is not a format", "d0..d4, +d3, pct1, +pct1 or int")
@@ -632,19 +652,20 @@ def parse_spec(path: str | Path) -> TableSpec:
     rows_are_datasets = orientation == "datasets-as-rows"
     default_header = ["Dataset"] if rows_are_datasets else ["System"]
     row_header = tuple(ctx.text(h, "row_header") for h in ctx.seq(raw.get("row_header", default_header), "row_header"))
+    source = raw.get("source", "metrics")
+    if source not in CELL_SOURCES:
+        raise ctx.error("source", f"{source!r} is not one of {', '.join(CELL_SOURCES)}")
+    if source != "metrics" and kind != "metric":
+        raise ctx.error("source", f"only metric tables read their cells from {source!r} files")
     metric = raw.get("metric")
-    if metric is not None and not METRIC_RE.match(str(metric)):
-        raise ctx.error("metric", f"{metric!r} is not a metric name (e.g. ndcg@10)")
+    if metric is not None:
+        metric = _check_metric(ctx, metric, "metric", source)
     metrics = []
     for i, m_raw in enumerate(ctx.seq(raw.get("metrics", []), "metrics")):
         m_raw = ctx.mapping(m_raw, f"metrics[{i}]")
         ctx.only(m_raw, {"metric", "label"}, f"metrics[{i}]")
-        name = str(m_raw.get("metric"))
-        if not METRIC_RE.match(name):
-            raise ctx.error(f"metrics[{i}].metric", f"{name!r} is not a metric name")
+        name = _check_metric(ctx, m_raw.get("metric"), f"metrics[{i}].metric", source)
         metrics.append((name, ctx.text(m_raw.get("label", name), f"metrics[{i}].label")))
-    if metrics and not rows_are_datasets:
-        raise ctx.error("metrics", "row expansion by metric needs orientation datasets-as-rows")
 
     groups = dict(BUILTIN_GROUPS)
     for name, members in ctx.mapping(raw.get("groups", {}), "groups").items():
@@ -657,7 +678,7 @@ def parse_spec(path: str | Path) -> TableSpec:
     systems = load_systems()
     datasets = tuple(_parse_dataset_entry(ctx, e, i, groups, rows_are_datasets)
                      for i, e in enumerate(ctx.seq(raw.get("datasets", []), "datasets")))
-    entries = tuple(_parse_system_entry(ctx, e, i, systems, not rows_are_datasets)
+    entries = tuple(_parse_system_entry(ctx, e, i, systems, not rows_are_datasets, source)
                     for i, e in enumerate(ctx.seq(raw.get("systems", []), "systems")))
     if not datasets or not entries:
         raise ctx.error("datasets/systems", "a metric or data table has at least one dataset and one system entry")
@@ -700,9 +721,9 @@ def parse_spec(path: str | Path) -> TableSpec:
     if raw.get("emphasis") is not None:
         emphasis = _parse_emphasis(ctx, raw["emphasis"], keys, [e.key for e in entries if e.kind == "system"],
                                    orientation)
-    spec = TableSpec(orientation=orientation, row_header=row_header, metric=metric, metrics=tuple(metrics),
-                     datasets=datasets, groups=groups, systems=entries, significance=significance,
-                     emphasis=emphasis, **common)
+    spec = TableSpec(orientation=orientation, row_header=row_header, source=source, metric=metric,
+                     metrics=tuple(metrics), datasets=datasets, groups=groups, systems=entries,
+                     significance=significance, emphasis=emphasis, **common)
     check_published_shape(spec)
     return spec
 
@@ -722,11 +743,13 @@ def published_row_ref(spec: TableSpec, entry, metric_label: str | None = None) -
     return ref + ((metric_label,) if metric_label is not None else ())
 
 
-def published_column_ref(entry) -> str | None:
-    """The published CSV column of a column-axis entry (None: the paper has no such column)."""
+def published_column_ref(entry, metric_label: str | None = None) -> str | None:
+    """The published CSV column of a column-axis entry (None: the paper has no such column); a
+    dataset column expanded by ``metrics`` (systems-as-rows) is ``"<dataset column> <metric label>"``."""
     if entry.published is None:
         return None
-    return entry.published if isinstance(entry.published, str) else " ".join(entry.published)
+    ref = entry.published if isinstance(entry.published, str) else " ".join(entry.published)
+    return ref if metric_label is None else f"{ref} {metric_label}"
 
 
 def _row_and_column_refs(spec: TableSpec):
@@ -735,15 +758,17 @@ def _row_and_column_refs(spec: TableSpec):
     row_entries = spec.datasets if spec.rows_are_datasets else spec.systems
     col_entries = spec.systems if spec.rows_are_datasets else spec.datasets
     for e in row_entries:
-        expand = spec.metrics and e.kind != "info"
+        expand = spec.metrics and spec.rows_are_datasets and e.kind != "info"
         for mlabel in ([m for _, m in spec.metrics] if expand else [None]):
             ref = published_row_ref(spec, e, mlabel)
             if ref is not None:
                 rows.append((e, ref))
     for e in col_entries:
-        ref = published_column_ref(e)
-        if ref is not None:
-            cols.append((e, ref, False))
+        expand = spec.metrics and not spec.rows_are_datasets and e.kind != "info"
+        for mlabel in ([m for _, m in spec.metrics] if expand else [None]):
+            ref = published_column_ref(e, mlabel)
+            if ref is not None:
+                cols.append((e, ref, False))
         marker = getattr(e, "published_marker", None)
         if marker:
             cols.append((e, marker, True))

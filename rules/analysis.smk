@@ -1,0 +1,41 @@
+# BERM's unit-level analyses (Tables 5 and 6): how a trained encoder represents the sentence units
+# of the labelled test passages (zsdr.evaluation.unit_analysis). The output reads like a metrics
+# file, so the paper tables render it (`source: units` specs); the `.units.json` suffix keeps it
+# apart from the evaluate rules' metrics/<dataset>/<system>.json.
+
+
+rule berm_unit_analysis:
+    """Unit variance (R1), essential-unit accuracy (R2) and unit similarity of one system on one dataset."""
+    input:
+        model=dense_model_input,
+        labels=lambda wc: analysis_labels(wc.dataset),
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code(
+            "zsdr.evaluation.unit_analysis",
+            "zsdr.training.berm",
+            "zsdr.losses.berm",
+            "zsdr.data.units",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+        ),
+    output:
+        f"{METRICS}/{{dataset}}/{{system}}.units.json",
+    log:
+        f"{LOGS}/metrics/{{dataset}}_{{system}}.units.log",
+    wildcard_constraints:
+        dataset=r"[^/]+",
+        system=alternation(DENSE_SYSTEMS),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=16000,
+        runtime=120,
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: dense_model(wc.system),
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        options=lambda wc: encoder_options(wc.system),
+        meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/berm_unit_analysis.py"

@@ -1,0 +1,7 @@
+from zsdr.evaluation.unit_analysis import write_unit_analysis
+from zsdr.logs import setup_logging
+
+setup_logging(snakemake.log[0])
+p = snakemake.params
+write_unit_analysis(p.model, p.dataset, snakemake.input.labels, snakemake.output[0], meta=p.meta,
+                    batch_size=p.dense["batch_size"], device=p.dense["device"], **p.options)
