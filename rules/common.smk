@@ -388,7 +388,8 @@ def reader_path(name):
     """What a reader loads: its trained folder (models/readers/<name>) or its `hf` id / folder."""
     if name not in READERS:
         raise ValueError(
-            f"reader {name!r} is not a key of `readers` (defined: {', '.join(READERS) or 'none'})"
+            f"config key berm.labels.reader: {name!r} is not a key of `readers` "
+            f"(defined: {', '.join(READERS) or 'none'})"
         )
     r = READERS[name]
     return r["hf"] if "hf" in r else f"{MODELS}/readers/{name}"
@@ -559,3 +560,4 @@ for _name in CROSS_ENCODERS:
     cross_encoder_spec(_name)
 for _name in TRAINED_READERS:
     reader_spec(_name)
+berm_reader()

@@ -9,7 +9,7 @@ from zsdr.io import DataError
 from zsdr.models.reader import META_FILE, Reader
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.training.recipes import run_spec
-from zsdr.training.tasks import read_units, reader_examples
+from zsdr.training.data import read_units, reader_examples
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,

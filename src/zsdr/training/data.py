@@ -10,6 +10,8 @@ Files read
 * Teacher scores: the ``{qid: {pid: score}}`` pickle of sentence-transformers
   (``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``) or JSON lines
   ``{"qid": ..., "scores": {pid: score}}`` as :func:`write_teacher_scores` writes them.
+* Answer spans for an extractive reader (``units.jsonl`` of the mini benchmark: the answer of each
+  (query, positive) pair and its character offset in the passage text), :func:`reader_examples`.
 
 Sampling is a pure function of ``(seed, epoch, example index)``: the same example draws the same
 positive and negatives whichever process, batch size or resumed run handles it.
@@ -176,3 +178,67 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     """The example order of an epoch: a seeded permutation."""
     return np.random.default_rng([seed, 1_000_003, epoch]).permutation(n)
 
+
+@dataclass(frozen=True)
+class Unit:
+    """The answer of one (query, positive) pair of a ``units.jsonl`` file (``line``: where it is)."""
+
+    qid: str
+    doc_id: str
+    answer: str
+    answer_start: int
+    line: int
+
+
+@dataclass(frozen=True)
+class ReaderExample:
+    question: str
+    passage: str
+    answer_start: int
+    answer: str
+
+
+def read_units(path: str | os.PathLike) -> list[Unit]:
+    """The answers of a ``units.jsonl`` file (:mod:`zsdr.data.mini` writes one line per (query,
+    positive): ``query-id``, ``corpus-id``, ``answer`` and ``answer_start``, the answer's character
+    offset in the passage text; sentence fields are not read here)."""
+    path = Path(path)
+    fix = 'write {"query-id": "q1", "corpus-id": "d7", "answer": "blue", "answer_start": 42, ...}'
+    out = []
+    for line, obj in iter_jsonl(path):
+        missing = [k for k in ("query-id", "corpus-id", "answer", "answer_start") if k not in obj]
+        if missing:
+            raise DataError(path, line, f"missing {', '.join(repr(k) for k in missing)}", fix)
+        answer, start = obj["answer"], obj["answer_start"]
+        if not isinstance(answer, str) or not answer:
+            raise DataError(path, line, '"answer" must be a non-empty string', fix)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise DataError(path, line, f'"answer_start" must be a character offset >= 0, got {start!r}', fix)
+        out.append(Unit(str(obj["query-id"]), str(obj["corpus-id"]), answer, start, line))
+    if not out:
+        raise DataError(path, None, "no units", "the file is empty")
+    return out
+
+
+def reader_examples(dataset: str | os.PathLike, units: str | os.PathLike, split: str = "train",
+                    max_examples: int | None = None) -> list[ReaderExample]:
+    """(question, passage text, answer) of the ``units`` pairs whose query belongs to ``split`` of
+    the BEIR folder ``dataset`` (its qrels decide, so dev and test pairs never train a reader)."""
+    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    split_queries = set(read_qrels(dataset, split))
+    out = []
+    for u in read_units(units):
+        if u.qid not in split_queries:
+            continue
+        if u.qid not in queries or u.doc_id not in corpus:
+            raise DataError(units, u.line, f"pair ({u.qid!r}, {u.doc_id!r}) is not in {dataset}",
+                            "train with the dataset the units were written for")
+        text = corpus[u.doc_id]["text"]
+        if text[u.answer_start:u.answer_start + len(u.answer)] != u.answer:
+            raise DataError(units, u.line, f"answer {u.answer!r} is not at character {u.answer_start} of the text "
+                            f"of {u.doc_id!r}", "answer_start counts characters of the corpus `text` field")
+        out.append(ReaderExample(queries[u.qid], text, u.answer_start, u.answer))
+    if not out:
+        raise DataError(units, None, f"no unit belongs to a {split} query of {dataset}",
+                        f"check the query ids against {Path(dataset) / 'qrels' / f'{split}.tsv'}")
+    return out[:max_examples] if max_examples else out

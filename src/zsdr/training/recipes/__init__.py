@@ -60,7 +60,8 @@ def build_task(spec: dict):
     torch.manual_seed(seed)
     if kind == "reader":
         from zsdr.models.reader import Reader
-        from zsdr.training.tasks import ReaderTask, reader_examples
+        from zsdr.training.data import reader_examples
+        from zsdr.training.tasks import ReaderTask
 
         reader = Reader.from_pretrained(spec["init"], max_length=spec.get("max_length", 384))
         set_dropout(reader.model, spec.get("dropout"))
