@@ -36,6 +36,7 @@ rule berm_unit_analysis:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         options=lambda wc: encoder_options(wc.system),
         meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
+        scale=lambda wc: system_scale(wc.system),
         dense=config["dense"],
     script:
         "../workflow_scripts/berm_unit_analysis.py"

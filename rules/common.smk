@@ -417,7 +417,11 @@ def berm_spec(recipe, dataset):
     b = recipe.get("berm")
     if not b:
         return None
-    return {"labels": f"{dataset}/berm/train/labels.jsonl", **b}
+    return {
+        "labels": f"{dataset}/berm/train/labels.jsonl",
+        "scale": recipe.get("scale", 1.0),
+        **b,
+    }
 
 
 def label_max_pairs(split):
@@ -469,6 +473,12 @@ def tsne_domains():
 def analysis_labels(dataset):
     """BERM Tables 5-6: the labelled pairs of a dataset's evaluation split (rules/labels.smk)."""
     return f"{DATA}/{dataset}/berm/{eval_split(dataset)}/labels.jsonl"
+
+
+def system_scale(system):
+    """The inverse temperature a trained system's logits use (1 for a system no recipe trained)."""
+    name = system if system in RECIPES else TRAIN_RUNS.get(system, (None,))[0]
+    return RECIPES[name].get("scale", 1.0) if name else 1.0
 
 
 def recipe_code(run):

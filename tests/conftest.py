@@ -24,3 +24,14 @@ def shared_data() -> Path:
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     return FIXTURES
+
+
+def mini_with_backbones(root: Path, mini: dict, size: dict, kinds=("bert", "roberta")) -> Path:
+    """A generated mini benchmark under ``root/data`` and a tiny backbone per kind (``root/<kind>``)."""
+    from zsdr.data.mini import generate
+    from zsdr.models.tiny import build_tiny_backbone
+
+    generate(mini, root / "data")
+    for kind in kinds:
+        build_tiny_backbone(kind, [root / "data" / "src"], root / kind, size, vocab_size=600, seed=0)
+    return root

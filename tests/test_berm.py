@@ -6,12 +6,11 @@ import math
 import pytest
 import torch
 
-from zsdr.data.mini import generate
+from tests.conftest import mini_with_backbones
 from zsdr.data.units import sentence_spans, tokenize_with_units
 from zsdr.io import DataError
 from zsdr.losses.berm import matching_representation, unit_balance, unit_extraction
 from zsdr.models.encoder import Encoder
-from zsdr.models.tiny import build_tiny_backbone
 from zsdr.sparse.unit_bm25 import UnitBM25
 from zsdr.training.berm import BermConfig, BermTerm, read_unit_labels
 from zsdr.training.recipes import run_spec
@@ -30,11 +29,7 @@ HAND = ["Quoorsteand belongs to the cilhiel point.", "The tixgrei of Grykgraxfie
 
 @pytest.fixture(scope="module")
 def mini(tmp_path_factory):
-    root = tmp_path_factory.mktemp("berm")
-    generate(MINI, root / "data")
-    for kind in ("bert", "roberta"):
-        build_tiny_backbone(kind, [root / "data" / "src"], root / kind, SIZE, vocab_size=600, seed=0)
-    return root
+    return mini_with_backbones(tmp_path_factory.mktemp("berm"), MINI, SIZE)
 
 
 # ------------------------------------------------------------------------------------------ losses

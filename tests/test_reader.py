@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-from zsdr.data.mini import generate
+from tests.conftest import mini_with_backbones
 from zsdr.io import DataError
 from zsdr.models.reader import META_FILE, Reader
-from zsdr.models.tiny import build_tiny_backbone
 from zsdr.training.recipes import run_spec
 from zsdr.training.data import read_units, reader_examples
 
@@ -23,11 +22,7 @@ PASSAGE = "Quoorsteand belongs to the cilhiel point. The tixgrei of Grykgraxfie 
 
 @pytest.fixture(scope="module")
 def mini(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reader")
-    generate(MINI, root / "data")
-    for kind in ("bert", "roberta"):
-        build_tiny_backbone(kind, [root / "data" / "src"], root / kind, SIZE, vocab_size=600, seed=0)
-    return root
+    return mini_with_backbones(tmp_path_factory.mktemp("reader"), MINI, SIZE)
 
 
 def passage_ids(reader, question, passage):

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from zsdr.data import registry
+from zsdr.workflow import expand_recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -79,6 +80,7 @@ def test_dry_run_every_paper_table(configfile):
     assert jobs.get("paper_table") == len(list_specs()) == 28
     assert jobs.get("paper_figure") == len(FIGURES) >= 1
     assert jobs.get("table1") == 1
+    assert jobs.get("berm_figure4") == jobs.get("berm_figure5") == 1   # figures drawn from BERM's runs
 
 
 def test_dry_run_paper_config_plans_every_dataset():
@@ -100,13 +102,16 @@ def test_dry_run_paper_config_plans_every_dataset():
 def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", "configs/paper.yaml")
     jobs = planned_jobs(proc.stdout)
-    # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines; the published teacher scores
-    # replace the cross-encoder, the triples archive becomes one training set
-    assert jobs["train"] == 8 and jobs["mine_negatives"] == 3 and jobs["triples_dataset"] == 1, jobs
-    assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs
+    # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
+    # episodes; the published teacher scores replace the cross-encoder, the triples archive becomes
+    # one training set, the hub reader needs no training
+    assert jobs["train"] == 13 and jobs["mine_negatives"] == 6 and jobs["triples_dataset"] == 1, jobs
+    assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs and "train_reader" not in jobs
+    # BERM labels of the two training sets (triples for DPR, MS MARCO for KD / ANCE), 16 shards each
+    assert jobs["label_units_shard"] == 32 and jobs["label_units"] == 2, jobs
     plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.-]+): (init .*)", proc.stdout)}
     assert set(plan) == {"dpr", "dpr-inbatch", "ance-ep1", "ance-ep2", "ance-ep3", "kd", "ddr-dr-contrast",
-                         "ddr-dr-distill"}
+                         "ddr-dr-distill", "dpr-berm", "kd-berm", "ance-berm-ep1", "ance-berm-ep2", "ance-berm-ep3"}
     expected = {
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                 "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16"],
@@ -116,6 +121,14 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
                             "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
         "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
+        # BERM (METHODS.md §1.2-1.3): RoBERTa-base, BERM's DPR lr 2e-5, 128 tokens, 32/GPU, ~300k steps,
+        # R1 x 1.0 + R2 x 0.1, labels BM25 + 0.1 x reader
+        "dpr-berm": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
+                     "lamb lr 2e-05, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
+                     "+ BERM R1 x1 + R2 x0.1", "lucene BM25 + 0.1 x reader roberta-squad2"],
+        "ance-berm-ep1": ["init models/trained/dpr-berm", "grad-acc 2", "lamb lr 5e-06", "q64/d256",
+                          "+ BERM R1 x1 + R2 x0.1"],
+        "kd-berm": ["margin_mse with 1 negative(s)", "+ BERM R1 x1 + R2 x0.1"],
     }
     for run, parts in expected.items():
         for part in parts:
@@ -217,8 +230,15 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
 
     for col in cols:
         floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
-        for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast"):
+        for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm"):
             assert value(system, col) > floor, (system, col, value(system, col), floor)
+    # BERM's labelling rule (BM25 over units + delta x the tiny reader) finds the sentence the mini
+    # generator wrote as the answer in at least 90% of the training pairs
+    labels = yaml.safe_load((workdir / "data" / "mini-source" / "berm" / "train" / "summary.json").read_text())
+    assert labels["judged"] == labels["pairs"] == 1200 and labels["agreement"] >= 0.9, labels
+    berm_log = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "dpr-berm" / "train_log.jsonl")
+                .read_text().splitlines()]
+    assert all({"r1", "r2", "task_loss", "unit_accuracy"} <= set(r) for r in berm_log)
     episodes = [yaml.safe_load((workdir / "models" / "trained" / f"ance-ep{k}" / "training.json").read_text())
                 for k in (1, 2)]
     assert [e["recipe"]["episode"] for e in episodes] == [1, 2]
@@ -263,11 +283,13 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     original = loss.read_text()
     edit(loss)
     cfg = yaml.safe_load((workdir / "config.yaml").read_text())
-    distilled = [n for n, r in cfg["recipes"].items() if r["loss"] == "margin_mse"]
-    assert len(distilled) == 2                       # kd and ddr-dr-distill
+    expand_recipes(cfg)
+    distilled = [n for n, r in cfg["recipes"].items() if r["loss"] == "margin_mse" and n in cfg["table1"]["systems"]]
+    assert sorted(distilled) == ["ddr-dr-distill", "kd", "kd-berm"]
     datasets = 3                                     # source dev + two targets
+    n = len(distilled)
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
-    assert jobs == {"train": 2, "encode_corpus": 2 * datasets * cfg["dense"]["shards"], "dense_search": 2 * datasets,
+    assert jobs == {"train": n, "encode_corpus": n * datasets * cfg["dense"]["shards"], "dense_search": n * datasets,
                     "evaluate": datasets, "table1": 1}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:

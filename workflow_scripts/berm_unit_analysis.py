@@ -4,4 +4,4 @@ from zsdr.logs import setup_logging
 setup_logging(snakemake.log[0])
 p = snakemake.params
 write_unit_analysis(p.model, p.dataset, snakemake.input.labels, snakemake.output[0], meta=p.meta,
-                    batch_size=p.dense["batch_size"], device=p.dense["device"], **p.options)
+                    batch_size=p.dense["batch_size"], device=p.dense["device"], scale=p.scale, **p.options)

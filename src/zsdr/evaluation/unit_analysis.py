@@ -39,7 +39,7 @@ from zsdr.data.formats import _find, iter_records, read_queries
 from zsdr.io import DataError, atomic_write
 from zsdr.losses.berm import matching_representation, unit_scores
 from zsdr.models.encoder import Encoder, load_encoder, resolve_device
-from zsdr.training.berm import BermConfig, BermTerm
+from zsdr.training.berm import BermConfig, BermTerm, scaled
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +80,13 @@ def _passages(dataset: Path, pids: set[str]) -> dict[str, dict]:
 
 
 def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike, labels: str | os.PathLike, *,
-                  batch_size: int = 64, device: str | None = "auto", **encoder_options) -> dict:
+                  batch_size: int = 64, device: str | None = "auto", scale: float = 1.0, **encoder_options) -> dict:
     """The per-pair measures and their aggregates (the module docstring's layout) of ``model`` on the
     labelled pairs ``labels`` of ``dataset`` (a BEIR folder). ``model``: a model folder or HF id, whose
     :class:`zsdr.models.encoder.EncoderConfig` ``encoder_options`` override (a system's settings, as the
-    encode jobs pass them), or an :class:`zsdr.models.encoder.Encoder` (no options)."""
+    encode jobs pass them), or an :class:`zsdr.models.encoder.Encoder` (no options). ``scale``: the
+    inverse temperature the model was trained with; ``t_q`` and ``t_p`` are scaled by its square root
+    as BERM's loss term scales them (:mod:`zsdr.training.berm`)."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     dataset = Path(dataset)
@@ -114,7 +116,7 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
                 t_q = encoder(**{k: v.to(target) for k, v in q_batch.items()})
                 t_p, hidden = encoder(**{k: v.to(target) for k, v in d_batch.items()}, return_hidden=True)
                 e = torch.einsum("nul,nlh->nuh", units["weights"].to(target), hidden.float())
-                measures = unit_measures(t_q, t_p, e, units["mask"], units["targets"])
+                measures = unit_measures(scaled(t_q, scale), scaled(t_p, scale), e, units["mask"], units["targets"])
                 kept = units["mask"].sum(dim=1).tolist()
                 for j, (qid, pid) in enumerate(chunk):
                     per_pair[f"{qid}\t{pid}"] = {**{m: measures[m][j] for m in MEASURES}, "units": int(kept[j])}
@@ -132,11 +134,13 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
 
 def write_unit_analysis(model: str | os.PathLike, dataset: str | os.PathLike, labels: str | os.PathLike,
                         out: str | os.PathLike, *, meta: dict | None = None, batch_size: int = 64,
-                        device: str | None = "auto", **encoder_options) -> dict:
+                        device: str | None = "auto", scale: float = 1.0, **encoder_options) -> dict:
     """The ``berm_unit_analysis`` job: :func:`unit_analysis` written to ``out`` (atomically) with the
     inputs it came from and ``meta`` (dataset and system names); returns what was written."""
-    result = unit_analysis(model, dataset, labels, batch_size=batch_size, device=device, **encoder_options)
-    data = {**(meta or {}), "model": str(model), "labels": str(labels), "encoder": encoder_options, **result}
+    result = unit_analysis(model, dataset, labels, batch_size=batch_size, device=device, scale=scale,
+                           **encoder_options)
+    data = {**(meta or {}), "model": str(model), "labels": str(labels), "encoder": encoder_options, "scale": scale,
+            **result}
     with atomic_write(out) as fh:
         json.dump(data, fh, indent=1)
     return data

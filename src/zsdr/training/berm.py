@@ -9,11 +9,16 @@ training pair ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...
 spans into the passage text. A pair without a label still gets R1 (its units are segmented on the
 fly) but no R2. Unit vectors ``e_i`` are the mean of the last-layer token states over exactly the
 unit's tokens (:func:`zsdr.data.units.tokenize_with_units`), no projection head; ``t_p`` and
-``t_q`` are the encoder's (pooled, headed) vectors.
+``t_q`` are the vectors whose dot product is the model's relevance logit: the encoder's (pooled,
+headed) vectors times ``sqrt(scale)``. With the papers' dot products (``scale`` 1) these are the
+encoder's vectors; with cosine similarity and an inverse temperature (the mini recipes: scale 20)
+the unit-length vectors would make ``GELU(t_q ⊙ t_p)`` vanish (components ~1/dim) and leave R2
+nothing to learn from, so they are scaled as the logit scales them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, fields
 from typing import Sequence
@@ -33,6 +38,7 @@ class BermConfig:
     r1_weight: float = 1.0           # L_R1, semantic-unit balance (METHODS.md §1.2 default)
     r2_weight: float = 0.1           # L_R2, essential-unit extractability
     double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (§1.2 ⚠)
+    scale: float = 1.0               # the recipe's inverse temperature (see the module docstring)
 
     @classmethod
     def from_dict(cls, data: dict) -> "BermConfig":
@@ -94,6 +100,7 @@ class BermTerm:
         from zsdr.losses.berm import matching_representation, unit_accuracy, unit_balance, unit_extraction
 
         cfg = self.config
+        queries, passages = scaled(queries, cfg.scale), scaled(passages, cfg.scale)
         mask, targets = batch["mask"].to(hidden.device), batch["targets"].to(hidden.device)
         units = torch.einsum("nul,nlh->nuh", batch["weights"].to(hidden.device), hidden.float())
         total = passages.sum() * 0.0
@@ -111,3 +118,8 @@ class BermTerm:
             if acc == acc:  # NaN when no positive of the batch is labelled
                 logs["unit_accuracy"] = acc
         return total, logs
+
+
+def scaled(vectors: torch.Tensor, scale: float) -> torch.Tensor:
+    """``sqrt(scale) · vectors``: the vectors whose dot products are the logits ``scale · <a, b>``."""
+    return vectors if scale == 1.0 else vectors * math.sqrt(scale)
