@@ -193,3 +193,16 @@ def test_dpr_plus_berm_trains_and_lowers_r1(mini, tmp_path):
     log = [json.loads(x) for x in (tmp_path / "out" / "train_log.jsonl").read_text().splitlines()]
     assert all({"r1", "r2", "task_loss"} <= set(r) for r in log)
     assert sum(r["r1"] for r in log[-5:]) < sum(r["r1"] for r in log[:5])
+
+
+def test_the_term_scores_with_the_logit_vectors(mini):
+    """With an inverse temperature s the term scores sqrt(s)·t, the vectors whose dot product is the logit."""
+    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", doc_format="text", doc_max_length=96)
+    spans = sentence_spans(PASSAGE["text"])
+    plain, hot = BermTerm(BermConfig()), BermTerm(BermConfig(scale=4.0))
+    for term in (plain, hot):
+        term.labels = {("q", "p"): (spans, 1)}
+    width = len(enc.tokenize_docs([PASSAGE])["input_ids"][0])
+    batch = plain.batch(enc, ["q"], ["p"], [PASSAGE], width)
+    q, p, hidden = torch.randn(1, 4), torch.randn(1, 4), torch.randn(1, width, 4)
+    assert hot.loss(q, p, hidden, batch)[0].item() == pytest.approx(plain.loss(2 * q, 2 * p, hidden, batch)[0].item())
