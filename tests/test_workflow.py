@@ -213,7 +213,7 @@ def workdir(tmp_path_factory):
 
 
 def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
-    snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=900)
+    snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=1800)
     with open(workdir / "results" / "table1.csv", newline="") as f:
         header, *rows = list(csv.reader(f))
     assert header[:2] == ["system", "description"]
@@ -252,7 +252,7 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
 
 def test_mini_paper_tables_figure_and_report(workdir):
     """Every paper table renders at mini scale (data tables from the mini data), and the report bundles them."""
-    snakemake("--cores", "2", "tables", cwd=workdir, timeout=900)
+    snakemake("--cores", "2", "tables", cwd=workdir, timeout=1800)
     results = workdir / "results"
     from zsdr.tables.spec import list_specs
 
@@ -316,7 +316,7 @@ def test_library_edit_replans_its_jobs(workdir):
     # the generator and the dense systems do not use it
     assert jobs.get("lucene_index") == 6 and jobs.get("bm25") == 9, jobs
     assert "mini_benchmark" not in jobs and "encode_corpus" not in jobs and "dense_search" not in jobs
-    snakemake("--cores", "2", "results/table1.csv", cwd=workdir, timeout=900)
+    snakemake("--cores", "2", "results/table1.csv", cwd=workdir, timeout=1800)
     edit(workdir / "src" / "zsdr" / "tables" / "table1.py")
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     assert jobs == {"table1": 1, "all": 1} or jobs == {"table1": 1}
