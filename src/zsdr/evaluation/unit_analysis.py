@@ -4,7 +4,8 @@ On the labelled test pairs of a dataset (the labelling stage's ``labels.jsonl``:
 ``(qid, pid)`` with the passage's sentence units and its essential unit, see
 :mod:`zsdr.training.unit_labels`) the encoder embeds the query (``t_q``), the passage (``t_p``) and
 every unit of the passage (``e_i``: the mean of the last-layer token states over exactly the unit's
-tokens, pooled by :meth:`zsdr.training.berm.BermTerm.batch`, as in training). Per pair:
+tokens, pooled by :meth:`zsdr.training.berm.BermTerm.batch`, as in training; ``t_q`` and ``t_p`` times
+the square root of the system's inverse temperature, as the loss term scales them). Per pair:
 
 * ``unit_variance`` (Table 5, R1 balance; lower = more balanced): the population variance over the
   passage's units of ``<t_p, e_i>``; pairs whose passage keeps at least two units.
