@@ -29,8 +29,7 @@ rule evaluate:
         "../workflow_scripts/evaluate.py"
 
 
-rule evaluate_system:
-    """Metrics of one further system (a paper table's, not table 1's) on one dataset."""
+use rule evaluate as evaluate_system with:
     input:
         runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
         data=lambda wc: dataset_marker(wc.dataset),
@@ -41,19 +40,6 @@ rule evaluate_system:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.log",
     wildcard_constraints:
         system=alternation(EXTRA_EVAL_SYSTEMS),
-    conda:
-        "../envs/cpu.yaml"
-    resources:
-        mem_mb=4000,
-        runtime=30,
-    params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: eval_split(wc.dataset),
-        metrics=config["evaluation"]["metrics"],
-        ignore_identical_ids=lambda wc: wc.dataset
-        in config["evaluation"]["ignore_identical_ids"],
-    script:
-        "../workflow_scripts/evaluate.py"
 
 
 rule dataset_stats:
