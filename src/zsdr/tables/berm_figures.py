@@ -14,8 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from zsdr.io import atomic_write, read_json
+from zsdr.io import atomic_write
 from zsdr.tables.figures import save_figure
+from zsdr.tables.inputs import metric_scores, read_metrics
 
 
 def render_weight_grid(points: Sequence[dict], metric: str, out_png: str | os.PathLike, out_csv: str | os.PathLike,
@@ -31,8 +32,8 @@ def render_weight_grid(points: Sequence[dict], metric: str, out_png: str | os.Pa
     for p in points:
         values = {}
         for path in p["metrics"]:
-            m = read_json(path, "evaluate the system again (the evaluate rule)")
-            values[m["dataset"]] = float(m["aggregate"][metric])
+            m = read_metrics(path)
+            values[m["dataset"]] = metric_scores(m, path, metric)[0]
         datasets = datasets or list(values)
         rows.append({"alpha": p["alpha"], "beta": p["beta"], "system": p["system"], **values,
                      "average": float(np.mean(list(values.values())))})
