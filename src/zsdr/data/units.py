@@ -35,22 +35,18 @@ def sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
-def _doc_strings(encoder, doc: dict) -> tuple[str, str | None, int]:
-    """What the encoder tokenises for ``doc``: (first sequence, second sequence, where the text starts
-    in the sequence that holds it)."""
+def _text_position(encoder, doc: dict) -> tuple[int, int]:
+    """Where ``Encoder.tokenize_docs`` put ``doc``'s text: (sequence id of the string that holds it, the
+    character where the text starts in that string)."""
     cfg = encoder.config
     title, text = doc.get("title") or "", doc.get("text") or ""
     if cfg.doc_format == "title_space_text":
-        joined = f"{title} {text}".strip()
-        # where the text's first character landed once the joined string was stripped
+        # where the text's first character landed once "title text" was stripped
         start = len(title.lstrip()) + 1 if title.strip() else -(len(text) - len(text.lstrip()))
-        return cfg.doc_prefix + joined, None, len(cfg.doc_prefix) + start
+        return 0, len(cfg.doc_prefix) + start
     if cfg.doc_format == "text":
-        return cfg.doc_prefix + text, None, len(cfg.doc_prefix)
-    if cfg.doc_format == "title_sep_text":
-        return cfg.doc_prefix + title, text, 0
-    raise ValueError(f"BERM units need the passage text's character offsets; doc_format {cfg.doc_format!r} joins "
-                     "title and text at the token level: use title_space_text, title_sep_text or text")
+        return 0, len(cfg.doc_prefix)
+    return 1, 0  # title_sep_text: the text is the second string, as it is
 
 
 def tokenize_with_units(encoder, docs: Sequence[dict], units: Sequence[Sequence[tuple[int, int]] | None]
@@ -60,22 +56,18 @@ def tokenize_with_units(encoder, docs: Sequence[dict], units: Sequence[Sequence[
     ``units[i]``: character spans into ``docs[i]["text"]`` (``None``: segment it now with syntok).
     Returns ``(features, spans)``: ``features`` equals ``encoder.tokenize_docs(docs)``; ``spans[i][j]``
     is the ``(start, end)`` token positions (end exclusive) of unit ``j`` of document ``i``, or
-    ``None`` where truncation removed the unit.
+    ``None`` where truncation removed the unit. One tokenizer call, with offsets (a fast tokenizer).
     """
     tok = encoder.tokenizer
     if not getattr(tok, "is_fast", False):
         raise ValueError(f"BERM units need a fast tokenizer (offsets); {type(tok).__name__} is not one")
-    features = encoder.tokenize_docs(list(docs))
+    features = encoder.tokenize_docs(list(docs), offsets=True)
+    offsets, seq_ids = features.pop("offset_mapping"), features.pop("sequence_ids")
     out = []
     for i, doc in enumerate(docs):
-        first, second, shift = _doc_strings(encoder, doc)
-        enc = tok(first, second, add_special_tokens=True, truncation=True, max_length=encoder.config.doc_max_length,
-                  return_offsets_mapping=True)
-        if enc["input_ids"] != features["input_ids"][i]:  # pragma: no cover - guards the contract
-            raise RuntimeError("tokenising with offsets gave other ids than Encoder.tokenize_docs")
+        text_seq, shift = _text_position(encoder, doc)
         spans = units[i] if units[i] is not None else sentence_spans(doc.get("text") or "")
-        out.append(char_to_token_spans(enc["offset_mapping"], enc.sequence_ids(), 0 if second is None else 1,
-                                       spans, shift))
+        out.append(char_to_token_spans(offsets[i], seq_ids[i], text_seq, spans, shift))
     return features, out
 
 

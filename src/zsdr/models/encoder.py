@@ -354,34 +354,48 @@ class Encoder(nn.Module):
                 raise RuntimeError(f"cannot locate the special tokens of {type(self.tokenizer).__name__}")
         return self._special
 
-    def _tokenize(self, first: list[str], second: list[str] | None, max_length: int) -> dict[str, list[list[int]]]:
+    def _tokenize(self, first: list[str], second: list[str] | None, max_length: int,
+                  offsets: bool = False) -> dict[str, list[list[int]]]:
+        """Token ids (and token types); with ``offsets`` also each token's ``offset_mapping`` (character span
+        in its own string) and ``sequence_ids`` (0 first string, 1 second, None special)."""
         if not first:
-            return {"input_ids": [], **({"token_type_ids": []} if self._uses_token_types() else {})}
+            out = {"input_ids": [], **({"token_type_ids": []} if self._uses_token_types() else {})}
+            return {**out, "offset_mapping": [], "sequence_ids": []} if offsets else out
         enc = self.tokenizer(first, second, add_special_tokens=True, truncation=True, max_length=max_length,
                              padding=False, return_attention_mask=False,
-                             return_token_type_ids=self._uses_token_types())
+                             return_token_type_ids=self._uses_token_types(), return_offsets_mapping=offsets)
         out = {"input_ids": enc["input_ids"]}
         if self._uses_token_types():
             out["token_type_ids"] = enc["token_type_ids"]
+        if offsets:
+            out["offset_mapping"] = enc["offset_mapping"]
+            out["sequence_ids"] = [enc.sequence_ids(i) for i in range(len(first))]
         return out
 
     def tokenize_queries(self, texts: Sequence[str]) -> dict[str, list[list[int]]]:
         p = self.config.query_prefix
         return self._tokenize([p + t for t in texts], None, self.config.query_max_length)
 
-    def tokenize_docs(self, docs: Sequence[dict | str]) -> dict[str, list[list[int]]]:
+    def tokenize_docs(self, docs: Sequence[dict | str], offsets: bool = False) -> dict[str, list[list[int]]]:
+        """Token ids of documents in the ``doc_format``; ``offsets`` adds the character span of every token in
+        the string it came from and its sequence id (:meth:`_tokenize`), for the formats that tokenise
+        strings (not ``lower_title_text``, which joins title and text at the token level)."""
         cfg = self.config
+        if offsets and cfg.doc_format == "lower_title_text":
+            raise ValueError("doc_format lower_title_text joins title and text at the token level and has no "
+                             "character offsets: use title_space_text, title_sep_text or text")
         if not docs:
-            return self._tokenize([], None, cfg.doc_max_length)
+            return self._tokenize([], None, cfg.doc_max_length, offsets)
         titles = [("" if isinstance(d, str) else d.get("title") or "") for d in docs]
         texts = [(d if isinstance(d, str) else d.get("text") or "") for d in docs]
         p = cfg.doc_prefix
         if cfg.doc_format == "title_space_text":
-            return self._tokenize([p + f"{t} {x}".strip() for t, x in zip(titles, texts)], None, cfg.doc_max_length)
+            return self._tokenize([p + f"{t} {x}".strip() for t, x in zip(titles, texts)], None, cfg.doc_max_length,
+                                  offsets)
         if cfg.doc_format == "text":
-            return self._tokenize([p + x for x in texts], None, cfg.doc_max_length)
+            return self._tokenize([p + x for x in texts], None, cfg.doc_max_length, offsets)
         if cfg.doc_format == "title_sep_text":
-            return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length)
+            return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length, offsets)
         # lower_title_text: title tokens (lower-cased) then text tokens, one segment, no separator.
         head, tail = self._specials()
         budget = max(cfg.doc_max_length - len(head) - len(tail), 0)
