@@ -10,6 +10,11 @@ A model folder written by :meth:`Encoder.save_pretrained` holds the backbone and
 ``cls_linear_ln`` pooling, ``head.safetensors``. Any Hugging Face id or folder loads too; a
 sentence-transformers folder lends its pooling, normalisation and maximum length as defaults.
 
+An encoder may carry DDR's Relevance Estimation Module (REM, :mod:`zsdr.models.adapters`): LoRA and
+a parallel adapter over the frozen backbone (:meth:`Encoder.add_rem`). Its folder then holds the
+bare backbone (the DAM) and the REM in ``rem/`` (``"rem": "rem"`` in ``zsdr.json``), which
+:meth:`Encoder.from_pretrained` plugs back (merging LoRA into the weights for inference).
+
 Document formats (``doc_format``):
 
 * ``title_space_text``: ``(title + " " + text).strip()``, the BEIR / MTEB sentence-transformers
@@ -35,6 +40,7 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
+from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +51,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 CONFIG_FILE = "zsdr.json"
 HEAD_FILE = "head.safetensors"
 CONFIG_VERSION = 1
+REM_DIR = "rem"
 _REWRITE = "write the file again (save the model with save_pretrained)"
 
 
@@ -88,7 +95,7 @@ class EncoderConfig:
     @classmethod
     def from_dict(cls, data: dict, path: str | os.PathLike | None = None) -> "EncoderConfig":
         known = set(cls.field_names())
-        unknown = sorted(set(data) - known - {"version", "backbone"})
+        unknown = sorted(set(data) - known - {"version", "backbone", "rem"})
         if unknown:
             raise DataError(path, None, f"unknown encoder settings {unknown}", f"known: {', '.join(sorted(known))}")
         try:
@@ -186,6 +193,7 @@ class Encoder(nn.Module):
             raise ValueError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
         self.precision = precision
         self.head: AnceHead | None = None
+        self.rem: Rem | None = None
         self._special: tuple[list[int], list[int]] | None = None
         self._clamp_lengths()
         if self.config.pooling == "cls_linear_ln":
@@ -243,13 +251,57 @@ class Encoder(nn.Module):
             self.head = None
         return self
 
+    # ------------------------------------------------------------------------------- the REM
+    def add_rem(self, config: RemConfig | dict) -> "Encoder":
+        """Freeze everything (backbone and head) and attach a new REM; only its parameters train.
+
+        Freshly attached, the REM changes nothing (LoRA ``B`` and the adapters' up-projections are 0).
+        """
+        self._check_no_rem()
+        self._install_rem(attach_rem, rem_settings(config))
+        return self
+
+    def load_rem(self, path: str | os.PathLike, merge: bool = True) -> "Encoder":
+        """Plug a saved REM into this encoder's backbone; ``merge`` merges LoRA for inference, else
+        the REM stays unmerged and trainable."""
+        self._check_no_rem()
+        self._install_rem(load_rem, path, trainable=not merge)
+        if merge:
+            self.rem.merge()
+        return self
+
+    def merge_rem(self) -> "Encoder":
+        """Merge the REM's LoRA into the backbone weights (inference; the encoder can no longer be saved)."""
+        if self.rem is None:
+            raise ValueError("this encoder has no REM to merge")
+        self.rem.merge()
+        return self
+
+    def _check_no_rem(self) -> None:
+        if self.rem is not None:
+            raise ValueError("this encoder already has a REM; load the bare backbone to attach another")
+
+    def _install_rem(self, make, *args, **kwargs) -> None:
+        """Attach the REM ``make(backbone, ...)`` returns; everything else in the encoder is frozen."""
+        device = self.device
+        rem = make(self.backbone, *args, **kwargs).to(device)
+        ours = {id(p) for _, p in rem.named_rem_parameters()}
+        for p in self.parameters():
+            if id(p) not in ours:
+                p.requires_grad_(False)
+        self.rem = rem
+
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
-                        precision: str = "auto", **overrides) -> "Encoder":
+                        precision: str = "auto", rem: str | os.PathLike | bool | None = None,
+                        merge_rem: bool = True, **overrides) -> "Encoder":
         """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
 
         ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
         ``max_length`` for both lengths. ``device=None`` keeps the model on the CPU until it encodes.
+        ``rem`` is a REM folder to plug into the loaded backbone (default: the one ``zsdr.json``
+        names, if any; ``False``: none, the bare DAM). ``merge_rem`` merges its LoRA into the
+        weights (inference); ``False`` keeps it unmerged and trainable.
         """
         from transformers import AutoTokenizer
 
@@ -259,12 +311,18 @@ class Encoder(nn.Module):
         local = folder.is_dir()
         settings: dict[str, Any] = {}
         saved_head = None
+        saved_rem = None
         if local:
             settings.update(_sentence_transformers_defaults(folder))
             if (folder / CONFIG_FILE).is_file():
                 saved = read_json(folder / CONFIG_FILE, _REWRITE)
                 EncoderConfig.from_dict(saved, folder / CONFIG_FILE)  # validates
                 settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
+                if saved.get("rem") is not None:
+                    if not isinstance(saved["rem"], str) or not saved["rem"]:
+                        raise DataError(folder / CONFIG_FILE, None,
+                                        f"rem must be a subfolder name, got {saved['rem']!r}", _REWRITE)
+                    saved_rem = folder / saved["rem"]
         config = EncoderConfig(**{**settings, **overrides})
         if local and config.pooling == "cls_linear_ln":
             if (folder / HEAD_FILE).is_file():
@@ -290,18 +348,37 @@ class Encoder(nn.Module):
             else:
                 log.info("%s: no cls_linear_ln head in the checkpoint; initialised from seed %d", name,
                          config.head_seed)
+        rem_path = saved_rem if rem is None else (None if rem is False else rem)
+        if rem_path is True:
+            raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
+        if rem_path is not None:
+            encoder.load_rem(rem_path, merge=merge_rem)
         encoder.eval()
         if device is not None:
             encoder.to(resolve_device(device))
         return encoder
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically."""
+        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically.
+
+        With a REM the backbone is written bare (the DAM's own weights and keys) and the REM goes
+        to ``rem/``; an encoder whose LoRA was merged cannot be saved (the DAM is gone).
+        """
+        if self.rem is not None and self.rem.lora_merged:
+            raise ValueError("this encoder's REM LoRA is merged into the backbone weights, so the DAM and the REM can "
+                             "no longer be saved apart; load it with merge_rem=False to save it")
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
-            self.backbone.save_pretrained(tmp)
+            if self.rem is None:
+                self.backbone.save_pretrained(tmp)
+            else:
+                self.backbone.save_pretrained(tmp, state_dict=bare_state_dict(self.backbone, self.rem))
+                (tmp / REM_DIR).mkdir()
+                self.rem.write(tmp / REM_DIR)
             self.tokenizer.save_pretrained(tmp)
             data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
+            if self.rem is not None:
+                data["rem"] = REM_DIR
             (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             if self.head is not None:
                 from safetensors.torch import save_file
@@ -486,7 +563,10 @@ class Encoder(nn.Module):
                                      show_progress, desc="docs")
 
     def describe(self) -> dict:
-        return {"model": self.name_or_path, "dim": self.dim, **self.config.to_dict(), "normalize": self.config.normalize}
+        out = {"model": self.name_or_path, "dim": self.dim, **self.config.to_dict(), "normalize": self.config.normalize}
+        if self.rem is not None:
+            out["rem"] = self.rem.describe()
+        return out
 
 
 @contextlib.contextmanager
@@ -542,13 +622,17 @@ def _normalise_overrides(overrides: dict) -> dict:
 
 
 def load_encoder(model: "str | os.PathLike | Encoder", device=None, precision: str | None = None,
-                 **overrides) -> Encoder:
-    """``model`` itself when it is an :class:`Encoder` (no overrides allowed), else ``Encoder.from_pretrained``."""
+                 rem: str | os.PathLike | bool | None = None, merge_rem: bool = True, **overrides) -> Encoder:
+    """``model`` itself when it is an :class:`Encoder` (no overrides allowed), else ``Encoder.from_pretrained``
+    (``rem`` / ``merge_rem`` as there)."""
     if isinstance(model, Encoder):
         if _normalise_overrides(overrides):
             raise ValueError("encoder settings cannot be overridden on an Encoder instance; call encoder.configure()")
+        if rem is not None and rem is not False:
+            raise ValueError("a REM cannot be plugged into an Encoder instance here; call encoder.load_rem()")
         if precision is not None:
             model.precision = precision
         return model
-    return Encoder.from_pretrained(model, device=device, precision=precision or "auto", **overrides)
+    return Encoder.from_pretrained(model, device=device, precision=precision or "auto", rem=rem,
+                                   merge_rem=merge_rem, **overrides)
 
