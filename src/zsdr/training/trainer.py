@@ -19,7 +19,14 @@ else:
   batches an uninterrupted one would have seen and ends with bit-identical weights on CPU;
 * the next batch is sampled and tokenised on a worker thread while the current step runs;
 * a metrics log (``train_log.jsonl``: step, epoch, loss, learning rate, gradient norm, examples
-  per second), a loss-curve PNG and a progress bar.
+  per second), a loss-curve PNG and a progress bar;
+* optional model snapshots every ``snapshot_every`` steps (a learning curve over training time):
+  ``snapshots/step-NNNNNNNNN/`` in the output folder and ``snapshots/snapshots.json``, a list of
+  ``{"step", "train_seconds", "path"}`` ending with the finished model (``"path": "."``).
+  ``train_seconds`` is the training loop's wall time up to the step, summed over resumed runs
+  (time spent writing checkpoints and snapshots left out). Snapshots are staged in
+  ``checkpoint_dir/snapshots`` (or beside the output without a checkpoint directory) and moved
+  into the output with the final model; a resumed run keeps the ones taken up to its checkpoint.
 
 Checkpoints live in ``checkpoint_dir`` (outside the Snakemake output, so a failed job keeps
 them); a checkpoint written for other settings (``fingerprint``) is ignored and removed.
@@ -55,6 +62,8 @@ PRECISIONS = ("fp32", "bf16", "fp16", "auto")
 STATE_FILE = "trainer_state.json"
 LOG_FILE = "train_log.jsonl"
 PLOT_FILE = "loss.png"
+SNAPSHOT_DIR = "snapshots"
+SNAPSHOT_FILE = "snapshots.json"
 
 
 @dataclass
@@ -77,6 +86,7 @@ class TrainConfig:
     seed: int = 42
     save_every: int = 500
     log_every: int = 10
+    snapshot_every: int | None = None  # save the model every N steps (learning curves); null: never
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -90,6 +100,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "save_every", "log_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.snapshot_every is not None and int(self.snapshot_every) < 1:
+            raise ValueError("snapshot_every must be >= 1 (or null for no snapshots)")
         self.betas = tuple(self.betas)
 
     @classmethod
@@ -186,15 +198,15 @@ class Trainer:
             return []
         return sorted(p for p in self.ckpt_dir.glob("step-*") if (p / STATE_FILE).is_file())
 
-    def _latest(self) -> tuple[Path, int] | None:
+    def _latest(self) -> tuple[Path, int, float] | None:
         for path in reversed(self._checkpoints()):
             state = json.loads((path / STATE_FILE).read_text())
             if state.get("fingerprint") == self.fingerprint and state.get("world") == self.world:
-                return path, int(state["step"])
+                return path, int(state["step"]), float(state.get("train_seconds", 0.0))
             log.warning("ignoring checkpoint %s: written for other settings", path)
         return None
 
-    def _save_checkpoint(self, step: int) -> None:
+    def _save_checkpoint(self, step: int, train_seconds: float = 0.0) -> None:
         final = self.ckpt_dir / f"step-{step:09d}"
         tmp = self.ckpt_dir / f".step-{step:09d}.tmp"
         if self.acc.is_main_process:
@@ -205,13 +217,71 @@ class Trainer:
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
             (tmp / STATE_FILE).write_text(json.dumps(
-                {"step": step, "fingerprint": self.fingerprint, "world": self.world}) + "\n")
+                {"step": step, "fingerprint": self.fingerprint, "world": self.world,
+                 "train_seconds": train_seconds}) + "\n")
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             for old in self._checkpoints():
                 if old != final:
                     shutil.rmtree(old, ignore_errors=True)
         self.acc.wait_for_everyone()
+
+    # ---------------------------------------------------------------------------- snapshots
+    def _snapshot_root(self) -> Path:
+        """Where snapshots wait for the end of training: in the checkpoint directory (kept when a
+        run is killed) or, without one, beside the output like the log file."""
+        if self.ckpt_dir is not None:
+            return self.ckpt_dir / SNAPSHOT_DIR
+        return self.out_dir.parent / f".{self.out_dir.name}.{SNAPSHOT_DIR}"
+
+    def _resume_snapshots(self, start: int) -> list[dict]:
+        """The staged snapshots up to step ``start``; the rest (a killed run's after its checkpoint,
+        an unfinished one, a stale run's) are removed and will be taken again."""
+        root = self._snapshot_root()
+        if not self.cfg.snapshot_every or start == 0:
+            shutil.rmtree(root, ignore_errors=True)
+            return []
+        listed = []
+        if (root / SNAPSHOT_FILE).is_file():
+            listed = json.loads((root / SNAPSHOT_FILE).read_text(encoding="utf-8"))
+        kept = [e for e in listed if e["step"] <= start and (root / _snapshot_name(e["step"])).is_dir()]
+        expected = set(range(self.cfg.snapshot_every, start + 1, self.cfg.snapshot_every))
+        if {e["step"] for e in kept} != expected:
+            log.warning("snapshots of steps %s are missing from %s; the curve will lack them",
+                        sorted(expected - {e["step"] for e in kept}), root)
+        names = {_snapshot_name(e["step"]) for e in kept}
+        for p in root.iterdir() if root.is_dir() else ():
+            if p.name == SNAPSHOT_FILE or p.name in names:
+                continue
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        with atomic_write(root / SNAPSHOT_FILE) as fh:
+            fh.write(json.dumps(kept, indent=1) + "\n")
+        return kept
+
+    def _save_snapshot(self, model_task: nn.Module, step: int, train_seconds: float, snapshots: list[dict]) -> None:
+        root = self._snapshot_root()
+        name = _snapshot_name(step)
+        tmp = root / f".{name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model_task.save(tmp)
+        shutil.rmtree(root / name, ignore_errors=True)
+        os.replace(tmp, root / name)
+        snapshots.append({"step": step, "train_seconds": train_seconds, "path": f"{SNAPSHOT_DIR}/{name}"})
+        with atomic_write(root / SNAPSHOT_FILE) as fh:
+            fh.write(json.dumps(snapshots, indent=1) + "\n")
+
+    def _publish_snapshots(self, out_tmp: Path, snapshots: list[dict], step: int, train_seconds: float) -> None:
+        """Move the staged snapshots into the output folder being written and list them with the final model."""
+        root, dest = self._snapshot_root(), out_tmp / SNAPSHOT_DIR
+        dest.mkdir(parents=True, exist_ok=True)
+        for e in snapshots:
+            shutil.move(str(root / _snapshot_name(e["step"])), str(dest / _snapshot_name(e["step"])))
+        final = [*snapshots, {"step": step, "train_seconds": train_seconds, "path": "."}]
+        (dest / SNAPSHOT_FILE).write_text(json.dumps(final, indent=1) + "\n", encoding="utf-8")
 
     # -------------------------------------------------------------------------------- loop
     def train(self) -> Path | None:
@@ -224,7 +294,7 @@ class Trainer:
         scheduler = build_schedule(optimizer, cfg, self.total)
         model, optimizer = acc.prepare(self.task, optimizer)
         acc.register_for_checkpointing(scheduler)
-        start = 0
+        start, train_seconds = 0, 0.0
         if self.ckpt_dir is not None:
             if acc.is_main_process:
                 self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -234,7 +304,7 @@ class Trainer:
             found = self._latest()
             if found is not None:
                 acc.load_state(str(found[0]))
-                start = found[1]
+                start, train_seconds = found[1], found[2]
                 log.info("resuming from %s (step %d of %d)", found[0], start, self.total)
             elif acc.is_main_process:
                 for old in self._checkpoints():
@@ -245,6 +315,7 @@ class Trainer:
             log_path = self.out_dir.parent / f".{self.out_dir.name}.{LOG_FILE}"
             log_path.parent.mkdir(parents=True, exist_ok=True)
         records = self._read_log(log_path, start) if acc.is_main_process else []
+        snapshots = self._resume_snapshots(start) if acc.is_main_process else []
         bar = tqdm(total=self.total, initial=start, desc=f"train {self.out_dir.name}", unit="step",
                    disable=not (self.progress and acc.is_main_process), dynamic_ncols=True)
         model.train()
@@ -261,6 +332,7 @@ class Trainer:
         # One batch ahead on a worker thread: sampling and tokenising overlap the step. Batches are
         # pure functions of the step, so the prefetch changes no result.
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zsdr-batches")
+        clock = time.perf_counter()  # train_seconds counts from here, pausing while files are written
         pending = pool.submit(fetch, start * cfg.grad_accum) if start < self.total else None
         try:
             while step < self.total:
@@ -304,13 +376,24 @@ class Trainer:
                             fh.write(json.dumps(rec) + "\n")
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}")
                     window_loss, window_n, examples, last = 0.0, 0, 0, now
-                if self.ckpt_dir is not None and step % cfg.save_every == 0 and step < self.total:
-                    self._save_checkpoint(step)
+                snap = bool(cfg.snapshot_every) and step % cfg.snapshot_every == 0 and step < self.total
+                ckpt = self.ckpt_dir is not None and step % cfg.save_every == 0 and step < self.total
+                if snap or ckpt:
+                    if snap and pending is not None:
+                        pending.result()  # no tokenising on the worker while the task saves its tokenizer
+                    train_seconds += time.perf_counter() - clock
+                    # The snapshot first: a checkpoint at this step then implies its snapshot exists.
+                    if snap and acc.is_main_process:
+                        self._save_snapshot(unwrapped, step, train_seconds, snapshots)
+                    if ckpt:
+                        self._save_checkpoint(step, train_seconds)
+                    clock = time.perf_counter()
                 if self.stop_after is not None and step >= self.stop_after:
                     return None
         finally:
             bar.close()
             pool.shutdown(wait=True, cancel_futures=True)
+        train_seconds += time.perf_counter() - clock
         acc.wait_for_everyone()
         if acc.is_main_process:
             with atomic_dir(self.out_dir) as tmp:
@@ -322,10 +405,14 @@ class Trainer:
                     {"steps": self.total, "processes": self.world, "global_batch": self.global_batch * cfg.grad_accum,
                      "examples": self.task.num_examples, "train": asdict(cfg), **self.info},
                     indent=1, default=str) + "\n")
+                if cfg.snapshot_every:
+                    self._publish_snapshots(tmp, snapshots, self.total, train_seconds)
             if self.ckpt_dir is not None:
                 shutil.rmtree(self.ckpt_dir, ignore_errors=True)
-            elif log_path.is_file():
-                log_path.unlink()
+            else:
+                if log_path.is_file():
+                    log_path.unlink()
+                shutil.rmtree(self._snapshot_root(), ignore_errors=True)
         acc.wait_for_everyone()
         return self.out_dir
 
@@ -345,6 +432,10 @@ class Trainer:
         with atomic_write(path) as fh:
             fh.writelines(json.dumps(r) + "\n" for r in kept)
         return kept
+
+
+def _snapshot_name(step: int) -> str:
+    return f"step-{step:09d}"
 
 
 def _to(batch: Any, device: torch.device) -> Any:

@@ -1,0 +1,270 @@
+"""Masked language modelling on a corpus: DDR's Domain Adaption Module (``adapt/run_adapt_with_mlm.py``).
+
+Each document (``title + " " + text`` of a BEIR ``corpus.jsonl``) is one example. Every time it is
+sampled it is tokenised without special tokens, cropped to a random contiguous window of
+``max_length - 2`` tokens when longer (a new window each epoch), framed by the model's special
+tokens (``[CLS] x [SEP]`` / ``<s> x </s>``, :func:`special_frame`) and masked as Hugging Face's
+``DataCollatorForLanguageModeling`` does: each non-special token is selected with probability
+``probability`` (15 %); a selected token becomes the mask token with probability 0.8, a random
+token of the vocabulary with probability 0.1 and stays as it is otherwise; labels are the original
+ids at selected positions and -100 elsewhere. The loss is the cross-entropy over the selected
+tokens of the batch.
+
+Crop and masks of a document are drawn from ``(seed, epoch, index)`` alone, so a batch does not
+depend on its neighbours, on the number of processes or on a resume.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+IGNORE = -100
+# Tokens read per document before cropping, in multiples of max_length (see MlmTask.make_batch).
+TOKENIZE_CAP = 8
+_MASK_STREAM = 1  # separates the masking generator's seed from the crop RNG's
+
+
+def random_crop(ids: Sequence[int], length: int, rng: np.random.Generator) -> list[int]:
+    """A contiguous window of ``length`` tokens at a random start (``ids`` itself when not longer)."""
+    ids = list(ids)
+    if len(ids) <= length:
+        return ids
+    start = int(rng.integers(0, len(ids) - length + 1))
+    return ids[start:start + length]
+
+
+def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, vocab_size: int, mask_id: int,
+                generator: torch.Generator, probability: float = 0.15, mask_fraction: float = 0.8,
+                random_fraction: float = 0.1) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking, as ``DataCollatorForLanguageModeling.torch_mask_tokens``: ``(inputs, labels)``.
+
+    ``special_mask`` is true where a token must never be selected (special tokens and padding).
+    Each other token is selected with ``probability``; of the selected, ``mask_fraction`` become
+    ``mask_id``, ``random_fraction`` a uniform token of ``[0, vocab_size)``, the rest stay. Labels
+    hold the original id at selected positions and -100 elsewhere. A row may have no selected
+    token. The same generator state gives the same output; the inputs are not modified.
+    """
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"mlm probability {probability} must lie in [0, 1]")
+    if mask_fraction < 0 or random_fraction < 0 or mask_fraction + random_fraction > 1 + 1e-9:
+        raise ValueError(f"mask_fraction {mask_fraction} + random_fraction {random_fraction} must not exceed 1")
+    labels = input_ids.clone()
+    inputs = input_ids.clone()
+    prob = torch.full(labels.shape, float(probability))
+    prob.masked_fill_(special_mask.bool().cpu(), 0.0)
+    selected = torch.bernoulli(prob, generator=generator).bool().to(labels.device)
+    labels[~selected] = IGNORE
+    replaced = torch.bernoulli(torch.full(labels.shape, float(mask_fraction)),
+                               generator=generator).bool().to(labels.device) & selected
+    inputs[replaced] = mask_id
+    if mask_fraction >= 1 or random_fraction == 0:
+        return inputs, labels
+    scaled = min(random_fraction / (1 - mask_fraction), 1.0)
+    randomised = (torch.bernoulli(torch.full(labels.shape, scaled), generator=generator).bool().to(labels.device)
+                  & selected & ~replaced)
+    words = torch.randint(int(vocab_size), labels.shape, dtype=torch.long, generator=generator).to(labels.device)
+    inputs[randomised] = words[randomised].to(inputs.dtype)
+    return inputs, labels
+
+
+def _mask_seed(seed: int, epoch: int, index: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch, index, _MASK_STREAM]).generate_state(1, dtype=np.uint64)[0])
+
+
+def special_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids a tokenizer puts before and after one sequence (``[CLS]``/``[SEP]``, ``<s>``/``</s>``).
+
+    Read off the encoding of a probe text with and without special tokens: Transformers 5's fast
+    tokenizers no longer offer ``build_inputs_with_special_tokens``, and this works for any template.
+    """
+    for probe in ("a", "the", "x y"):
+        content = tokenizer(probe, add_special_tokens=False)["input_ids"]
+        full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+        for k in range(len(full) - len(content) + 1):
+            if content and full[k:k + len(content)] == content:
+                return list(full[:k]), list(full[k + len(content):])
+    raise ValueError("cannot tell where the tokenizer puts its special tokens")
+
+
+def _head_split(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """``(encoder, head)`` of a BERT-/RoBERTa-style masked LM, so that only selected positions reach
+    the vocabulary projection; ``None`` for other architectures (the full forward is used)."""
+    base = getattr(model, "base_model", None)
+    if base is None or base is model:
+        return None
+    for name in ("cls", "lm_head"):
+        head = getattr(model, name, None)
+        if isinstance(head, nn.Module):
+            return base, head
+    return None
+
+
+class MlmTask(nn.Module):
+    """Masked-LM training of ``model`` (an ``AutoModelForMaskedLM``) on ``texts`` for the Trainer."""
+
+    def __init__(self, model: nn.Module, tokenizer, texts: Sequence[str], max_length: int = 512,
+                 probability: float = 0.15, seed: int = 42, name: str | None = None):
+        super().__init__()
+        name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+            raise ValueError(f"{name}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
+                             "trained with masked language modelling; start from a masked-LM checkpoint")
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{name}: masked-LM training needs a fast tokenizer (tokenizer.json)")
+        if not texts:
+            raise ValueError(f"{name}: no documents to train on")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.texts = list(texts)
+        self.max_length = int(max_length)
+        self.prefix, self.suffix = special_frame(tokenizer)
+        self.content_length = self.max_length - len(self.prefix) - len(self.suffix)
+        if self.content_length < 1:
+            raise ValueError(f"max_length {max_length} leaves no room for a token between the special tokens")
+        limit = getattr(tokenizer, "model_max_length", None)
+        if limit is not None and limit < 1_000_000 and self.max_length > limit:
+            raise ValueError(f"max_length {max_length} exceeds what {name} accepts ({limit} tokens)")
+        self.probability = float(probability)
+        self.seed = int(seed)
+        self.vocab_size = len(tokenizer)
+        model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+        if model_vocab is not None and self.vocab_size > model_vocab:
+            raise ValueError(f"{name}: the tokenizer has {self.vocab_size} tokens, the model only {model_vocab}")
+        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.texts)
+
+    def make_batch(self, indices: list[int], epoch: int) -> dict:
+        tok = self.tokenizer
+        # One batched call. Documents are cut at TOKENIZE_CAP x max_length tokens before the crop: the
+        # window of a very long document is drawn from its first 8 x max_length tokens (4096 for 512),
+        # which bounds the memory of the token lists and the cost of turning them into Python ints.
+        pieces = tok([self.texts[i] for i in indices], add_special_tokens=False, truncation=True,
+                     max_length=TOKENIZE_CAP * self.max_length, return_attention_mask=False,
+                     return_token_type_ids=False)["input_ids"]
+        rows_in, rows_lab = [], []
+        for i, ids in zip(indices, pieces):
+            window = random_crop(ids, self.content_length, np.random.default_rng([self.seed, epoch, i]))
+            row = torch.tensor(self.prefix + window + self.suffix, dtype=torch.long)
+            special = torch.isin(row, self.special_ids)
+            gen = torch.Generator().manual_seed(_mask_seed(self.seed, epoch, i))
+            inputs, labels = mask_tokens(row[None], special[None], self.vocab_size, tok.mask_token_id, gen,
+                                         probability=self.probability)
+            rows_in.append(inputs[0])
+            rows_lab.append(labels[0])
+        width = max(len(r) for r in rows_in)
+        n = len(rows_in)
+        input_ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
+        labels = torch.full((n, width), IGNORE, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for j, (r, lab) in enumerate(zip(rows_in, rows_lab)):
+            input_ids[j, :len(r)] = r
+            labels[j, :len(r)] = lab
+            attention[j, :len(r)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        labels = batch["labels"]
+        selected = labels != IGNORE
+        split = _head_split(self.model)
+        if split is not None:
+            base, head = split
+            hidden = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
+            logits = head(hidden[selected])
+        else:
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[selected]
+        targets = labels[selected]
+        if targets.numel() == 0:
+            # No token selected in this batch (possible with very short documents): a zero loss whose
+            # graph still reaches every parameter (through the empty logits), so backward and DDP's
+            # gradient sync run as usual instead of the NaN of a mean over nothing.
+            return logits.float().sum() * 0.0, {"accuracy": 0.0, "masked_tokens": 0.0}
+        logits = logits.float()
+        loss = nn.functional.cross_entropy(logits, targets)
+        accuracy = float((logits.detach().argmax(dim=-1) == targets).float().mean())
+        return loss, {"accuracy": accuracy, "masked_tokens": float(targets.numel())}
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        return directory
+
+
+def corpus_texts(dataset: str | os.PathLike, max_examples: int | None = None) -> list[str]:
+    """``title + " " + text`` (stripped) of a BEIR corpus in file order; empty documents are skipped,
+    ``max_examples`` keeps the first N of the rest."""
+    from zsdr.data.formats import _find, iter_records
+
+    path = _find(Path(dataset), "corpus.jsonl")
+    texts = []
+    for _, _, obj in iter_records(path, "corpus"):
+        if max_examples is not None and len(texts) >= max_examples:
+            break
+        text = f"{obj.get('title') or ''} {obj['text']}".strip()
+        if text:
+            texts.append(text)
+    return texts
+
+
+def build_mlm_task(spec: dict) -> MlmTask:
+    """The masked-LM task of a spec: ``init``, ``dataset``, ``max_length``, ``mlm_probability``
+    (0.15), ``max_examples`` (null: every document), ``dropout`` (null keeps the checkpoint's),
+    ``tie_embeddings`` (null keeps the checkpoint's; ``false`` gives the output layer its own weights,
+    initialised from the input embeddings, see below) and ``train.seed``.
+
+    Untying matters for a backbone trained from scratch on a small corpus (the mini scale): with tied
+    weights every step pushes the embedding of every token absent from the batch along the same
+    direction (the softmax's negative gradient), so the rare tokens a retriever must tell apart
+    collapse together (measured on the mini source: mean cosine between token embeddings 0.00 before,
+    0.52 after 400 steps). Untied, the input embeddings only move with the tokens the corpus shows."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from zsdr.training.tasks import set_dropout
+
+    seed = int(spec.get("train", {}).get("seed", 42))
+    torch.manual_seed(seed)
+    init = str(spec["init"])
+    tokenizer = AutoTokenizer.from_pretrained(init, use_fast=True)
+    if tokenizer.mask_token is None:
+        raise ValueError(f"{init}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
+                         "trained with masked language modelling; start from a masked-LM checkpoint")
+    tie = spec.get("tie_embeddings")
+    if tie is None:
+        model = AutoModelForMaskedLM.from_pretrained(init)
+    else:
+        model = AutoModelForMaskedLM.from_pretrained(init, tie_word_embeddings=bool(tie))
+        if not tie:
+            _init_untied_decoder(model, init)
+    set_dropout(model, spec.get("dropout"))
+    model.train()
+    max_examples = spec.get("max_examples")
+    texts = corpus_texts(spec["dataset"], None if max_examples is None else int(max_examples))
+    return MlmTask(model, tokenizer, texts, max_length=int(spec.get("max_length", 512)),
+                   probability=float(spec.get("mlm_probability", 0.15)), seed=seed, name=init)
+
+
+def _init_untied_decoder(model, init: str) -> None:
+    """An untied output layer the checkpoint does not carry starts as a copy of the input embeddings
+    (the tied model's output layer), not at random."""
+    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
+    if out is None or out.weight is inp.weight:
+        raise ValueError(f"{init}: cannot untie the output layer of {type(model).__name__}")
+    from safetensors import safe_open
+
+    weights = Path(init) / "model.safetensors"
+    saved = False
+    if weights.is_file():
+        with safe_open(str(weights), framework="pt") as f:
+            saved = any(k.endswith("decoder.weight") for k in f.keys())
+    if not saved:
+        with torch.no_grad():
+            out.weight.copy_(inp.weight)
