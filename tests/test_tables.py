@@ -537,3 +537,46 @@ def test_render_figure_is_deterministic_and_checks_its_table(tmp_path):
     with pytest.raises(DataError, match="no entry 'doc_jaccard'"):
         pd.read_csv(table).query("entry != 'doc_jaccard'").to_csv(bad, index=False)
         render_figure(spec, bad, tmp_path / "d.png")
+
+
+def test_ddr_table5_parameter_rows_come_from_the_rems(tmp_path):
+    """Table 5's #Train / #Infer Params rows are the trained REMs' counts (rem.json), kept at mini scale;
+    a column the run does not train keeps the printed value."""
+    spec = specs.load_spec("ddr", 5)
+    produced = {"ddr-rem-lora96", "ddr-rem-pa192", "ddr-contrast"}
+    files = {(d, s): write_metrics(tmp_path, d, s, scores(0.5)) for d in ("mini-alpha",) for s in produced}
+    rem_stats = {"lora96": {"train_pct": 3.2468, "infer_pct": 0.0}, "pa192": {"train_pct": 3.26, "infer_pct": 3.26},
+                 "lora-pa": {"train_pct": 9.7612, "infer_pct": 3.2561}}
+    frame = render_table(spec, files, tmp_path / "t.csv", tmp_path / "t.md", scale="mini",
+                         datasets_override=["mini-alpha"], produced_systems=produced, rem_stats=rem_stats)
+    rows = list(dict.fromkeys(frame["dataset"]))
+    assert rows[:2] == ["train-params", "infer-params"] and "mini-alpha" in rows
+    md = (tmp_path / "t.md").read_text()
+    assert "9.76%" in md and "+3.26%" in md and "3.25%" in md and "+0.00%" in md
+    assert "6.50%" in md          # LoRA (192) is not trained here: the paper's value stays
+    with pytest.raises(DataError, match="train_pct"):
+        render_table(spec, files, tmp_path / "u.csv", tmp_path / "u.md", scale="mini", datasets_override=["mini-alpha"],
+                     produced_systems=produced, rem_stats={"lora96": {"infer_pct": 0.0}})
+
+
+def test_ddr_figure4_curves_from_snapshots(tmp_path):
+    from zsdr.tables.ddr_figures import render_dam_curves
+
+    dam = tmp_path / "dam"
+    (dam / "snapshots").mkdir(parents=True)
+    (dam / "snapshots" / "snapshots.json").write_text(json.dumps(
+        [{"step": 100, "train_seconds": 360.0, "path": "snapshots/step-000000100"},
+         {"step": 200, "train_seconds": 720.0, "path": "."}]))
+    points = [{"dataset": "mini-alpha", "step": s, "system": name,
+               "metrics": write_metrics(tmp_path, "mini-alpha", name, scores(v))}
+              for s, name, v in ((0, "ddr.dam-step0", 0.4), (100, "ddr.dam-step100", 0.5), (None, "ddr", 0.6))]
+    base = {"mini-alpha": write_metrics(tmp_path, "mini-alpha", "dr", scores(0.45))}
+    rows = render_dam_curves(points, {"mini-alpha": dam}, base, "ndcg@10", tmp_path / "f.png", tmp_path / "f.csv",
+                             devices={"mini-alpha": 2})
+    assert [(r["step"], r["device_hours"]) for r in rows] == [(0, 0.0), (100, 0.2), (200, 0.4)]
+    assert [round(r["value"], 6) for r in rows] == [0.4, 0.5, 0.6] and rows[0]["baseline"] == pytest.approx(0.45)
+    assert (tmp_path / "f.png").read_bytes().startswith(b"\x89PNG")
+    assert read_rows(tmp_path / "f.csv")[2]["system"] == "ddr"
+    points[1]["step"] = 150                        # a step the DAM never saved
+    with pytest.raises(DataError, match="no snapshot at step 150"):
+        render_dam_curves(points, {"mini-alpha": dam}, base, "ndcg@10", tmp_path / "g.png", tmp_path / "g.csv")

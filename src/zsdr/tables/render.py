@@ -198,8 +198,10 @@ def _entry_name(entry) -> str:
 
 class _Table:
     def __init__(self, spec: TableSpec, metric_files=None, *, produced_systems=None, datasets_override=None,
-                 available_datasets=None, stats=None, shift=None, splits=None, scale="paper", significance=None):
+                 available_datasets=None, stats=None, shift=None, splits=None, scale="paper", significance=None,
+                 rem_stats=None):
         self.spec = spec
+        self.rem_stats = dict(rem_stats or {})
         self.metric_files = {tuple(k): Path(v) for k, v in (metric_files or {}).items()}
         if produced_systems is None:
             produced_systems = {s for _, s in self.metric_files}
@@ -225,8 +227,10 @@ class _Table:
     def _dataset_entries(self) -> list[DatasetEntry]:
         if self.override is None:
             return list(self.spec.datasets)
-        entries = [DatasetEntry(key=d, kind="dataset", label=self._override_label(d), members=(d,))
-                   for d in self.override]
+        # Info rows (facts of the columns, e.g. a REM's parameter share) stay; the datasets are this run's.
+        entries = [e for e in self.spec.datasets if e.kind == "info"]
+        entries += [DatasetEntry(key=d, kind="dataset", label=self._override_label(d), members=(d,))
+                    for d in self.override]
         if any(e.kind == "average" for e in self.spec.datasets):
             entries.append(DatasetEntry(key="avg", kind="average", label="Avg", members=tuple(self.override)))
         return entries
@@ -323,6 +327,8 @@ class _Table:
     def _compute(self, line: Line, entry: SystemEntry) -> Cell:
         e = line.entry
         if e.kind == "info":
+            if e.rem and entry.key in self.rem_stats:
+                return Cell(text=rem_text(self.rem_stats[entry.key], e.rem))
             return Cell(text=e.values.get(entry.key, ""))
         if entry.kind in ("relative", "difference"):
             return self._derived(line, entry)
@@ -737,10 +743,19 @@ def required_statistics(spec: TableSpec, datasets_override: list[str] | None = N
     return {k: sorted(v) for k, v in out.items()}
 
 
+def rem_text(stats: dict, name: str) -> str:
+    """A REM's parameter share as the paper prints it: ``9.70%`` trainable, ``+3.20%`` at inference."""
+    value = stats.get(name)
+    if not isinstance(value, (int, float)):
+        raise DataError(None, None, f"REM statistics lack {name!r}", "write rem.json again (save the REM)")
+    return f"{'+' if name == 'infer_pct' else ''}{value:.2f}%"
+
+
 def render_table(spec: TableSpec, metric_files: dict, out_csv: str | os.PathLike, out_md: str | os.PathLike,
                  scale: str = "paper", datasets_override: list[str] | None = None, *, produced_systems=None,
                  available_datasets=None, stats: dict | None = None, shift: dict | None = None,
-                 splits: dict | None = None, significance: dict | None = None) -> pd.DataFrame:
+                 splits: dict | None = None, significance: dict | None = None,
+                 rem_stats: dict | None = None) -> pd.DataFrame:
     """Write ``out_csv`` (tidy, see the module doc) and ``out_md`` (the paper's layout); return the CSV frame.
 
     ``metric_files``: ``{(dataset, system): path}`` of ``metrics/<dataset>/<system>.json`` files
@@ -750,12 +765,13 @@ def render_table(spec: TableSpec, metric_files: dict, out_csv: str | os.PathLike
     system's missing file is an error, an unproduced one shows its reason. ``stats`` / ``shift``:
     ``{dataset: path or dict}`` for statistics columns; ``splits``: evaluation split per dataset
     (default ``test``). ``significance``: overrides of the spec's ``test``, ``holm``, ``trials``.
+    ``rem_stats``: ``{column key: rem.json statistics}`` for info rows with ``rem:`` (DDR Table 5).
     """
     if spec.kind in ("static", "analysis"):
         return render_static(spec, out_csv, out_md, scale)
     table = _Table(spec, metric_files, produced_systems=produced_systems, datasets_override=datasets_override,
                    available_datasets=available_datasets, stats=stats, shift=shift, splits=splits, scale=scale,
-                   significance=significance)
+                   significance=significance, rem_stats=rem_stats)
     for line in table.lines:
         for entry in spec.systems:
             table.cell(line, entry)

@@ -122,6 +122,11 @@ class System:
     note: str | None = None
 
 
+# Info rows a REM's parameter counts fill (zsdr.models.adapters: rem.json): the trainable share
+# and the share added at inference (LoRA merged), both relative to the backbone.
+REM_STATS = ("train_pct", "infer_pct")
+
+
 @dataclass(frozen=True)
 class DatasetEntry:
     """An entry of the dataset axis: ``dataset``, ``group``, ``average`` or ``info``."""
@@ -131,6 +136,7 @@ class DatasetEntry:
     members: tuple[str, ...] = ()      # dataset: (id,); group: its datasets; average: keys or ids
     published: tuple[str, ...] | str | None = None
     values: dict = field(default_factory=dict)   # info rows: column key -> text
+    rem: str | None = None                        # info rows computed from REM parameter counts
 
 
 @dataclass(frozen=True)
@@ -450,13 +456,16 @@ def _parse_dataset_entry(ctx: _Ctx, raw, i: int, groups: dict, row_axis: bool) -
         members = ctx.texts(raw.get("over"), f"{key}.over")
         kind, entry_key = "average", ctx.text(raw.get("key", _slug(name)), f"{key}.key")
     else:
-        ctx.only(raw, {"info", "values", "published", "key", "label"}, key)
+        ctx.only(raw, {"info", "values", "published", "key", "label", "rem"}, key)
         name = ctx.text(raw["info"], f"{key}.info")
         label = _label(ctx, raw.get("label", name), f"{key}.label")
         values = {str(k): ctx.text(v, f"{key}.values.{k}")
                   for k, v in ctx.mapping(raw.get("values", {}), f"{key}.values").items()}
+        rem = raw.get("rem")
+        if rem not in (None, *REM_STATS):
+            raise ctx.error(f"{key}.rem", f"unknown REM statistic {rem!r}", f"use one of {', '.join(REM_STATS)}")
         return DatasetEntry(key=ctx.text(raw.get("key", _slug(name)), f"{key}.key"), kind="info", label=label,
-                            published=_published_ref(ctx, raw, key, label), values=values)
+                            published=_published_ref(ctx, raw, key, label), values=values, rem=rem)
     if not row_axis and isinstance(label, tuple):
         raise ctx.error(f"{key}.label", "entries of the column axis have a single text label")
     return DatasetEntry(key=entry_key, kind=kind, label=label, members=members,
