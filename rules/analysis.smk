@@ -32,9 +32,9 @@ rule berm_unit_analysis:
         runtime=120,
         gpus=config["dense"]["gpus"],
     params:
-        model=lambda wc: dense_model(wc.system),
+        model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: encoder_options(wc.system),
+        options=lambda wc: encoder_options(wc.system, wc.dataset),
         meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
         scale=lambda wc: system_scale(wc.system),
         dense=config["dense"],

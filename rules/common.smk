@@ -32,8 +32,13 @@ BUILT_BACKBONES = [
 ]
 
 
+# Library modules that others import at module level: listing the importer lists them too.
+CODE_IMPORTS = {"zsdr.models.encoder": ("zsdr.models.adapters",)}
+
+
 def code(*modules):
     """The source files of the zsdr modules a rule runs (as inputs, so code edits re-plan it)."""
+    modules = [m for name in modules for m in (name, *CODE_IMPORTS.get(name, ()))]
     return code_files("zsdr.io", *modules, root=workflow.basedir)
 
 
@@ -100,6 +105,128 @@ for _name, _r in RECIPES.items():
     for _k in range(1, _e + 1):
         TRAIN_RUNS[_name if _e == 1 else f"{_name}-ep{_k}"] = (_name, _k)
 
+# DDR's domain adaption modules (rules/pretrain.smk): a DAM is named by its chain of MLM stages,
+# <backbone>--<corpus>[--<corpus>...], e.g. tiny-roberta--mini-source--mini-alpha = the tiny RoBERTa
+# after MLM on the source corpus, then on mini-alpha ("sequential initialisation"). Recipes name
+# a DAM as their `init`; a REM recipe's `target_dam` (default: its init) is the chain every
+# target's DAM continues; a `per_target_init` recipe (DDR\D) trains once per dataset d, from
+# the DAM <per_target_init>--<d>, as runs <recipe>@<d>.
+DDR = config["ddr"]
+DAM_SEP = "--"
+CONFIGURED_DATASETS = list(
+    dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
+)
+
+
+def dam_parts(chain, where):
+    """``(backbone, [corpus, ...])`` of a DAM chain, checked against the config."""
+    base, *corpora = chain.split(DAM_SEP)
+    if base not in config["backbones"] or not corpora:
+        raise ValueError(
+            f"config key {where}: DAM {chain!r} must be <backbone>--<corpus>[--<corpus>...] "
+            f"with a key of `backbones` first (defined: {', '.join(config['backbones'])})"
+        )
+    for c in corpora:
+        if c not in CONFIGURED_DATASETS and c not in MINI_DATASETS:
+            raise ValueError(
+                f"config key {where}: DAM {chain!r} trains on {c!r}, which is not a configured "
+                f"dataset (datasets.source, datasets.targets or datasets.extra)"
+            )
+    return base, corpora
+
+
+def is_dam(name):
+    return DAM_SEP in name and name.split(DAM_SEP)[0] in config["backbones"]
+
+
+PER_TARGET = {}  # run <recipe>@<dataset> -> dataset
+for _name, _r in RECIPES.items():
+    if _r.get("per_target_init"):
+        if _r.get("episodes", 1) > 1 or _r.get("rem"):
+            raise ValueError(
+                f"config key recipes.{_name}.per_target_init: per-target training is for "
+                f"single-episode full fine-tuning (no episodes, no rem)"
+            )
+        for _d in CONFIGURED_DATASETS:
+            if _d != _r.get("dataset", SOURCE):
+                TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
+                PER_TARGET[f"{_name}@{_d}"] = _d
+
+
+def dam_path(chain, where):
+    dam_parts(chain, where)
+    return f"{MODELS}/dams/{chain}"
+
+
+def dam_settings(corpus):
+    """The MLM settings of a DAM trained on ``corpus``: `ddr.dam.source` for the source corpus (or
+    `ddr.dam.sources`), else `ddr.dam.target`, with `ddr.dam.datasets.<corpus>` merged over them.
+    """
+    dam = DDR["dam"]
+    role = "source" if corpus in (dam.get("sources") or [SOURCE]) else "target"
+    base, over = dam[role], dam["datasets"].get(corpus, {})
+    return {
+        **base,
+        **over,
+        "train": {**base["train"], **over.get("train", {})},
+        "role": role,
+    }
+
+
+FIGURE4 = DDR["figure4"]
+FIGURE4_DATASETS = FIGURE4.get("datasets") or TARGETS
+
+
+def figure4_dam(dataset):
+    """The target DAM whose snapshots DDR Figure 4 evaluates on ``dataset``."""
+    recipe = RECIPES[FIGURE4["system"]]
+    return f"{recipe.get('target_dam') or recipe['init']}{DAM_SEP}{dataset}"
+
+
+def figure4_steps(dataset):
+    """The snapshot steps of ``dataset``'s target DAM (0 = the source DAM, before adaptation)."""
+    every = FIGURE4["snapshot_every"]
+    total = dam_settings(dataset)["train"].get("max_steps")
+    if not total:
+        raise ValueError(
+            f"config key ddr.figure4: the target DAM of {dataset} trains by epochs; give "
+            f"ddr.dam.target.train.max_steps (or ddr.dam.datasets.{dataset}.train.max_steps) so "
+            f"the snapshot steps are known when the DAG is built"
+        )
+    return [0, *range(every, total, every)]
+
+
+def dam_spec(chain):
+    """The resolved MLM spec (zsdr.pretrain.mlm) of the DAM ``chain``."""
+    where = f"DAM {chain}"
+    base, corpora = dam_parts(chain, where)
+    corpus = corpora[-1]
+    prev = DAM_SEP.join([base, *corpora[:-1]])
+    init = model_ref(base) if len(corpora) == 1 else dam_path(prev, where)
+    s = dam_settings(corpus)
+    train = train_settings(s)
+    if corpus in FIGURE4_DATASETS and chain == figure4_dam(corpus):
+        train["snapshot_every"] = FIGURE4["snapshot_every"]
+    return {
+        "kind": "mlm",
+        "init": init,
+        "dataset": f"{DATA}/{corpus}",
+        "max_length": s["max_length"],
+        "mlm_probability": DDR["dam"]["mlm_probability"],
+        "tie_embeddings": DDR["dam"]["tie_embeddings"],
+        "max_examples": s.get("max_examples"),
+        "out": f"{MODELS}/dams/{chain}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/dam-{chain}",
+        "dropout": TRAINING["dropout"],
+        "train": train,
+        "info": {
+            "dam": chain,
+            "corpus": corpus,
+            "role": s["role"],
+            "from": prev if len(corpora) > 1 else base,
+        },
+    }
+
 
 def recipe_run(name, episode=None):
     """The run that trains episode ``episode`` (default: the last) of recipe ``name``."""
@@ -111,9 +238,13 @@ def trained_model(name):
     return f"{MODELS}/trained/{recipe_run(name)}"
 
 
-# Retrieval systems (config `systems` plus one per trained run), by kind.
+# Retrieval systems (config `systems` plus one per trained run), by kind. A REM recipe's system
+# is its REM on each dataset's DAM (the trained folder itself on its training dataset); a
+# per-target recipe's system is its per-dataset run.
 SYSTEMS = dict(config["systems"])
 for _run, (_name, _k) in TRAIN_RUNS.items():
+    if _run in PER_TARGET:
+        continue
     _r = RECIPES[_name]
     _sys = {
         "kind": "dense",
@@ -121,9 +252,54 @@ for _run, (_name, _k) in TRAIN_RUNS.items():
         "description": _r.get("description", f"trained by recipe {_name}"),
         **_r.get("system", {}),
     }
+    if _r.get("rem"):
+        _sys |= {
+            "rem_of": _run,
+            "target_dam": _r.get("target_dam") or _r["init"],
+            "train_dataset": _r.get("dataset", SOURCE),
+        }
+    if _r.get("per_target_init"):
+        _sys["per_target"] = _name
+    if _r.get("by_language"):
+        _sys["by_language"] = _r["by_language"]
     SYSTEMS.setdefault(_run, _sys)
     if _run != _name and _k == _r.get("episodes", 1):
         SYSTEMS.setdefault(_name, _sys)
+for _name, _s in config["systems"].items():
+    if (
+        "rem_of" in _s
+    ):  # a trained REM on other DAMs (e.g. DDR\SI: target DAMs from the backbone)
+        _rem = _s["rem_of"]
+        if _rem not in RECIPES or not RECIPES[_rem].get("rem"):
+            raise ValueError(
+                f"config key systems.{_name}.rem_of: {_rem!r} is not a recipe with a `rem`"
+            )
+        SYSTEMS[_name] = {
+            **{k: v for k, v in SYSTEMS[_rem].items() if k != "by_language"},
+            "description": _s.get("description", ""),
+            "target_dam": _s.get("target_dam") or SYSTEMS[_rem]["target_dam"],
+            **({"by_language": _s["by_language"]} if _s.get("by_language") else {}),
+        }
+for _name, _s in SYSTEMS.items():
+    for _lang, _other in _s.get("by_language", {}).items():
+        if _other not in SYSTEMS or SYSTEMS[_other].get("by_language"):
+            raise ValueError(
+                f"config key {_name}.by_language.{_lang}: {_other!r} is not a system (or routes on itself)"
+            )
+# DDR Figure 4: the figure's REM on snapshots of each target DAM, <system>.dam-step<N>.
+FIGURE4_SYSTEMS = {}  # (dataset, step) -> system
+for _d in FIGURE4_DATASETS:
+    for _n in figure4_steps(_d):
+        _name = f"{FIGURE4['system']}.dam-step{_n}"
+        SYSTEMS.setdefault(
+            _name,
+            {
+                **SYSTEMS[FIGURE4["system"]],
+                "dam_snapshot": _n,
+                "description": f"DDR Figure 4: target DAM after {_n} steps",
+            },
+        )
+        FIGURE4_SYSTEMS[(_d, _n)] = _name
 BM25_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "bm25"]
 DENSE_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "dense"]
 
@@ -142,9 +318,41 @@ def check_system(name, where):
     return name
 
 
-def dense_model(system):
-    """What a dense system loads: a backbone folder the DAG builds, a model folder, or an HF id."""
+def ddr_model(system, dataset):
+    """DDR systems: ``(model, rem)`` on ``dataset``: the trained folder (DAM + REM) on the REM's
+    training dataset (and at snapshot 0), else the dataset's DAM (or its snapshot) + the REM.
+    """
     spec = SYSTEMS[system]
+    snapshot = spec.get("dam_snapshot")
+    if dataset is None or dataset == spec["train_dataset"] or snapshot == 0:
+        return spec["model"], None
+    dam = dam_path(f"{spec['target_dam']}{DAM_SEP}{dataset}", f"systems.{system}")
+    if snapshot:
+        dam = f"{dam}/snapshots/step-{snapshot:09d}"
+    return dam, f"{spec['model']}/rem"
+
+
+def routed(system, dataset):
+    """The system that stands for ``system`` on ``dataset``: `by_language` sends the datasets of a
+    language to that language's system (DDR: DuReader-trained models on the Chinese sets).
+    """
+    if dataset is None:
+        return system
+    return SYSTEMS[system].get("by_language", {}).get(language(dataset), system)
+
+
+def dense_model(system, dataset=None):
+    """What a dense system loads on ``dataset``: a backbone folder the DAG builds, a model folder
+    (per dataset for DDR and per-target systems), or an HF id."""
+    system = routed(system, dataset)
+    spec = SYSTEMS[system]
+    if "rem_of" in spec:
+        return ddr_model(system, dataset)[0]
+    if "per_target" in spec and dataset not in (
+        None,
+        RECIPES[spec["per_target"]].get("dataset", SOURCE),
+    ):
+        return f"{MODELS}/trained/{spec['per_target']}@{dataset}"
     if "backbone" in spec:
         name = spec["backbone"]
         if name not in config["backbones"]:
@@ -158,14 +366,40 @@ def dense_model(system):
 
 def dense_model_input(wc):
     """The model files a dense job waits for (none for a Hugging Face id)."""
-    model = dense_model(wc.system)
-    return [f"{model}/config.json"] if model.startswith(f"{MODELS}/") else []
+    files = model_files(dense_model(wc.system, wc.dataset))
+    system = routed(wc.system, wc.dataset)
+    if "rem_of" in SYSTEMS[system]:
+        files += model_files(SYSTEMS[system]["model"])
+    return files
 
 
-def encoder_options(system):
-    """The Encoder settings of a dense system (everything but kind/backbone/model/description)."""
-    skip = {"kind", "backbone", "model", "description"}
-    return {k: v for k, v in SYSTEMS[system].items() if k not in skip}
+SYSTEM_KEYS = {
+    "kind",
+    "backbone",
+    "model",
+    "description",
+    "rem_of",
+    "target_dam",
+    "train_dataset",
+    "per_target",
+    "dam_snapshot",
+    "by_language",
+}
+
+
+def encoder_options(system, dataset=None):
+    """The Encoder settings of a dense system (everything but kind/backbone/model/description);
+    a REM on a DAM also gets the REM folder and its recipe's encoder settings (a DAM has none).
+    """
+    system = routed(system, dataset)
+    spec = SYSTEMS[system]
+    options = {k: v for k, v in spec.items() if k not in SYSTEM_KEYS}
+    if "rem_of" in spec:
+        rem = ddr_model(system, dataset)[1]
+        if rem:
+            recipe = RECIPES[TRAIN_RUNS[spec["rem_of"]][0]]
+            options = {**recipe.get("encoder", {}), **options, "rem": rem}
+    return options
 
 
 # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
@@ -187,9 +421,6 @@ TABLE1_BASELINES = [
 # The paper tables. At mini scale their dataset rows are the mini targets; elsewhere the cells
 # of datasets this config does not fetch show why they are empty.
 TABLE_SPECS = all_specs()
-CONFIGURED_DATASETS = list(
-    dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
-)
 for _name in config["dense"]["dataset_shards"]:
     if _name not in CONFIGURED_DATASETS:
         raise ValueError(
@@ -234,7 +465,12 @@ def table_cell_files(wc):
 # evaluated one job per (dataset, system) so that table 1 never waits for them.
 EVAL_SYSTEMS = list(dict.fromkeys(TABLE1_SYSTEMS))
 EXTRA_EVAL_SYSTEMS = sorted(
-    ({s for cells in TABLE_CELLS.values() for _, s in cells} | set(BERM_GRID.values()))
+    (
+        {s for cells in TABLE_CELLS.values() for _, s in cells}
+        | set(BERM_GRID.values())
+        | set(FIGURE4_SYSTEMS.values())
+        | {FIGURE4["system"], FIGURE4["baseline"]}
+    )
     - set(EVAL_SYSTEMS)
 )
 
@@ -249,14 +485,19 @@ def model_ref(name):
         return f"{MODELS}/backbones/{name}" if "build" in b else b["hf"]
     if name in RECIPES:
         return trained_model(name)
+    if is_dam(name):
+        return dam_path(name, "init")
     if name in CROSS_ENCODERS:
         return f"{MODELS}/cross-encoders/{name}"
     return name
 
 
 def model_files(ref):
-    """The files a job waits for before loading ``ref`` (none for a Hugging Face id)."""
-    return [f"{ref}/config.json"] if ref.startswith(f"{MODELS}/") else []
+    """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
+    snapshot exists once its DAM is trained)."""
+    if not ref.startswith(f"{MODELS}/"):
+        return []
+    return [f"{ref.split('/snapshots/')[0]}/config.json"]
 
 
 def train_source(item):
@@ -313,6 +554,8 @@ def train_spec(run):
     where = f"recipes.{name}"
     episodes = r.get("episodes", 1)
     init = model_ref(r["init"]) if k == 1 else f"{MODELS}/trained/{name}-ep{k - 1}"
+    if run in PER_TARGET:
+        init = dam_path(f"{r['per_target_init']}{DAM_SEP}{PER_TARGET[run]}", where)
     dataset, negatives = training_data(r, where, run)
     train = train_settings(r)
     if r.get("episode_lr_decay") and k > 1:
@@ -333,9 +576,11 @@ def train_spec(run):
         "dropout": TRAINING["dropout"],
         "max_examples": r.get("max_examples"),
         "berm": berm_spec(r, dataset),
+        "rem": r.get("rem"),
         "train": train,
         "info": {
             "recipe": name,
+            "target": PER_TARGET.get(run),
             "episode": k,
             "episodes": episodes,
             "description": r.get("description", ""),
@@ -445,6 +690,7 @@ def label_shards(dataset, split):
     return [f"{DATA}/{dataset}/berm/{split}/labels.{i}-of-{n}.jsonl" for i in range(n)]
 
 
+DDR_FIGURES = [f"{RESULTS}/ddr/figure4.png"]
 BERM_FIGURES = [
     f"{RESULTS}/berm/figure4.png" if BERM_GRID else [],
     f"{RESULTS}/berm/figure5.png",
@@ -517,14 +763,42 @@ def spec_summary(spec, launch):
     lengths = (
         f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
         if spec["kind"] == "bi_encoder"
-        else f"pair {spec['max_length']}"
+        else (
+            f"{spec['max_length']}"
+            if spec["kind"] == "mlm"
+            else f"pair {spec['max_length']}"
+        )
     )
-    data = (
-        f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
-        f"from {os.path.basename(spec['negatives'])}"
-        if spec.get("negatives")
-        else f"loss start/end cross-entropy on the {spec['units']} answers"
-    )
+    if spec.get("negatives"):
+        data = (
+            f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
+            f"from {os.path.basename(spec['negatives'])}"
+        )
+    elif spec["kind"] == "mlm":
+        data = (
+            f"MLM {spec['mlm_probability']:.0%} (80/10/10) on the {spec['dataset']} corpus, "
+            f"random crops"
+        )
+    else:
+        data = f"loss start/end cross-entropy on the {spec['units']} answers"
+    rem = spec.get("rem")
+    if rem:
+        parts = [
+            (
+                f"LoRA r {rem['lora_r']} alpha {rem.get('lora_alpha') or rem['lora_r']:g} on "
+                + "+".join(rem.get("lora_targets", ["query", "value"]))
+                if rem.get("lora_r")
+                else ""
+            ),
+            (
+                f"parallel adapter {rem['adapter_bottleneck']} x{rem.get('adapter_scaling', 4.0):g}"
+                if rem.get("adapter_bottleneck")
+                else ""
+            ),
+        ]
+        data += f"; REM only, DAM frozen: {' + '.join(x for x in parts if x)}"
+    if t.get("snapshot_every"):
+        length += f", a snapshot every {t['snapshot_every']} steps"
     return (
         f"init {spec['init']}; {data}; batch {t['batch_size']} x "
         f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
@@ -571,3 +845,35 @@ for _name in CROSS_ENCODERS:
 for _name in TRAINED_READERS:
     reader_spec(_name)
 berm_reader()
+for _name in FIGURE4_DATASETS:
+    dam_spec(figure4_dam(_name))
+
+
+def figure4_points():
+    """DDR Figure 4: per target, the REM on each snapshot of its DAM (and the final DAM), with the
+    DAM folder whose snapshots.json gives each snapshot's training time."""
+    fig = FIGURE4["system"]
+    return [
+        {
+            "dataset": d,
+            "step": n,
+            "system": FIGURE4_SYSTEMS.get((d, n), fig),
+            "final": (d, n) not in FIGURE4_SYSTEMS,
+            "metrics": f"{METRICS}/{d}/{FIGURE4_SYSTEMS.get((d, n), fig)}.json",
+        }
+        for d in FIGURE4_DATASETS
+        for n in [*figure4_steps(d), None]
+    ]
+
+
+def rem_stat_files(key):
+    """DDR Table 5: the rem.json (parameter counts) of every produced REM system of a table."""
+    spec = TABLE_SPECS[key]
+    if not any(getattr(e, "rem", None) for e in spec.datasets):
+        return {}
+    out = {}
+    for entry in spec.systems:
+        produced = [s for s in getattr(entry, "systems", ()) if s in SYSTEMS]
+        if produced and "rem_of" in SYSTEMS[produced[0]]:
+            out[entry.key] = f"{SYSTEMS[produced[0]]['model']}/rem/rem.json"
+    return out

@@ -52,7 +52,7 @@ rule mine_negatives:
     """ANCE refresh: the previous checkpoint retrieves top-k for the training queries; sample negatives."""
     input:
         data=lambda wc: dataset_marker(wc.source),
-        model=lambda wc: model_files(dense_model(previous_system(wc.run))),
+        model=lambda wc: model_files(dense_model(previous_system(wc.run), wc.source)),
         shards=lambda wc: [
             f"{EMBEDDINGS}/{wc.source}/{previous_system(wc.run)}/{s}"
             for s in shards(wc.source)
@@ -71,8 +71,8 @@ rule mine_negatives:
         runtime=240,
         gpus=config["dense"]["gpus"],
     params:
-        model=lambda wc: dense_model(previous_system(wc.run)),
-        options=lambda wc: encoder_options(previous_system(wc.run)),
+        model=lambda wc: dense_model(previous_system(wc.run), wc.source),
+        options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
         dataset=lambda wc: f"{DATA}/{wc.source}",
         mine=lambda wc: {
             **TRAINING["mine"],

@@ -22,9 +22,9 @@ rule encode_corpus:
         runtime=600,
         gpus=config["dense"]["gpus"],
     params:
-        model=lambda wc: dense_model(wc.system),
+        model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: encoder_options(wc.system),
+        options=lambda wc: encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
     script:
         "../workflow_scripts/encode_corpus.py"
@@ -56,10 +56,10 @@ rule dense_search:
         runtime=120,
         gpus=config["dense"]["gpus"],
     params:
-        model=lambda wc: dense_model(wc.system),
+        model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: eval_split(wc.dataset),
-        options=lambda wc: encoder_options(wc.system),
+        options=lambda wc: encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
     script:
         "../workflow_scripts/dense_search.py"

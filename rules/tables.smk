@@ -44,6 +44,7 @@ rule paper_table:
             for d in TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
         ],
         spec=table_inputs,
+        rems=lambda wc: list(rem_stat_files((wc.paper, int(wc.n))).values()),
         code=code("zsdr.tables", "zsdr.evaluation.significance"),
     output:
         csv=report(
@@ -73,6 +74,7 @@ rule paper_table:
         produced_systems=sorted(SYSTEMS),
         splits=config["datasets"]["eval_splits"],
         significance=config["evaluation"]["significance"],
+        rem_files=lambda wc: rem_stat_files((wc.paper, int(wc.n))),
     script:
         "../workflow_scripts/paper_table.py"
 
@@ -115,6 +117,7 @@ rule tables:
         [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS],
         [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],
         BERM_FIGURES,
+        DDR_FIGURES,
 
 
 rule berm:
@@ -122,6 +125,53 @@ rule berm:
     input:
         [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "berm"],
         BERM_FIGURES,
+
+
+rule ddr:
+    """Every DDR table and figure (results/ddr/)."""
+    input:
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "ddr"],
+        DDR_FIGURES,
+
+
+rule ddr_figure4:
+    """DDR Figure 4: R@1000 on each target vs the target DAM's training time (REM on DAM snapshots)."""
+    input:
+        metrics=[p["metrics"] for p in figure4_points()],
+        baseline=[f"{METRICS}/{d}/{FIGURE4['baseline']}.json" for d in FIGURE4_DATASETS],
+        dams=[f"{MODELS}/dams/{figure4_dam(d)}/config.json" for d in FIGURE4_DATASETS],
+        code=code("zsdr.tables.ddr_figures", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/ddr/figure4.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="ddr",
+            labels={"paper": "ddr", "figure": "4"},
+        ),
+        csv=f"{RESULTS}/ddr/figure4.csv",
+    log:
+        f"{LOGS}/tables/ddr_figure4.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        points=figure4_points(),
+        dams={d: f"{MODELS}/dams/{figure4_dam(d)}" for d in FIGURE4_DATASETS},
+        baseline={
+            d: f"{METRICS}/{d}/{FIGURE4['baseline']}.json" for d in FIGURE4_DATASETS
+        },
+        labels={"system": FIGURE4["system"], "baseline": FIGURE4["baseline"]},
+        metric=FIGURE4["metric"],
+        devices={
+            d: max(TRAINING["gpus"], 1) * launch_settings(dam_settings(d))["processes"]
+            for d in FIGURE4_DATASETS
+        },
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/ddr_figure4.py"
 
 
 rule berm_figure4:

@@ -103,15 +103,18 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", "configs/paper.yaml")
     jobs = planned_jobs(proc.stdout)
     # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
-    # episodes; the published teacher scores replace the cross-encoder, the triples archive becomes
-    # one training set, the hub reader needs no training
-    assert jobs["train"] == 13 and jobs["mine_negatives"] == 6 and jobs["triples_dataset"] == 1, jobs
+    # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue
+    # it); the published teacher scores replace the cross-encoder, the triples archive becomes one
+    # training set, the hub reader needs no training
+    assert jobs["train"] == 15 and jobs["mine_negatives"] == 6 and jobs["triples_dataset"] == 1, jobs
+    assert jobs["train_dam"] == 1 + len(yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["datasets"]["targets"])
     assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs and "train_reader" not in jobs
     # BERM labels of the two training sets (triples for DPR, MS MARCO for KD / ANCE), 16 shards each
     assert jobs["label_units_shard"] == 32 and jobs["label_units"] == 2, jobs
     plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.-]+): (init .*)", proc.stdout)}
     assert set(plan) == {"dpr", "dpr-inbatch", "ance-ep1", "ance-ep2", "ance-ep3", "kd", "ddr-dr-contrast",
-                         "ddr-dr-distill", "dpr-berm", "kd-berm", "ance-berm-ep1", "ance-berm-ep2", "ance-berm-ep3"}
+                         "ddr-dr-distill", "dpr-berm", "kd-berm", "ance-berm-ep1", "ance-berm-ep2", "ance-berm-ep3",
+                         "ddr-contrast", "ddr-distill"}
     expected = {
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                 "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16"],
@@ -133,6 +136,55 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     for run, parts in expected.items():
         for part in parts:
             assert part in plan[run], (run, part, plan[run])
+
+
+def test_paper_config_plans_ddr_with_the_spec_values():
+    """DDR at paper scale (METHODS.md §2.3): DAMs of batch 1,024 / 512 and length 100 / 190, 100k source
+    steps, 50k (LoTTE) / 20k target steps; REMs with 128 queries + 3 x 128 negatives for 5 / 20 epochs."""
+    proc = snakemake("-n", "--forceall", "ddr", "--configfile", "configs/paper.yaml")
+    plan = {m.group(2): m.group(3) for m in re.finditer(r"train (DAM )?([\w.@-]+): (init .*)", proc.stdout)}
+    jobs = planned_jobs(proc.stdout)
+    english = ["trec-covid-beir"] + [f"lotte-{t}-test" for t in ("writing", "recreation", "technology",
+                                                                  "lifestyle", "science")]
+    expected = {
+        "bert-base--msmarco": ["init bert-base-uncased", "MLM 15% (80/10/10) on the data/msmarco corpus",
+                               "batch 64 x 4 process(es) x grad-acc 4", "adamw lr 5e-05, constant, warmup 1000",
+                               "100000 steps", "max length 100", "fp16"],
+        "bert-base--msmarco--lotte-writing-test": ["init models/dams/bert-base--msmarco", "batch 128 x 4 process(es)",
+                                                   "lr 2e-05", "50000 steps, a snapshot every 5000", "max length 190"],
+        "bert-base--msmarco--trec-covid-beir": ["batch 128 x 4 process(es)", "20000 steps", "max length 190"],
+        "bert-base-chinese--dureader--cpr-ecom": ["init models/dams/bert-base-chinese--dureader",
+                                                  "batch 256 x 4 process(es)", "20000 steps", "max length 100"],
+        "bert-base--lotte-science-test": ["init bert-base-uncased", "lr 2e-05", "50000 steps"],   # DDR\\SI, DDR\\DF
+        "ddr-contrast": ["init models/dams/bert-base--msmarco", "contrastive with 3 negative(s)",
+                         "REM only, DAM frozen: LoRA r 192 alpha 192 on query+value + parallel adapter 192 x4",
+                         "batch 32 x 4 process(es) x grad-acc 1", "adamw lr 2e-05, constant, warmup 0", "5 epochs",
+                         "q24/d128", "fp16"],
+        "ddr-distill": ["margin_mse with 3 negative(s)", "LoRA r 192", "20 epochs", "lr 2e-05"],
+        "ddr-rem-lora96": ["LoRA r 96 alpha 96 on query+value; batch"],
+        "ddr-rem-pa192": ["REM only, DAM frozen: parallel adapter 192 x4;"],
+        "ddr-nodf-contrast": ["init bert-base-uncased", "LoRA r 192"],
+        "ddr-nod-contrast@lotte-writing-test": ["init models/dams/bert-base--msmarco--lotte-writing-test",
+                                                "lr 1e-05", "5 epochs"],
+        # Chinese: DuReader source DAM (length 256, 6k steps [C-RM]), in-batch negatives only, 1 epoch
+        "bert-base-chinese--dureader": ["init bert-base-chinese", "6000 steps", "max length 256"],
+        "ddr-contrast-zh": ["init models/dams/bert-base-chinese--dureader", "contrastive with 0 negative(s)",
+                            "LoRA r 192", "1 epochs", "q24/d384"],
+        "ddr-distill-zh": ["margin_mse with 3 negative(s)", "1 epochs"],
+    }
+    for run, parts in expected.items():
+        for part in parts:
+            assert part in plan[run], (run, part, plan[run])
+    # one REM per variant, DDR\\D once per target and regime; Figure 4 evaluates snapshots of the
+    # English targets' DAMs (50k / 5k = 9 intermediate snapshots on LoTTE, 3 on TREC-Covid)
+    assert {r for r in plan if r.startswith("ddr-nod-contrast@")} >= {f"ddr-nod-contrast@{d}" for d in english}
+    assert not [r for r in plan if r.startswith("bert-base--") and "cpr-" in r]   # no English DAM of a Chinese set
+    assert jobs["ddr_figure4"] == 1 and jobs["train_cross_encoder"] == 1      # the DuReader teacher
+    # the Chinese sets' cells of the DDR systems come from the DuReader-trained models (`by_language`)
+    block = proc.stdout.split("output: runs/cpr-ecom/ddr-contrast.trec")[0].rsplit("rule dense_search:", 1)[1]
+    assert "models/dams/bert-base-chinese--dureader--cpr-ecom/config.json" in block
+    assert "models/trained/ddr-contrast-zh/config.json" in block
+    assert "ddr-contrast.dam-step45000" in proc.stdout and "ddr-contrast.dam-step50000" not in proc.stdout
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
@@ -246,6 +298,18 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert (workdir / "models" / "trained" / "kd" / "loss.png").read_bytes().startswith(b"\x89PNG")
     for b in ("tiny-bert", "tiny-roberta"):
         assert (workdir / "models" / "backbones" / b / "model.safetensors").is_file()
+    # DDR: both REM systems are rows; training the REM left its DAM's weights exactly as they were
+    assert {"ddr-contrast", "ddr-distill"} <= set(table)
+    from safetensors.torch import load_file
+
+    dam = load_file(workdir / "models" / "dams" / "tiny-roberta--mini-source" / "model.safetensors")
+    kept = load_file(workdir / "models" / "trained" / "ddr-contrast" / "model.safetensors")
+    shared = [k for k in kept if k.removeprefix("roberta.") in {d.removeprefix("roberta.") for d in dam}]
+    assert len(shared) > 10
+    by_name = {d.removeprefix("roberta."): v for d, v in dam.items()}
+    assert all(kept[k].equal(by_name[k.removeprefix("roberta.")]) for k in shared)
+    rem = yaml.safe_load((workdir / "models" / "trained" / "ddr-contrast" / "rem" / "rem.json").read_text())
+    assert 0 < rem["train_pct"] < 100 and rem["parameters"]["trainable"] == rem["parameters"]["lora"] + rem["parameters"]["adapter"]
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
 
@@ -266,6 +330,16 @@ def test_mini_paper_tables_figure_and_report(workdir):
     shift = {r["entry"]: r for r in rows if r["dataset"] == "mini-alpha"}
     assert 0 < float(shift["query_jaccard"]["reproduced"]) <= 1 and 0 < float(shift["doc_jaccard"]["reproduced"]) <= 1
     assert (results / "cocodr" / "figure2.png").read_bytes().startswith(b"\x89PNG")
+    # DDR: Table 5's parameter rows are counted from the trained REMs; Figure 4 follows each target
+    # DAM from the source DAM (step 0) to its end
+    ddr5 = {r["entry"]: r for r in csv.DictReader(open(results / "ddr" / "table5.csv", newline=""))
+            if r["dataset"] == "train-params"}
+    assert ddr5["lora-pa"]["display"].endswith("%") and ddr5["lora-pa"]["display"] != "9.70%", ddr5
+    curve = list(csv.DictReader(open(results / "ddr" / "figure4.csv", newline="")))
+    assert {r["dataset"] for r in curve} == {"mini-alpha", "mini-beta"}
+    steps = [int(r["step"]) for r in curve if r["dataset"] == "mini-alpha"]
+    assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 3
+    assert (results / "ddr" / "figure4.png").read_bytes().startswith(b"\x89PNG")
     snakemake("--report", "results/report.html", "tables", cwd=workdir, timeout=600)
     report = (results / "report.html").read_text(encoding="utf-8", errors="replace")
     assert "figure2.png" in report and "table6.csv" in report and "table1.csv" in report
@@ -285,7 +359,7 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     cfg = yaml.safe_load((workdir / "config.yaml").read_text())
     expand_recipes(cfg)
     distilled = [n for n, r in cfg["recipes"].items() if r["loss"] == "margin_mse" and n in cfg["table1"]["systems"]]
-    assert sorted(distilled) == ["ddr-dr-distill", "kd", "kd-berm"]
+    assert sorted(distilled) == ["ddr-distill", "ddr-dr-distill", "kd", "kd-berm"]
     datasets = 3                                     # source dev + two targets
     n = len(distilled)
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)

@@ -41,6 +41,11 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+# Recipe keys that belong to the recipe itself and are not inherited through ``extends``: which
+# system stands for it on datasets of another language.
+OWN_KEYS = ("by_language",)
+
+
 def expand_recipes(config: dict) -> None:
     """Resolve ``extends`` in ``config["recipes"]`` in place: a recipe that extends another is that recipe's
     settings (itself resolved) with its own keys merged over them, nested sections key by key.
@@ -61,7 +66,11 @@ def expand_recipes(config: dict) -> None:
             raise ValueError(f"config key recipes.{name}.extends: a cycle ({' -> '.join(chain + (name,))})")
         own = dict(recipes[name])
         base = own.pop("extends", None)
-        done[name] = _merge(resolve(base, chain + (name,)), own) if base else own
+        if base:
+            inherited = {k: v for k, v in resolve(base, chain + (name,)).items() if k not in OWN_KEYS}
+            done[name] = _merge(inherited, own)
+        else:
+            done[name] = own
         return done[name]
 
     for name in list(recipes):

@@ -13,7 +13,9 @@ fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (
 ``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
 overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
 term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
-``double_softmax``); cross-encoders ``max_length`` and
+``double_softmax``) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
+frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
+``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); cross-encoders ``max_length`` and
 ``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
 which only the pairs of the dataset's ``train`` qrels are used).
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bi_encoder", "cross_encoder", "reader")
+KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm")
 
 
 def _fingerprint(spec: dict) -> str:
@@ -58,6 +60,10 @@ def build_task(spec: dict):
         raise ValueError(f"recipe kind {kind!r}: expected one of {', '.join(KINDS)}")
     seed = int(spec["train"].get("seed", 42))
     torch.manual_seed(seed)
+    if kind == "mlm":
+        from zsdr.pretrain.mlm import build_mlm_task
+
+        return build_mlm_task(spec)
     if kind == "reader":
         from zsdr.models.reader import Reader
         from zsdr.training.data import reader_examples
@@ -82,6 +88,10 @@ def build_task(spec: dict):
 
     encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))
     set_dropout(encoder.backbone, spec.get("dropout"))
+    if spec.get("rem"):
+        from zsdr.models.adapters import RemConfig
+
+        encoder.add_rem(RemConfig.from_dict(spec["rem"]))  # freezes the DAM: only the REM trains
     encoder.train()
     berm = None
     if spec.get("berm"):

@@ -1,0 +1,34 @@
+# Domain pretraining: DDR's domain adaption modules (masked language modelling on one corpus,
+# zsdr.pretrain.mlm), named by their chain <backbone>--<corpus>[--<corpus>] (rules/common.smk).
+
+
+rule train_dam:
+    """A DAM: MLM on its last corpus, from the backbone or from the DAM before it in the chain."""
+    input:
+        lambda wc: spec_inputs(dam_spec(wc.dam)),
+        code=code(*TRAINER_CODE, "zsdr.pretrain"),
+    output:
+        f"{MODELS}/dams/{{dam}}/config.json",
+        f"{MODELS}/dams/{{dam}}/training.json",
+    log:
+        f"{LOGS}/train/dam-{{dam}}.log",
+    wildcard_constraints:
+        dam=r"[^/]+--[^/]+",
+    conda:
+        DENSE_ENV
+    threads: TRAINING["threads"]
+    resources:
+        mem_mb=32000,
+        runtime=TRAINING["runtime"],
+        gpus=lambda wc: TRAINING["gpus"]
+        * launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1]))["processes"],
+    params:
+        spec=lambda wc: dam_spec(wc.dam),
+        summary=lambda wc: spec_summary(
+            dam_spec(wc.dam), launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1]))
+        ),
+        launch=lambda wc: launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1])),
+    message:
+        "train DAM {wildcards.dam}: {params.summary}"
+    script:
+        "../workflow_scripts/train.py"
