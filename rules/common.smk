@@ -866,8 +866,10 @@ def figure4_points():
     ]
 
 
-def rem_stat_files(key):
-    """DDR Table 5: the rem.json (parameter counts) of every produced REM system of a table."""
+def rem_models(key):
+    """DDR Table 5: the trained folder of every produced REM system of a table (its rem/rem.json
+    holds the parameter counts; the folder's config.json is what the train rule declares).
+    """
     spec = TABLE_SPECS[key]
     if not any(getattr(e, "rem", None) for e in spec.datasets):
         return {}
@@ -875,5 +877,5 @@ def rem_stat_files(key):
     for entry in spec.systems:
         produced = [s for s in getattr(entry, "systems", ()) if s in SYSTEMS]
         if produced and "rem_of" in SYSTEMS[produced[0]]:
-            out[entry.key] = f"{SYSTEMS[produced[0]]['model']}/rem/rem.json"
+            out[entry.key] = SYSTEMS[produced[0]]["model"]
     return out

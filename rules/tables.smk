@@ -44,7 +44,9 @@ rule paper_table:
             for d in TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
         ],
         spec=table_inputs,
-        rems=lambda wc: list(rem_stat_files((wc.paper, int(wc.n))).values()),
+        rems=lambda wc: [
+            f"{m}/config.json" for m in rem_models((wc.paper, int(wc.n))).values()
+        ],
         code=code("zsdr.tables", "zsdr.evaluation.significance"),
     output:
         csv=report(
@@ -74,7 +76,10 @@ rule paper_table:
         produced_systems=sorted(SYSTEMS),
         splits=config["datasets"]["eval_splits"],
         significance=config["evaluation"]["significance"],
-        rem_files=lambda wc: rem_stat_files((wc.paper, int(wc.n))),
+        rem_files=lambda wc: {
+            k: f"{m}/rem/rem.json"
+            for k, m in rem_models((wc.paper, int(wc.n))).items()
+        },
     script:
         "../workflow_scripts/paper_table.py"
 
