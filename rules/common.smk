@@ -196,6 +196,11 @@ def figure4_steps(dataset):
     return [0, *range(every, total, every)]
 
 
+def dam_launch(chain):
+    """How the DAM ``chain``'s job starts (its last corpus's settings may set `processes`)."""
+    return launch_settings(dam_settings(chain.split(DAM_SEP)[-1]))
+
+
 def dam_spec(chain):
     """The resolved MLM spec (zsdr.pretrain.mlm) of the DAM ``chain``."""
     where = f"DAM {chain}"

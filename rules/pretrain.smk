@@ -20,14 +20,11 @@ rule train_dam:
     resources:
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=lambda wc: TRAINING["gpus"]
-        * launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1]))["processes"],
+        gpus=lambda wc: TRAINING["gpus"] * dam_launch(wc.dam)["processes"],
     params:
         spec=lambda wc: dam_spec(wc.dam),
-        summary=lambda wc: spec_summary(
-            dam_spec(wc.dam), launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1]))
-        ),
-        launch=lambda wc: launch_settings(dam_settings(wc.dam.split(DAM_SEP)[-1])),
+        summary=lambda wc: spec_summary(dam_spec(wc.dam), dam_launch(wc.dam)),
+        launch=lambda wc: dam_launch(wc.dam),
     message:
         "train DAM {wildcards.dam}: {params.summary}"
     script:
