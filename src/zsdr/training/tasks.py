@@ -12,6 +12,10 @@ A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises
   relevant to the query masked (DDR's REM/DR contrastive loss);
 * ``margin_mse``: Margin-MSE against teacher scores of the positive and each negative (KD).
 
+A :class:`~zsdr.training.berm.BermTerm` (BERM) or :class:`~zsdr.training.modir.ModirTerm` (MoDIR)
+adds its loss to any of them; MoDIR's domain classifier trains beside the encoder through the
+trainer's hooks (``attach``: its optimizer and checkpointed state; ``on_step``: the step count).
+
 ``scale`` multiplies the student's similarities into logits for every loss (1 for dot products;
 cosine similarities need a temperature, e.g. DDR's 20).
 """
@@ -63,7 +67,7 @@ class Task(nn.Module):
 
 class BiEncoderTask(Task):
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
-                 seed: int = 42, berm=None):
+                 seed: int = 42, berm=None, modir=None):
         super().__init__(data, negatives, seed)
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -75,6 +79,19 @@ class BiEncoderTask(Task):
         self.loss_name = loss
         self.scale = float(scale)
         self.berm = berm  # a zsdr.training.berm.BermTerm added to the loss, or None
+        self.modir = modir  # a zsdr.training.modir.ModirTerm (not a submodule: its classifier trains apart)
+
+    def attach(self, train_config, total_steps: int, device) -> list:
+        """Trainer hook: the stateful parts besides the encoder (checkpointed with it)."""
+        if self.modir is None:
+            return []
+        self.modir.attach(train_config, total_steps, device)
+        return [self.modir]
+
+    def on_step(self, step: int, micro: int, last: bool) -> None:
+        """Trainer hook, before each micro-batch: the optimizer step it belongs to."""
+        if self.modir is not None:
+            self.modir.on_step(step, micro, last)
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
@@ -97,6 +114,8 @@ class BiEncoderTask(Task):
             pids = doc_ids[::group]
             batch["berm"] = self.berm.batch(enc, qids, pids, [data.corpus[p] for p in pids],
                                             width=batch["d"]["input_ids"].shape[1])
+        if self.modir is not None:
+            batch["modir"] = self.modir.batch(enc, indices, epoch, len(data))
         return batch
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
@@ -129,6 +148,10 @@ class BiEncoderTask(Task):
         if self.berm is not None:
             extra, berm_logs = self.berm.loss(q, d[::group], hidden[::group], batch["berm"])
             logs.update(berm_logs, task_loss=float(loss.detach()))
+            loss = loss + extra
+        if self.modir is not None:
+            extra, modir_logs = self.modir.loss(self.encoder, q, d.view(n, group, -1), batch["modir"])
+            logs.update(modir_logs, task_loss=float(loss.detach()))
             loss = loss + extra
         return loss, logs
 

@@ -18,6 +18,10 @@ else:
   and every example draws its negatives from ``(seed, epoch, index)``, so a resumed run sees the
   batches an uninterrupted one would have seen and ends with bit-identical weights on CPU;
 * the next batch is sampled and tokenised on a worker thread while the current step runs;
+* optional task hooks: ``attach(config, total_steps, device)`` returns stateful objects the
+  task trains apart from its parameters (MoDIR's domain classifier, its optimizer and queue),
+  which are checkpointed with the model; ``on_step(step, micro, last)`` runs before each
+  micro-batch;
 * a metrics log (``train_log.jsonl``: step, epoch, loss, learning rate, gradient norm, examples
   per second), a loss-curve PNG and a progress bar;
 * optional model snapshots every ``snapshot_every`` steps (a learning curve over training time):
@@ -87,6 +91,7 @@ class TrainConfig:
     save_every: int = 500
     log_every: int = 10
     snapshot_every: int | None = None  # save the model every N steps (learning curves); null: never
+    schedule_steps: int | None = None  # horizon of the linear decay; null: the run's own length
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -100,6 +105,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "save_every", "log_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.schedule_steps is not None and int(self.schedule_steps) < 1:
+            raise ValueError("schedule_steps must be >= 1 (or null for the run's own length)")
         if self.snapshot_every is not None and int(self.snapshot_every) < 1:
             raise ValueError("snapshot_every must be >= 1 (or null for no snapshots)")
         self.betas = tuple(self.betas)
@@ -133,10 +140,13 @@ def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 def build_schedule(optimizer, cfg: TrainConfig, total: int):
-    """Hugging Face's linear (warmup, then linear decay to 0 at ``total``) or constant-with-warmup schedule."""
+    """Hugging Face's linear (warmup, then linear decay to 0 at ``schedule_steps`` or else ``total``)
+    or constant-with-warmup schedule. A fixed ``schedule_steps`` makes a short run the exact prefix
+    of a longer one (MoDIR evaluates its 10k-step model inside a longer run)."""
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
     warmup = max(int(cfg.warmup_steps), 0)
+    total = int(cfg.schedule_steps or total)
     if cfg.schedule == "constant":
         return get_constant_schedule_with_warmup(optimizer, warmup)
     return get_linear_schedule_with_warmup(optimizer, warmup, total)
@@ -292,8 +302,12 @@ class Trainer:
         set_seed(cfg.seed, device_specific=True)
         optimizer = build_optimizer(self.task.parameters(), cfg)
         scheduler = build_schedule(optimizer, cfg, self.total)
+        attach = getattr(self.task, "attach", None)  # a task's parts that train apart (MoDIR's classifier)
+        extra_state = attach(cfg, self.total, acc.device) if attach else []
         model, optimizer = acc.prepare(self.task, optimizer)
         acc.register_for_checkpointing(scheduler)
+        for obj in extra_state:
+            acc.register_for_checkpointing(obj)
         start, train_seconds = 0, 0.0
         if self.ckpt_dir is not None:
             if acc.is_main_process:
@@ -324,6 +338,7 @@ class Trainer:
         step = start
         unwrapped = acc.unwrap_model(model)
         last_micro = self.total * cfg.grad_accum
+        on_step = getattr(unwrapped, "on_step", None)
 
         def fetch(micro: int):
             idx, ep = self.indices(micro)
@@ -344,6 +359,8 @@ class Trainer:
                     raw, epoch = pending.result()
                     pending = pool.submit(fetch, micro + 1) if micro + 1 < last_micro else None
                     batch = _to(raw, acc.device)
+                    if on_step is not None:
+                        on_step(step, micro, m == cfg.grad_accum - 1)
                     sync = contextlib.nullcontext() if m == cfg.grad_accum - 1 else acc.no_sync(model)
                     with sync:
                         loss, logs = model(batch)

@@ -13,7 +13,8 @@ fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (
 ``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
 overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
 term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
-``double_softmax``) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
+``double_softmax``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
+``triples`` and ``target`` plus the classifier and loss settings) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
 frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
 ``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); cross-encoders ``max_length`` and
 ``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
@@ -40,6 +41,7 @@ def _fingerprint(spec: dict) -> str:
 
     files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
     files += [spec["berm"]["labels"]] if (spec.get("berm") or {}).get("labels") else []
+    files += [spec["modir"]["triples"]] if (spec.get("modir") or {}).get("triples") else []
     files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
     init = Path(spec["init"])
     if init.is_dir():
@@ -98,8 +100,13 @@ def build_task(spec: dict):
         from zsdr.training.berm import BermConfig, BermTerm
 
         berm = BermTerm(BermConfig.from_dict(spec["berm"]))
+    modir = None
+    if spec.get("modir"):
+        from zsdr.training.modir import ModirConfig, ModirTerm
+
+        modir = ModirTerm(ModirConfig.from_dict(spec["modir"]), encoder.dim)
     return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed, berm=berm)
+                         scale=spec.get("scale", 1.0), seed=seed, berm=berm, modir=modir)
 
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:

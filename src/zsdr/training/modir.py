@@ -1,0 +1,248 @@
+"""MoDIR as a loss term of the bi-encoder task (METHODS.md §3): a domain classifier trained on a
+momentum queue of detached embeddings, and an adversarial loss that pushes the encoder towards
+embeddings the classifier cannot tell apart.
+
+Every encoder micro-step, :class:`ModirTerm`
+
+1. encodes a batch of target "triples" (a target query and two target documents, no labels;
+   :func:`build_target_triples`) beside the source batch of the base recipe;
+2. measures the *Local Domain-Acc*: the current classifier's accuracy on this step's embeddings
+   (queries and documents apart), before it learns from them;
+3. pushes the step's detached embeddings (source queries, one source document, target queries,
+   one target document; gathered from every process) into the queue, which holds the last ``n``
+   steps (``momentum``; ``single`` is n = 1; ``repeat`` trains on the current step repeated n
+   times and keeps no queue). The source document is the positive on even micro-steps and the
+   first negative on odd ones; the target document alternates between the triple's two;
+4. trains the classifier on the whole queue in chunks of ``chunk`` entries: one backward pass
+   per chunk (the chunk's cross-entropy times its entry count, as the official code does), one
+   optimiser step per chunk on the last micro-step of an accumulation window. The other
+   micro-steps' gradients pile up into the first of those steps, as in the official code;
+5. adds ``λ_t`` times the adversarial loss of the step's four embedding sets under a frozen copy
+   of the updated classifier (:mod:`zsdr.losses.adversarial`).
+
+The classifier has its own optimiser (the encoder's kind: LAMB in the papers) with its own
+learning rate, no weight decay, gradient clipping, and the encoder's warmup / decay schedule
+stepped once per encoder step [X: the code builds the same schedule; whether it steps per
+classifier or per encoder step is not recoverable]. Its weights, optimiser, schedule and queue
+are checkpointed with the encoder, so a resumed run continues exactly. The classifier is not a
+submodule of the task: the encoder's optimiser and DDP never see it, and its gradient never comes
+from the encoder's loss (that uses a detached copy of the weights); queue entries are detached,
+so the classifier's loss never reaches the encoder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections import deque
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from zsdr.data.formats import read_corpus, read_qrels, read_queries
+from zsdr.io import DataError, atomic_write
+from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
+from zsdr.models.heads import SOURCE, TARGET, DomainClassifier
+from zsdr.training.distributed import gather_with_grad
+
+MODES = ("momentum", "single", "repeat")
+SETS = {"source_queries": SOURCE, "source_docs": SOURCE, "target_queries": TARGET, "target_docs": TARGET}
+
+
+@dataclass
+class ModirConfig:
+    """The ``modir`` section of a recipe (defaults: ANCE+MoDIR, METHODS.md §3.3)."""
+
+    triples: str | None = None          # target triples file (the workflow fills it in)
+    target: str | None = None           # target BEIR folder with their texts (idem)
+    loss: str = "confusion"             # confusion | minimax | gan (Table 2)
+    mode: str = "momentum"              # momentum | single (n = 1) | repeat (current step n times)
+    momentum_steps: int = 1000          # n: steps the queue holds (code: dc_rep_steps)
+    chunk: int = 50                     # queue entries per classifier step (code: dc_rep_step_per_batch)
+    lambda0: float = 1.0                # initial weight of the adversarial loss
+    lambda_half_life: float | None = 10000  # steps per halving of λ (code: lamb_reduce_to_half_steps); null: constant
+    classifier_lr: float = 5e-6
+    classifier_max_grad_norm: float | None = 1.0
+    logit_clip: float | None = 5.0
+    seed: int = 0                       # classifier initialisation and target-triple order
+
+    def __post_init__(self):
+        if self.loss not in ADVERSARIAL_LOSSES:
+            raise ValueError(f"modir.loss {self.loss!r}: expected one of {', '.join(ADVERSARIAL_LOSSES)}")
+        if self.mode not in MODES:
+            raise ValueError(f"modir.mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if int(self.momentum_steps) < 1 or int(self.chunk) < 1:
+            raise ValueError("modir.momentum_steps and modir.chunk must be >= 1")
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModirConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"modir: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
+        return cls(**data)
+
+    @property
+    def queue_size(self) -> int:
+        return 1 if self.mode == "single" else int(self.momentum_steps)
+
+
+# ---------------------------------------------------------------------------------- target data
+def build_target_triples(dataset: str | os.PathLike, split: str, out: str | os.PathLike) -> dict:
+    """MoDIR's target "triples" (``generate_triples_simple.py``, METHODS.md §3.2): line ``i`` pairs
+    query ``i`` with documents ``2i`` and ``2i+1``, cycling through the split's queries (in
+    ``queries.jsonl`` order) and the non-empty documents (in corpus order) until both are used up.
+    Only the query ids of ``qrels/<split>`` are read, never their relevance labels.
+    Writes ``qid<TAB>doc<TAB>doc`` lines; returns counts."""
+    queries = read_queries(dataset)
+    wanted = set(read_qrels(dataset, split))
+    qids = [q for q in queries if q in wanted]
+    docs = [d for d, rec in read_corpus(dataset).items() if f"{rec['title']} {rec['text']}".strip()]
+    if not qids or len(docs) < 2:
+        raise DataError(Path(dataset), None, f"{len(qids)} {split} queries and {len(docs)} non-empty documents",
+                        "MoDIR's target triples need at least one query and two documents")
+    n = max(len(qids), math.ceil(len(docs) / 2))
+    with atomic_write(out) as fh:
+        for i in range(n):
+            fh.write(f"{qids[i % len(qids)]}\t{docs[(2 * i) % len(docs)]}\t{docs[(2 * i + 1) % len(docs)]}\n")
+    return {"triples": n, "queries": len(qids), "docs": len(docs)}
+
+
+def read_target_triples(path: str | os.PathLike) -> list[tuple[str, str, str]]:
+    path = Path(path)
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for line, text in enumerate(fh, 1):
+            parts = text.rstrip("\n").split("\t")
+            if len(parts) != 3 or not all(parts):
+                raise DataError(path, line, "expected query id, document id, document id (tab-separated)",
+                                "write the file with the modir_triples rule")
+            out.append((parts[0], parts[1], parts[2]))
+    if not out:
+        raise DataError(path, None, "no target triples", "write the file with the modir_triples rule")
+    return out
+
+
+# -------------------------------------------------------------------------------------- queue
+class MomentumQueue:
+    """The detached embeddings of the last ``size`` steps, oldest first."""
+
+    def __init__(self, size: int):
+        self.entries: deque[dict[str, torch.Tensor]] = deque(maxlen=int(size))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def push(self, entry: dict[str, torch.Tensor]) -> None:
+        self.entries.append({k: v.detach().clone() for k, v in entry.items()})
+
+    def state_dict(self) -> dict:
+        return {"size": self.entries.maxlen, "entries": [{k: v.cpu() for k, v in e.items()} for e in self.entries]}
+
+    def load_state_dict(self, state: dict, device: torch.device | None = None) -> None:
+        self.entries = deque(({k: v.to(device) if device else v for k, v in e.items()} for e in state["entries"]),
+                             maxlen=int(state["size"]))
+
+
+# --------------------------------------------------------------------------------------- term
+class ModirTerm:
+    """The MoDIR part of a bi-encoder training step (see the module docstring)."""
+
+    def __init__(self, config: ModirConfig, dim: int):
+        self.config = config
+        self.classifier = DomainClassifier(dim, clip=config.logit_clip, seed=config.seed)
+        self.queue = MomentumQueue(config.queue_size)
+        self.triples = read_target_triples(config.triples) if config.triples else []
+        self.queries = read_queries(config.target) if config.target else {}
+        self.corpus = read_corpus(config.target) if config.target else {}
+        self._order = np.random.default_rng([config.seed, 7_001]).permutation(len(self.triples))
+        self.optimizer = self.scheduler = None
+        self.step, self.micro, self.last = 0, 0, True
+
+    # ---- trainer hooks
+    def attach(self, train_config, total_steps: int, device: torch.device) -> None:
+        """Build the classifier's optimiser and schedule from the encoder's settings."""
+        from zsdr.training.trainer import build_optimizer, build_schedule
+
+        self.classifier.to(device)
+        cfg = dataclasses.replace(train_config, lr=self.config.classifier_lr, weight_decay=0.0)
+        self.optimizer = build_optimizer(self.classifier.parameters(), cfg)
+        self.scheduler = build_schedule(self.optimizer, cfg, total_steps)
+
+    def on_step(self, step: int, micro: int, last: bool) -> None:
+        if step != self.step and self.scheduler is not None:
+            for _ in range(step - self.step):
+                self.scheduler.step()
+        self.step, self.micro, self.last = step, micro, last
+
+    def state_dict(self) -> dict:
+        return {"classifier": self.classifier.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "queue": self.queue.state_dict(),
+                "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        device = self.classifier.linear.weight.device
+        self.classifier.load_state_dict(state["classifier"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.queue.load_state_dict(state["queue"], device)
+        self.step = int(state["step"])
+
+    # ---- data
+    def batch(self, encoder, indices: Sequence[int], epoch: int, n_source: int) -> dict:
+        """The target part of a batch: one triple per source example, a pure function of
+        ``(epoch, index)`` (so resumed runs see the same ones)."""
+        picks = [self.triples[self._order[(epoch * n_source + i) % len(self.triples)]] for i in indices]
+        return {"q": encoder.collate(encoder.tokenize_queries([self.queries[q] for q, _, _ in picks])),
+                "d0": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, d, _ in picks])),
+                "d1": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, _, d in picks]))}
+
+    # ---- the step
+    def train_classifier(self, current: dict[str, torch.Tensor]) -> float:
+        """Train on the queue (or on ``current`` repeated, mode ``repeat``); returns the mean chunk loss."""
+        cfg = self.config
+        entries = [current] * cfg.momentum_steps if cfg.mode == "repeat" else list(self.queue.entries)
+        losses = []
+        for start in range(0, len(entries), cfg.chunk):
+            chunk = entries[start:start + cfg.chunk]
+            emb = torch.cat([e[k] for e in chunk for k in SETS])
+            labels = torch.cat([torch.full((e[k].shape[0],), SETS[k], dtype=torch.long, device=emb.device)
+                                for e in chunk for k in SETS])
+            loss = classifier_loss(self.classifier(emb), labels)
+            (loss * len(chunk)).backward()
+            losses.append(float(loss.detach()))
+            if self.last:
+                if cfg.classifier_max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(self.classifier.parameters(), cfg.classifier_max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        return sum(losses) / max(len(losses), 1)
+
+    @torch.no_grad()
+    def accuracy(self, entry: dict[str, torch.Tensor], keys: Sequence[str]) -> float:
+        emb = torch.cat([entry[k] for k in keys])
+        labels = torch.cat([torch.full((entry[k].shape[0],), SETS[k], device=emb.device) for k in keys])
+        return float((self.classifier(emb).argmax(dim=1) == labels).float().mean())
+
+    def loss(self, encoder, queries: torch.Tensor, docs: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
+        """``λ_t · L_adv`` of this step and its logs; ``docs``: ``(n, 1 + negatives, dim)``."""
+        odd = self.micro % 2 == 1
+        embs = {"source_queries": queries, "source_docs": docs[:, 1 if odd and docs.shape[1] > 1 else 0],
+                "target_queries": encoder(**batch["q"]), "target_docs": encoder(**batch["d1" if odd else "d0"])}
+        current = {k: gather_with_grad(v.detach().float()) for k, v in embs.items()}
+        logs = {"local_domain_acc_queries": self.accuracy(current, ("source_queries", "target_queries")),
+                "local_domain_acc_docs": self.accuracy(current, ("source_docs", "target_docs"))}
+        if self.config.mode != "repeat":
+            self.queue.push(current)
+        with torch.enable_grad():
+            logs["classifier_loss"] = self.train_classifier(current)
+        frozen = self.classifier.linear.weight.detach().clone()
+        logits = {k: DomainClassifier.logits_with(frozen, v, self.config.logit_clip) for k, v in embs.items()}
+        adv = adversarial_loss(self.config.loss, logits, SETS)
+        lam = lambda_at(self.step, self.config.lambda0, self.config.lambda_half_life)
+        logs.update(adversarial_loss=float(adv.detach()), adversarial_lambda=lam)
+        return lam * adv, logs
