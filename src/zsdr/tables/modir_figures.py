@@ -1,0 +1,332 @@
+"""MoDIR's training-dynamics figures and Table 3, drawn from the MoDIR stage's snapshots.
+
+Provenance: Xin et al., "Zero-Shot Dense Retrieval with Momentum Adversarial Domain Invariant
+Representations" (Findings of ACL 2022), Figures 3 and 5 and Table 3.
+
+* Figure 3 (:func:`render_domain_acc`): Global Domain-Acc (a domain classifier fitted on the frozen
+  embeddings of a snapshot, solid, from the domain files) and Local Domain-Acc (the training
+  classifier's accuracy on the current batches, dashed, from ``train_log.jsonl``) of documents and
+  queries against training steps, one row of panels per recipe.
+* Figure 5 (:func:`render_acc_and_quality`): Global Domain-Acc of documents (left axis) and a
+  retrieval metric (right axis) against training steps, one panel per target dataset.
+* Table 3 (:func:`write_table3`): KNN-Source% (share of source documents among a target query's
+  nearest documents) and a retrieval metric at four steps per setting, beside the published rows.
+
+A *point* is ``{"recipe", "label", "dataset", "step", "domain": domain file, "metrics": metrics
+file}``; step 0 is the model before MoDIR training. A domain file holds
+``{"global_domain_acc": {"queries": a, "docs": a}, "knn_source": fraction, ...}``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from typing import Sequence
+
+from zsdr.io import DataError, atomic_write, open_lines, read_json
+from zsdr.tables.figures import save_figure
+from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.tables.render import format_value
+
+SIDES = ("docs", "queries")
+SIDE_TITLES = {"docs": "Documents", "queries": "Queries"}
+LOCAL_KEYS = {"docs": "local_domain_acc_docs", "queries": "local_domain_acc_queries"}
+PAPER_STEPS = ("0", "10k", "30k", "50k")
+FIX = "run snakemake modir"
+DOMAIN_FIX = "re-run the MoDIR domain analysis (snakemake modir)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_domain(path: str | os.PathLike, knn: bool = False) -> dict:
+    """A domain file, checked for numeric ``global_domain_acc.queries`` / ``.docs`` (and ``knn_source``
+    when ``knn``)."""
+    data = read_json(path, DOMAIN_FIX)
+    acc = data.get("global_domain_acc")
+    if not isinstance(acc, dict) or not all(_number(acc.get(s)) for s in SIDES):
+        raise DataError(path, None, "no numeric global_domain_acc.queries and global_domain_acc.docs", DOMAIN_FIX)
+    if knn and not _number(data.get("knn_source")):
+        raise DataError(path, None, "no numeric knn_source", DOMAIN_FIX)
+    return data
+
+
+def read_local_acc(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """``{side: [(step, Local Domain-Acc), ...]}`` from a ``train_log.jsonl``: the records that carry
+    ``local_domain_acc_<side>`` (empty lists for a run without a domain classifier)."""
+    out: dict[str, list[tuple[int, float]]] = {s: [] for s in SIDES}
+    with open_lines(path) as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DataError(path, lines.lineno, f"not a JSON object ({exc})", "train the run again") from None
+            if not isinstance(rec, dict) or not _number(rec.get("step")):
+                raise DataError(path, lines.lineno, "a log record without a numeric step", "train the run again")
+            for side in SIDES:
+                if _number(rec.get(LOCAL_KEYS[side])):
+                    out[side].append((int(rec["step"]), float(rec[LOCAL_KEYS[side]])))
+    for side in SIDES:
+        out[side].sort()
+    return out
+
+
+def _metric(path, metric: str) -> float:
+    value = metric_scores(read_metrics(path), path, metric)[0]
+    if value is None:
+        raise DataError(path, None, f"{metric!r} is null (no query it applies to)", "re-run the evaluate rule")
+    return value
+
+
+def _index(points: Sequence[dict]) -> dict[tuple[str, str, int], dict]:
+    """``{(recipe, dataset, step): point}``; the same key twice is an error."""
+    out = {}
+    for p in points:
+        key = (str(p["recipe"]), str(p["dataset"]), int(p["step"]))
+        if key in out:
+            raise ValueError(f"two points for recipe {key[0]!r}, dataset {key[1]!r}, step {key[2]}")
+        out[key] = p
+    return out
+
+
+def _write_csv(out_csv, fieldnames: list[str], rows: list[dict]) -> None:
+    with atomic_write(out_csv) as fh:
+        w = csv.DictWriter(fh, fieldnames=fieldnames)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _scaled(title: str, scale: str) -> str:
+    return title + (f" ({scale} scale)" if scale else "")
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg@10`` -> ``nDCG@10`` (other metrics as named)."""
+    return "nDCG" + metric[4:] if metric.lower().startswith("ndcg") else metric
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 3
+
+
+def render_domain_acc(points: Sequence[dict], logs: dict, out_png: str | os.PathLike, out_csv: str | os.PathLike, *,
+                      dataset: str, scale: str = "") -> list[dict]:
+    """MoDIR Figure 3 for ``dataset``: one row of panels per recipe (in the order the points name them,
+    titled with their label), columns documents and queries; Global Domain-Acc (solid, the points'
+    domain files) and Local Domain-Acc (dashed, ``logs[recipe]``'s train log; a recipe without a log,
+    or whose log has no local accuracy, e.g. a run without an adversary, gets the solid line only)
+    against steps. y from 0.4 (lower when a value is) to 1.0, chance (0.5) dotted.
+
+    CSV columns: recipe, label, dataset, kind (global|local), side (docs|queries), step, value.
+    Returns the rows."""
+    mine = [p for p in points if p["dataset"] == dataset]
+    if not mine:
+        raise DataError(None, None, f"no MoDIR points for dataset {dataset!r}", FIX)
+    _index(mine)
+    recipes = list(dict.fromkeys(str(p["recipe"]) for p in mine))
+    labels = {r: next(str(p.get("label") or r) for p in mine if str(p["recipe"]) == r) for r in recipes}
+    rows = []
+    for recipe in recipes:
+        own = sorted((p for p in mine if str(p["recipe"]) == recipe), key=lambda p: int(p["step"]))
+        domains = [(int(p["step"]), read_domain(p["domain"])["global_domain_acc"]) for p in own]
+        local = read_local_acc(logs[recipe]) if logs.get(recipe) else {s: [] for s in SIDES}
+        base = {"recipe": recipe, "label": labels[recipe], "dataset": dataset}
+        for side in SIDES:
+            rows += [{**base, "kind": "global", "side": side, "step": step, "value": float(acc[side])}
+                     for step, acc in domains]
+        for side in SIDES:
+            rows += [{**base, "kind": "local", "side": side, "step": step, "value": value}
+                     for step, value in local[side]]
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(recipes), 2, figsize=(8.0, 2.8 * len(recipes) + 0.8), squeeze=False, sharey=True)
+    low = min(0.4, math.floor(min(r["value"] for r in rows) * 20) / 20)
+    for i, recipe in enumerate(recipes):
+        for j, side in enumerate(SIDES):
+            ax = axes[i][j]
+            for kind, style in (("global", dict(linestyle="-", marker="o", color="tab:blue")),
+                                ("local", dict(linestyle="--", color="tab:orange"))):
+                series = [r for r in rows if r["recipe"] == recipe and r["side"] == side and r["kind"] == kind]
+                if series:
+                    ax.plot([r["step"] for r in series], [r["value"] for r in series],
+                            label=f"{kind.capitalize()} Domain-Acc", markersize=4, **style)
+            ax.axhline(0.5, linestyle=":", color="tab:gray", linewidth=1, label="chance")
+            ax.set_ylim(low, 1.0)
+            ax.set_title(f"{labels[recipe]}: {SIDE_TITLES[side]}", fontsize=9)
+            ax.set_xlabel("training steps")
+            if j == 0:
+                ax.set_ylabel("Domain-Acc")
+            ax.grid(alpha=0.3)
+    handles = {}
+    for ax in axes.flat:
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(text, handle)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
+    fig.suptitle(_scaled(f"MoDIR Figure 3: Global and Local Domain-Acc over training, {dataset}", scale),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    save_figure(fig, out_png)
+    _write_csv(out_csv, ["recipe", "label", "dataset", "kind", "side", "step", "value"], rows)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 5
+
+
+def render_acc_and_quality(points: Sequence[dict], out_png: str | os.PathLike, out_csv: str | os.PathLike, *,
+                           recipe: str, datasets: Sequence[str], metric: str = "ndcg@10",
+                           scale: str = "") -> list[dict]:
+    """MoDIR Figure 5: one panel per dataset (in ``datasets``' order) with ``recipe``'s Global
+    Domain-Acc of documents (left axis, 0.4–1.0 unless a value is lower) and ``metric`` (right axis)
+    against steps.
+
+    CSV columns: dataset, step, global_domain_acc_docs, ``metric``. Returns the rows."""
+    if not datasets:
+        raise ValueError("render_acc_and_quality needs at least one dataset")
+    _index([p for p in points if p["recipe"] == recipe])
+    rows, label = [], recipe
+    for dataset in datasets:
+        own = sorted((p for p in points if p["recipe"] == recipe and p["dataset"] == dataset),
+                     key=lambda p: int(p["step"]))
+        if not own:
+            raise DataError(None, None, f"no MoDIR points for recipe {recipe!r} on dataset {dataset!r}", FIX)
+        label = str(own[0].get("label") or recipe)
+        rows += [{"dataset": dataset, "step": int(p["step"]),
+                  "global_domain_acc_docs": float(read_domain(p["domain"])["global_domain_acc"]["docs"]),
+                  metric: _metric(p["metrics"], metric)} for p in own]
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.9 * len(datasets) + 0.6, 3.6), squeeze=False)
+    low = min(0.4, math.floor(min(r["global_domain_acc_docs"] for r in rows) * 20) / 20)
+    for ax, dataset in zip(axes[0], datasets):
+        own = [r for r in rows if r["dataset"] == dataset]
+        steps = [r["step"] for r in own]
+        acc_line = ax.plot(steps, [r["global_domain_acc_docs"] for r in own], marker="o", markersize=4,
+                           color="tab:blue", label="Global Domain-Acc (documents)")
+        ax.axhline(0.5, linestyle=":", color="tab:gray", linewidth=1)
+        ax.set_ylim(low, 1.0)
+        ax.set(title=dataset, xlabel="training steps", ylabel="Global Domain-Acc (documents)")
+        ax.title.set_fontsize(10)
+        ax.grid(alpha=0.3)
+        twin = ax.twinx()
+        metric_line = twin.plot(steps, [r[metric] for r in own], marker="s", markersize=4, linestyle="--",
+                                color="tab:orange", label=metric_label(metric))
+        twin.set_ylabel(metric_label(metric))
+    lines = acc_line + metric_line
+    fig.legend(lines, [line.get_label() for line in lines], loc="lower center", ncol=2, fontsize=8)
+    fig.suptitle(_scaled(f"MoDIR Figure 5: Global Domain-Acc and {metric_label(metric)} over training, {label}",
+                         scale), fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    save_figure(fig, out_png)
+    _write_csv(out_csv, ["dataset", "step", "global_domain_acc_docs", metric], rows)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Table 3
+
+
+def _metric_prefix(metric: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "", metric.lower())
+
+
+def _read_published_table3(path: str | os.PathLike) -> dict[str, dict]:
+    fix = "restore src/zsdr/tables/published/modir_table3.csv"
+    needed = ["setting"] + [f"{k}_{p}" for k in ("knn_source", "ndcg10") for p in PAPER_STEPS]
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in needed if c not in (reader.fieldnames or [])]
+            if missing:
+                raise DataError(path, 1, f"no column(s) {', '.join(missing)}", fix)
+            return {r["setting"]: r for r in reader}
+    except FileNotFoundError:
+        raise DataError(path, None, "file not found", fix) from None
+
+
+def write_table3(points: Sequence[dict], out_csv: str | os.PathLike, out_md: str | os.PathLike, *, dataset: str,
+                 settings: dict, steps: Sequence[int], metric: str = "ndcg@10", published: str | os.PathLike,
+                 scale: str = "") -> list[dict]:
+    """MoDIR Table 3 on ``dataset``: for each ``settings`` row (``{row label: recipe}``, in order) the
+    KNN-Source% and ``metric`` at ``steps`` (four of our steps standing for the paper's 0 / 10k / 30k /
+    50k), each followed by the paper's row ``"<label> (published)"`` when ``published`` has that label.
+
+    CSV columns: ``setting``, ``source`` (``zsdr`` or ``published``), then one column per (measure,
+    step) named ``<measure>_<paper step>@step<our step>``: ``knn_source_0@step0``,
+    ``knn_source_10k@step20``, ... then ``<metric>_0@step0``, ... where ``<metric>`` is the metric
+    without punctuation (``ndcg10``); the published file's column ``knn_source_10k`` fills
+    ``knn_source_10k@step<our second step>`` and so on (its nDCG@10 columns only when ``metric`` is
+    ``ndcg@10``). Cells as printed: KNN-Source% with one decimal (``12.3%``), the metric with three.
+    Returns the CSV rows."""
+    steps = [int(s) for s in steps]
+    if len(steps) != len(PAPER_STEPS):
+        raise ValueError(f"steps must be {len(PAPER_STEPS)} steps standing for the paper's 0/10k/30k/50k, got {steps}")
+    if not settings:
+        raise ValueError("write_table3 needs at least one setting")
+    index = _index([p for p in points if p["dataset"] == dataset])
+    prefix = _metric_prefix(metric)
+    knn_cols = [f"knn_source_{p}@step{s}" for p, s in zip(PAPER_STEPS, steps)]
+    metric_cols = [f"{prefix}_{p}@step{s}" for p, s in zip(PAPER_STEPS, steps)]
+    paper = _read_published_table3(published)
+    rows, ks = [], set()
+    for label, recipe in settings.items():
+        row = {"setting": label, "source": "zsdr"}
+        for step, kcol, mcol in zip(steps, knn_cols, metric_cols):
+            point = index.get((str(recipe), dataset, step))
+            if point is None:
+                raise DataError(None, None, f"Table 3 needs recipe {recipe!r} ({label}) at step {step} on "
+                                f"{dataset!r}, and no MoDIR point has it", FIX)
+            domain = read_domain(point["domain"], knn=True)
+            row[kcol] = format_value(float(domain["knn_source"]), "pct1")
+            if _number(domain.get("knn_k")):
+                ks.add(int(domain["knn_k"]))
+            row[mcol] = format_value(_metric(point["metrics"], metric), "d3")
+        rows.append(row)
+        if label in paper:
+            pub = {"setting": f"{label} (published)", "source": "published"}
+            for p, kcol, mcol in zip(PAPER_STEPS, knn_cols, metric_cols):
+                pub[kcol] = paper[label][f"knn_source_{p}"]
+                pub[mcol] = paper[label][f"ndcg10_{p}"] if metric == "ndcg@10" else ""
+            rows.append(pub)
+    fields = ["setting", "source"] + knn_cols + metric_cols
+    _write_csv(out_csv, fields, rows)
+
+    shown = metric_label(metric)
+    head = (["Setting"] + [f"KNN-Source% {p} (step {s})" for p, s in zip(PAPER_STEPS, steps)]
+            + [f"{shown} {p} (step {s})" for p, s in zip(PAPER_STEPS, steps)])
+    lines = [f"# MoDIR Table 3: KNN-Source% and {shown} over training", "",
+             f"Dataset {dataset}; scale: {scale or 'unspecified'}; our steps "
+             f"{' / '.join(map(str, steps))} stand for the paper's {' / '.join(PAPER_STEPS)}.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        label = f"*{r['setting']}*" if r["source"] == "published" else r["setting"]
+        lines.append("| " + " | ".join([label] + [r[c] or "—" for c in knn_cols + metric_cols]) + " |")
+    nearest = f"the {ks.pop()} nearest" if len(ks) == 1 else "the nearest"
+    lines += ["", f"KNN-Source%: share of source documents among {nearest} documents of each target query in a "
+              "joint source+target index. Rows marked (published) are the paper's (TREC-COVID, ANCE, steps "
+              "0 / 10k / 30k / 50k" + ("" if metric == "ndcg@10" else f"; it reports nDCG@10, not {metric}") + ").",
+              "", "At non-paper scales the steps are the config's stand-ins for the paper's 0 / 10k / 30k / 50k "
+              "steps; step 0 is the model before MoDIR training.", ""]
+    with atomic_write(out_md) as fh:
+        fh.write("\n".join(lines))
+    return rows
+
