@@ -46,6 +46,7 @@ include: "rules/retrieve.smk"
 include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/analysis.smk"
+include: "rules/modir.smk"
 
 
 rule all:

@@ -7,7 +7,7 @@ from zsdr.data import registry
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
-from zsdr.tables.spec import all_specs
+from zsdr.tables.spec import all_specs, load_systems
 from zsdr.workflow import code_files
 
 PATHS = config["paths"]
@@ -97,11 +97,18 @@ for _name, _r in RECIPES.items():
         raise ValueError(
             f"config key recipes.{_name}.episodes: {_e} episodes need `negatives: ance`"
         )
-    if _r["negatives"] == "ance" and _r["init"] not in RECIPES:
+    if (
+        _r["negatives"] == "ance"
+        and _r["init"] not in RECIPES
+        and not _r.get("base_system")
+    ):
         raise ValueError(
             f"config key recipes.{_name}.init: ANCE episodes mine with the previous model, "
-            f"so init must be another recipe (got {_r['init']!r})"
+            f"so init must be another recipe (got {_r['init']!r}) or `base_system` must name "
+            f"the system that mines"
         )
+    if "modir" in _r:
+        continue  # one run per target (below)
     for _k in range(1, _e + 1):
         TRAIN_RUNS[_name if _e == 1 else f"{_name}-ep{_k}"] = (_name, _k)
 
@@ -151,6 +158,213 @@ for _name, _r in RECIPES.items():
             if _d != _r.get("dataset", SOURCE):
                 TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
                 PER_TARGET[f"{_name}@{_d}"] = _d
+
+
+# MoDIR (METHODS.md §3): a recipe with a `modir` section trains once per target dataset d, as runs
+# <recipe>@<d>, on the source batches plus d's unlabelled target triples (rule modir_triples). Its
+# system on d is that run at `modir.eval_step` (a snapshot, or the end of the run); on the source
+# dataset it is the run of `modir.source_target` (default: the first target) [X]. The step-0 model
+# of the curves is the recipe's `base_system` (default: its init recipe), which also mines the
+# ANCE negatives of an ANCE+MoDIR recipe once for all its targets.
+MODIR = config["modir"]
+MODIR_TARGETS = [d for d in CONFIGURED_DATASETS if d != SOURCE]
+# A recipe's `targets` (default: every target) limits its runs; an empty list trains none.
+MODIR_RECIPES = [
+    n
+    for n, r in RECIPES.items()
+    if r.get("modir") and (r.get("targets") is None or r["targets"])
+]
+
+
+def modir_targets(name):
+    """The targets recipe ``name`` trains one model for."""
+    wanted = RECIPES[name].get("targets")
+    if wanted is None:
+        return MODIR_TARGETS
+    unknown = [d for d in wanted if d not in MODIR_TARGETS]
+    if unknown:
+        raise ValueError(
+            f"config key recipes.{name}.targets: {unknown} are not configured targets "
+            f"(datasets.targets / datasets.extra)"
+        )
+    return list(wanted)
+
+
+MODIR_CURVES = MODIR["curves"]
+MODIR_CURVE_DATASETS = MODIR_CURVES.get("datasets") or TARGETS
+for _name in MODIR_RECIPES:
+    if RECIPES[_name].get("episodes", 1) > 1 or RECIPES[_name].get("rem"):
+        raise ValueError(
+            f"config key recipes.{_name}.modir: MoDIR continues one model per target "
+            f"(set episodes: 1, no rem)"
+        )
+    if not RECIPES[_name]["train"].get("max_steps"):
+        raise ValueError(
+            f"config key recipes.{_name}.train.max_steps: MoDIR evaluates every target at a "
+            f"fixed step, so its length is given in steps"
+        )
+    for _d in modir_targets(_name):
+        TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
+        PER_TARGET[f"{_name}@{_d}"] = _d
+for _name in MODIR_CURVES["recipes"]:
+    if _name not in MODIR_RECIPES:
+        raise ValueError(
+            f"config key modir.curves.recipes: {_name!r} is not a recipe with a `modir` section"
+        )
+
+
+def modir_base(name):
+    """The system a MoDIR recipe starts from: `base_system`, else its init recipe."""
+    return RECIPES[name].get("base_system") or RECIPES[name]["init"]
+
+
+def is_curve_run(name, dataset):
+    return name in MODIR_CURVES["recipes"] and dataset in MODIR_CURVE_DATASETS
+
+
+def modir_total(name, dataset):
+    """Steps of the MoDIR run of recipe ``name`` on target ``dataset``: `modir.curves.max_steps`
+    for the curve runs, else `modir.eval_step`, else the recipe's `train.max_steps`."""
+    if is_curve_run(name, dataset) and MODIR_CURVES.get("max_steps"):
+        return int(MODIR_CURVES["max_steps"])
+    return int(MODIR.get("eval_step") or RECIPES[name]["train"]["max_steps"])
+
+
+def modir_steps(name, dataset):
+    """The evaluated steps of a curve run: 0 (the base system), every snapshot, the end."""
+    total = modir_total(name, dataset)
+    return [
+        0,
+        *range(MODIR_CURVES["snapshot_every"], total, MODIR_CURVES["snapshot_every"]),
+        total,
+    ]
+
+
+def modir_source_target(name):
+    return MODIR.get("source_target") or modir_targets(name)[0]
+
+
+def modir_model(name, dataset, step=None):
+    """The folder of recipe ``name``'s model on ``dataset`` after ``step`` steps (default:
+    `modir.eval_step`, else the end of the run); on a dataset without a run of its own (the
+    source), the model of `modir.source_target`."""
+    target = dataset if dataset in modir_targets(name) else modir_source_target(name)
+    total = modir_total(name, target)
+    step = int(step or MODIR.get("eval_step") or total)
+    run = f"{MODELS}/trained/{name}@{target}"
+    if step == total:
+        return run
+    every = MODIR_CURVES["snapshot_every"] if is_curve_run(name, target) else None
+    if not every or step % every or step > total:
+        raise ValueError(
+            f"config key modir: the model of {name} on {target} after {step} steps is not "
+            f"saved (the run has {total} steps"
+            + (f" and a snapshot every {every})" if every else " and no snapshots)")
+        )
+    return f"{run}/snapshots/step-{step:09d}"
+
+
+def modir_dataset(section):
+    """The target of a MoDIR table or figure (`modir.<section>.dataset`, else the first curve dataset)."""
+    name = MODIR[section].get("dataset") or MODIR_CURVE_DATASETS[0]
+    if name not in MODIR_CURVE_DATASETS:
+        raise ValueError(
+            f"config key modir.{section}.dataset: {name!r} is not a curve dataset "
+            f"(modir.curves.datasets: {', '.join(MODIR_CURVE_DATASETS)})"
+        )
+    return name
+
+
+def modir_label(name):
+    """A recipe's label in the figures: systems.yaml's, else its name."""
+    known = load_systems().get(name)
+    return known.label if known else name
+
+
+def modir_points():
+    """Every (curve recipe, dataset, step) with its domain-analysis and metrics files."""
+    return [
+        {
+            "recipe": r,
+            "label": modir_label(r),
+            "dataset": d,
+            "step": n,
+            "domain": f"{STATS}/modir/{d}/{system}.json",
+            "metrics": f"{METRICS}/{d}/{system}.json",
+        }
+        for (r, d, n), system in MODIR_STEP_SYSTEMS.items()
+    ]
+
+
+def modir_logs():
+    """``{dataset: {recipe: train_log.jsonl}}`` of the curve runs (Local Domain-Acc)."""
+    return {
+        d: {
+            r: f"{MODELS}/trained/{r}@{d}/train_log.jsonl"
+            for r in MODIR_CURVES["recipes"]
+        }
+        for d in MODIR_CURVE_DATASETS
+    }
+
+
+def modir_figure5():
+    f5 = MODIR["figure5"]
+    recipe = f5.get("recipe") or MODIR_CURVES["recipes"][0]
+    if recipe not in MODIR_CURVES["recipes"]:
+        raise ValueError(
+            f"config key modir.figure5.recipe: {recipe!r} is not in modir.curves.recipes"
+        )
+    return {"recipe": recipe, "datasets": f5.get("datasets") or MODIR_CURVE_DATASETS}
+
+
+def modir_check_steps(section, recipes, steps):
+    d = modir_dataset(section)
+    for r in recipes:
+        if (r, d, 0) not in MODIR_STEP_SYSTEMS:
+            raise ValueError(
+                f"config key modir.{section}: {r!r} is not a curve recipe (modir.curves.recipes)"
+            )
+        missing = [n for n in steps if (r, d, n) not in MODIR_STEP_SYSTEMS]
+        if missing:
+            raise ValueError(
+                f"config key modir.{section}.steps: {missing} are not evaluated steps of {r} "
+                f"on {d} ({modir_steps(r, d)}; see modir.curves)"
+            )
+
+
+def modir_tsne_models():
+    """MoDIR Figure 4: ``{panel label: model folder}``, the base model then every recipe x step."""
+    f4, d = MODIR["figure4"], modir_dataset("figure4")
+    modir_check_steps("figure4", f4["recipes"], f4["steps"])
+    out = {}
+    for r in f4["recipes"]:
+        for n in f4["steps"]:
+            system = MODIR_STEP_SYSTEMS[(r, d, n)]
+            label = (
+                f"{modir_label(system)} (step 0)"
+                if n == 0
+                else f"{modir_label(r)}, step {n}"
+            )
+            out[label] = dense_model(system, d)
+    return out
+
+
+def modir_case():
+    """MoDIR Table 4: the systems before and after MoDIR."""
+    t4 = MODIR["table4"]
+    after = t4.get("after") or (MODIR_CURVES["recipes"] or MODIR_RECIPES)[0]
+    if after not in MODIR_RECIPES:
+        raise ValueError(
+            f"config key modir.table4.after: {after!r} is not a MoDIR recipe"
+        )
+    return [t4.get("before") or modir_base(after), after]
+
+
+MODIR_FIGURES = (
+    [f"{RESULTS}/modir/figure{n}.png" for n in (3, 4, 5)]
+    if MODIR_CURVES["recipes"]
+    else []
+)
 
 
 def dam_path(chain, where):
@@ -270,6 +484,37 @@ for _run, (_name, _k) in TRAIN_RUNS.items():
     SYSTEMS.setdefault(_run, _sys)
     if _run != _name and _k == _r.get("episodes", 1):
         SYSTEMS.setdefault(_name, _sys)
+for _name in MODIR_RECIPES:
+    SYSTEMS.setdefault(
+        _name,
+        {
+            "kind": "dense",
+            "model": modir_model(_name, modir_source_target(_name)),
+            "description": RECIPES[_name].get(
+                "description", f"trained by recipe {_name}"
+            ),
+            "modir": _name,
+        },
+    )
+MODIR_STEP_SYSTEMS = {}  # (recipe, dataset, step) -> system evaluated for the curves
+for _name in MODIR_CURVES["recipes"]:
+    for _d in MODIR_CURVE_DATASETS:
+        _eval = int(MODIR.get("eval_step") or modir_total(_name, _d))
+        for _n in modir_steps(_name, _d):
+            # step 0 is the base system, the evaluated step the recipe's own system
+            _sys = {0: modir_base(_name), _eval: _name}.get(_n, f"{_name}.step{_n}")
+            if _sys == f"{_name}.step{_n}":
+                SYSTEMS.setdefault(
+                    _sys,
+                    {
+                        "kind": "dense",
+                        "model": modir_model(_name, _d, _n),
+                        "description": f"{_name} after {_n} steps",
+                        "modir": _name,
+                        "modir_step": _n,
+                    },
+                )
+            MODIR_STEP_SYSTEMS[(_name, _d, _n)] = _sys
 for _name, _s in config["systems"].items():
     if (
         "rem_of" in _s
@@ -353,6 +598,8 @@ def dense_model(system, dataset=None):
     spec = SYSTEMS[system]
     if "rem_of" in spec:
         return ddr_model(system, dataset)[0]
+    if "modir" in spec:
+        return modir_model(spec["modir"], dataset, spec.get("modir_step"))
     if "per_target" in spec and dataset not in (
         None,
         RECIPES[spec["per_target"]].get("dataset", SOURCE),
@@ -389,6 +636,8 @@ SYSTEM_KEYS = {
     "per_target",
     "dam_snapshot",
     "by_language",
+    "modir",
+    "modir_step",
 }
 
 
@@ -475,6 +724,8 @@ EXTRA_EVAL_SYSTEMS = sorted(
         | set(BERM_GRID.values())
         | set(FIGURE4_SYSTEMS.values())
         | {FIGURE4["system"], FIGURE4["baseline"]}
+        | set(MODIR_STEP_SYSTEMS.values())
+        | set(modir_case())
     )
     - set(EVAL_SYSTEMS)
 )
@@ -529,6 +780,8 @@ def training_data(item, where, run=None):
         return f"{DATA}/{src}", side_file(src, "hard_negatives", where)
     if kind == "bm25":
         return f"{DATA}/{src}", f"{DATA}/{src}/negatives/bm25.jsonl"
+    if run in PER_TARGET and item.get("modir"):
+        run = TRAIN_RUNS[run][0]  # mined once by the base system for every target
     return f"{DATA}/{src}", f"{DATA}/{src}/negatives/{run}.jsonl"
 
 
@@ -559,12 +812,13 @@ def train_spec(run):
     where = f"recipes.{name}"
     episodes = r.get("episodes", 1)
     init = model_ref(r["init"]) if k == 1 else f"{MODELS}/trained/{name}-ep{k - 1}"
-    if run in PER_TARGET:
+    if run in PER_TARGET and r.get("per_target_init"):
         init = dam_path(f"{r['per_target_init']}{DAM_SEP}{PER_TARGET[run]}", where)
     dataset, negatives = training_data(r, where, run)
     train = train_settings(r)
     if r.get("episode_lr_decay") and k > 1:
         train["lr"] = train["lr"] * max(0.2, 1 - (k - 1) / episodes)
+    modir = modir_spec(r, run, train)
     return {
         "kind": "bi_encoder",
         "init": init,
@@ -582,6 +836,7 @@ def train_spec(run):
         "max_examples": r.get("max_examples"),
         "berm": berm_spec(r, dataset),
         "rem": r.get("rem"),
+        **({"modir": modir} if modir else {}),
         "train": train,
         "info": {
             "recipe": name,
@@ -591,6 +846,22 @@ def train_spec(run):
             "description": r.get("description", ""),
             "provenance": r.get("provenance", ""),
         },
+    }
+
+
+def modir_spec(recipe, run, train):
+    """The `modir` term of a MoDIR run (None otherwise); sets the run's length and snapshots."""
+    if not recipe.get("modir"):
+        return None
+    name, target = TRAIN_RUNS[run][0], PER_TARGET[run]
+    train["max_steps"] = modir_total(name, target)
+    if is_curve_run(name, target):
+        train["snapshot_every"] = MODIR_CURVES["snapshot_every"]
+    return {
+        "seed": train["seed"],
+        **recipe["modir"],
+        "triples": f"{DATA}/{target}/modir/triples.tsv",
+        "target": f"{DATA}/{target}",
     }
 
 
@@ -654,6 +925,8 @@ def spec_inputs(spec):
     files += [spec["teacher"]] if spec.get("teacher") else []
     if spec.get("units") and spec["units"] != f"{spec['dataset']}/units.jsonl":
         files.append(spec["units"])
+    if spec.get("modir"):
+        files += [spec["modir"]["triples"], f"{spec['modir']['target']}/dataset.json"]
     return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
 
 
@@ -738,6 +1011,8 @@ def recipe_code(run):
     mods = [*TRAINER_CODE, LOSS_MODULES[r["loss"]]]
     if r.get("berm"):
         mods += ["zsdr.training.berm", "zsdr.losses.berm", "zsdr.data.units"]
+    if r.get("modir"):
+        mods += ["zsdr.training.modir", "zsdr.losses.adversarial", "zsdr.models.heads"]
     return code(*mods)
 
 
@@ -802,8 +1077,27 @@ def spec_summary(spec, launch):
             ),
         ]
         data += f"; REM only, DAM frozen: {' + '.join(x for x in parts if x)}"
+    m = spec.get("modir")
+    if m:
+        queue = {
+            "momentum": f"momentum n {m['momentum_steps']}",
+            "single": "single (n 1)",
+            "repeat": f"repeat x{m['momentum_steps']}",
+        }[m["mode"]]
+        halving = (
+            f" halving every {m['lambda_half_life']:g} steps"
+            if m.get("lambda_half_life")
+            else ""
+        )
+        data += (
+            f"; + MoDIR {m['loss']} loss vs {os.path.basename(m['target'])}, {queue} in chunks "
+            f"of {m['chunk']}, lambda0 {m['lambda0']:g}{halving}, classifier lr "
+            f"{m['classifier_lr']:g} (logits clipped at {m['logit_clip']:g})"
+        )
     if t.get("snapshot_every"):
         length += f", a snapshot every {t['snapshot_every']} steps"
+    if t.get("schedule_steps"):
+        length += f" (decay over {t['schedule_steps']} steps)"
     return (
         f"init {spec['init']}; {data}; batch {t['batch_size']} x "
         f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
@@ -833,13 +1127,23 @@ TRIPLES_SOURCES = sorted(
         if x["negatives"] == "triples"
     }
 )
-ANCE_RUNS = [r for r, (n, _) in TRAIN_RUNS.items() if RECIPES[n]["negatives"] == "ance"]
+# Negative files mined by the mine_negatives job, one per ANCE run and one per MoDIR recipe.
+MINED = {
+    r: (n, k)
+    for r, (n, k) in TRAIN_RUNS.items()
+    if RECIPES[n]["negatives"] == "ance" and r not in PER_TARGET
+}
+MINED |= {n: (n, 1) for n in MODIR_RECIPES if RECIPES[n]["negatives"] == "ance"}
+ANCE_RUNS = list(MINED)
 
 
 def previous_system(run):
-    """The system whose model mines the negatives of an ANCE run: the last episode or the init recipe."""
-    name, k = TRAIN_RUNS[run]
-    return RECIPES[name]["init"] if k == 1 else f"{name}-ep{k - 1}"
+    """The system whose model mines the negatives of an ANCE run: the last episode, the recipe's
+    `base_system` or its init recipe."""
+    name, k = MINED[run]
+    if k > 1:
+        return f"{name}-ep{k - 1}"
+    return check_system(modir_base(name), f"recipes.{name}.base_system")
 
 
 # Resolve every training spec now, so a config mistake stops any command with the key to fix.

@@ -76,10 +76,10 @@ rule mine_negatives:
         dataset=lambda wc: f"{DATA}/{wc.source}",
         mine=lambda wc: {
             **TRAINING["mine"],
-            **RECIPES[TRAIN_RUNS[wc.run][0]].get("mine", {}),
+            **RECIPES[MINED[wc.run][0]].get("mine", {}),
         },
-        seed=lambda wc: train_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["seed"]
-        + TRAIN_RUNS[wc.run][1],
+        seed=lambda wc: train_settings(RECIPES[MINED[wc.run][0]])["seed"]
+        + MINED[wc.run][1],
         dense=config["dense"],
     script:
         "../workflow_scripts/mine_negatives.py"

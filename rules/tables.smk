@@ -123,6 +123,7 @@ rule tables:
         [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],
         BERM_FIGURES,
         DDR_FIGURES,
+        MODIR_FIGURES,
 
 
 rule berm:

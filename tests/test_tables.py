@@ -148,7 +148,8 @@ def test_systems_file_is_consistent():
     assert (systems["tas-b"].pooling, systems["contriever-msmarco"].pooling) == ("cls", "mean")
     assert systems["cocodr-base-msmarco"].hf == "OpenMatch/cocodr-base-msmarco"
     assert specs.unavailable_reason("cpt-l") == "reported only (closed API)"
-    assert specs.unavailable_reason("ddr-contrast") == "needs the DDR stage (not built yet)"
+    assert specs.unavailable_reason("ddr-contrast") == "not in this run's config (systems.ddr-contrast)"
+    assert specs.unavailable_reason("rmsc-cd") == "needs the RMSC stage (not built yet)"
 
 
 def test_bad_spec_errors_name_the_file_and_the_key(tmp_path):
@@ -245,13 +246,13 @@ def test_render_ddr_table2(tmp_path):
     # cells the pipeline cannot produce say why
     kd = cell(frame, "cpr-ecom", "kd-ddr", "ndcg@10")
     assert pd.isna(kd["reproduced"]) or kd["reproduced"] == ""
-    assert kd["note"] == "needs the DDR stage (not built yet)" and kd["published"] == "0.318"
+    assert kd["note"] == "not in this run's config (systems.ddr-distill)" and kd["published"] == "0.318"
     lotte = cell(frame, "lotte-writing-test", "bm25", "recall@100")
     assert lotte["note"] == "dataset lotte-writing-test not in this run"
     md = out_md.read_text()
     assert "| Chinese | CPR-Ecom | NDCG@10 |".replace(" ", "") in md.replace(" ", "")
     assert "**0.421**" in md and "<u>0.400</u>" in md and "5.2%\\*\\*" in md and "12.8%\\*\\*" in md
-    assert "*needs the DDR stage (not built yet)*" in md and "+0.108" in md
+    assert "*not in this run's config (systems.ddr-distill)*" in md and "+0.108" in md
     assert "two-tailed paired t-test" in md
     render_table(spec, files, tmp_path / "again.csv", tmp_path / "again.md", produced_systems=produced,
                  available_datasets={"trec-covid-beir", "cpr-ecom"})
@@ -302,7 +303,7 @@ def test_groups_averages_and_pooled_significance(tmp_path):
     hole = cell(frame, "cqadupstack", "hole-bm25")
     assert hole["metric"] == "hole@10" and hole["display"] == "15.5%" and hole["published"] == "94.8%"
     assert "-79.3 pp" in (tmp_path / "m.md").read_text()
-    assert cell(frame, "cqadupstack", "rel-ance")["note"] == "needs the MoDIR stage (not built yet)"
+    assert cell(frame, "cqadupstack", "rel-ance")["note"] == "not in this run's config (systems.ance-modir)"
 
 
 def test_transposed_table_alternatives_and_untested_comparisons(tmp_path):

@@ -77,7 +77,9 @@ def test_dry_run_every_paper_table(configfile):
     from zsdr.tables.figures import FIGURES
     from zsdr.tables.spec import list_specs
 
-    assert jobs.get("paper_table") == len(list_specs()) == 28
+    # MoDIR Tables 3 and 4 come from the MoDIR stage's own rules (training curves, case study)
+    assert jobs.get("paper_table") == len(list_specs()) - 2 == 26
+    assert jobs.get("modir_curves") == jobs.get("modir_table4") == jobs.get("modir_figure4") == 1
     assert jobs.get("paper_figure") == len(FIGURES) >= 1
     assert jobs.get("table1") == 1
     assert jobs.get("berm_figure4") == jobs.get("berm_figure5") == 1   # figures drawn from BERM's runs
@@ -105,8 +107,9 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
     # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue
     # it); the published teacher scores replace the cross-encoder, the triples archive becomes one
-    # training set, the hub reader needs no training
-    assert jobs["train"] == 15 and jobs["mine_negatives"] == 6 and jobs["triples_dataset"] == 1, jobs
+    # training set, the hub reader needs no training. DPR+MoDIR and ANCE+MoDIR train one model per table-1
+    # target (25: BioASQ is not one) and ANCE+MoDIR's negatives are mined once, by ANCE FirstP
+    assert jobs["train"] == 15 + 2 * 25 and jobs["mine_negatives"] == 7 and jobs["triples_dataset"] == 1, jobs
     assert jobs["train_dam"] == 1 + len(yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["datasets"]["targets"])
     assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs and "train_reader" not in jobs
     # BERM labels of the two training sets (triples for DPR, MS MARCO for KD / ANCE), 16 shards each
@@ -185,6 +188,50 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     assert "models/dams/bert-base-chinese--dureader--cpr-ecom/config.json" in block
     assert "models/trained/ddr-contrast-zh/config.json" in block
     assert "ddr-contrast.dam-step45000" in proc.stdout and "ddr-contrast.dam-step50000" not in proc.stdout
+
+
+MODIR_TARGETS = ["trec-covid", "webis-touche2020", "dbpedia-entity", "nfcorpus", "quora", "bioasq", "hotpotqa", "fever",
+                 "fiqa", "arguana", "nq", "scifact", "scidocs", "climate-fever"] + [
+    f"cqadupstack-{f}" for f in ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers",
+                                 "stats", "tex", "unix", "webmasters", "wordpress")]
+
+
+def test_paper_config_plans_modir_with_the_spec_values():
+    """MoDIR at paper scale (METHODS.md §3.3): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
+    Table 5's values, the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
+    proc = snakemake("-n", "--forceall", "modir", "--configfile", "configs/paper.yaml")
+    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", proc.stdout)}
+    jobs = planned_jobs(proc.stdout)
+    for recipe in ("ance-modir", "dpr-modir"):
+        assert {r.split("@")[1] for r in plan if r.startswith(f"{recipe}@")} == set(MODIR_TARGETS), recipe
+    common = ["batch 4 x 1 process(es) x grad-acc 4", "lamb lr 1e-06, linear, warmup 5000", "q64/d512",
+              "in chunks of 50", "lambda0 1 halving every 10000 steps",
+              "classifier lr 5e-06 (logits clipped at 5)", "(decay over 1000000 steps)"]
+    expected = {
+        "ance-modir@nfcorpus": ["init castorini/ance-msmarco-passage", "pairwise_nll with 1 negative(s) from "
+                                "ance-modir.jsonl", "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps"],
+        "dpr-modir@scifact": ["init models/trained/dpr", "from negatives.jsonl", "momentum n 1000", "; 10000 steps"],
+        "ance-modir@trec-covid": ["60000 steps, a snapshot every 2500 steps"],
+        "ance-modir-single@trec-covid": ["single (n 1)", "60000 steps"],
+        "ance-modir-repeat@webis-touche2020": ["repeat x1000 in chunks of 50", "; 10000 steps"],
+        "ance-modir-n100@trec-covid": ["momentum n 100 in chunks of 50"],
+        "ance-modir-minimax@trec-covid": ["MoDIR minimax loss"],
+        "ance-modir-gan@webis-touche2020": ["MoDIR gan loss"],
+    }
+    for run, parts in expected.items():
+        for part in parts + common:
+            assert part in plan[run], (run, part, plan[run])
+    # the ablations train on the two targets of Table 2 only; the control is not planned at paper scale
+    assert {r for r in plan if r.startswith("ance-modir-gan@")} == {"ance-modir-gan@trec-covid",
+                                                                    "ance-modir-gan@webis-touche2020"}
+    assert not [r for r in plan if r.startswith("dpr-modir-off")]
+    # Table 1 evaluates the 10k-step snapshot of the long runs; ANCE's negatives are mined by ANCE FirstP
+    assert "models/trained/ance-modir@trec-covid/snapshots/step-000010000/config.json" not in proc.stdout
+    assert "ance-modir.step57500" in proc.stdout and "ance-modir.step60000" in proc.stdout
+    assert "ance-modir.step10000" not in proc.stdout   # the evaluated step is the recipe's own system
+    assert jobs["modir_triples"] == len(MODIR_TARGETS)
+    assert jobs["modir_domain"] == 2 * 2 * 24 + 2   # 2 recipes x 2 targets x 24 steps + the base model on each
+    assert jobs["modir_curves"] == jobs["modir_figure4"] == jobs["modir_table4"] == 1
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
@@ -282,7 +329,8 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
 
     for col in cols:
         floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
-        for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm"):
+        for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm",
+                       "dpr-modir", "ance-modir"):
             assert value(system, col) > floor, (system, col, value(system, col), floor)
     # BERM's labelling rule (BM25 over units + delta x the tiny reader) finds the sentence the mini
     # generator wrote as the answer in at least 90% of the training pairs
@@ -340,6 +388,27 @@ def test_mini_paper_tables_figure_and_report(workdir):
     steps = [int(r["step"]) for r in curve if r["dataset"] == "mini-alpha"]
     assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 3
     assert (results / "ddr" / "figure4.png").read_bytes().startswith(b"\x89PNG")
+    # MoDIR: its tables and figures come from real runs (one model per target), and Global
+    # Domain-Acc of documents falls over DPR+MoDIR training while the same run without the
+    # adversary (lambda0 = 0, dpr-modir-off) keeps it
+    for n in (3, 4, 5):
+        assert (results / "modir" / f"figure{n}.png").read_bytes().startswith(b"\x89PNG")
+    table3 = list(csv.DictReader(open(results / "modir" / "table3.csv", newline="")))
+    assert [r["setting"] for r in table3][:1] == ["w/ Momentum"] and any(r["source"] == "published" for r in table3)
+    assert "(published)" in (results / "modir" / "table4.md").read_text()
+    for d in ("mini-alpha", "mini-beta"):
+        assert (workdir / "models" / "trained" / f"ance-modir@{d}" / "snapshots" / "snapshots.json").is_file()
+
+        def docs_acc(system):
+            return yaml.safe_load((workdir / "stats" / "modir" / d / f"{system}.json").read_text())[
+                "global_domain_acc"]["docs"]
+
+        start = docs_acc("dpr")
+        assert docs_acc("dpr-modir") < start - 0.04, (d, start, docs_acc("dpr-modir"))
+        assert docs_acc("dpr-modir-off") > start - 0.02, (d, start, docs_acc("dpr-modir-off"))
+    local = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "dpr-modir@mini-alpha" / "train_log.jsonl")
+             .read_text().splitlines()]
+    assert all(0 <= r["local_domain_acc_docs"] <= 1 and r["adversarial_lambda"] > 0 for r in local)
     snakemake("--report", "results/report.html", "tables", cwd=workdir, timeout=600)
     report = (results / "report.html").read_text(encoding="utf-8", errors="replace")
     assert "figure2.png" in report and "table6.csv" in report and "table1.csv" in report

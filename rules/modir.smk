@@ -1,0 +1,201 @@
+# MoDIR (METHODS.md §3): target triples for the adversarial training, the domain analyses of the
+# curve runs' snapshots (zsdr.evaluation.domain), and MoDIR's analysis tables and figures. The
+# trainings themselves are the `train` rule's runs <recipe>@<target>.
+
+
+rule modir_triples:
+    """A target's unlabelled triples (query, document, document) for MoDIR's domain classifier."""
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.training.modir", "zsdr.data.formats"),
+    output:
+        f"{DATA}/{{dataset}}/modir/triples.tsv",
+    log:
+        f"{LOGS}/data/modir_triples_{{dataset}}.log",
+    wildcard_constraints:
+        dataset=alternation(MODIR_TARGETS),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        split=MODIR["triples_split"],
+    script:
+        "../workflow_scripts/modir_triples.py"
+
+
+rule modir_domain:
+    """Global Domain-Acc (queries, documents) and KNN-Source% of one system between the source and a target."""
+    input:
+        model=dense_model_input,
+        source=dataset_marker(SOURCE),
+        target=lambda wc: dataset_marker(wc.dataset),
+        code=code("zsdr.evaluation.domain", "zsdr.models.encoder", "zsdr.data.formats"),
+    output:
+        f"{STATS}/modir/{{dataset}}/{{system}}.json",
+    log:
+        f"{LOGS}/stats/modir_{{dataset}}_{{system}}.log",
+    wildcard_constraints:
+        dataset=alternation(MODIR_CURVE_DATASETS),
+        system=alternation(set(MODIR_STEP_SYSTEMS.values())),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=16000,
+        runtime=120,
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: dense_model(wc.system, wc.dataset),
+        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        source=lambda wc, input: os.path.dirname(input.source),
+        target=lambda wc, input: os.path.dirname(input.target),
+        target_split=lambda wc: eval_split(wc.dataset),
+        analysis=MODIR["analysis"],
+        seed=config["seed"],
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/modir_domain.py"
+
+
+ruleorder: modir_curves > modir_table4 > paper_table
+
+
+rule modir_curves:
+    """MoDIR Figures 3 and 5 and Table 3: Domain-Acc, KNN-Source% and nDCG@10 over training."""
+    input:
+        domain=[p["domain"] for p in modir_points()],
+        metrics=[p["metrics"] for p in modir_points()],
+        runs=[
+            f"{MODELS}/trained/{r}@{d}/training.json"
+            for d, logs in modir_logs().items()
+            for r in logs
+        ],
+        published="src/zsdr/tables/published/modir_table3.csv",
+        code=code(
+            "zsdr.tables.modir_figures", "zsdr.tables.figures", "zsdr.tables.inputs"
+        ),
+    output:
+        figure3=report(
+            f"{RESULTS}/modir/figure3.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="modir",
+            labels={"paper": "modir", "figure": "3"},
+        ),
+        figure3_csv=f"{RESULTS}/modir/figure3.csv",
+        figure5=report(
+            f"{RESULTS}/modir/figure5.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="modir",
+            labels={"paper": "modir", "figure": "5"},
+        ),
+        figure5_csv=f"{RESULTS}/modir/figure5.csv",
+        table3=f"{RESULTS}/modir/table3.csv",
+        table3_md=f"{RESULTS}/modir/table3.md",
+    log:
+        f"{LOGS}/tables/modir_curves.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        points=modir_points(),
+        logs=modir_logs(),
+        dataset=modir_dataset("table3"),
+        figure5=modir_figure5(),
+        table3=MODIR["table3"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/modir_curves.py"
+
+
+rule modir_figure4:
+    """MoDIR Figure 4: t-SNE of source and target passages after 0 / ... steps, with and without momentum."""
+    input:
+        models=[f for m in modir_tsne_models().values() for f in model_files(m)],
+        data=[dataset_marker(SOURCE), dataset_marker(modir_dataset("figure4"))],
+        code=code("zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/modir/figure4.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="modir",
+            labels={"paper": "modir", "figure": "4"},
+        ),
+        csv=f"{RESULTS}/modir/figure4.csv",
+        summary=f"{RESULTS}/modir/figure4.json",
+    log:
+        f"{LOGS}/tables/modir_figure4.log",
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpus=config["dense"]["gpus"],
+    params:
+        models=modir_tsne_models(),
+        domains={
+            SOURCE: f"{DATA}/{SOURCE}",
+            modir_dataset("figure4"): f"{DATA}/{modir_dataset('figure4')}",
+        },
+        points=MODIR["figure4"]["points"],
+        seed=config["seed"],
+        device=config["dense"]["device"],
+        batch_size=config["dense"]["batch_size"],
+    script:
+        "../workflow_scripts/modir_figure4.py"
+
+
+rule modir_table4:
+    """MoDIR Table 4: nearest source training queries of the most helped and most hurt target queries."""
+    input:
+        models=[
+            f
+            for s in modir_case()
+            for f in model_files(dense_model(s, modir_dataset("table4")))
+        ],
+        metrics=[f"{METRICS}/{modir_dataset('table4')}/{s}.json" for s in modir_case()],
+        source=dataset_marker(SOURCE),
+        target=dataset_marker(modir_dataset("table4")),
+        published="src/zsdr/tables/published/modir_table4.csv",
+        code=code(
+            "zsdr.evaluation.case_study", "zsdr.models.encoder", "zsdr.tables.inputs"
+        ),
+    output:
+        csv=f"{RESULTS}/modir/table4.csv",
+        md=f"{RESULTS}/modir/table4.md",
+    log:
+        f"{LOGS}/tables/modir_table4.log",
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpus=config["dense"]["gpus"],
+    params:
+        models=[dense_model(s, modir_dataset("table4")) for s in modir_case()],
+        options=[encoder_options(s, modir_dataset("table4")) for s in modir_case()],
+        systems=modir_case(),
+        source=lambda wc, input: os.path.dirname(input.source),
+        target=lambda wc, input: os.path.dirname(input.target),
+        split=eval_split(modir_dataset("table4")),
+        neighbours=MODIR["table4"]["neighbours"],
+        max_source_queries=MODIR["table4"]["max_source_queries"],
+        seed=config["seed"],
+        device=config["dense"]["device"],
+        batch_size=config["dense"]["batch_size"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/modir_table4.py"
+
+
+rule modir:
+    """Every MoDIR table and figure (results/modir/)."""
+    input:
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "modir"],
+        MODIR_FIGURES,
