@@ -74,7 +74,10 @@ rule modir_curves:
         ],
         published="src/zsdr/tables/published/modir_table3.csv",
         code=code(
-            "zsdr.tables.modir_figures", "zsdr.tables.figures", "zsdr.tables.inputs"
+            "zsdr.tables.modir_figures",
+            "zsdr.tables.figures",
+            "zsdr.tables.inputs",
+            "zsdr.tables.spec",
         ),
     output:
         figure3=report(
@@ -164,7 +167,10 @@ rule modir_table4:
         target=dataset_marker(modir_dataset("table4")),
         published="src/zsdr/tables/published/modir_table4.csv",
         code=code(
-            "zsdr.evaluation.case_study", "zsdr.models.encoder", "zsdr.tables.inputs"
+            "zsdr.evaluation.case_study",
+            "zsdr.models.encoder",
+            "zsdr.tables.inputs",
+            "zsdr.tables.modir_figures",
         ),
     output:
         csv=f"{RESULTS}/modir/table4.csv",

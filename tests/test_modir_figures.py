@@ -197,15 +197,15 @@ def make_target(root, n=6, seed=2):
 
 
 def test_case_study_picks_gain_and_loss_and_nearest_source_queries(tmp_path, tiny):
-    from zsdr.evaluation.case_study import case_study, source_queries, write_case_study
+    from zsdr.evaluation.case_study import case_study, source_queries
+    from zsdr.tables.modir_figures import write_table4
     from zsdr.models.encoder import Encoder
 
     source, judged, unjudged = make_source(tmp_path / "src")
     target, tq = make_target(tmp_path / "tgt")
     base = {f"t{i}": 0.5 for i in range(6)}
     after = {**base, "t0": 0.6, "t2": 0.9, "t3": 0.45, "t4": 0.2}
-    mb = str(write_metrics(tmp_path, "tgt", "before", base))
-    ma = str(write_metrics(tmp_path, "tgt", "after", after))
+    mb, ma = base, after
     opts_b, opts_a = {"pooling": "cls"}, {"pooling": "mean"}
     rows = case_study(str(tiny["bert"]), str(tiny["bert"]), opts_b, opts_a, str(source), str(target), "test", mb, ma,
                       neighbours=3, batch_size=8)
@@ -235,7 +235,7 @@ def test_case_study_picks_gain_and_loss_and_nearest_source_queries(tmp_path, tin
                    neighbours=6, max_source_queries=5)
 
     published = PUBLISHED_DIR / "modir_table4.csv"
-    write_case_study(tmp_path / "t4.csv", tmp_path / "t4.md", rows, published=published, scale="mini")
+    write_table4(tmp_path / "t4.csv", tmp_path / "t4.md", rows, published=published, scale="mini")
     csv_rows = read_rows(tmp_path / "t4.csv")
     assert list(csv_rows[0]) == ["source", "target_query", "qid", "ndcg10_gain", "nearest_source_queries_before",
                                  "nearest_source_queries_after"]
@@ -253,11 +253,11 @@ def test_case_study_checks_its_inputs(tmp_path):
     from zsdr.evaluation.case_study import case_study
 
     target, _ = make_target(tmp_path / "tgt")
-    mb = str(write_metrics(tmp_path, "tgt", "before", {"t0": 0.5, "t1": 0.5}))
-    other = str(write_metrics(tmp_path, "tgt", "other", {"x9": 0.5}))
-    stranger = str(write_metrics(tmp_path, "tgt", "stranger", {"t0": 0.4, "zz": 0.1}))
+    mb = {"t0": 0.5, "t1": 0.5}
+    other = {"x9": 0.5}
+    stranger = {"t0": 0.4, "zz": 0.1}
     args = ("m", "m", {}, {}, str(tmp_path / "src"), str(target), "test")
-    with pytest.raises(DataError, match="no query has a per-query 'ndcg@10' in both"):
+    with pytest.raises(ValueError, match="per-query 'ndcg@10' share no query"):
         case_study(*args, mb, other)
     with pytest.raises(DataError, match="not judged.*'test' split"):
-        case_study(*args, str(write_metrics(tmp_path, "tgt", "b2", {"t0": 0.5, "zz": 0.5})), stranger)
+        case_study(*args, {"t0": 0.5, "zz": 0.5}, stranger)

@@ -1,7 +1,8 @@
 """MoDIR's case study (Table 4 of Xin et al., Findings of ACL 2022): nearest source queries of two
 target queries before and after MoDIR training.
 
-Of the target queries both metrics files score, the one whose metric gains most from the
+Of the target queries both score sets cover (per-query values of one metric, e.g. from the two
+models' metrics files), the one whose metric gains most from the
 ``before`` model to the ``after`` model and the one that loses most (the smallest gain: it can be
 positive when no query got worse) are picked; for each, the ``neighbours`` source training queries
 (the queries ``qrels/train.tsv`` judges, optionally a seeded sample) nearest to it by the inner
@@ -11,27 +12,19 @@ neighbour list never repeats a text. Search is exact (numpy).
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 import random
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
 from zsdr.data.formats import judged_queries
-from zsdr.io import DataError, atomic_write
+from zsdr.io import DataError
 from zsdr.models.encoder import load_encoder
-from zsdr.tables.inputs import metric_scores, read_metrics
-from zsdr.tables.render import format_value
 
 log = logging.getLogger(__name__)
-
-CSV_COLUMNS = ["source", "target_query", "qid", "ndcg10_gain", "nearest_source_queries_before",
-               "nearest_source_queries_after"]
-PUBLISHED_COLUMNS = ["target_query", "ndcg10_gain", "nearest_source_queries_before", "nearest_source_queries_after"]
-JOIN = " | "
-
 
 def source_queries(source: str | os.PathLike, max_queries: int | None = None, seed: int = 0) -> list[str]:
     """The distinct texts of the source's training queries (``qrels/train.tsv``), in qrels order; a
@@ -54,7 +47,8 @@ def _nearest(queries: np.ndarray, pool: np.ndarray, k: int) -> list[list[int]]:
 
 
 def case_study(before: str, after: str, options_before: dict, options_after: dict, source: str, target: str,
-               target_split: str, metrics_before: str, metrics_after: str, *, metric: str = "ndcg@10",
+               target_split: str, scores_before: Mapping[str, float], scores_after: Mapping[str, float], *,
+               metric: str = "ndcg@10",
                neighbours: int = 3, max_source_queries: int | None = None, seed: int = 0, device=None,
                batch_size: int = 64) -> list[dict]:
     """The rows of MoDIR Table 4: ``{"target_query", "qid", "gain", "before", "after", "metric"}`` for the target
@@ -62,20 +56,20 @@ def case_study(before: str, after: str, options_before: dict, options_after: dic
     smallest gain; one row when the target has a single scored query). ``before`` / ``after``: model
     folders loaded with :func:`zsdr.models.encoder.load_encoder` and ``options_before`` /
     ``options_after`` (a system's encoder settings); ``source`` / ``target``: BEIR folders;
-    ``metrics_before`` / ``metrics_after``: the two models' metrics files on ``target``'s
+    ``scores_before`` / ``scores_after``: the two models' per-query ``metric`` on ``target``'s
     ``target_split``. ``before`` / ``after`` in a row: the ``neighbours`` nearest source query texts
     under each model, nearest first."""
     if neighbours < 1:
         raise ValueError("neighbours must be >= 1")
-    per_query = [metric_scores(read_metrics(path), path, metric)[1] for path in (metrics_before, metrics_after)]
+    per_query = [scores_before, scores_after]
     common = sorted(set(per_query[0]) & set(per_query[1]))
     if not common:
-        raise DataError(metrics_after, None, f"no query has a per-query {metric!r} in both this file and "
-                        f"{metrics_before}", "evaluate both models on the same target split")
+        raise ValueError(f"the two models' per-query {metric!r} share no query: evaluate both on the same "
+                         "target split")
     texts = judged_queries(target, target_split)
     unknown = [q for q in common if q not in texts]
     if unknown:
-        raise DataError(metrics_after, None, f"{len(unknown)} scored queries are not judged in {target}'s "
+        raise DataError(Path(target) / "qrels", None, f"{len(unknown)} scored queries are not judged in the "
                         f"{target_split!r} split (first: {unknown[0]!r})",
                         "pass the split the metrics files were computed on")
     gains = {q: per_query[1][q] - per_query[0][q] for q in common}
@@ -97,59 +91,3 @@ def case_study(before: str, after: str, options_before: dict, options_after: dic
         del encoder
     return [{"target_query": texts[qid], "qid": qid, "gain": float(gains[qid]), "before": lists["before"][i],
              "after": lists["after"][i], "metric": metric} for i, qid in enumerate(picked)]
-
-
-def _read_published(path: str | os.PathLike) -> list[dict]:
-    fix = "restore src/zsdr/tables/published/modir_table4.csv"
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in PUBLISHED_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(path, 1, f"no column(s) {', '.join(missing)}", fix)
-            return list(reader)
-    except FileNotFoundError:
-        raise DataError(path, None, "file not found", fix) from None
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def write_case_study(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: list[dict], *,
-                     published: str | os.PathLike, scale: str = "") -> None:
-    """Write :func:`case_study`'s rows and the paper's (``published``: modir_table4.csv) atomically.
-
-    CSV columns: ``source`` (``zsdr`` or ``published``), ``target_query``, ``qid`` (empty for the
-    paper's rows), ``ndcg10_gain`` (ours with three decimals; the column keeps the published file's
-    name whatever the rows' ``metric``), ``nearest_source_queries_before`` / ``_after`` (texts joined with
-    ``" | "``). The Markdown: a title, the scale, our rows and then the paper's, marked (published)."""
-    paper = _read_published(published)
-    metric = next((r["metric"] for r in rows if r.get("metric")), "ndcg@10")
-    shown = "nDCG" + metric[4:] if metric.lower().startswith("ndcg") else metric
-    out = [{"source": "zsdr", "target_query": r["target_query"], "qid": r["qid"],
-            "ndcg10_gain": format_value(r["gain"], "d3"),
-            "nearest_source_queries_before": JOIN.join(r["before"]),
-            "nearest_source_queries_after": JOIN.join(r["after"])} for r in rows]
-    out += [{"source": "published", "qid": "", **{c: p[c] for c in PUBLISHED_COLUMNS}} for p in paper]
-    with atomic_write(out_csv) as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        w.writeheader()
-        w.writerows(out)
-    lines = ["# MoDIR Table 4: case study", "",
-             f"Scale: {scale or 'unspecified'}. The target queries with the largest gain and the largest loss in "
-             f"{shown} (after − before MoDIR training) and their nearest source training queries by the inner "
-             "product of query embeddings, before and after. The paper's rows (TREC-COVID / MS MARCO, ANCE) "
-             f"follow, marked (published){'' if metric == 'ndcg@10' else '; their gains are in nDCG@10'}.", "",
-             f"| Target query | {shown} gain | Nearest source queries (before) | Nearest source queries (after) |",
-             "|---|---|---|---|"]
-    cells = [(f"{_md(r['target_query'])} ({r['qid']})", format_value(r["gain"], "+d3"), r["before"], r["after"])
-             for r in rows]
-    cells += [(f"{_md(p['target_query'])} *(published)*", p["ndcg10_gain"],
-               p["nearest_source_queries_before"].split(JOIN), p["nearest_source_queries_after"].split(JOIN))
-              for p in paper]
-    for query, gain, before, after in cells:
-        lines.append(f"| {query} | {gain} | {'<br>'.join(map(_md, before))} | {'<br>'.join(map(_md, after))} |")
-    lines.append("")
-    with atomic_write(out_md) as fh:
-        fh.write("\n".join(lines))

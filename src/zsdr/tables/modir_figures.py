@@ -11,6 +11,8 @@ Representations" (Findings of ACL 2022), Figures 3 and 5 and Table 3.
   retrieval metric (right axis) against training steps, one panel per target dataset.
 * Table 3 (:func:`write_table3`): KNN-Source% (share of source documents among a target query's
   nearest documents) and a retrieval metric at four steps per setting, beside the published rows.
+* Table 4 (:func:`write_table4`): the case study of :func:`zsdr.evaluation.case_study.case_study`
+  beside the paper's rows.
 
 A *point* is ``{"recipe", "label", "dataset", "step", "domain": domain file, "metrics": metrics
 file}``; step 0 is the model before MoDIR training. A domain file holds
@@ -30,6 +32,7 @@ from zsdr.io import DataError, atomic_write, open_lines, read_json
 from zsdr.tables.figures import save_figure
 from zsdr.tables.inputs import metric_scores, read_metrics
 from zsdr.tables.render import format_value
+from zsdr.tables.spec import read_published
 
 SIDES = ("docs", "queries")
 SIDE_TITLES = {"docs": "Documents", "queries": "Queries"}
@@ -249,20 +252,6 @@ def _metric_prefix(metric: str) -> str:
     return re.sub(r"[^0-9a-z]+", "", metric.lower())
 
 
-def _read_published_table3(path: str | os.PathLike) -> dict[str, dict]:
-    fix = "restore src/zsdr/tables/published/modir_table3.csv"
-    needed = ["setting"] + [f"{k}_{p}" for k in ("knn_source", "ndcg10") for p in PAPER_STEPS]
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in needed if c not in (reader.fieldnames or [])]
-            if missing:
-                raise DataError(path, 1, f"no column(s) {', '.join(missing)}", fix)
-            return {r["setting"]: r for r in reader}
-    except FileNotFoundError:
-        raise DataError(path, None, "file not found", fix) from None
-
-
 def write_table3(points: Sequence[dict], out_csv: str | os.PathLike, out_md: str | os.PathLike, *, dataset: str,
                  settings: dict, steps: Sequence[int], metric: str = "ndcg@10", published: str | os.PathLike,
                  scale: str = "") -> list[dict]:
@@ -286,7 +275,8 @@ def write_table3(points: Sequence[dict], out_csv: str | os.PathLike, out_md: str
     prefix = _metric_prefix(metric)
     knn_cols = [f"knn_source_{p}@step{s}" for p, s in zip(PAPER_STEPS, steps)]
     metric_cols = [f"{prefix}_{p}@step{s}" for p, s in zip(PAPER_STEPS, steps)]
-    paper = _read_published_table3(published)
+    needed = ("setting", *(f"{k}_{p}" for k in ("knn_source", "ndcg10") for p in PAPER_STEPS))
+    paper = {r["setting"]: r for r in read_published(published, needed)}
     rows, ks = [], set()
     for label, recipe in settings.items():
         row = {"setting": label, "source": "zsdr"}
@@ -330,3 +320,51 @@ def write_table3(points: Sequence[dict], out_csv: str | os.PathLike, out_md: str
         fh.write("\n".join(lines))
     return rows
 
+
+# ---------------------------------------------------------------------------------------------
+# Table 4
+
+TABLE4_COLUMNS = ["source", "target_query", "qid", "ndcg10_gain", "nearest_source_queries_before",
+                  "nearest_source_queries_after"]
+PUBLISHED4_COLUMNS = (TABLE4_COLUMNS[1], *TABLE4_COLUMNS[3:])
+JOIN = " | "
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def write_table4(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: list[dict], *,
+                 published: str | os.PathLike, scale: str = "") -> None:
+    """Write the case study's rows and the paper's (``published``: modir_table4.csv) atomically.
+
+    CSV columns: ``source`` (``zsdr`` or ``published``), ``target_query``, ``qid`` (empty for the
+    paper's rows), ``ndcg10_gain`` (ours with three decimals; the column keeps the published file's
+    name whatever the rows' ``metric``), ``nearest_source_queries_before`` / ``_after`` (texts joined with
+    ``" | "``). The Markdown: a title, the scale, our rows and then the paper's, marked (published)."""
+    paper = read_published(published, PUBLISHED4_COLUMNS)
+    metric = next((r["metric"] for r in rows if r.get("metric")), "ndcg@10")
+    shown = metric_label(metric)
+    out = [{"source": "zsdr", "target_query": r["target_query"], "qid": r["qid"],
+            "ndcg10_gain": format_value(r["gain"], "d3"),
+            "nearest_source_queries_before": JOIN.join(r["before"]),
+            "nearest_source_queries_after": JOIN.join(r["after"])} for r in rows]
+    out += [{"source": "published", "qid": "", **{c: p[c] for c in PUBLISHED4_COLUMNS}} for p in paper]
+    _write_csv(out_csv, TABLE4_COLUMNS, out)
+    lines = ["# MoDIR Table 4: case study", "",
+             f"Scale: {scale or 'unspecified'}. The target queries with the largest gain and the largest loss in "
+             f"{shown} (after − before MoDIR training) and their nearest source training queries by the inner "
+             "product of query embeddings, before and after. The paper's rows (TREC-COVID / MS MARCO, ANCE) "
+             f"follow, marked (published){'' if metric == 'ndcg@10' else '; their gains are in nDCG@10'}.", "",
+             f"| Target query | {shown} gain | Nearest source queries (before) | Nearest source queries (after) |",
+             "|---|---|---|---|"]
+    cells = [(f"{_md(r['target_query'])} ({r['qid']})", format_value(r["gain"], "+d3"), r["before"], r["after"])
+             for r in rows]
+    cells += [(f"{_md(p['target_query'])} *(published)*", p["ndcg10_gain"],
+               p["nearest_source_queries_before"].split(JOIN), p["nearest_source_queries_after"].split(JOIN))
+              for p in paper]
+    for query, gain, before, after in cells:
+        lines.append(f"| {query} | {gain} | {'<br>'.join(map(_md, before))} | {'<br>'.join(map(_md, after))} |")
+    lines.append("")
+    with atomic_write(out_md) as fh:
+        fh.write("\n".join(lines))

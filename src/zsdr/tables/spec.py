@@ -388,9 +388,11 @@ class PublishedTable:
 
 
 @functools.lru_cache(maxsize=None)
-def read_published(name: str) -> list[dict]:
-    """A published CSV as a list of ``{column: text}`` (every cell kept as text; empty = empty)."""
-    path = PUBLISHED_DIR / name
+def read_published(name: str | Path, columns: tuple[str, ...] = ()) -> list[dict]:
+    """A published CSV (a file name under ``published/``, or a path) as a list of ``{column: text}``
+    (every cell kept as text; empty = empty); ``columns`` (a tuple: the result is cached) must all
+    be in its header."""
+    path = Path(name) if Path(name).is_file() else PUBLISHED_DIR / name
     if not path.is_file():
         raise DataError(path, None, "published table not found", "add the CSV under zsdr/tables/published/")
     text = path.read_text(encoding="utf-8")
@@ -400,6 +402,9 @@ def read_published(name: str) -> list[dict]:
         raise DataError(path, 1, "empty published table")
     if len(set(header)) != len(header):
         raise DataError(path, 1, "duplicate column names in the header")
+    missing = [c for c in columns if c not in header]
+    if missing:
+        raise DataError(path, 1, f"no column(s) {', '.join(missing)}", "restore the published CSV")
     out = []
     for lineno, row in enumerate(reader, start=2):
         if len(row) != len(header):
