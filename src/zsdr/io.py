@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import hashlib
 import io
@@ -105,15 +104,6 @@ class _CheckedLines:
                 text = text.removeprefix("\ufeff")
                 first = False
             yield text.rstrip("\r\n")
-
-
-def section(cls, data: dict, name: str):
-    """The dataclass ``cls`` built from a config section ``name``, refusing keys it does not have."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{name}: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
-    return cls(**data)
 
 
 def open_raw(path: str | os.PathLike) -> IO[bytes]:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Sequence
 
 import torch
 
 from zsdr.data.units import tokenize_with_units
 from zsdr.data.formats import iter_jsonl
-from zsdr.io import DataError, section
+from zsdr.io import DataError
 
 
 @dataclass
@@ -42,7 +42,11 @@ class BermConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BermConfig":
-        return section(cls, data, "berm")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"berm: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
+        return cls(**data)
 
 
 def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:

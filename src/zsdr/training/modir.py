@@ -36,7 +36,7 @@ import dataclasses
 import math
 import os
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from zsdr.data.formats import read_corpus, read_qrels, read_queries
-from zsdr.io import DataError, atomic_write, section
+from zsdr.io import DataError, atomic_write
 from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
 from zsdr.models.heads import SOURCE, TARGET, DomainClassifier
 from zsdr.training.distributed import gather_with_grad
@@ -80,7 +80,11 @@ class ModirConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModirConfig":
-        return section(cls, data, "modir")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"modir: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
+        return cls(**data)
 
     @property
     def queue_size(self) -> int:
