@@ -246,9 +246,17 @@ def modir_source_target(name):
 
 def modir_model(name, dataset, step=None):
     """The folder of recipe ``name``'s model on ``dataset`` after ``step`` steps (default:
-    `modir.eval_step`, else the end of the run); on a dataset without a run of its own (the
-    source), the model of `modir.source_target`."""
-    target = dataset if dataset in modir_targets(name) else modir_source_target(name)
+    `modir.eval_step`, else the end of the run); on the source dataset, the model of
+    `modir.source_target`."""
+    if dataset in (None, SOURCE):
+        target = modir_source_target(name)
+    elif dataset in modir_targets(name):
+        target = dataset
+    else:
+        raise ValueError(
+            f"config key recipes.{name}.targets: {name} has no model for {dataset!r}; add the "
+            f"dataset to its targets (a MoDIR model is trained per target)"
+        )
     total = modir_total(name, target)
     step = int(step or MODIR.get("eval_step") or total)
     run = f"{MODELS}/trained/{name}@{target}"
@@ -717,10 +725,12 @@ def table_cell_files(wc):
 # Systems evaluated on every dataset by one job per dataset (table 1's: the main target stays one
 # job per dataset), and the further systems that paper tables and BERM's loss-weight grid need,
 # evaluated one job per (dataset, system) so that table 1 never waits for them.
-EVAL_SYSTEMS = list(dict.fromkeys(TABLE1_SYSTEMS))
+# A MoDIR system exists only on its targets and the source, so it is always evaluated by its own job.
+EVAL_SYSTEMS = [s for s in dict.fromkeys(TABLE1_SYSTEMS) if "modir" not in SYSTEMS[s]]
 EXTRA_EVAL_SYSTEMS = sorted(
     (
         {s for cells in TABLE_CELLS.values() for _, s in cells}
+        | set(TABLE1_SYSTEMS)
         | set(BERM_GRID.values())
         | set(FIGURE4_SYSTEMS.values())
         | {FIGURE4["system"], FIGURE4["baseline"]}
