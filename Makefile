@@ -11,7 +11,7 @@ export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-dev install-gpu run test lint clean-outputs
+.PHONY: install install-dev install-gpu run test test-full lint clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "zsdr needs Python 3.11 (set PYTHON=/path/to/python3.11)")'
@@ -43,6 +43,10 @@ run: install
 
 test: install-dev
 	$(BIN)/pytest -q
+
+# The default suite plus the whole mini DAG of every paper table (about 40 more minutes on 2 cores).
+test-full: install-dev
+	ZSDR_FULL_DAG=1 $(BIN)/pytest -q
 
 lint: install-dev
 	$(BIN)/snakemake --lint
