@@ -73,6 +73,20 @@ def mask_tokens(input_ids: torch.Tensor, special_mask: torch.Tensor, vocab_size:
     return inputs, labels
 
 
+def pad_masked(rows: Sequence[torch.Tensor], labels: Sequence[torch.Tensor], pad_id: int) -> dict:
+    """Masked rows of different lengths as one batch: ``input_ids`` padded with ``pad_id``, ``labels``
+    with -100 and the ``attention_mask`` of the real tokens."""
+    width = max(len(r) for r in rows)
+    out = {"input_ids": torch.full((len(rows), width), int(pad_id), dtype=torch.long),
+           "attention_mask": torch.zeros((len(rows), width), dtype=torch.long),
+           "labels": torch.full((len(rows), width), IGNORE, dtype=torch.long)}
+    for j, (r, lab) in enumerate(zip(rows, labels)):
+        out["input_ids"][j, :len(r)] = r
+        out["labels"][j, :len(r)] = lab
+        out["attention_mask"][j, :len(r)] = 1
+    return out
+
+
 def _mask_seed(seed: int, epoch: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, index, _MASK_STREAM]).generate_state(1, dtype=np.uint64)[0])
 
@@ -160,16 +174,7 @@ class MlmTask(nn.Module):
                                          probability=self.probability)
             rows_in.append(inputs[0])
             rows_lab.append(labels[0])
-        width = max(len(r) for r in rows_in)
-        n = len(rows_in)
-        input_ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
-        labels = torch.full((n, width), IGNORE, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for j, (r, lab) in enumerate(zip(rows_in, rows_lab)):
-            input_ids[j, :len(r)] = r
-            labels[j, :len(r)] = lab
-            attention[j, :len(r)] = 1
-        return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+        return pad_masked(rows_in, rows_lab, tok.pad_token_id)
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
         labels = batch["labels"]
@@ -226,7 +231,7 @@ def build_mlm_task(spec: dict) -> MlmTask:
     direction (the softmax's negative gradient), so the rare tokens a retriever must tell apart
     collapse together (measured on the mini source: mean cosine between token embeddings 0.00 before,
     0.52 after 400 steps). Untied, the input embeddings only move with the tokens the corpus shows."""
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from zsdr.training.tasks import set_dropout
 
@@ -237,19 +242,27 @@ def build_mlm_task(spec: dict) -> MlmTask:
     if tokenizer.mask_token is None:
         raise ValueError(f"{init}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
                          "trained with masked language modelling; start from a masked-LM checkpoint")
-    tie = spec.get("tie_embeddings")
-    if tie is None:
-        model = AutoModelForMaskedLM.from_pretrained(init)
-    else:
-        model = AutoModelForMaskedLM.from_pretrained(init, tie_word_embeddings=bool(tie))
-        if not tie:
-            _init_untied_decoder(model, init)
+    model = load_masked_lm(init, spec.get("tie_embeddings"))
     set_dropout(model, spec.get("dropout"))
     model.train()
     max_examples = spec.get("max_examples")
     texts = corpus_texts(spec["dataset"], None if max_examples is None else int(max_examples))
     return MlmTask(model, tokenizer, texts, max_length=int(spec.get("max_length", 512)),
                    probability=float(spec.get("mlm_probability", 0.15)), seed=seed, name=init)
+
+
+def load_masked_lm(init: str, tie_embeddings: bool | None = None):
+    """``AutoModelForMaskedLM`` of ``init``; ``tie_embeddings`` null keeps the checkpoint's tying, false
+    gives the output layer its own weights (initialised from the input embeddings unless the
+    checkpoint carries them; see :func:`build_mlm_task` for why)."""
+    from transformers import AutoModelForMaskedLM
+
+    if tie_embeddings is None:
+        return AutoModelForMaskedLM.from_pretrained(init)
+    model = AutoModelForMaskedLM.from_pretrained(init, tie_word_embeddings=bool(tie_embeddings))
+    if not tie_embeddings:
+        _init_untied_decoder(model, init)
+    return model
 
 
 def _init_untied_decoder(model, init: str) -> None:

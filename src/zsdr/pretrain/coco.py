@@ -1,0 +1,455 @@
+"""COCO-DR's continuous contrastive pretraining (COCO): coCondenser on the target corpora.
+
+A masked LM (``AutoModelForMaskedLM``, BERT- or RoBERTa-shaped) with a Condenser head is trained
+on pairs of spans of the same document (:mod:`zsdr.pretrain.spans`; official code:
+``COCO-DR/COCO`` after Gao & Callan's ``coCondenser``):
+
+* **pairs**: every time document ``i`` is drawn in epoch ``e``, two distinct spans are picked by
+  ``numpy.random.default_rng([seed, e, i])``; the batch holds them side by side (rows
+  ``x1_0, x2_0, x1_1, x2_1, ...``).
+* **input**: each span is tokenised without special tokens, truncated to ``max_length - 2`` and
+  framed by the model's special tokens (``[CLS] x [SEP]`` / ``<s> x </s>``,
+  :func:`~zsdr.pretrain.mlm.special_frame`).
+* **masking**: whole words, as the official collator (``DataCollatorForWholeWordMask``, which the
+  Condenser collator extends): the span's tokens are grouped into words by the fast tokenizer's
+  ``word_ids()``; ``max(1, round(n · mlm_probability))`` of its ``n`` tokens are to be predicted;
+  words are visited in a random order and taken whole while they fit in that budget (a word
+  that would overshoot it is skipped). Each selected token then becomes the mask token (80 %), a
+  random token (10 %) or stays (10 %), as BERT (:func:`~zsdr.pretrain.mlm.mask_tokens`). Masks
+  are drawn from ``(seed, epoch, index, span slot)`` alone.
+* **Condenser head**: ``head_layers`` transformer layers of the backbone's own layer class read
+  the last layer's [CLS] state followed by the token states of hidden layer ``skip_from``
+  (``hidden_states[skip_from]``: the output of layer ``skip_from``) at positions ``1..``; their
+  output goes through the masked LM's own prediction head (``cls`` / ``lm_head``, shared) to
+  give the head MLM loss. ``late_mlm`` adds the backbone's own MLM loss on its last layer.
+* **contrastive**: the last layer's [CLS] vector of each span (same forward pass, masked input)
+  in :func:`~zsdr.losses.coco.span_contrastive` against the spans of every process (dot
+  product, no temperature, partner span as the target).
+* ``loss = mlm_head + mlm_backbone (late_mlm) + contrastive_weight · contrastive``;
+  ``contrastive_weight = 0`` is plain Condenser pretraining.
+* ``backbone_dropout = False`` (the official default: its forward calls ``self.lm.eval()``) runs
+  the backbone without dropout; the head keeps its dropout.
+
+The saved folder is the masked LM and its tokenizer (``save_pretrained``: it loads with
+``AutoModel`` / :meth:`zsdr.models.encoder.Encoder.from_pretrained` as a fine-tuning init) plus
+the head in ``condenser_head.safetensors`` and ``condenser_head.json`` (``head_layers``,
+``skip_from``). A task whose ``init`` folder holds a head of matching shape continues from it.
+
+:func:`contrastive_loss_on` measures the span-contrastive loss of any encoder folder on a corpus's
+spans (no masking, fixed batches and pairs): the "COCO loss on a target corpus" before and after
+pretraining.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from zsdr.pretrain.mlm import IGNORE, _head_split, load_masked_lm, mask_tokens, pad_masked, special_frame
+
+log = logging.getLogger(__name__)
+
+HEAD_WEIGHTS = "condenser_head.safetensors"
+HEAD_CONFIG = "condenser_head.json"
+_WORD_STREAM = 2   # seeds the choice of whole words of a span
+_MASK_STREAM = 3   # seeds the 80/10/10 replacement of its selected tokens
+
+
+def sample_pair(n_spans: int, seed: int, epoch: int, index: int) -> tuple[int, int]:
+    """Two distinct span positions of document ``index`` in ``epoch``: ``default_rng([seed, epoch, index])``."""
+    if n_spans < 2:
+        raise ValueError(f"document {index} has {n_spans} span(s); a pair needs two")
+    a, b = np.random.default_rng([int(seed), int(epoch), int(index)]).choice(n_spans, 2, replace=False)
+    return int(a), int(b)
+
+
+def whole_word_selection(word_ids: Sequence[int | None], probability: float, rng: np.random.Generator) -> list[int]:
+    """Positions to predict, whole words at a time (``DataCollatorForWholeWordMask._whole_word_mask``).
+
+    ``word_ids``: the word of each position (``None``: never selected). The budget is
+    ``max(1, round(n · probability))`` of the ``n`` word tokens (0 when ``probability`` is 0);
+    words are visited in a random order and taken while they fit in it. Returns sorted positions.
+    """
+    if not 0.0 <= probability <= 1.0:
+        raise ValueError(f"mlm probability {probability} must lie in [0, 1]")
+    groups: dict[int, list[int]] = {}
+    for pos, word in enumerate(word_ids):
+        if word is not None:
+            groups.setdefault(word, []).append(pos)
+    words = list(groups.values())
+    if not words or probability == 0:
+        return []
+    budget = max(1, int(round(sum(len(w) for w in words) * probability)))
+    chosen: list[int] = []
+    for k in rng.permutation(len(words)):
+        if len(chosen) >= budget:
+            break
+        if len(chosen) + len(words[k]) > budget:
+            continue
+        chosen.extend(words[k])
+    return sorted(chosen)
+
+
+def _stream_seed(seed: int, epoch: int, index: int, slot: int, stream: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([int(seed), int(epoch), int(index), int(slot), stream])
+
+
+def _layers_of(base: nn.Module, name: str) -> nn.ModuleList:
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise ValueError(f"{name}: {type(base).__name__} has no encoder.layer list; the Condenser head needs a "
+                         "BERT- or RoBERTa-shaped model")
+    return layers
+
+
+def _layer_mask(base: nn.Module, hidden: torch.Tensor, attention_mask: torch.Tensor):
+    """The attention mask in the form the backbone's layers take (what its own forward builds)."""
+    try:
+        from transformers.masking_utils import create_bidirectional_mask
+    except ImportError:  # Transformers 4: the additive (b, 1, 1, n) mask
+        return base.get_extended_attention_mask(attention_mask, attention_mask.shape)
+    return create_bidirectional_mask(config=base.config, inputs_embeds=hidden, attention_mask=attention_mask)
+
+
+def _run_layer(layer: nn.Module, hidden: torch.Tensor, mask) -> torch.Tensor:
+    out = layer(hidden, mask)
+    # Transformers 5's layers return the hidden states, Transformers 4's a tuple starting with them.
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class CocoTask(nn.Module):
+    """COCO pretraining of ``model`` (an ``AutoModelForMaskedLM``) on ``documents`` (each a list of
+    at least two spans) for the Trainer; see the module docstring."""
+
+    def __init__(self, model: nn.Module, tokenizer, documents: Sequence[Sequence[str]], max_length: int = 128,
+                 mlm_probability: float = 0.15, head_layers: int = 2, skip_from: int = 6, late_mlm: bool = True,
+                 contrastive_weight: float = 1.0, backbone_dropout: bool = False, seed: int = 42,
+                 name: str | None = None):
+        super().__init__()
+        name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+            raise ValueError(f"{name}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
+                             "pretrained with masked language modelling; start from a masked-LM checkpoint")
+        if not getattr(tokenizer, "is_fast", False):
+            raise ValueError(f"{name}: COCO pretraining needs a fast tokenizer (tokenizer.json) for whole-word masking")
+        self.documents = [list(spans) for spans in documents]
+        if not self.documents:
+            raise ValueError(f"{name}: no documents to pretrain on")
+        short = next((i for i, spans in enumerate(self.documents) if len(spans) < 2), None)
+        if short is not None:
+            raise ValueError(f"document {short} has {len(self.documents[short])} span(s); every document needs two "
+                             "(write the spans with zsdr.pretrain.spans.write_spans, which drops the others)")
+        split = _head_split(model)
+        if split is None:
+            raise ValueError(f"{name}: {type(model).__name__} is not a BERT-/RoBERTa-style masked LM with a base "
+                             "model and a cls / lm_head prediction head")
+        base, _ = split
+        layers = _layers_of(base, name)
+        n_layers = len(layers)
+        if not 0 <= int(skip_from) <= n_layers:
+            raise ValueError(f"skip_from {skip_from}: {name} has {n_layers} layers, so the Condenser head can read "
+                             f"hidden layer 0..{n_layers} (set skip_from to at most {n_layers})")
+        if int(head_layers) < 1:
+            raise ValueError(f"head_layers {head_layers}: the Condenser head needs at least one layer")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_length = int(max_length)
+        self.prefix, self.suffix = special_frame(tokenizer)
+        self.content_length = self.max_length - len(self.prefix) - len(self.suffix)
+        if self.content_length < 1:
+            raise ValueError(f"max_length {max_length} leaves no room for a token between the special tokens")
+        limit = getattr(tokenizer, "model_max_length", None)
+        if limit is not None and limit < 1_000_000 and self.max_length > limit:
+            raise ValueError(f"max_length {max_length} exceeds what {name} accepts ({limit} tokens)")
+        self.probability = float(mlm_probability)
+        if not 0.0 <= self.probability <= 1.0:
+            raise ValueError(f"mlm_probability {mlm_probability} must lie in [0, 1]")
+        self.head_layers = int(head_layers)
+        self.skip_from = int(skip_from)
+        self.late_mlm = bool(late_mlm)
+        self.contrastive_weight = float(contrastive_weight)
+        self.backbone_dropout = bool(backbone_dropout)
+        self.seed = int(seed)
+        self.vocab_size = len(tokenizer)
+        model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+        if model_vocab is not None and self.vocab_size > model_vocab:
+            raise ValueError(f"{name}: the tokenizer has {self.vocab_size} tokens, the model only {model_vocab}")
+        layer_class = type(layers[0])
+        self.head = nn.ModuleList([layer_class(model.config) for _ in range(self.head_layers)])
+        self._init_head()
+        self.head_source: str | None = None  # the folder the head was loaded from (None: fresh)
+
+    def _init_head(self) -> None:
+        init = getattr(self.model, "_init_weights", None)
+        if callable(init):
+            self.head.apply(init)
+            return
+        std = float(getattr(self.model.config, "initializer_range", 0.02))
+        for m in self.head.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, std)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def load_head(self, folder: str | os.PathLike) -> bool:
+        """Start the head from ``folder/condenser_head.safetensors`` when it exists with the same
+        parameters and shapes; otherwise keep the fresh one. Returns whether it was loaded."""
+        from safetensors.torch import load_file
+
+        path = Path(folder) / HEAD_WEIGHTS
+        if not path.is_file():
+            log.info("Condenser head: freshly initialised (%s has no %s)", folder, HEAD_WEIGHTS)
+            return False
+        saved = load_file(str(path))
+        own = self.head.state_dict()
+        if set(saved) != set(own) or any(tuple(saved[k].shape) != tuple(own[k].shape) for k in own):
+            log.warning("Condenser head: freshly initialised (%s does not match %d layer(s) of this model)",
+                        path, self.head_layers)
+            return False
+        self.head.load_state_dict(saved)
+        settings = Path(folder) / HEAD_CONFIG
+        if settings.is_file():
+            saved_skip = json.loads(settings.read_text(encoding="utf-8")).get("skip_from")
+            if saved_skip is not None and int(saved_skip) != self.skip_from:
+                log.warning("Condenser head of %s was trained with skip_from %s, now %d", folder, saved_skip,
+                            self.skip_from)
+        self.head_source = str(folder)
+        log.info("Condenser head: continued from %s", path)
+        return True
+
+    @property
+    def num_examples(self) -> int:
+        return len(self.documents)
+
+    def make_batch(self, indices: list[int], epoch: int) -> dict:
+        tok = self.tokenizer
+        texts = []
+        for i in indices:
+            spans = self.documents[i]
+            a, b = sample_pair(len(spans), self.seed, epoch, i)
+            texts += [spans[a], spans[b]]
+        enc = tok(texts, add_special_tokens=False, truncation=True, max_length=self.content_length,
+                  return_attention_mask=False, return_token_type_ids=False)
+        start = len(self.prefix)
+        rows_in, rows_lab = [], []
+        for j in range(len(texts)):
+            i, slot = indices[j // 2], j % 2
+            ids = list(enc["input_ids"][j])
+            row = torch.tensor(self.prefix + ids + self.suffix, dtype=torch.long)
+            rng = np.random.default_rng(_stream_seed(self.seed, epoch, i, slot, _WORD_STREAM))
+            chosen = whole_word_selection(enc.word_ids(j), self.probability, rng)
+            selected = torch.zeros(len(row), dtype=torch.bool)
+            selected[torch.tensor([start + p for p in chosen], dtype=torch.long)] = True
+            gen = torch.Generator().manual_seed(
+                int(_stream_seed(self.seed, epoch, i, slot, _MASK_STREAM).generate_state(1, dtype=np.uint64)[0]))
+            inputs, labels = mask_tokens(row[None], ~selected[None], self.vocab_size, tok.mask_token_id, gen,
+                                         probability=1.0)
+            rows_in.append(inputs[0])
+            rows_lab.append(labels[0])
+        return pad_masked(rows_in, rows_lab, tok.pad_token_id)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(last, head)``: the backbone's last hidden states and the Condenser head's output, both
+        ``(n, length, hidden)``. The head reads the last layer's [CLS] state followed by
+        ``hidden_states[skip_from]`` at positions ``1..``, under the batch's attention mask."""
+        base, _ = _head_split(self.model)
+        # The official forward calls self.lm.eval(): no dropout in the backbone; the head keeps its own.
+        self.model.train(self.training and self.backbone_dropout)
+        out = base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        last = out.last_hidden_state
+        hidden = torch.cat([last[:, :1], out.hidden_states[self.skip_from][:, 1:]], dim=1)
+        mask = _layer_mask(base, hidden, attention_mask)
+        for layer in self.head:
+            hidden = _run_layer(layer, hidden, mask)
+        return last, hidden
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        from zsdr.losses.coco import span_logits
+
+        _, lm_head = _head_split(self.model)
+        last, hidden = self.encode(batch["input_ids"], batch["attention_mask"])
+        labels = batch["labels"]
+        selected = labels != IGNORE
+        targets = labels[selected]
+        head_logits = lm_head(hidden[selected]).float()
+        if targets.numel() == 0:
+            # Nothing selected (every word of every span longer than its budget): a zero MLM loss whose graph
+            # still reaches the head and the prediction layer, so backward and DDP's gradient sync run as usual.
+            mlm_head = head_logits.sum() * 0.0
+            mlm_backbone = lm_head(last[selected]).float().sum() * 0.0
+        else:
+            ce = nn.functional.cross_entropy
+            mlm_head = ce(head_logits, targets)
+            if self.late_mlm:
+                mlm_backbone = ce(lm_head(last[selected]).float(), targets)
+            else:
+                with torch.no_grad():
+                    mlm_backbone = ce(lm_head(last[selected]).float(), targets)
+        cls = last[:, 0]
+        logits, partners = span_logits(cls if self.contrastive_weight else cls.detach())
+        contrastive = nn.functional.cross_entropy(logits, partners)
+        loss = mlm_head
+        if self.late_mlm:
+            loss = loss + mlm_backbone
+        if self.contrastive_weight:
+            loss = loss + self.contrastive_weight * contrastive
+        logs = {"mlm_head": float(mlm_head.detach()), "mlm_backbone": float(mlm_backbone.detach()),
+                "contrastive": float(contrastive.detach()),
+                "contrastive_accuracy": float((logits.detach().argmax(dim=1) == partners).float().mean())}
+        return loss, logs
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
+                  str(directory / HEAD_WEIGHTS))
+        (directory / HEAD_CONFIG).write_text(
+            json.dumps({"head_layers": self.head_layers, "skip_from": self.skip_from}, indent=1) + "\n",
+            encoding="utf-8")
+        return directory
+
+
+def _span_files(spec: dict) -> list[str]:
+    files = spec.get("spans")
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    if not files:
+        raise ValueError('the coco task needs "spans": a list of spans.jsonl files (one per corpus), written by '
+                         "zsdr.pretrain.spans.write_spans")
+    return [str(f) for f in files]
+
+
+def build_coco_task(spec: dict) -> CocoTask:
+    """The COCO task of a spec: ``init`` (masked-LM folder or Hugging Face id; a folder holding a
+    ``condenser_head.safetensors`` of matching shape also gives the head), ``spans`` (spans.jsonl
+    files, their documents concatenated in this order), ``max_length`` (128), ``mlm_probability``
+    (0.15), ``head_layers`` (2), ``skip_from`` (6), ``late_mlm`` (true), ``contrastive_weight`` (1.0;
+    0: Condenser), ``backbone_dropout`` (false), ``max_examples`` (documents per file; null: all),
+    ``dropout`` (null keeps the checkpoint's), ``tie_embeddings`` (null keeps the checkpoint's tied MLM
+    output layer; false unties it, :func:`zsdr.pretrain.mlm.load_masked_lm`) and ``train.seed``."""
+    from transformers import AutoTokenizer
+
+    from zsdr.pretrain.spans import read_spans
+    from zsdr.training.tasks import set_dropout
+
+    seed = int(spec.get("train", {}).get("seed", 42))
+    torch.manual_seed(seed)
+    init = str(spec["init"])
+    tokenizer = AutoTokenizer.from_pretrained(init, use_fast=True)
+    if tokenizer.mask_token is None:
+        raise ValueError(f"{init}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
+                         "pretrained with masked language modelling; start from a masked-LM checkpoint")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{init}: COCO pretraining needs a fast tokenizer (tokenizer.json) for whole-word masking")
+    model = load_masked_lm(init, spec.get("tie_embeddings"))
+    set_dropout(model, spec.get("dropout"))
+    model.train()
+    max_examples = spec.get("max_examples")
+    documents: list[list[str]] = []
+    for path in _span_files(spec):
+        spans = read_spans(path)
+        documents.extend(spans if max_examples is None else spans[:int(max_examples)])
+    if not documents:
+        raise ValueError(f"no documents in {', '.join(_span_files(spec))}: every document of the corpus was dropped "
+                         "(fewer than two spans) or the files are empty")
+    task = CocoTask(model, tokenizer, documents, max_length=int(spec.get("max_length", 128)),
+                    mlm_probability=float(spec.get("mlm_probability", 0.15)),
+                    head_layers=int(spec.get("head_layers", 2)), skip_from=int(spec.get("skip_from", 6)),
+                    late_mlm=bool(spec.get("late_mlm", True)),
+                    contrastive_weight=float(spec.get("contrastive_weight", 1.0)),
+                    backbone_dropout=bool(spec.get("backbone_dropout", False)), seed=seed, name=init)
+    if Path(init).is_dir():
+        task.load_head(init)
+    else:
+        log.info("Condenser head: freshly initialised (%s is not a local folder)", init)
+    task.train()
+    return task
+
+
+@torch.no_grad()
+def contrastive_loss_on(model_dir: str | os.PathLike, spans_path: str | os.PathLike, docs: int = 256,
+                        batch_size: int = 64, seed: int = 0, max_length: int = 128,
+                        device: str | torch.device | None = None) -> dict:
+    """The span-contrastive loss of any encoder folder on the spans of a corpus (no masking).
+
+    ``docs`` documents are taken in the order of a permutation seeded by ``seed`` (all of them
+    when the file has fewer) and cut into consecutive batches of ``batch_size`` (a last, smaller
+    batch is left out: the in-batch loss depends on the batch size; fewer documents than
+    ``batch_size`` make one batch); document ``i`` contributes its pair of epoch 0
+    (:func:`sample_pair` with ``seed``). Each span is encoded by ``AutoModel`` in eval mode,
+    ``[CLS] span [SEP]`` truncated to ``max_length`` (at most the tokenizer's ``model_max_length``),
+    and represented by its last layer's first state, so the folder may be any backbone (loaded as
+    the project's encoders load theirs, without pooler), with or without a Condenser head. Returns
+    ``{"contrastive_loss", "contrastive_accuracy", "documents", "batch_size"}`` (means over
+    batches of equal size).
+    """
+    vectors = span_pair_vectors(model_dir, spans_path, docs=docs, seed=seed, batch_size=batch_size,
+                                max_length=max_length, device=device)
+    return contrastive_of_vectors(vectors, batch_size, where=spans_path)
+
+
+def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLike, docs: int = 256, seed: int = 0,
+                      batch_size: int = 64, max_length: int = 128, device=None) -> torch.Tensor:
+    """``(2n, dim)`` float32 on the CPU, rows ``x1_0, x2_0, x1_1, ...``: the last-layer [CLS] vectors of
+    the two spans of epoch 0 (:func:`sample_pair` with ``seed``) of the first ``docs`` documents of a
+    permutation seeded by ``seed`` (all of them when the file has fewer). Each span is encoded in eval
+    mode as ``[CLS] span [SEP]`` truncated to ``max_length`` (at most the tokenizer's
+    ``model_max_length``), by the backbone loaded as the project's encoders load theirs (no pooler), so
+    the folder may be any backbone, with or without a Condenser head."""
+    from transformers import AutoTokenizer
+
+    from zsdr.models.encoder import _load_backbone
+    from zsdr.pretrain.spans import read_spans
+
+    documents = read_spans(spans_path)
+    order = np.random.default_rng(int(seed)).permutation(len(documents))[:int(docs)].tolist()
+    texts = [documents[i][p] for i in order for p in sample_pair(len(documents[i]), seed, 0, i)]
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and limit < 1_000_000:
+        max_length = min(int(max_length), int(limit))
+    model = _load_backbone(str(model_dir)).to(device).eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(texts), 2 * int(batch_size)):
+            enc = tokenizer(texts[start:start + 2 * int(batch_size)], truncation=True, max_length=int(max_length),
+                            padding=True, return_tensors="pt")
+            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            out.append(model(**enc).last_hidden_state[:, 0].float().cpu())
+    return torch.cat(out) if out else torch.empty((0, 0))
+
+
+def contrastive_of_vectors(vectors: torch.Tensor, batch_size: int, where: str | os.PathLike = "spans") -> dict:
+    """The in-batch span-contrastive loss of :func:`span_pair_vectors`' rows, in consecutive batches of
+    ``batch_size`` documents (a last, smaller batch is left out: the loss depends on the batch size;
+    fewer documents than ``batch_size`` make one batch): ``{"contrastive_loss", "contrastive_accuracy",
+    "documents", "batch_size"}``, means over the batches."""
+    from zsdr.losses.coco import span_logits
+
+    n = len(vectors) // 2
+    size = min(int(batch_size), n)
+    if size < 2:
+        raise ValueError(f"{where}: {n} document(s) with batch_size={batch_size}; the in-batch loss needs at "
+                         "least two documents per batch")
+    used = (n // size) * size
+    losses, accuracies = [], []
+    for start in range(0, used, size):
+        logits, partners = span_logits(vectors[2 * start:2 * (start + size)], gather=False)
+        losses.append(float(nn.functional.cross_entropy(logits, partners)))
+        accuracies.append(float((logits.argmax(dim=1) == partners).float().mean()))
+    return {"contrastive_loss": float(np.mean(losses)), "contrastive_accuracy": float(np.mean(accuracies)),
+            "documents": used, "batch_size": size}
