@@ -20,18 +20,22 @@ import torch.nn.functional as F
 MASKED = -10000.0  # the logit a masked document gets (DDR's value); finite, so a fully masked row stays finite
 
 
-def pairwise_nll(pos_scores: torch.Tensor, neg_scores: torch.Tensor) -> torch.Tensor:
+def pairwise_nll(pos_scores: torch.Tensor, neg_scores: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Mean of ``-log( e^{s+} / (e^{s+} + Σ_k e^{s-_k}) )`` per query.
 
-    ``pos_scores``: ``(n,)``; ``neg_scores``: ``(n,)`` (one negative each) or ``(n, k)``.
+    ``pos_scores``: ``(n,)``; ``neg_scores``: ``(n,)`` (one negative each) or ``(n, k)``;
+    ``reduction="none"`` returns the ``(n,)`` per-query losses instead (COCO-DR's iDRO weights them).
     """
+    if reduction not in ("mean", "none"):
+        raise ValueError(f"pairwise_nll: reduction {reduction!r}: expected 'mean' or 'none'")
     if neg_scores.dim() == 1:
         neg_scores = neg_scores[:, None]
     if pos_scores.dim() != 1 or neg_scores.shape[0] != pos_scores.shape[0]:
         raise ValueError(f"pairwise_nll: scores of shape {tuple(pos_scores.shape)} and {tuple(neg_scores.shape)} "
                          "do not pair up (expected (n,) and (n,) or (n, k))")
     logits = torch.cat([pos_scores[:, None], neg_scores], dim=1).float()
-    return -F.log_softmax(logits, dim=1)[:, 0].mean()
+    per_query = -F.log_softmax(logits, dim=1)[:, 0]
+    return per_query if reduction == "none" else per_query.mean()
 
 
 def contrastive(queries: torch.Tensor, docs: torch.Tensor, targets: torch.Tensor,

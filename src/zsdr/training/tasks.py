@@ -15,6 +15,10 @@ A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises
 A :class:`~zsdr.training.berm.BermTerm` (BERM) or :class:`~zsdr.training.modir.ModirTerm` (MoDIR)
 adds its loss to any of them; MoDIR's domain classifier trains beside the encoder through the
 trainer's hooks (``attach``: its optimizer and checkpointed state; ``on_step``: the step count).
+A :class:`~zsdr.training.idro.IdroTerm` (COCO-DR's iDRO) or
+:class:`~zsdr.training.idro.GroupDroTerm` (``dro``, ``pairwise_nll`` only) replaces the mean over
+the queries by a weighted sum over their clusters (``task_loss`` logs the plain mean); its cluster
+weights are checkpointed through ``attach``.
 
 ``scale`` multiplies the student's similarities into logits for every loss (1 for dot products;
 cosine similarities need a temperature, e.g. DDR's 20).
@@ -67,7 +71,7 @@ class Task(nn.Module):
 
 class BiEncoderTask(Task):
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
-                 seed: int = 42, berm=None, modir=None):
+                 seed: int = 42, berm=None, modir=None, dro=None):
         super().__init__(data, negatives, seed)
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -75,18 +79,26 @@ class BiEncoderTask(Task):
             raise ValueError(f"loss {loss} needs at least one negative per query")
         if loss == "margin_mse" and data.teacher is None:
             raise ValueError("margin_mse needs teacher scores")
+        if dro is not None and loss != "pairwise_nll":
+            raise ValueError(f"dro (iDRO / GroupDRO) weights per-query losses and supports loss pairwise_nll only, "
+                             f"not {loss}")
         self.encoder = encoder
         self.loss_name = loss
         self.scale = float(scale)
         self.berm = berm  # a zsdr.training.berm.BermTerm added to the loss, or None
         self.modir = modir  # a zsdr.training.modir.ModirTerm (not a submodule: its classifier trains apart)
+        self.dro = dro  # a zsdr.training.idro.IdroTerm / GroupDroTerm (not a submodule: its weights are no parameters)
 
     def attach(self, train_config, total_steps: int, device) -> list:
         """Trainer hook: the stateful parts besides the encoder (checkpointed with it)."""
-        if self.modir is None:
-            return []
-        self.modir.attach(train_config, total_steps, device)
-        return [self.modir]
+        parts = []
+        if self.modir is not None:
+            self.modir.attach(train_config, total_steps, device)
+            parts.append(self.modir)
+        if self.dro is not None:
+            self.dro.attach(device)
+            parts.append(self.dro)
+        return parts
 
     def on_step(self, step: int, micro: int, last: bool) -> None:
         """Trainer hook, before each micro-batch: the optimizer step it belongs to."""
@@ -116,6 +128,8 @@ class BiEncoderTask(Task):
                                             width=batch["d"]["input_ids"].shape[1])
         if self.modir is not None:
             batch["modir"] = self.modir.batch(enc, indices, epoch, len(data))
+        if self.dro is not None:
+            batch["clusters"] = self.dro.cluster_ids(qids)
         return batch
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
@@ -130,7 +144,14 @@ class BiEncoderTask(Task):
         if self.loss_name == "pairwise_nll":
             from zsdr.losses.contrastive import pairwise_nll
 
-            loss = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:])
+            if self.dro is None:
+                loss = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:])
+            else:
+                per_query = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:], reduction="none")
+                # the cluster weights move only in training steps (never under no_grad / eval)
+                loss, dro_logs = self.dro.loss(per_query, batch["clusters"],
+                                               update=self.training and torch.is_grad_enabled())
+                logs.update(dro_logs, task_loss=float(per_query.detach().mean()))
         elif self.loss_name == "margin_mse":
             from zsdr.losses.margin_mse import margin_mse
 
