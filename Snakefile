@@ -23,11 +23,12 @@ os.environ.update(
 configfile: "config.yaml"
 
 
-from zsdr.workflow import expand_berm_grid, expand_recipes
+from zsdr.workflow import expand_berm_grid, expand_cocodr_sweeps, expand_recipes
 
 expand_recipes(config)
 validate(config, "schemas/config.schema.yaml")
 BERM_GRID = expand_berm_grid(config)
+COCODR_SWEEPS = expand_cocodr_sweeps(config)
 
 os.environ.setdefault(
     "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
@@ -47,6 +48,7 @@ include: "rules/evaluate.smk"
 include: "rules/tables.smk"
 include: "rules/analysis.smk"
 include: "rules/modir.smk"
+include: "rules/cocodr.smk"
 
 
 rule all:

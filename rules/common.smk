@@ -90,6 +90,11 @@ CROSS_ENCODERS = config["cross_encoders"]
 # Extractive QA readers (BERM's unit labels): the `hf` ones are used as released.
 READERS = config.get("readers", {})
 TRAINED_READERS = [n for n, r in READERS.items() if "hf" not in r]
+# COCO-DR's retrieval-oriented pretrained backbones (rules/cocodr.smk): `hf` ones are used as
+# released, the others trained with COCO's objective into models/pretrained/<name>.
+COCODR = config["cocodr"]
+PRETRAINED = COCODR.get("pretrained", {})
+TRAINED_PRETRAINED = [n for n, p in PRETRAINED.items() if "hf" not in p]
 TRAIN_RUNS = {}  # run name -> (recipe, episode)
 for _name, _r in RECIPES.items():
     _e = _r.get("episodes", 1)
@@ -106,6 +111,11 @@ for _name, _r in RECIPES.items():
             f"config key recipes.{_name}.init: ANCE episodes mine with the previous model, "
             f"so init must be another recipe (got {_r['init']!r}) or `base_system` must name "
             f"the system that mines"
+        )
+    if _r.get("dro") and _r["negatives"] != "ance":
+        raise ValueError(
+            f"config key recipes.{_name}.dro: the query clusters are refreshed with each ANCE "
+            f"episode's negatives, so a `dro` recipe needs `negatives: ance`"
         )
     if "modir" in _r:
         continue  # one run per target (below)
@@ -722,6 +732,170 @@ def table_cell_files(wc):
     ]
 
 
+# COCO-DR (METHODS.md §4; rules/cocodr.smk): span files per corpus, pretraining specs, the query
+# clusters of every ANCE run with a `dro` term, and the systems its figures evaluate.
+COCODR_ANALYSIS = COCODR.get("analysis", {})
+
+
+def pretrained_corpora(name):
+    """The configured datasets a pipeline-pretrained model trains on (checked)."""
+    corpora = PRETRAINED[name].get("corpora") or []
+    if not corpora:
+        raise ValueError(
+            f"config key cocodr.pretrained.{name}.corpora: name the corpora to pretrain on"
+        )
+    for c in corpora:
+        if c not in CONFIGURED_DATASETS:
+            raise ValueError(
+                f"config key cocodr.pretrained.{name}.corpora: {c!r} is not a configured dataset "
+                f"(datasets.source, datasets.targets or datasets.extra)"
+            )
+    return list(corpora)
+
+
+def spans_file(corpus):
+    return f"{DATA}/{corpus}/coco/spans.jsonl"
+
+
+def coco_spec(name):
+    """The resolved spec (zsdr.pretrain.coco) of a pretrained model the pipeline trains."""
+    p = PRETRAINED[name]
+    if "init" not in p or "train" not in p:
+        raise ValueError(
+            f"config key cocodr.pretrained.{name}: give `hf` (a released model) or `init`, "
+            f"`corpora` and `train` (pretrained by the pipeline)"
+        )
+    if p["init"] == name:
+        raise ValueError(
+            f"config key cocodr.pretrained.{name}.init: a model cannot start from itself"
+        )
+    return {
+        "kind": "coco",
+        "init": model_ref(p["init"]),
+        "spans": [spans_file(c) for c in pretrained_corpora(name)],
+        "max_length": p.get("max_length", 128),
+        "mlm_probability": p.get("mlm_probability", 0.15),
+        "head_layers": p.get("head_layers", 2),
+        "skip_from": p.get("skip_from", 6),
+        "late_mlm": p.get("late_mlm", True),
+        "contrastive_weight": p.get("contrastive_weight", 1.0),
+        "backbone_dropout": p.get("backbone_dropout", False),
+        "tie_embeddings": p.get("tie_embeddings"),
+        "max_examples": p.get("max_examples"),
+        "out": f"{MODELS}/pretrained/{name}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/pretrained-{name}",
+        "dropout": TRAINING["dropout"],
+        "train": train_settings(p),
+        "info": {
+            "pretrained": name,
+            "description": p.get("description", ""),
+            "provenance": p.get("provenance", ""),
+        },
+    }
+
+
+SPAN_CORPORA = sorted(
+    {c for n in TRAINED_PRETRAINED for c in pretrained_corpora(n)}
+    | ({SOURCE, *TARGETS} if COCODR_ANALYSIS else set())
+)
+# ANCE runs whose recipe has a `dro` term: each is clustered by the model that mines its negatives.
+DRO_RUNS = [r for r, (n, _) in TRAIN_RUNS.items() if RECIPES[n].get("dro")]
+COCODR_FIG4 = COCODR.get("figure4", {})
+COCODR_FIG4_DATASETS = [
+    check_dataset(d) for d in (COCODR_FIG4.get("datasets") or TARGETS)
+]
+
+
+def cocodr_episodes(recipe, where):
+    """Figure 4: the systems of a variant per episode: its warmup (the init recipe), then each ANCE episode."""
+    if recipe not in RECIPES or RECIPES[recipe]["negatives"] != "ance":
+        raise ValueError(
+            f"config key {where}: {recipe!r} is not a recipe with ANCE episodes"
+        )
+    warmup = RECIPES[recipe]["init"]
+    if warmup not in RECIPES:
+        raise ValueError(
+            f"config key {where}: the init of {recipe!r} must be its warmup recipe"
+        )
+    episodes = range(1, RECIPES[recipe].get("episodes", 1) + 1)
+    return [warmup, *(recipe_run(recipe, k) for k in episodes)]
+
+
+def cocodr_figure4_points():
+    return [
+        {
+            "variant": label,
+            "episode": e,
+            "dataset": d,
+            "system": s,
+            "metrics": f"{METRICS}/{d}/{s}.json",
+        }
+        for label, recipe in COCODR_FIG4.get("variants", {}).items()
+        for e, s in enumerate(
+            cocodr_episodes(recipe, f"cocodr.figure4.variants.{label}"), 1
+        )
+        for d in COCODR_FIG4_DATASETS
+    ]
+
+
+def cocodr_figure3_points():
+    ref = COCODR.get("sweeps", {}).get("reference")
+    points = [
+        {
+            "sweep": "temperature" if sweep == "rho" else "clusters",
+            "value": value,
+            "system": recipe,
+            "metrics": [f"{METRICS}/{d}/{recipe}.json" for d in TARGETS],
+        }
+        for (sweep, value), recipe in sorted(COCODR_SWEEPS.items())
+    ]
+    reference = (
+        {
+            "label": check_system(ref, "cocodr.sweeps.reference"),
+            "metrics": [f"{METRICS}/{d}/{ref}.json" for d in TARGETS],
+        }
+        if ref
+        else None
+    )
+    return points, reference
+
+
+def cocodr_analysis_system(key):
+    return check_system(COCODR_ANALYSIS[key], f"cocodr.analysis.{key}")
+
+
+def geometry_file(model, corpus):
+    return f"{STATS}/cocodr/geometry/{model}/{corpus}.json"
+
+
+def cocodr_analysis_model(name):
+    """A model Figure 5 measures: a pretrained model or a backbone (checked)."""
+    if name not in PRETRAINED and name not in config["backbones"]:
+        raise ValueError(
+            f"config key cocodr.analysis: {name!r} is neither a cocodr.pretrained model nor a backbone"
+        )
+    return model_ref(name)
+
+
+COCODR_FIGURES = (
+    [f"{RESULTS}/cocodr/figure{n}.png" for n in (3, 4, 5)] if COCODR_ANALYSIS else []
+)
+
+
+COCODR_EVAL_SYSTEMS = (
+    {p["system"] for p in cocodr_figure4_points()}
+    | set(COCODR_SWEEPS.values())
+    | (
+        {
+            cocodr_analysis_system(k)
+            for k in ("with_coco", "without_coco", "with_idro", "without_idro")
+        }
+        if COCODR_ANALYSIS
+        else set()
+    )
+)
+
+
 # Systems evaluated on every dataset by one job per dataset (table 1's: the main target stays one
 # job per dataset), and the further systems that paper tables and BERM's loss-weight grid need,
 # evaluated one job per (dataset, system) so that table 1 never waits for them.
@@ -736,6 +910,7 @@ EXTRA_EVAL_SYSTEMS = sorted(
         | {FIGURE4["system"], FIGURE4["baseline"]}
         | set(MODIR_STEP_SYSTEMS.values())
         | set(modir_case())
+        | COCODR_EVAL_SYSTEMS
     )
     - set(EVAL_SYSTEMS)
 )
@@ -751,6 +926,9 @@ def model_ref(name):
         return f"{MODELS}/backbones/{name}" if "build" in b else b["hf"]
     if name in RECIPES:
         return trained_model(name)
+    if name in PRETRAINED:
+        p = PRETRAINED[name]
+        return p["hf"] if "hf" in p else f"{MODELS}/pretrained/{name}"
     if is_dam(name):
         return dam_path(name, "init")
     if name in CROSS_ENCODERS:
@@ -847,6 +1025,16 @@ def train_spec(run):
         "berm": berm_spec(r, dataset),
         "rem": r.get("rem"),
         **({"modir": modir} if modir else {}),
+        **(
+            {
+                "dro": {
+                    **r["dro"],
+                    "clusters_file": f"{DATA}/{train_source(r)}/clusters/{run}.jsonl",
+                }
+            }
+            if r.get("dro")
+            else {}
+        ),
         "train": train,
         "info": {
             "recipe": name,
@@ -855,6 +1043,11 @@ def train_spec(run):
             "episodes": episodes,
             "description": r.get("description", ""),
             "provenance": r.get("provenance", ""),
+            **(
+                {"mine": {**TRAINING["mine"], **r.get("mine", {})}}
+                if r["negatives"] == "ance"
+                else {}
+            ),
         },
     }
 
@@ -929,8 +1122,11 @@ def reader_path(name):
 def spec_inputs(spec):
     """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
     initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
+    if spec["kind"] == "coco":
+        return [*spec["spans"], *model_files(spec["init"])]
     files = [f"{spec['dataset']}/dataset.json"]
     files += [spec["negatives"]] if spec.get("negatives") else []
+    files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []
     files += model_files(spec["init"])
     files += [spec["teacher"]] if spec.get("teacher") else []
     if spec.get("units") and spec["units"] != f"{spec['dataset']}/units.jsonl":
@@ -1023,6 +1219,8 @@ def recipe_code(run):
         mods += ["zsdr.training.berm", "zsdr.losses.berm", "zsdr.data.units"]
     if r.get("modir"):
         mods += ["zsdr.training.modir", "zsdr.losses.adversarial", "zsdr.models.heads"]
+    if r.get("dro"):
+        mods += ["zsdr.training.idro"]
     return code(*mods)
 
 
@@ -1055,7 +1253,7 @@ def spec_summary(spec, launch):
         if spec["kind"] == "bi_encoder"
         else (
             f"{spec['max_length']}"
-            if spec["kind"] == "mlm"
+            if spec["kind"] in ("mlm", "coco")
             else f"pair {spec['max_length']}"
         )
     )
@@ -1064,6 +1262,20 @@ def spec_summary(spec, launch):
             f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
             f"from {os.path.basename(spec['negatives'])}"
         )
+    elif spec["kind"] == "coco":
+        co = spec["contrastive_weight"]
+        contrastive = (
+            f"span contrastive x{co:g} (global batch, no temperature), " if co else ""
+        )
+        backbone = ", backbone MLM" if spec["late_mlm"] else ""
+        corpora = ", ".join(
+            os.path.basename(os.path.dirname(os.path.dirname(f))) for f in spec["spans"]
+        )
+        data = (
+            f"{contrastive}Condenser head MLM ({spec['head_layers']} layers from layer "
+            f"{spec['skip_from']}){backbone} {spec['mlm_probability']:.0%} whole-word, on "
+            f"{len(spec['spans'])} corpora: {corpora}"
+        )
     elif spec["kind"] == "mlm":
         data = (
             f"MLM {spec['mlm_probability']:.0%} (80/10/10) on the {spec['dataset']} corpus, "
@@ -1071,6 +1283,9 @@ def spec_summary(spec, launch):
         )
     else:
         data = f"loss start/end cross-entropy on the {spec['units']} answers"
+    mine = spec.get("info", {}).get("mine")
+    if mine:
+        data += f" (mined: top-{mine['depth']} of the previous model, {mine['sample']} sampled per query)"
     rem = spec.get("rem")
     if rem:
         parts = [
@@ -1103,6 +1318,16 @@ def spec_summary(spec, launch):
             f"; + MoDIR {m['loss']} loss vs {os.path.basename(m['target'])}, {queue} in chunks "
             f"of {m['chunk']}, lambda0 {m['lambda0']:g}{halving}, classifier lr "
             f"{m['classifier_lr']:g} (logits clipped at {m['logit_clip']:g})"
+        )
+    d = spec.get("dro")
+    if d:
+        data += (
+            f"; + iDRO over K {d['clusters']} query clusters (beta {d.get('beta', 0.25):g}, rho "
+            f"{d.get('rho', 0.05):g}, gamma {d.get('gamma', 0.1):g}, eps {d.get('eps', 0.01):g}, "
+            f"gradients of the last {d.get('grad_layers', 3)} layers)"
+            if d.get("kind", "idro") == "idro"
+            else f"; + GroupDRO over K {d['clusters']} query clusters (fraction "
+            f"{d.get('fraction')}, ema {d.get('ema')})"
         )
     if t.get("snapshot_every"):
         length += f", a snapshot every {t['snapshot_every']} steps"
@@ -1163,6 +1388,8 @@ for _name in CROSS_ENCODERS:
     cross_encoder_spec(_name)
 for _name in TRAINED_READERS:
     reader_spec(_name)
+for _name in TRAINED_PRETRAINED:
+    coco_spec(_name)
 berm_reader()
 for _name in FIGURE4_DATASETS:
     dam_spec(figure4_dam(_name))

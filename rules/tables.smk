@@ -124,6 +124,7 @@ rule tables:
         BERM_FIGURES,
         DDR_FIGURES,
         MODIR_FIGURES,
+        COCODR_FIGURES,
 
 
 rule berm:

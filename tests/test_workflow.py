@@ -77,9 +77,11 @@ def test_dry_run_every_paper_table(configfile):
     from zsdr.tables.figures import FIGURES
     from zsdr.tables.spec import list_specs
 
-    # MoDIR Tables 3 and 4 come from the MoDIR stage's own rules (training curves, case study)
-    assert jobs.get("paper_table") == len(list_specs()) - 2 == 26
+    # MoDIR Tables 3 and 4 and COCO-DR Table 4 come from their stages' own rules (training curves, case studies)
+    assert jobs.get("paper_table") == len(list_specs()) - 3 == 25
     assert jobs.get("modir_curves") == jobs.get("modir_table4") == jobs.get("modir_figure4") == 1
+    assert jobs.get("cocodr_clusters") == jobs.get("cocodr_figure3") == 1
+    assert jobs.get("cocodr_figure4") == jobs.get("cocodr_figure5") == 1
     assert jobs.get("paper_figure") == len(FIGURES) >= 1
     assert jobs.get("table1") == 1
     assert jobs.get("berm_figure4") == jobs.get("berm_figure5") == 1   # figures drawn from BERM's runs
@@ -108,16 +110,19 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue
     # it); the published teacher scores replace the cross-encoder, the triples archive becomes one
     # training set, the hub reader needs no training. DPR+MoDIR and ANCE+MoDIR train one model per table-1
-    # target (25: BioASQ is not one) and ANCE+MoDIR's negatives are mined once, by ANCE FirstP
-    assert jobs["train"] == 15 + 2 * 25 and jobs["mine_negatives"] == 7 and jobs["triples_dataset"] == 1, jobs
+    # target (25: BioASQ is not one) and ANCE+MoDIR's negatives are mined once, by ANCE FirstP; COCO-DR is
+    # its warmup and 3 iDRO episodes (each mined and clustered by the model before it) after COCO pretraining
+    assert jobs["train"] == 15 + 2 * 25 + 4 and jobs["mine_negatives"] == 7 + 3 and jobs["triples_dataset"] == 1, jobs
+    assert jobs["cluster_queries"] == 3 and jobs["pretrain_coco"] == 1, jobs
     assert jobs["train_dam"] == 1 + len(yaml.safe_load((ROOT / "configs/paper.yaml").read_text())["datasets"]["targets"])
     assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs and "train_reader" not in jobs
     # BERM labels of the two training sets (triples for DPR, MS MARCO for KD / ANCE), 16 shards each
     assert jobs["label_units_shard"] == 32 and jobs["label_units"] == 2, jobs
-    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.-]+): (init .*)", proc.stdout)}
+    plan = {m.group(1): m.group(2) for m in re.finditer(r"(?<!pre)train ([\w.-]+): (init .*)", proc.stdout)}
     assert set(plan) == {"dpr", "dpr-inbatch", "ance-ep1", "ance-ep2", "ance-ep3", "kd", "ddr-dr-contrast",
                          "ddr-dr-distill", "dpr-berm", "kd-berm", "ance-berm-ep1", "ance-berm-ep2", "ance-berm-ep3",
-                         "ddr-contrast", "ddr-distill"}
+                         "ddr-contrast", "ddr-distill", "cocodr-warmup", "cocodr-base-ep1", "cocodr-base-ep2",
+                         "cocodr-base-ep3"}
     expected = {
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                 "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16"],
@@ -234,6 +239,35 @@ def test_paper_config_plans_modir_with_the_spec_values():
     assert jobs["modir_curves"] == jobs["modir_figure4"] == jobs["modir_table4"] == 1
 
 
+def test_paper_config_plans_cocodr_with_the_spec_values():
+    """COCO-DR at paper scale (METHODS.md §4.2-4.4): COCO from Condenser on the 18 BEIR corpora and MS MARCO
+    (8 epochs, 200 documents per GPU x 8, length 128, lr 1e-4), a BM25 warmup, then 3 ANCE episodes of 45k
+    steps with iDRO (K 50) over queries re-clustered every episode, 30 sampled negatives."""
+    proc = snakemake("-n", "--forceall", "cocodr", "--configfile", "configs/paper.yaml")
+    out = proc.stdout
+    jobs = planned_jobs(out)
+    coco = re.search(r"pretrain coco: (init .*)", out).group(1)
+    for part in ["init Luyu/condenser", "span contrastive x1 (global batch, no temperature)",
+                 "Condenser head MLM (2 layers from layer 6), backbone MLM 15% whole-word",
+                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear", "; 8 epochs;",
+                 "max length 128", "on 30 corpora: msmarco, trec-covid"]:
+        assert part in coco, (part, coco)
+    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", out)}
+    assert plan["cocodr-warmup"].startswith("init models/pretrained/coco;")
+    for k in (1, 2, 3):
+        run = plan[f"cocodr-base-ep{k}"]
+        for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
+                     "last 3 layers)", "top-200 of the previous model, 30 sampled per query",
+                     "batch 64 x 8 process(es)", "45000 steps", "adamw lr"]:
+            assert part in run, (k, part, run)
+    assert "lr 5e-06" in plan["cocodr-base-ep1"] and "gradients of the last 2 layers" in plan["cocodr-large-ep1"]
+    assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
+    assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
+    assert plan["condenser-warmup"].startswith("init Luyu/condenser;")
+    # one clustering per iDRO/GroupDRO episode: Base, -COCO, GroupDRO, Large, Large -COCO and the 6 sweep points
+    assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 2
+
+
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["recipes"]["dpr"]["negatives"] = "bm25"          # a source without triples: mine with the sparse stage
@@ -330,7 +364,7 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     for col in cols:
         floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
         for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm",
-                       "dpr-modir", "ance-modir"):
+                       "dpr-modir", "ance-modir", "cocodr-base"):
             assert value(system, col) > floor, (system, col, value(system, col), floor)
     # BERM's labelling rule (BM25 over units + delta x the tiny reader) finds the sentence the mini
     # generator wrote as the answer in at least 90% of the training pairs
@@ -376,6 +410,23 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     local = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "dpr-modir@mini-alpha" / "train_log.jsonl")
              .read_text().splitlines()]
     assert all(0 <= r["local_domain_acc_docs"] <= 1 and r["adversarial_lambda"] > 0 for r in local)
+    # COCO-DR: COCO lowers the span-contrastive loss on both target corpora (held-out measure, the model
+    # it starts from vs after COCO), its training log shows the three losses, and iDRO re-weighted clusters
+    geometry = [f"stats/cocodr/geometry/{m}/{d}.json" for m in ("condenser", "coco") for d in ("mini-alpha", "mini-beta")]
+    snakemake("--cores", "2", *geometry, cwd=workdir, timeout=1800)
+    for d in ("mini-alpha", "mini-beta"):
+        before, after = (yaml.safe_load((workdir / "stats" / "cocodr" / "geometry" / m / f"{d}.json").read_text())
+                         ["contrastive_loss"] for m in ("condenser", "coco"))
+        assert after < 0.8 * before, (d, before, after)
+    coco_log = [yaml.safe_load(x) for x in (workdir / "models" / "pretrained" / "coco" / "train_log.jsonl")
+                .read_text().splitlines()]
+    assert all({"mlm_head", "mlm_backbone", "contrastive"} <= set(r) for r in coco_log)
+    assert coco_log[-1]["contrastive"] < coco_log[0]["contrastive"]
+    dro_log = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "cocodr-base-ep2" / "train_log.jsonl")
+               .read_text().splitlines()]
+    assert all(r["dro_max_weight"] < 1 for r in dro_log) and any(r["dro_max_weight"] > 1 / 8 for r in dro_log)
+    clusters = workdir / "data" / "mini-source" / "clusters"
+    assert {p.name for p in clusters.glob("*.jsonl")} == {"cocodr-base-ep1.jsonl", "cocodr-base-ep2.jsonl"}
 
 
 FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
@@ -417,6 +468,16 @@ def test_mini_paper_tables_figure_and_report(workdir):
     table3 = list(csv.DictReader(open(results / "modir" / "table3.csv", newline="")))
     assert [r["setting"] for r in table3][:1] == ["w/ Momentum"] and any(r["source"] == "published" for r in table3)
     assert "(published)" in (results / "modir" / "table4.md").read_text()
+    # COCO-DR: every table and figure from real runs; Table 4 pairs our rows with the published ones
+    for n in (3, 4, 5):
+        assert (results / "cocodr" / f"figure{n}.png").read_bytes().startswith(b"\x89PNG")
+    assert "(published)" in (results / "cocodr" / "table4.md").read_text()
+    fig4 = list(csv.DictReader(open(results / "cocodr" / "figure4.csv", newline="")))
+    assert len(fig4) == 3 * 3 * 2   # 3 variants x (warmup + 2 ANCE episodes) x 2 targets
+    cocodr2 = {r["entry"]: r for r in csv.DictReader(open(results / "cocodr" / "table2.csv", newline=""))
+               if r["dataset"] == "mini-alpha"}
+    assert all(cocodr2[k]["reproduced"] for k in ("base-full", "base-noidro", "base-nococo", "cocondenser-base",
+                                                  "condenser-base")), cocodr2
     for d in ("mini-alpha", "mini-beta"):
         assert (workdir / "models" / "trained" / f"ance-modir@{d}" / "snapshots" / "snapshots.json").is_file()
         stats = workdir / "stats" / "modir" / d

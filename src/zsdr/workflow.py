@@ -107,3 +107,35 @@ def expand_berm_grid(config: dict) -> dict[tuple[float, float], str]:
                 "berm": {"r1_weight": beta, "r2_weight": alpha}}))
             points[(alpha, beta)] = run
     return points
+
+
+def sweep_recipe(recipe: str, sweep: str, value: float) -> str:
+    """The recipe of one point of COCO-DR's Figure 3 sweeps (``clusters``: K; ``rho``: the update step)."""
+    return f"{recipe}-k{int(value)}" if sweep == "clusters" else f"{recipe}-rho{value:g}"
+
+
+def expand_cocodr_sweeps(config: dict) -> dict[tuple[str, float], str]:
+    """Add one recipe per value of ``config["cocodr"]["sweeps"]`` (COCO-DR Figure 3: K, the number of
+    query clusters, and rho, the step of iDRO's weight update, through which the paper's temperature
+    tau acts: rho = eta / tau) and return ``{(sweep, value): recipe}``; the sweep recipe's own value is
+    that recipe itself."""
+    sweeps = (config.get("cocodr") or {}).get("sweeps")
+    if not sweeps:
+        return {}
+    recipes = config["recipes"]
+    name = sweeps["recipe"]
+    if name not in recipes or (recipes[name].get("dro") or {}).get("kind", "idro") != "idro":
+        raise ValueError(f"config key cocodr.sweeps.recipe: {name!r} must be a recipe with an iDRO `dro` term")
+    own = recipes[name]["dro"]
+    points = {}
+    for sweep, key, default in (("clusters", "clusters", 50), ("rho", "rho", 0.05)):
+        for value in [*sweeps.get(sweep, []), own.get(key, default)]:
+            if value == own.get(key, default):
+                points[(sweep, value)] = name
+                continue
+            run = sweep_recipe(name, sweep, value)
+            recipes.setdefault(run, _merge(recipes[name], {
+                "description": f"COCO-DR Figure 3: {name} with {key} {value:g}",
+                "dro": {key: value}}))
+            points[(sweep, value)] = run
+    return points

@@ -5,7 +5,7 @@ resolved by the workflow into paths): :func:`run_spec` trains it in this process
 ``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
 ``accelerate launch`` start once per process for multi-GPU and multi-node runs.
 
-Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader``),
+Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader`` | ``mlm`` | ``coco``),
 ``init`` (model folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives``
 (negatives file; readers have none), ``systems`` (which negative systems of that file; null = all),
 ``teacher`` (teacher-score file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
@@ -14,9 +14,13 @@ fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (
 overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
 term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
 ``double_softmax``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
-``triples`` and ``target`` plus the classifier and loss settings) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
+``triples`` and ``target`` plus the classifier and loss settings), ``dro`` (COCO-DR's iDRO or the
+GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.training.idro.DroConfig`:
+``kind``, ``clusters_file``, ``clusters`` and the weight-update settings) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
 frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
-``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); cross-encoders ``max_length`` and
+``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); COCO pretraining (``coco``, COCO-DR) has
+``spans`` (span files, no ``dataset``), ``max_length``, ``mlm_probability``, ``head_layers``, ``skip_from``,
+``late_mlm``, ``contrastive_weight`` and ``backbone_dropout`` (:func:`zsdr.pretrain.coco.build_coco_task`); cross-encoders ``max_length`` and
 ``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
 which only the pairs of the dataset's ``train`` qrels are used).
 """
@@ -33,7 +37,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm")
+KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco")
 
 
 def _fingerprint(spec: dict) -> str:
@@ -42,7 +46,11 @@ def _fingerprint(spec: dict) -> str:
     files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
     files += [spec["berm"]["labels"]] if (spec.get("berm") or {}).get("labels") else []
     files += [spec["modir"]["triples"]] if (spec.get("modir") or {}).get("triples") else []
-    files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
+    files += [spec["dro"]["clusters_file"]] if (spec.get("dro") or {}).get("clusters_file") else []
+    if spec.get("kind") == "coco":
+        files += [spec["spans"]] if isinstance(spec["spans"], str) else list(spec["spans"])
+    else:
+        files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
     init = Path(spec["init"])
     if init.is_dir():
         files += sorted(str(p) for p in init.iterdir() if p.is_file())
@@ -66,6 +74,10 @@ def build_task(spec: dict):
         from zsdr.pretrain.mlm import build_mlm_task
 
         return build_mlm_task(spec)
+    if kind == "coco":
+        from zsdr.pretrain.coco import build_coco_task
+
+        return build_coco_task(spec)
     if kind == "reader":
         from zsdr.models.reader import Reader
         from zsdr.training.data import reader_examples
@@ -105,8 +117,13 @@ def build_task(spec: dict):
         from zsdr.training.modir import ModirConfig, ModirTerm
 
         modir = ModirTerm(ModirConfig.from_dict(spec["modir"]), encoder.dim)
+    dro = None
+    if spec.get("dro"):
+        from zsdr.training.idro import DroConfig, build_dro_term
+
+        dro = build_dro_term(DroConfig.from_dict(spec["dro"]), encoder)
     return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed, berm=berm, modir=modir)
+                         scale=spec.get("scale", 1.0), seed=seed, berm=berm, modir=modir, dro=dro)
 
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
@@ -117,7 +134,8 @@ def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop
     task = build_task(spec)
     trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
                       fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
-                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec["dataset"],
+                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
+                            "spans": spec.get("spans"),
                             "negatives": spec.get("negatives"), "units": spec.get("units"),
                             "teacher": spec.get("teacher"),
                             "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query")})

@@ -1,0 +1,338 @@
+# COCO-DR (METHODS.md §4): COCO's span files and pretraining, the query clusters of iDRO's ANCE
+# episodes, and COCO-DR's figures and case study. The fine-tuning itself is the `train` rule's
+# runs of the COCO-DR recipes; the paper tables are rendered by `paper_table`.
+
+
+rule coco_spans:
+    """A corpus's documents as spans of <= max_tokens word pieces (COCO's pretraining examples)."""
+    input:
+        data=lambda wc: dataset_marker(wc.corpus),
+        tokenizer=model_files(model_ref(COCODR["spans"]["tokenizer"])),
+        code=code("zsdr.pretrain.spans", "zsdr.data.formats"),
+    output:
+        f"{DATA}/{{corpus}}/coco/spans.jsonl",
+    log:
+        f"{LOGS}/data/coco_spans_{{corpus}}.log",
+    wildcard_constraints:
+        corpus=alternation(SPAN_CORPORA),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    params:
+        dataset=lambda wc, input: os.path.dirname(input.data),
+        tokenizer=lambda wc, input: (
+            os.path.dirname(input.tokenizer[0])
+            if input.tokenizer
+            else model_ref(COCODR["spans"]["tokenizer"])
+        ),
+        spans=COCODR["spans"],
+        seed=config["seed"],
+    script:
+        "../workflow_scripts/coco_spans.py"
+
+
+rule pretrain_coco:
+    """A retrieval-oriented pretrained backbone: span contrastive + Condenser head MLM + backbone MLM."""
+    input:
+        lambda wc: spec_inputs(coco_spec(wc.name)),
+        code=code(*TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco"),
+    output:
+        f"{MODELS}/pretrained/{{name}}/config.json",
+        f"{MODELS}/pretrained/{{name}}/training.json",
+    log:
+        f"{LOGS}/train/pretrained-{{name}}.log",
+    wildcard_constraints:
+        name=alternation(TRAINED_PRETRAINED),
+    conda:
+        DENSE_ENV
+    threads: TRAINING["threads"]
+    resources:
+        mem_mb=32000,
+        runtime=TRAINING["runtime"],
+        gpus=lambda wc: TRAINING["gpus"]
+        * launch_settings(PRETRAINED[wc.name])["processes"],
+    params:
+        spec=lambda wc: coco_spec(wc.name),
+        summary=lambda wc: spec_summary(
+            coco_spec(wc.name), launch_settings(PRETRAINED[wc.name])
+        ),
+        launch=lambda wc: launch_settings(PRETRAINED[wc.name]),
+    message:
+        "pretrain {wildcards.name}: {params.summary}"
+    script:
+        "../workflow_scripts/train.py"
+
+
+rule cluster_queries:
+    """iDRO's groups: K-means over the training queries' embeddings by the model that mines the episode."""
+    input:
+        data=lambda wc: dataset_marker(wc.source),
+        model=lambda wc: model_files(dense_model(previous_system(wc.run), wc.source)),
+        code=code("zsdr.training.idro", "zsdr.models.encoder", "zsdr.data.formats"),
+    output:
+        f"{DATA}/{{source}}/clusters/{{run}}.jsonl",
+    log:
+        f"{LOGS}/data/clusters_{{source}}_{{run}}.log",
+    wildcard_constraints:
+        run=alternation(DRO_RUNS),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=16000,
+        runtime=120,
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: dense_model(previous_system(wc.run), wc.source),
+        options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
+        dataset=lambda wc, input: os.path.dirname(input.data),
+        clusters=lambda wc: RECIPES[TRAIN_RUNS[wc.run][0]]["dro"].get("clusters", 50),
+        clustering=COCODR.get("clustering", {}),
+        seed=lambda wc: train_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["seed"]
+        + TRAIN_RUNS[wc.run][1],
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/cluster_queries.py"
+
+
+rule cocodr_geometry:
+    """COCO loss, alignment and uniformity of one pretrained model's [CLS] on one corpus's spans."""
+    input:
+        spans=lambda wc: spans_file(wc.corpus),
+        model=lambda wc: model_files(cocodr_analysis_model(wc.model)),
+        code=code("zsdr.pretrain", "zsdr.losses.coco", "zsdr.evaluation.cocodr"),
+    output:
+        f"{STATS}/cocodr/geometry/{{model}}/{{corpus}}.json",
+    log:
+        f"{LOGS}/stats/cocodr_geometry_{{model}}_{{corpus}}.log",
+    wildcard_constraints:
+        corpus=alternation(SPAN_CORPORA),
+        model=alternation([*PRETRAINED, *config["backbones"]]),
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpus=config["dense"]["gpus"],
+    params:
+        model=lambda wc: cocodr_analysis_model(wc.model),
+        docs=COCODR_ANALYSIS.get("docs", 1000),
+        batch_size=COCODR_ANALYSIS.get("batch_size", 64),
+        seed=config["seed"],
+        device=config["dense"]["device"],
+    script:
+        "../workflow_scripts/cocodr_geometry.py"
+
+
+rule cocodr_figure3:
+    """COCO-DR Figure 3: average target nDCG@10 against K and against iDRO's update step."""
+    input:
+        metrics=[f for p in cocodr_figure3_points()[0] for f in p["metrics"]],
+        reference=(cocodr_figure3_points()[1] or {}).get("metrics", []),
+        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/cocodr/figure3.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="cocodr",
+            labels={"paper": "cocodr", "figure": "3"},
+        ),
+        csv=f"{RESULTS}/cocodr/figure3.csv",
+    log:
+        f"{LOGS}/tables/cocodr_figure3.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        points=cocodr_figure3_points()[0],
+        reference=cocodr_figure3_points()[1],
+        metric=config["table1"]["metric"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/cocodr_figure3.py"
+
+
+rule cocodr_figure4:
+    """COCO-DR Figure 4: nDCG@10 per training episode (warmup, then each ANCE episode) per variant."""
+    input:
+        metrics=[p["metrics"] for p in cocodr_figure4_points()],
+        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/cocodr/figure4.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="cocodr",
+            labels={"paper": "cocodr", "figure": "4"},
+        ),
+        csv=f"{RESULTS}/cocodr/figure4.csv",
+    log:
+        f"{LOGS}/tables/cocodr_figure4.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        points=cocodr_figure4_points(),
+        metric=config["table1"]["metric"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/cocodr_figure4.py"
+
+
+rule cocodr_clusters:
+    """Figure 5c / Table 4: each target's nearest source query cluster and iDRO's effect on it."""
+    input:
+        source=dataset_marker(SOURCE),
+        targets=[dataset_marker(d) for d in TARGETS],
+        models=lambda wc: [
+            f
+            for k in ("with_idro", "without_idro")
+            for f in model_files(dense_model(cocodr_analysis_system(k), SOURCE))
+        ],
+        clusters=lambda wc: f"{DATA}/{SOURCE}/clusters/{recipe_run(cocodr_analysis_system('with_idro'))}.jsonl",
+        negatives=lambda wc: training_data(
+            RECIPES[cocodr_analysis_system("with_idro")],
+            "cocodr.analysis.with_idro",
+            recipe_run(cocodr_analysis_system("with_idro")),
+        )[1],
+        metrics=lambda wc: [
+            f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
+            for d in TARGETS
+            for k in ("with_idro", "without_idro")
+        ],
+        published="src/zsdr/tables/published/cocodr_table4.csv",
+        code=code(
+            "zsdr.evaluation.cocodr",
+            "zsdr.training.idro",
+            "zsdr.tables.cocodr_figures",
+            "zsdr.models.encoder",
+        ),
+    output:
+        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in TARGETS],
+        csv=f"{RESULTS}/cocodr/table4.csv",
+        md=f"{RESULTS}/cocodr/table4.md",
+    log:
+        f"{LOGS}/stats/cocodr_clusters.log",
+    conda:
+        DENSE_ENV
+    resources:
+        mem_mb=16000,
+        runtime=120,
+        gpus=config["dense"]["gpus"],
+    params:
+        source=lambda wc, input: os.path.dirname(input.source),
+        targets={d: f"{DATA}/{d}" for d in TARGETS},
+        splits={d: eval_split(d) for d in TARGETS},
+        with_idro=lambda wc: {
+            "system": cocodr_analysis_system("with_idro"),
+            "model": dense_model(cocodr_analysis_system("with_idro"), SOURCE),
+            "options": encoder_options(cocodr_analysis_system("with_idro"), SOURCE),
+            "scale": system_scale(cocodr_analysis_system("with_idro")),
+        },
+        without_idro=lambda wc: {
+            "system": cocodr_analysis_system("without_idro"),
+            "model": dense_model(cocodr_analysis_system("without_idro"), SOURCE),
+            "options": encoder_options(cocodr_analysis_system("without_idro"), SOURCE),
+            "scale": system_scale(cocodr_analysis_system("without_idro")),
+        },
+        metrics=lambda wc: {
+            d: {
+                k: f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
+                for k in ("with_idro", "without_idro")
+            }
+            for d in TARGETS
+        },
+        table4_dataset=lambda wc: check_dataset(
+            COCODR.get("table4", {}).get("dataset") or TARGETS[0]
+        ),
+        queries=COCODR.get("table4", {}).get("queries", 5),
+        max_source_queries=COCODR_ANALYSIS.get("max_source_queries"),
+        seed=config["seed"],
+        dense=config["dense"],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/cocodr_clusters.py"
+
+
+rule cocodr_figure5:
+    """COCO-DR Figure 5: (a) COCO loss reduction vs zero-shot gain, (b) alignment vs uniformity,
+    (c) iDRO's training-loss gain on the nearest source cluster vs its target gain."""
+    input:
+        geometry=[
+            geometry_file(m, d)
+            for m in COCODR_ANALYSIS.get("models", [])
+            for d in TARGETS
+        ],
+        loss=[
+            geometry_file(COCODR_ANALYSIS[k], d)
+            for k in ("before", "after")
+            for d in TARGETS
+        ],
+        metrics=[
+            f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
+            for d in TARGETS
+            for k in ("with_coco", "without_coco", "with_idro", "without_idro")
+        ],
+        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in TARGETS],
+        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+    output:
+        figure=report(
+            f"{RESULTS}/cocodr/figure5.png",
+            caption="../report/paper_figure.rst",
+            category="Paper figures",
+            subcategory="cocodr",
+            labels={"paper": "cocodr", "figure": "5"},
+        ),
+        csv=f"{RESULTS}/cocodr/figure5.csv",
+    log:
+        f"{LOGS}/tables/cocodr_figure5.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        loss_points=[
+            {
+                "dataset": d,
+                "before": geometry_file(COCODR_ANALYSIS["before"], d),
+                "after": geometry_file(COCODR_ANALYSIS["after"], d),
+                "with": f"{METRICS}/{d}/{cocodr_analysis_system('with_coco')}.json",
+                "without": f"{METRICS}/{d}/{cocodr_analysis_system('without_coco')}.json",
+            }
+            for d in TARGETS
+        ],
+        geometry_points=[
+            {"label": m, "dataset": d, "stats": geometry_file(m, d)}
+            for m in COCODR_ANALYSIS.get("models", [])
+            for d in TARGETS
+        ],
+        cluster_points=[
+            {
+                "dataset": d,
+                "analysis": f"{STATS}/cocodr/clusters/{d}.json",
+                "with": f"{METRICS}/{d}/{cocodr_analysis_system('with_idro')}.json",
+                "without": f"{METRICS}/{d}/{cocodr_analysis_system('without_idro')}.json",
+            }
+            for d in TARGETS
+        ],
+        scale=config["scale"],
+    script:
+        "../workflow_scripts/cocodr_figure5.py"
+
+
+ruleorder: cocodr_clusters > paper_table
+ruleorder: cocodr_figure3 > cocodr_figure4 > cocodr_figure5 > paper_figure
+
+
+rule cocodr:
+    """Every COCO-DR table and figure (results/cocodr/)."""
+    input:
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "cocodr"],
+        COCODR_FIGURES,
