@@ -52,7 +52,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.pretrain.mlm import IGNORE, _head_split, load_masked_lm, mask_tokens, pad_masked, special_frame
+from zsdr.pretrain.mlm import (IGNORE, _head_split, mask_tokens, masked_lm_frame, masked_lm_of_spec, model_name,
+                              pad_masked)
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +134,9 @@ class CocoTask(nn.Module):
                  contrastive_weight: float = 1.0, backbone_dropout: bool = False, seed: int = 42,
                  name: str | None = None):
         super().__init__()
-        name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
-        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
-            raise ValueError(f"{name}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
-                             "pretrained with masked language modelling; start from a masked-LM checkpoint")
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"{name}: COCO pretraining needs a fast tokenizer (tokenizer.json) for whole-word masking")
+        name = model_name(model, name)
+        self.prefix, self.suffix, self.content_length, self.vocab_size = masked_lm_frame(model, tokenizer,
+                                                                                        max_length, name)
         self.documents = [list(spans) for spans in documents]
         if not self.documents:
             raise ValueError(f"{name}: no documents to pretrain on")
@@ -161,13 +159,6 @@ class CocoTask(nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.max_length = int(max_length)
-        self.prefix, self.suffix = special_frame(tokenizer)
-        self.content_length = self.max_length - len(self.prefix) - len(self.suffix)
-        if self.content_length < 1:
-            raise ValueError(f"max_length {max_length} leaves no room for a token between the special tokens")
-        limit = getattr(tokenizer, "model_max_length", None)
-        if limit is not None and limit < 1_000_000 and self.max_length > limit:
-            raise ValueError(f"max_length {max_length} exceeds what {name} accepts ({limit} tokens)")
         self.probability = float(mlm_probability)
         if not 0.0 <= self.probability <= 1.0:
             raise ValueError(f"mlm_probability {mlm_probability} must lie in [0, 1]")
@@ -177,10 +168,6 @@ class CocoTask(nn.Module):
         self.contrastive_weight = float(contrastive_weight)
         self.backbone_dropout = bool(backbone_dropout)
         self.seed = int(seed)
-        self.vocab_size = len(tokenizer)
-        model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-        if model_vocab is not None and self.vocab_size > model_vocab:
-            raise ValueError(f"{name}: the tokenizer has {self.vocab_size} tokens, the model only {model_vocab}")
         layer_class = type(layers[0])
         self.head = nn.ModuleList([layer_class(model.config) for _ in range(self.head_layers)])
         self._init_head()
@@ -340,23 +327,9 @@ def build_coco_task(spec: dict) -> CocoTask:
     0: Condenser), ``backbone_dropout`` (false), ``max_examples`` (documents per file; null: all),
     ``dropout`` (null keeps the checkpoint's), ``tie_embeddings`` (null keeps the checkpoint's tied MLM
     output layer; false unties it, :func:`zsdr.pretrain.mlm.load_masked_lm`) and ``train.seed``."""
-    from transformers import AutoTokenizer
-
     from zsdr.pretrain.spans import read_spans
-    from zsdr.training.tasks import set_dropout
 
-    seed = int(spec.get("train", {}).get("seed", 42))
-    torch.manual_seed(seed)
-    init = str(spec["init"])
-    tokenizer = AutoTokenizer.from_pretrained(init, use_fast=True)
-    if tokenizer.mask_token is None:
-        raise ValueError(f"{init}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
-                         "pretrained with masked language modelling; start from a masked-LM checkpoint")
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"{init}: COCO pretraining needs a fast tokenizer (tokenizer.json) for whole-word masking")
-    model = load_masked_lm(init, spec.get("tie_embeddings"))
-    set_dropout(model, spec.get("dropout"))
-    model.train()
+    seed, init, tokenizer, model = masked_lm_of_spec(spec)
     max_examples = spec.get("max_examples")
     documents: list[list[str]] = []
     for path in _span_files(spec):

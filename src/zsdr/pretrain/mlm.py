@@ -106,6 +106,36 @@ def special_frame(tokenizer) -> tuple[list[int], list[int]]:
     raise ValueError("cannot tell where the tokenizer puts its special tokens")
 
 
+def model_name(model: nn.Module, name: str | None = None) -> str:
+    """What errors call a model: ``name``, else its checkpoint path, else its class."""
+    return name or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
+
+
+def masked_lm_frame(model: nn.Module, tokenizer, max_length: int, name: str) -> tuple[list[int], list[int], int, int]:
+    """``(prefix, suffix, content_length, vocab_size)`` of masked-LM examples of ``max_length`` tokens:
+    the special tokens around one sequence, the room left between them and the tokenizer's vocabulary,
+    checked against the model (clear errors naming ``name``): the tokenizer must be fast and have a mask
+    token."""
+    if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
+        raise ValueError(f"{name}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
+                         "trained with masked language modelling; start from a masked-LM checkpoint")
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{name}: masked-LM training needs a fast tokenizer (tokenizer.json; whole-word masking "
+                         "reads its word ids)")
+    prefix, suffix = special_frame(tokenizer)
+    content = int(max_length) - len(prefix) - len(suffix)
+    if content < 1:
+        raise ValueError(f"max_length {max_length} leaves no room for a token between the special tokens")
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and limit < 1_000_000 and int(max_length) > limit:
+        raise ValueError(f"max_length {max_length} exceeds what {name} accepts ({limit} tokens)")
+    vocab = len(tokenizer)
+    model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if model_vocab is not None and vocab > model_vocab:
+        raise ValueError(f"{name}: the tokenizer has {vocab} tokens, the model only {model_vocab}")
+    return prefix, suffix, content, vocab
+
+
 def _head_split(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(encoder, head)`` of a BERT-/RoBERTa-style masked LM, so that only selected positions reach
     the vocabulary projection; ``None`` for other architectures (the full forward is used)."""
@@ -125,31 +155,17 @@ class MlmTask(nn.Module):
     def __init__(self, model: nn.Module, tokenizer, texts: Sequence[str], max_length: int = 512,
                  probability: float = 0.15, seed: int = 42, name: str | None = None):
         super().__init__()
-        name = name or getattr(getattr(model, "config", None), "_name_or_path", None) or type(model).__name__
-        if tokenizer.mask_token is None or tokenizer.mask_token_id is None:
-            raise ValueError(f"{name}: the tokenizer has no mask token ([MASK] / <mask>), so the model cannot be "
-                             "trained with masked language modelling; start from a masked-LM checkpoint")
-        if not getattr(tokenizer, "is_fast", False):
-            raise ValueError(f"{name}: masked-LM training needs a fast tokenizer (tokenizer.json)")
+        name = model_name(model, name)
+        self.prefix, self.suffix, self.content_length, self.vocab_size = masked_lm_frame(model, tokenizer,
+                                                                                        max_length, name)
         if not texts:
             raise ValueError(f"{name}: no documents to train on")
         self.model = model
         self.tokenizer = tokenizer
         self.texts = list(texts)
         self.max_length = int(max_length)
-        self.prefix, self.suffix = special_frame(tokenizer)
-        self.content_length = self.max_length - len(self.prefix) - len(self.suffix)
-        if self.content_length < 1:
-            raise ValueError(f"max_length {max_length} leaves no room for a token between the special tokens")
-        limit = getattr(tokenizer, "model_max_length", None)
-        if limit is not None and limit < 1_000_000 and self.max_length > limit:
-            raise ValueError(f"max_length {max_length} exceeds what {name} accepts ({limit} tokens)")
         self.probability = float(probability)
         self.seed = int(seed)
-        self.vocab_size = len(tokenizer)
-        model_vocab = getattr(getattr(model, "config", None), "vocab_size", None)
-        if model_vocab is not None and self.vocab_size > model_vocab:
-            raise ValueError(f"{name}: the tokenizer has {self.vocab_size} tokens, the model only {model_vocab}")
         self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
     @property
@@ -231,6 +247,17 @@ def build_mlm_task(spec: dict) -> MlmTask:
     direction (the softmax's negative gradient), so the rare tokens a retriever must tell apart
     collapse together (measured on the mini source: mean cosine between token embeddings 0.00 before,
     0.52 after 400 steps). Untied, the input embeddings only move with the tokens the corpus shows."""
+    seed, init, tokenizer, model = masked_lm_of_spec(spec)
+    max_examples = spec.get("max_examples")
+    texts = corpus_texts(spec["dataset"], None if max_examples is None else int(max_examples))
+    return MlmTask(model, tokenizer, texts, max_length=int(spec.get("max_length", 512)),
+                   probability=float(spec.get("mlm_probability", 0.15)), seed=seed, name=init)
+
+
+def masked_lm_of_spec(spec: dict) -> tuple[int, str, object, nn.Module]:
+    """``(seed, init, tokenizer, model)`` of a masked-LM pretraining spec (``mlm`` or ``coco``): the
+    torch seed set from ``train.seed``, the fast tokenizer of ``init`` (which must have a mask token)
+    and its masked LM (``tie_embeddings``, :func:`load_masked_lm`; ``dropout``) in training mode."""
     from transformers import AutoTokenizer
 
     from zsdr.training.tasks import set_dropout
@@ -245,10 +272,7 @@ def build_mlm_task(spec: dict) -> MlmTask:
     model = load_masked_lm(init, spec.get("tie_embeddings"))
     set_dropout(model, spec.get("dropout"))
     model.train()
-    max_examples = spec.get("max_examples")
-    texts = corpus_texts(spec["dataset"], None if max_examples is None else int(max_examples))
-    return MlmTask(model, tokenizer, texts, max_length=int(spec.get("max_length", 512)),
-                   probability=float(spec.get("mlm_probability", 0.15)), seed=seed, name=init)
+    return seed, init, tokenizer, model
 
 
 def load_masked_lm(init: str, tie_embeddings: bool | None = None):
