@@ -40,8 +40,9 @@ from zsdr.tables.render import format_value
 from zsdr.tables.spec import read_published
 
 FIX = "run snakemake cocodr"
-SWEEPS = {"clusters": "K (number of clusters)", "temperature": "temperature"}
-SWEEP_TITLES = {"clusters": "(a) number of clusters K", "temperature": "(b) temperature"}
+SWEEPS = {"clusters": "K (number of clusters)",
+          "temperature": "rho = eta / tau (iDRO step; a higher temperature tau is a smaller rho)"}
+SWEEP_TITLES = {"clusters": "(a) number of clusters K", "temperature": "(b) temperature, as the update step rho"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +133,8 @@ def render_figure3(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
     """COCO-DR Figure 3: the average ``metric`` over the target datasets against (a) K and (b) the
     temperature.
 
-    ``points``: ``{"sweep": "clusters" | "temperature", "value": K or τ, "system": name, "metrics":
+    ``points``: ``{"sweep": "clusters" | "temperature", "value": K or rho (= η/τ, the form in which the
+    official update carries the temperature), "system": name, "metrics":
     [metrics file per target dataset]}``; the average is the mean over the files of each file's
     aggregate ``metric``. Every point (and ``reference``) must score the same datasets.
     ``reference``: optional ``{"label", "metrics": [files]}``, a dashed horizontal line on both panels
