@@ -265,7 +265,9 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
     assert plan["condenser-warmup"].startswith("init Luyu/condenser;")
     # one clustering per iDRO/GroupDRO episode: Base, -COCO, GroupDRO, Large, Large -COCO and the 6 sweep points
-    assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 2
+    # COCO Base and Large, and Condenser continued on Table 3's targets
+    assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 3
+    assert "contrastive" not in re.search(r"pretrain condenser-target: (init .*)", out).group(1)
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
