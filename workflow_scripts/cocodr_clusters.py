@@ -14,8 +14,8 @@ import random
 import numpy as np
 
 from zsdr.data.formats import judged_queries
-from zsdr.evaluation.cocodr import (cluster_training_losses, nearest_clusters, nearest_source, pick_gains,
-                                   training_losses)
+from zsdr.evaluation.cocodr import (by_cluster, by_query, cluster_centroids, example_losses, nearest_clusters,
+                                   nearest_source, pick_gains)
 from zsdr.io import atomic_write
 from zsdr.logs import setup_logging
 from zsdr.models.encoder import load_encoder
@@ -40,23 +40,23 @@ sides = {"with": p.with_idro, "without": p.without_idro}
 encoder = load_encoder(p.with_idro["model"], device=device, **p.with_idro["options"])
 source_emb = encoder.encode_queries([source_texts[q] for q in qids], batch_size=batch, device=device)
 labels = np.array([clusters[q] for q in qids])
-cluster_losses = {side: cluster_training_losses(s["model"], s["options"], p.source, inp.negatives,
-                                                {q: clusters[q] for q in qids}, k, scale=s["scale"], seed=p.seed,
-                                                batch_size=batch, device=device)
-                  for side, s in sides.items()}
-# clusters with a training loss under both models (a cluster without mined negatives has none)
-present = [c for c in sorted(set(labels.tolist()))
-           if all(cluster_losses[side][c]["loss"] is not None for side in sides)]
-means = np.stack([source_emb[labels == c].mean(axis=0) for c in present])
+# one pass of training losses per model serves Figure 5c's clusters and Table 4's queries
+pairs = {side: example_losses(s["model"], s["options"], p.source, inp.negatives, set(qids).__contains__,
+                              scale=s["scale"], seed=p.seed, batch_size=batch, device=device)
+         for side, s in sides.items()}
+cluster_losses = {side: by_cluster(pairs[side], clusters, k) for side in sides}
+query_losses = {side: by_query(pairs[side]) for side in sides}
+# a cluster without a training loss under both models (no mined negatives) is not a candidate
+centroids = cluster_centroids(source_emb, labels, k)
+centroids[[c for c in range(k) if any(cluster_losses[side][c]["loss"] is None for side in sides)]] = np.nan
 target_emb = {}
 for d, folder in p.targets.items():
     texts = judged_queries(folder, p.splits[d])
     target_emb[d] = (texts, encoder.encode_queries(list(texts.values()), batch_size=batch, device=device))
-    best, scores = nearest_clusters(target_emb[d][1], means)
-    c = present[best]
+    c, scores = nearest_clusters(target_emb[d][1], centroids)
     record = {"dataset": d, "nearest_cluster": int(c), "cluster_queries": int((labels == c).sum()),
               "loss_with": cluster_losses["with"][c]["loss"], "loss_without": cluster_losses["without"][c]["loss"],
-              "scores": {str(present[i]): float(v) for i, v in enumerate(scores)},
+              "scores": {str(i): float(v) for i, v in enumerate(scores) if np.isfinite(v)},
               "with": p.with_idro["system"], "without": p.without_idro["system"], "clusters": inp.clusters}
     log.info("%s: nearest source cluster %d (%d queries), training loss %.4f without iDRO, %.4f with", d, c,
              record["cluster_queries"], record["loss_without"], record["loss_with"])
@@ -73,13 +73,10 @@ texts, emb = target_emb[d4]
 order = list(texts)
 nearest = nearest_source(emb[[order.index(q) for q, _ in picked]], source_emb)
 near_qids = [qids[i] for i in nearest]
-per_query = {side: training_losses(s["model"], s["options"], p.source, inp.negatives, qids=sorted(set(near_qids)),
-                                   scale=s["scale"], seed=p.seed, batch_size=batch, device=device)
-             for side, s in sides.items()}
 
 
 def gain(qid):
-    before, after = per_query["without"].get(qid), per_query["with"].get(qid)
+    before, after = query_losses["without"].get(qid), query_losses["with"].get(qid)
     return None if before is None or after is None else float(before - after)
 
 

@@ -26,6 +26,9 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from zsdr.evaluation.case_study import _nearest
+from zsdr.evaluation.domain import _matrix as finite_matrix
+
 log = logging.getLogger(__name__)
 
 
@@ -34,13 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def _matrix(x, name: str) -> np.ndarray:
-    """``x`` as a float64 matrix of finite values."""
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (rows x dim), got shape {x.shape}")
-    if not np.isfinite(x).all():
-        raise ValueError(f"{name} holds values that are not finite")
-    return x
+    """``x`` as a float64 matrix of finite values (the domain analyses' check)."""
+    return finite_matrix(x, name, dtype=np.float64)
 
 
 def _unit(x: np.ndarray, name: str) -> np.ndarray:
@@ -158,11 +156,12 @@ def nearest_clusters(target_queries, centroids) -> tuple[int, np.ndarray]:
 # Training losses on the source (Fig. 5c, Table 4)
 
 
-def _example_losses(model, options: dict | None, dataset, negatives, keep: Callable[[str], bool], *,
-                    negatives_per_query: int, scale: float, max_queries: int | None, seed: int, batch_size: int,
-                    device) -> list[tuple[str, float]]:
+def example_losses(model, options: dict | None, dataset, negatives, keep: Callable[[str], bool], *,
+                   negatives_per_query: int = 1, scale: float = 1.0, max_queries: int | None = None, seed: int = 0,
+                   batch_size: int = 64, device=None) -> list[tuple[str, float]]:
     """``[(qid, loss)]`` of the training examples whose query ``keep`` accepts (a seeded sample of at
-    most ``max_queries`` of them, in file order)."""
+    most ``max_queries`` of them, in file order): the loss of :func:`training_losses`, one encoding
+    pass; :func:`by_query` and :func:`by_cluster` average it."""
     from zsdr.models.encoder import load_encoder
     from zsdr.training.data import TrainingSet
 
@@ -211,13 +210,39 @@ def training_losses(model, options: dict | None, dataset: str | os.PathLike, neg
     their mean."""
     wanted = None if qids is None else {str(q) for q in qids}
     keep = (lambda q: True) if wanted is None else wanted.__contains__
-    pairs = _example_losses(model, options, dataset, negatives, keep,
-                            negatives_per_query=negatives_per_query, scale=scale, max_queries=max_queries, seed=seed,
-                            batch_size=batch_size, device=device)
+    return by_query(example_losses(model, options, dataset, negatives, keep,
+                                   negatives_per_query=negatives_per_query, scale=scale, max_queries=max_queries,
+                                   seed=seed, batch_size=batch_size, device=device))
+
+
+def by_query(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """``{qid: mean loss of its examples}`` of :func:`example_losses`' pairs."""
     sums: dict[str, list[float]] = {}
     for qid, loss in pairs:
         sums.setdefault(qid, []).append(loss)
     return {qid: float(np.mean(v)) for qid, v in sums.items()}
+
+
+def cluster_assignment(clusters: Mapping[str, int], k: int) -> dict[str, int]:
+    """``{qid: cluster}`` checked: every cluster an integer in ``0..k-1``."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    assign = {}
+    for qid, c in clusters.items():
+        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < k:
+            raise ValueError(f"query {qid!r}: cluster {c!r} is not an integer in 0..{k - 1}")
+        assign[str(qid)] = int(c)
+    return assign
+
+
+def by_cluster(pairs: list[tuple[str, float]], assign: Mapping[str, int], k: int) -> dict[int, dict]:
+    """``{cluster: {"loss": mean over its examples, "queries": n}}`` for clusters ``0..k-1`` of
+    :func:`example_losses`' pairs (``{"loss": None, "queries": 0}`` for a cluster without one)."""
+    groups: dict[int, list[float]] = {c: [] for c in range(k)}
+    for qid, loss in pairs:
+        groups[assign[qid]].append(loss)
+    log.info("training losses of %d queries in %d of %d clusters", len(pairs), sum(1 for v in groups.values() if v), k)
+    return {c: {"loss": float(np.mean(v)) if v else None, "queries": len(v)} for c, v in groups.items()}
 
 
 def cluster_training_losses(model, options: dict | None, dataset: str | os.PathLike, negatives: str | os.PathLike,
@@ -229,21 +254,11 @@ def cluster_training_losses(model, options: dict | None, dataset: str | os.PathL
     :func:`training_losses` grouped by ``clusters`` (``{qid: cluster}``, e.g. iDRO's K-means
     assignment of the training queries). Examples whose query ``clusters`` does not name are skipped
     (the count is logged); ``max_queries`` samples among the others."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    assign = {}
-    for qid, c in clusters.items():
-        if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < k:
-            raise ValueError(f"query {qid!r}: cluster {c!r} is not an integer in 0..{k - 1}")
-        assign[str(qid)] = int(c)
-    pairs = _example_losses(model, options, dataset, negatives, assign.__contains__,
-                            negatives_per_query=negatives_per_query, scale=scale, max_queries=max_queries, seed=seed,
-                            batch_size=batch_size, device=device)
-    groups: dict[int, list[float]] = {c: [] for c in range(k)}
-    for qid, loss in pairs:
-        groups[assign[qid]].append(loss)
-    log.info("training losses of %d queries in %d of %d clusters", len(pairs), sum(1 for v in groups.values() if v), k)
-    return {c: {"loss": float(np.mean(v)) if v else None, "queries": len(v)} for c, v in groups.items()}
+    assign = cluster_assignment(clusters, k)
+    pairs = example_losses(model, options, dataset, negatives, assign.__contains__,
+                           negatives_per_query=negatives_per_query, scale=scale, max_queries=max_queries, seed=seed,
+                           batch_size=batch_size, device=device)
+    return by_cluster(pairs, assign, k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,4 +286,4 @@ def nearest_source(query_emb, source_emb) -> list[int]:
         raise ValueError(f"dims differ: query_emb {query_emb.shape[1]}, source_emb {source_emb.shape[1]}")
     if not len(source_emb):
         raise ValueError("nearest_source needs at least one source embedding")
-    return [int(i) for i in np.argmax(query_emb @ source_emb.T, axis=1)]
+    return [int(row[0]) for row in _nearest(query_emb, source_emb, 1)]

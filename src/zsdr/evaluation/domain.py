@@ -42,9 +42,9 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 4
 
 
-def _matrix(x: np.ndarray, name: str) -> np.ndarray:
-    """``x`` as a C-contiguous float32 matrix of finite values."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
+def _matrix(x: np.ndarray, name: str, dtype=np.float32) -> np.ndarray:
+    """``x`` as a C-contiguous matrix of finite values (float32 unless ``dtype`` says otherwise)."""
+    x = np.ascontiguousarray(x, dtype=dtype)
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (rows x dim), got shape {x.shape}")
     if not np.isfinite(x).all():
