@@ -33,7 +33,13 @@ BUILT_BACKBONES = [
 
 
 # Library modules that others import at module level: listing the importer lists them too.
-CODE_IMPORTS = {"zsdr.models.encoder": ("zsdr.models.adapters",)}
+CODE_IMPORTS = {
+    "zsdr.models.encoder": ("zsdr.models.adapters",),
+    "zsdr.training.berm": ("zsdr.training.sections",),
+    "zsdr.training.modir": ("zsdr.training.sections",),
+    "zsdr.training.idro": ("zsdr.training.sections",),
+    "zsdr.evaluation.cocodr": ("zsdr.evaluation.domain", "zsdr.evaluation.case_study"),
+}
 
 
 def code(*modules):

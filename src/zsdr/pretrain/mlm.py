@@ -16,6 +16,7 @@ depend on its neighbours, on the number of processes or on a resume.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Sequence
@@ -223,17 +224,10 @@ class MlmTask(nn.Module):
 def corpus_texts(dataset: str | os.PathLike, max_examples: int | None = None) -> list[str]:
     """``title + " " + text`` (stripped) of a BEIR corpus in file order; empty documents are skipped,
     ``max_examples`` keeps the first N of the rest."""
-    from zsdr.data.formats import _find, iter_records
+    from zsdr.pretrain.spans import corpus_documents
 
-    path = _find(Path(dataset), "corpus.jsonl")
-    texts = []
-    for _, _, obj in iter_records(path, "corpus"):
-        if max_examples is not None and len(texts) >= max_examples:
-            break
-        text = f"{obj.get('title') or ''} {obj['text']}".strip()
-        if text:
-            texts.append(text)
-    return texts
+    texts = (text for _, _, text in corpus_documents(dataset) if text)
+    return list(itertools.islice(texts, max_examples))
 
 
 def build_mlm_task(spec: dict) -> MlmTask:

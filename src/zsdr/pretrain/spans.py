@@ -127,7 +127,7 @@ def document_spans(text: str, tokenizer, max_tokens: int = 30, new_span_probabil
                            seed, index)
 
 
-def _corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None) -> Iterable[tuple[int, str, str]]:
+def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None) -> Iterable[tuple[int, str, str]]:
     """``(index, id, title + " " + text)`` of a BEIR corpus in file order (``max_docs``: the first N)."""
     from zsdr.data.formats import _find, iter_records
 
@@ -166,7 +166,7 @@ def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tok
 
     with atomic_write(out_path) as fh:
         chunk: list[tuple[int, str, list[str]]] = []
-        for index, rid, text in _corpus_documents(dataset_dir, max_docs):
+        for index, rid, text in corpus_documents(dataset_dir, max_docs):
             chunk.append((index, rid, split_sentences(text)))
             if len(chunk) == _CHUNK:
                 flush(fh, chunk)

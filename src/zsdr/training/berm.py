@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -28,6 +28,7 @@ import torch
 from zsdr.data.units import tokenize_with_units
 from zsdr.data.formats import iter_jsonl
 from zsdr.io import DataError
+from zsdr.training.sections import section_from_dict
 
 
 @dataclass
@@ -42,11 +43,7 @@ class BermConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "BermConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"berm: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
-        return cls(**data)
+        return section_from_dict(cls, data, "berm")
 
 
 def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from zsdr.io import DataError, atomic_write
+from zsdr.training.sections import section_from_dict
 
 DRO_KINDS = ("idro", "groupdro")
 CLUSTERS_FIX = "write the file with the query clustering step (zsdr.training.idro.write_clusters)"
@@ -169,11 +170,7 @@ class DroConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DroConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"dro: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
-        return cls(**data)
+        return section_from_dict(cls, data, "dro")
 
 
 # ------------------------------------------------------------------------------------- updates

@@ -36,7 +36,7 @@ import dataclasses
 import math
 import os
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -48,6 +48,7 @@ from zsdr.io import DataError, atomic_write
 from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
 from zsdr.models.heads import SOURCE, TARGET, DomainClassifier
 from zsdr.training.distributed import gather_with_grad
+from zsdr.training.sections import section_from_dict
 
 MODES = ("momentum", "single", "repeat")
 SETS = {"source_queries": SOURCE, "source_docs": SOURCE, "target_queries": TARGET, "target_docs": TARGET}
@@ -80,11 +81,7 @@ class ModirConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModirConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"modir: unknown key(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}")
-        return cls(**data)
+        return section_from_dict(cls, data, "modir")
 
     @property
     def queue_size(self) -> int:
