@@ -15,6 +15,12 @@ a parallel adapter over the frozen backbone (:meth:`Encoder.add_rem`). Its folde
 bare backbone (the DAM) and the REM in ``rem/`` (``"rem": "rem"`` in ``zsdr.json``), which
 :meth:`Encoder.from_pretrained` plugs back (merging LoRA into the weights for inference).
 
+An encoder may also carry RMSC's soft tokens (:mod:`zsdr.models.soft_tokens`,
+:meth:`Encoder.add_soft_tokens`): domain tokens right after the head special tokens and relevance
+tokens right before the final one, ``[CLS] [T] x [H] [SEP]``. ``contexts`` of the tokenising and
+encoding methods pick them per text (default: the inference context). The tokens live in the saved
+tokenizer and the resized embeddings; ``zsdr.json`` names them (``soft_tokens``).
+
 Document formats (``doc_format``):
 
 * ``title_space_text``: ``(title + " " + text).strip()``, the BEIR / MTEB sentence-transformers
@@ -41,6 +47,7 @@ from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
+from zsdr.models.soft_tokens import SoftTokens
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,8 @@ HEAD_FILE = "head.safetensors"
 CONFIG_VERSION = 1
 REM_DIR = "rem"
 _REWRITE = "write the file again (save the model with save_pretrained)"
+_SOFT_FIX = ("load the folder Encoder.save_pretrained wrote with the soft tokens (its tokenizer and weights carry them), "
+             "or add them to the bare model with Encoder.add_soft_tokens")
 
 
 @dataclass
@@ -67,6 +76,7 @@ class EncoderConfig:
     doc_prefix: str = ""
     doc_format: str = "title_space_text"
     head_seed: int = 0  # initialises the cls_linear_ln head when the checkpoint has none
+    soft_tokens: dict | None = None  # RMSC's soft tokens (SoftTokens.to_dict()); added by Encoder.add_soft_tokens
 
     def __post_init__(self):
         for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("similarity", self.similarity, SIMILARITIES),
@@ -80,6 +90,13 @@ class EncoderConfig:
         for name in ("query_prefix", "doc_prefix"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string")
+        if self.soft_tokens is not None:  # canonical form; raises DataError (a ValueError) when invalid
+            self.soft_tokens = SoftTokens.from_dict(self.soft_tokens).to_dict()
+
+    @property
+    def soft(self) -> SoftTokens | None:
+        """The soft tokens' settings, or ``None``."""
+        return None if self.soft_tokens is None else SoftTokens.from_dict(self.soft_tokens)
 
     @property
     def normalize(self) -> bool:
@@ -100,6 +117,8 @@ class EncoderConfig:
             raise DataError(path, None, f"unknown encoder settings {unknown}", f"known: {', '.join(sorted(known))}")
         try:
             return cls(**{k: v for k, v in data.items() if k in known})
+        except DataError as exc:  # the soft tokens' own message and fix
+            raise DataError(path, None, exc.message, exc.fix) from None
         except ValueError as exc:
             raise DataError(path, None, str(exc), "fix the encoder settings") from None
 
@@ -195,7 +214,10 @@ class Encoder(nn.Module):
         self.head: AnceHead | None = None
         self.rem: Rem | None = None
         self._special: tuple[list[int], list[int]] | None = None
+        self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
         self._clamp_lengths()
+        if self.config.soft_tokens is not None:
+            self._soft()  # every soft token must be in the tokenizer and the embeddings
         if self.config.pooling == "cls_linear_ln":
             self.head = self._new_head()
 
@@ -242,7 +264,14 @@ class Encoder(nn.Module):
         overrides = _normalise_overrides(overrides)
         if not overrides:
             return self
+        before = self.config
         self.config = replace(self.config, **overrides)
+        if self.config.soft_tokens != before.soft_tokens:
+            try:  # a different inference context is fine; tokens the model lacks are not added here
+                self._soft()
+            except ValueError as exc:
+                self.config = before
+                raise ValueError(f"{exc}; only Encoder.add_soft_tokens adds soft tokens") from None
         self._clamp_lengths()
         if self.config.pooling == "cls_linear_ln":
             if self.head is None:
@@ -250,6 +279,112 @@ class Encoder(nn.Module):
         else:
             self.head = None
         return self
+
+    # --------------------------------------------------------------------------- soft tokens
+    def add_soft_tokens(self, k: int = 1, seed: int = 0,
+                        inference: tuple[str, str] = ("target", "human")) -> "Encoder":
+        """Add RMSC's soft tokens (``k`` per slot: ``[S]`` ``[T]`` ``[H]`` ``[W]``) to the tokenizer and the
+        backbone's input embeddings; ``inference`` is the (domain, relevance) context of inputs given none.
+
+        The new embedding rows are drawn from N(0, ``initializer_range``) of the backbone config (0.02
+        without one) with ``torch.Generator().manual_seed(seed)``: random, not the mean of the old rows,
+        and the same for the same seed. Refused when the encoder already has soft tokens or when any
+        token string already exists in the vocabulary.
+        """
+        if self.config.soft_tokens is not None:
+            raise ValueError(f"this encoder already has soft tokens ({self.config.soft_tokens}); load the model "
+                             "without them to add others")
+        soft = SoftTokens(k=k, inference=tuple(inference))
+        strings = soft.all_tokens()
+        vocab = self.tokenizer.get_vocab()
+        taken = [t for t in strings if t in vocab]
+        if taken:
+            raise ValueError(f"soft tokens {taken} already exist in the tokenizer's vocabulary; RMSC's tokens must be "
+                             "new (load a model without them)")
+        old = self.backbone.get_input_embeddings()
+        trainable = old.weight.requires_grad
+        self.tokenizer.add_tokens(strings, special_tokens=True)
+        ids = self.tokenizer.convert_tokens_to_ids(strings)
+        # Never shrink: some checkpoints have more embedding rows than tokenizer entries.
+        rows = max(len(self.tokenizer), old.num_embeddings, max(ids) + 1)
+        with _quiet_transformers():
+            emb = self.backbone.resize_token_embeddings(rows, mean_resizing=False)
+        std = float(getattr(getattr(self.backbone, "config", None), "initializer_range", 0.02) or 0.02)
+        generator = torch.Generator().manual_seed(int(seed))
+        init = torch.randn(len(ids), emb.embedding_dim, generator=generator) * std
+        with torch.no_grad():
+            emb.weight[torch.tensor(ids)] = init.to(device=emb.weight.device, dtype=emb.weight.dtype)
+        emb.weight.requires_grad_(trainable)
+        self.config = replace(self.config, soft_tokens=soft.to_dict())
+        self._soft_ids = None
+        self._soft()
+        return self
+
+    def _soft(self) -> tuple[SoftTokens, dict[str, int]] | None:
+        """The soft tokens' settings and each token string's id (``None`` without soft tokens); ValueError
+        when a token is missing from the tokenizer or the embeddings."""
+        soft = self.config.soft
+        if soft is None:
+            return None
+        if self._soft_ids is None or self._soft_ids[0] != soft:
+            self._soft_ids = (soft, _soft_token_ids(self.tokenizer, self.backbone, soft))
+        return self._soft_ids
+
+    def _context_ids(self, contexts, n: int) -> list[tuple[list[int], list[int]]] | None:
+        """Per text, the ids of its domain and relevance tokens (``None`` for an encoder without soft tokens).
+
+        ``contexts``: ``None`` (the inference context for all), one ``(domain, relevance)`` pair for all,
+        or a list with one pair per text.
+        """
+        found = self._soft()
+        if found is None:
+            if contexts is not None:
+                raise ValueError("contexts need soft tokens, and this encoder has none (add them with "
+                                 "Encoder.add_soft_tokens); pass contexts=None")
+            return None
+        soft, ids = found
+        if contexts is None:
+            contexts = [soft.inference] * n
+        elif _is_context(contexts):
+            contexts = [contexts] * n
+        else:
+            contexts = list(contexts)
+            if len(contexts) != n:
+                raise ValueError(f"{len(contexts)} contexts for {n} texts (give one (domain, relevance) pair per "
+                                 "text, a single pair, or None)")
+        cache: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        out = []
+        for c in contexts:
+            if not _is_context(c):
+                raise ValueError(f"a context is a (domain, relevance) pair, got {c!r}")
+            key = (c[0], c[1])
+            if key not in cache:
+                domain, relevance = soft.tokens(*key)
+                cache[key] = ([ids[t] for t in domain], [ids[t] for t in relevance])
+            out.append(cache[key])
+        return out
+
+    def _insert_soft(self, out: dict[str, list], soft: list[tuple[list[int], list[int]]]) -> dict[str, list]:
+        """Put each row's domain ids right after the head special tokens and its relevance ids right before
+        the tail ones. Inserted tokens take the token type of their neighbour inside (the token after the
+        domain tokens, the one before the relevance tokens), offset ``(0, 0)`` and sequence id ``None``.
+        A pair (``title_sep_text``) starts and ends with the specials of a single sequence (BERT
+        ``[CLS] a [SEP] b [SEP]``, RoBERTa ``<s> a </s></s> b </s>``), so the same positions apply."""
+        n_head, n_tail = (len(s) for s in self._specials())
+        for i, (dom, rel) in enumerate(soft):
+            length = len(out["input_ids"][i])
+            a, b = n_head, length - n_tail
+            out["input_ids"][i] = _splice(out["input_ids"][i], a, b, dom, rel)
+            if "token_type_ids" in out:
+                t = out["token_type_ids"][i]
+                after = t[a] if a < length else (t[a - 1] if a else 0)
+                before = t[b - 1] if b > 0 else (t[b] if b < length else 0)
+                out["token_type_ids"][i] = _splice(t, a, b, [after] * len(dom), [before] * len(rel))
+            if "offset_mapping" in out:
+                out["offset_mapping"][i] = _splice(out["offset_mapping"][i], a, b, [(0, 0)] * len(dom),
+                                                   [(0, 0)] * len(rel))
+                out["sequence_ids"][i] = _splice(out["sequence_ids"][i], a, b, [None] * len(dom), [None] * len(rel))
+        return out
 
     # ------------------------------------------------------------------------------- the REM
     def add_rem(self, config: RemConfig | dict) -> "Encoder":
@@ -337,6 +472,14 @@ class Encoder(nn.Module):
             raise DataError(name, None, f"cannot load a tokenizer ({exc})",
                             "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
         backbone = _load_backbone(name)
+        if config.soft_tokens is not None:
+            try:
+                _soft_token_ids(tokenizer, backbone, config.soft)
+            except ValueError as exc:
+                if "soft_tokens" in overrides:
+                    raise ValueError(f"{exc}; overriding soft_tokens cannot add tokens, only Encoder.add_soft_tokens "
+                                     "does") from None
+                raise DataError(folder / CONFIG_FILE, None, str(exc), _SOFT_FIX) from None
         encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
         if encoder.head is not None:
             if saved_head is not None:
@@ -431,13 +574,21 @@ class Encoder(nn.Module):
                 raise RuntimeError(f"cannot locate the special tokens of {type(self.tokenizer).__name__}")
         return self._special
 
-    def _tokenize(self, first: list[str], second: list[str] | None, max_length: int,
-                  offsets: bool = False) -> dict[str, list[list[int]]]:
+    def _tokenize(self, first: list[str], second: list[str] | None, max_length: int, offsets: bool = False,
+                  soft: list[tuple[list[int], list[int]]] | None = None,
+                  setting: str = "doc_max_length") -> dict[str, list[list[int]]]:
         """Token ids (and token types); with ``offsets`` also each token's ``offset_mapping`` (character span
-        in its own string) and ``sequence_ids`` (0 first string, 1 second, None special)."""
+        in its own string) and ``sequence_ids`` (0 first string, 1 second, None special).
+
+        ``soft`` (from :meth:`_context_ids`): each row's domain and relevance ids, placed around the text
+        within ``max_length`` (the text is truncated to leave them room; ``setting`` names the length
+        in errors).
+        """
         if not first:
             out = {"input_ids": [], **({"token_type_ids": []} if self._uses_token_types() else {})}
             return {**out, "offset_mapping": [], "sequence_ids": []} if offsets else out
+        if soft is not None:
+            max_length = self._soft_budget(max_length, setting, pair=second is not None)
         enc = self.tokenizer(first, second, add_special_tokens=True, truncation=True, max_length=max_length,
                              padding=False, return_attention_mask=False,
                              return_token_type_ids=self._uses_token_types(), return_offsets_mapping=offsets)
@@ -447,20 +598,38 @@ class Encoder(nn.Module):
         if offsets:
             out["offset_mapping"] = enc["offset_mapping"]
             out["sequence_ids"] = [enc.sequence_ids(i) for i in range(len(first))]
-        return out
+        return out if soft is None else self._insert_soft(out, soft)
 
-    def tokenize_queries(self, texts: Sequence[str]) -> dict[str, list[list[int]]]:
+    def _soft_budget(self, max_length: int, setting: str, pair: bool = False) -> int:
+        """``max_length`` less the ``2k`` soft tokens, or ValueError when no text token would fit."""
+        reserved = 2 * self.config.soft.k
+        specials = self.tokenizer.num_special_tokens_to_add(pair=pair)
+        if max_length - reserved < specials + 1:
+            raise ValueError(f"{setting} {max_length} leaves no room for text beside {reserved} soft tokens and "
+                             f"{specials} special tokens (set it to at least {reserved + specials + 1})")
+        return max_length - reserved
+
+    def tokenize_queries(self, texts: Sequence[str], contexts=None) -> dict[str, list[list[int]]]:
+        """Token ids (and token types) of queries. ``contexts`` (encoders with soft tokens only): ``None``
+        for the inference context, one ``(domain, relevance)`` pair for all, or one pair per text."""
+        texts = list(texts)
+        soft = self._context_ids(contexts, len(texts))
         p = self.config.query_prefix
-        return self._tokenize([p + t for t in texts], None, self.config.query_max_length)
+        return self._tokenize([p + t for t in texts], None, self.config.query_max_length, soft=soft,
+                              setting="query_max_length")
 
-    def tokenize_docs(self, docs: Sequence[dict | str], offsets: bool = False) -> dict[str, list[list[int]]]:
+    def tokenize_docs(self, docs: Sequence[dict | str], offsets: bool = False,
+                      contexts=None) -> dict[str, list[list[int]]]:
         """Token ids of documents in the ``doc_format``; ``offsets`` adds the character span of every token in
         the string it came from and its sequence id (:meth:`_tokenize`), for the formats that tokenise
-        strings (not ``lower_title_text``, which joins title and text at the token level)."""
+        strings (not ``lower_title_text``, which joins title and text at the token level). ``contexts`` as
+        in :meth:`tokenize_queries`; soft tokens have offset ``(0, 0)`` and sequence id ``None``."""
         cfg = self.config
         if offsets and cfg.doc_format == "lower_title_text":
             raise ValueError("doc_format lower_title_text joins title and text at the token level and has no "
                              "character offsets: use title_space_text, title_sep_text or text")
+        docs = list(docs)
+        soft = self._context_ids(contexts, len(docs))
         if not docs:
             return self._tokenize([], None, cfg.doc_max_length, offsets)
         titles = [("" if isinstance(d, str) else d.get("title") or "") for d in docs]
@@ -468,14 +637,15 @@ class Encoder(nn.Module):
         p = cfg.doc_prefix
         if cfg.doc_format == "title_space_text":
             return self._tokenize([p + f"{t} {x}".strip() for t, x in zip(titles, texts)], None, cfg.doc_max_length,
-                                  offsets)
+                                  offsets, soft)
         if cfg.doc_format == "text":
-            return self._tokenize([p + x for x in texts], None, cfg.doc_max_length, offsets)
+            return self._tokenize([p + x for x in texts], None, cfg.doc_max_length, offsets, soft)
         if cfg.doc_format == "title_sep_text":
-            return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length, offsets)
+            return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length, offsets, soft)
         # lower_title_text: title tokens (lower-cased) then text tokens, one segment, no separator.
         head, tail = self._specials()
-        budget = max(cfg.doc_max_length - len(head) - len(tail), 0)
+        max_length = cfg.doc_max_length if soft is None else self._soft_budget(cfg.doc_max_length, "doc_max_length")
+        budget = max(max_length - len(head) - len(tail), 0)
         bare = dict(add_special_tokens=False, truncation=True, max_length=max(budget, 1))
         t_ids = self.tokenizer([p + t.lower() for t in titles], **bare)["input_ids"]
         x_ids = self.tokenizer(texts, **bare)["input_ids"]
@@ -483,7 +653,7 @@ class Encoder(nn.Module):
         out = {"input_ids": ids}
         if self._uses_token_types():
             out["token_type_ids"] = [[0] * len(i) for i in ids]
-        return out
+        return out if soft is None else self._insert_soft(out, soft)
 
     # ------------------------------------------------------------------------------ encoding
     def collate(self, features: dict[str, list[list[int]]], rows: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
@@ -551,19 +721,23 @@ class Encoder(nn.Module):
         return current if current.type != "cpu" else resolve_device(None)
 
     def encode_queries(self, texts: Sequence[str], batch_size: int = 64, device: str | torch.device | None = None,
-                       show_progress: bool = False, precision: str | None = None) -> np.ndarray:
-        """``(len(texts), dim)`` float32 query embeddings."""
-        return self.encode_tokenized(self.tokenize_queries(list(texts)), batch_size, device, precision,
-                                     show_progress, desc="queries")
+                       show_progress: bool = False, precision: str | None = None, contexts=None) -> np.ndarray:
+        """``(len(texts), dim)`` float32 query embeddings (``contexts`` as in :meth:`tokenize_queries`)."""
+        return self.encode_tokenized(self.tokenize_queries(list(texts), contexts=contexts), batch_size, device,
+                                     precision, show_progress, desc="queries")
 
     def encode_docs(self, docs: Sequence[dict | str], batch_size: int = 64, device: str | torch.device | None = None,
-                    show_progress: bool = False, precision: str | None = None) -> np.ndarray:
-        """``(len(docs), dim)`` float32 embeddings of ``{"title", "text"}`` dicts (or bare strings)."""
-        return self.encode_tokenized(self.tokenize_docs(list(docs)), batch_size, device, precision,
-                                     show_progress, desc="docs")
+                    show_progress: bool = False, precision: str | None = None, contexts=None) -> np.ndarray:
+        """``(len(docs), dim)`` float32 embeddings of ``{"title", "text"}`` dicts (or bare strings);
+        ``contexts`` as in :meth:`tokenize_queries`."""
+        return self.encode_tokenized(self.tokenize_docs(list(docs), contexts=contexts), batch_size, device,
+                                     precision, show_progress, desc="docs")
 
     def describe(self) -> dict:
         out = {"model": self.name_or_path, "dim": self.dim, **self.config.to_dict(), "normalize": self.config.normalize}
+        soft = self.config.soft
+        if soft is not None:
+            out["soft_tokens"] = {**soft.to_dict(), "tokens": soft.all_tokens()}
         if self.rem is not None:
             out["rem"] = self.rem.describe()
         return out
@@ -607,6 +781,31 @@ def _load_backbone(name: str) -> nn.Module:
     if unexpected:
         log.debug("%s: %d checkpoint weights unused (e.g. %s)", name, len(unexpected), unexpected[0])
     return backbone
+
+
+def _is_context(value) -> bool:
+    """Whether ``value`` is one ``(domain, relevance)`` pair (rather than a list of them)."""
+    return isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, str) for v in value)
+
+
+def _splice(row: list, start: int, end: int, left: list, right: list) -> list:
+    """``row`` with ``left`` inserted before position ``start`` and ``right`` before position ``end``."""
+    return list(row[:start]) + left + list(row[start:end]) + right + list(row[end:])
+
+
+def _soft_token_ids(tokenizer, backbone: nn.Module, soft: SoftTokens) -> dict[str, int]:
+    """Each soft token string's id; ValueError unless every one is a distinct, known id with an embedding row."""
+    strings = soft.all_tokens()
+    ids = tokenizer.convert_tokens_to_ids(strings)
+    rows = backbone.get_input_embeddings().num_embeddings
+    unk = tokenizer.unk_token_id
+    bad = [t for t, i in zip(strings, ids) if not isinstance(i, int) or i == unk or not 0 <= i < rows]
+    if bad:
+        raise ValueError(f"soft tokens {bad} are not in the tokenizer's vocabulary or have no embedding row "
+                         f"({rows} rows)")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"soft tokens {strings} do not map to distinct ids ({ids})")
+    return dict(zip(strings, ids))
 
 
 def _normalise_overrides(overrides: dict) -> dict:
