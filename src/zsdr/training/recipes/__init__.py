@@ -5,7 +5,8 @@ resolved by the workflow into paths): :func:`run_spec` trains it in this process
 ``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
 ``accelerate launch`` start once per process for multi-GPU and multi-node runs.
 
-Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader`` | ``mlm`` | ``coco``),
+Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader`` | ``mlm`` | ``coco`` |
+``mixture`` | ``generator``),
 ``init`` (model folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives``
 (negatives file; readers have none), ``systems`` (which negative systems of that file; null = all),
 ``teacher`` (teacher-score file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
@@ -20,9 +21,14 @@ GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.train
 frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
 ``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); COCO pretraining (``coco``, COCO-DR) has
 ``spans`` (span files, no ``dataset``), ``max_length``, ``mlm_probability``, ``head_layers``, ``skip_from``,
-``late_mlm``, ``contrastive_weight`` and ``backbone_dropout`` (:func:`zsdr.pretrain.coco.build_coco_task`); cross-encoders ``max_length`` and
+``late_mlm``, ``contrastive_weight`` and ``backbone_dropout`` (:func:`zsdr.pretrain.coco.build_coco_task`); RMSC's
+joint training (``mixture``) has ``sets`` (supervision sets, no ``dataset``), ``encoder``, ``scale``,
+``group_negatives`` and ``soft_tokens`` (:func:`zsdr.training.rmsc.build_mixture_task`); cross-encoders ``max_length`` and
 ``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
-which only the pairs of the dataset's ``train`` qrels are used).
+which only the pairs of the dataset's ``train`` qrels are used); query generators (``generator``, RMSC's QGen:
+a seq2seq model trained on passage -> query, :func:`zsdr.models.generator.build_generator_task`) ``split`` (whose
+qrels give the positive pairs, default ``train``), ``max_length`` (passage tokens, 256) and ``query_max_length``
+(64), with ``init`` a seq2seq folder (:func:`zsdr.models.generator.build_tiny_generator`) or Hugging Face id.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco")
+KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "generator")
 
 
 def _fingerprint(spec: dict) -> str:
@@ -49,6 +55,9 @@ def _fingerprint(spec: dict) -> str:
     files += [spec["dro"]["clusters_file"]] if (spec.get("dro") or {}).get("clusters_file") else []
     if spec.get("kind") == "coco":
         files += [spec["spans"]] if isinstance(spec["spans"], str) else list(spec["spans"])
+    elif spec.get("kind") == "mixture":
+        for entry in spec["sets"]:
+            files += [str(Path(entry["dataset"]) / "corpus.jsonl")] + ([entry["pairs"]] if entry.get("pairs") else [])
     else:
         files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
     init = Path(spec["init"])
@@ -78,6 +87,14 @@ def build_task(spec: dict):
         from zsdr.pretrain.coco import build_coco_task
 
         return build_coco_task(spec)
+    if kind == "mixture":
+        from zsdr.training.rmsc import build_mixture_task
+
+        return build_mixture_task(spec)
+    if kind == "generator":
+        from zsdr.models.generator import build_generator_task
+
+        return build_generator_task(spec)
     if kind == "reader":
         from zsdr.models.reader import Reader
         from zsdr.training.data import reader_examples

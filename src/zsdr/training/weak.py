@@ -1,0 +1,328 @@
+"""Weak supervision for RMSC: (pseudo-query, pseudo-positive) pairs drawn from a corpus.
+
+RMSC (Fang et al., AAAI 2024) trains a dense retriever on the labelled MS MARCO pairs plus weak
+pairs extracted from the source and target corpora by three methods:
+
+* ``scl`` (span-level contrastive learning): two spans of one document are query and positive.
+  The spans are COCO-DR's (:func:`zsdr.pretrain.spans.document_spans`: sentences of
+  ``title + " " + text`` packed into spans of at most ``max_tokens`` tokens); the positive is
+  ``{"title": "", "text": span}``.
+* ``ict`` (inverse cloze task, Lee et al. 2019): one sentence of the document's ``text`` is the
+  query, the other sentences in order, joined by a space, are the positive (titled with the
+  document's title); with probability ``keep_probability`` (10 % in Lee et al.) the sentence is
+  left in the context, so the model also learns to match words.
+* ``qgen``: a seq2seq query generator writes queries for the document, which is the positive
+  (:func:`zsdr.models.generator.write_qgen_pairs`; BEIR's QGen setup).
+
+Selection. :func:`permuted_documents` visits the documents of ``corpus.jsonl`` in a permutation
+seeded by ``seed`` (not in file order), so ``max_pairs`` takes a random subset of documents, and
+the pairs written for a smaller ``max_pairs`` are a prefix of those written for a larger one.
+The corpus is read once to count it, then once per window of positions in the permutation: the
+first window holds the documents ``max_pairs`` should need (twice the expected count), each
+further window twice as many; without ``max_pairs`` one window holds the whole corpus.
+
+Randomness. Pair ``k`` of the document at position ``index`` of ``corpus.jsonl`` is drawn from
+``numpy.random.default_rng([seed, index, k, 1])`` alone (:func:`pair_rng`), so a document's pairs
+do not depend on which other documents are read. The fourth word keeps these streams apart from
+the span packer's ``default_rng([seed, index])``: numpy pads a seed with zeros, so
+``[seed, index, 0]`` would *be* that stream. The permutation comes from
+``default_rng([seed, 0, 0, 2])``.
+
+Several pairs per document (``pairs_per_document``) are pairwise distinct: pair ``k`` is drawn
+from its own stream and redrawn from that stream while it repeats an earlier pair of the document
+(ICT: the same query sentence; SCL: the same two spans, in either role). A document gives at most
+as many pairs as it has distinct options (ICT: distinct sentences; SCL: unordered pairs of distinct
+spans), so fewer than ``pairs_per_document`` and never a duplicate. The first pair is always
+``ict_pair`` / ``scl_pair`` of its stream. A document that gives no pair (fewer than two sentences
+or spans) is skipped and counted.
+
+File format (JSON lines, one pair a line, ``.gz`` compresses)::
+
+    {"_id": "<method>-<doc_id>-<k>", "doc_id": str, "query": str,
+     "positive": {"title": str, "text": str}, "method": "scl" | "ict" | "qgen"}
+
+(``k`` counts the pairs of one document from 0.)
+
+:func:`write_weak_pairs` writes SCL and ICT files, :func:`read_weak_pairs` reads any of them back.
+This module does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Hashable, Iterator, Sequence
+
+import numpy as np
+
+from zsdr.io import DataError, atomic_write
+
+log = logging.getLogger(__name__)
+
+METHODS = ("scl", "ict", "qgen")
+_PAIR_STREAM = 1   # fourth seed word of the pair generators (see the module docstring)
+_ORDER_STREAM = 2  # fourth seed word of the document permutation
+_FIX = "regenerate the file with zsdr.training.weak.write_weak_pairs (or write_qgen_pairs for qgen)"
+
+
+@dataclass(frozen=True)
+class CorpusDocument:
+    """One document of a BEIR corpus; ``index`` is its 0-based position in ``corpus.jsonl``."""
+
+    index: int
+    id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class WeakPair:
+    """One weak training pair: ``query`` and its pseudo-positive ``{"title", "text"}``, drawn from
+    document ``doc_id`` by ``method`` (``scl`` | ``ict`` | ``qgen``). Not hashable (``positive`` is a dict)."""
+
+    id: str
+    doc_id: str
+    query: str
+    positive: dict
+    method: str
+
+
+# ------------------------------------------------------------------------------------ pair draws
+def pair_rng(seed: int, index: int, k: int) -> np.random.Generator:
+    """The generator of pair ``k`` of the document at position ``index``."""
+    return np.random.default_rng([int(seed), int(index), int(k), _PAIR_STREAM])
+
+
+def ict_pair(sentences: Sequence[str], rng: np.random.Generator,
+             keep_probability: float = 0.1) -> tuple[str, str] | None:
+    """``(query, context)`` of the inverse cloze task, ``None`` for fewer than two sentences.
+
+    The query is a sentence picked uniformly (``rng.integers``); the context is the other sentences
+    in order, joined by a space, or with probability ``keep_probability`` (one ``rng.random()``,
+    always drawn) all the sentences, the query left in place.
+    """
+    if not 0.0 <= keep_probability <= 1.0:
+        raise ValueError(f"keep_probability {keep_probability} must lie in [0, 1]")
+    if len(sentences) < 2:
+        return None
+    i = int(rng.integers(len(sentences)))
+    keep = rng.random() < keep_probability
+    context = list(sentences) if keep else [*sentences[:i], *sentences[i + 1:]]
+    return sentences[i], " ".join(context)
+
+
+def scl_pair(spans: Sequence[str], rng: np.random.Generator) -> tuple[str, str] | None:
+    """``(query, positive)``: two distinct spans (distinct texts; repeated spans count once) drawn
+    without replacement, ``None`` when there are fewer than two."""
+    unique = list(dict.fromkeys(spans))
+    if len(unique) < 2:
+        return None
+    a, b = rng.choice(len(unique), size=2, replace=False)
+    return unique[int(a)], unique[int(b)]
+
+
+def distinct_pairs(draw: Callable[[np.random.Generator], tuple[str, str]], key: Callable[[tuple[str, str]], Hashable],
+                   options: int, count: int, seed: int, index: int) -> list[tuple[str, str]]:
+    """Up to ``count`` pairwise distinct pairs of one document (``options``: how many distinct keys
+    ``draw`` can give). Pair ``k`` comes from :func:`pair_rng` ``(seed, index, k)``, redrawn from that
+    stream while its ``key`` repeats an earlier pair's; at most ``options`` pairs are returned."""
+    out: list[tuple[str, str]] = []
+    seen: set = set()
+    for k in range(min(int(count), int(options))):
+        rng = pair_rng(seed, index, k)
+        pair = draw(rng)
+        while key(pair) in seen:  # ends: fewer keys are taken than exist, and each has a positive chance
+            pair = draw(rng)
+        seen.add(key(pair))
+        out.append(pair)
+    return out
+
+
+def ict_pairs(sentences: Sequence[str], count: int, seed: int, index: int,
+              keep_probability: float = 0.1) -> list[tuple[str, str]]:
+    """Up to ``count`` ICT pairs of one document with distinct query sentences (one per distinct
+    sentence at most); none for fewer than two sentences."""
+    if len(sentences) < 2:
+        return []
+    return distinct_pairs(lambda rng: ict_pair(sentences, rng, keep_probability), lambda p: p[0],
+                          len(set(sentences)), count, seed, index)
+
+
+def scl_pairs(spans: Sequence[str] | None, count: int, seed: int, index: int) -> list[tuple[str, str]]:
+    """Up to ``count`` SCL pairs of one document, no two with the same two spans (in either role)."""
+    unique = list(dict.fromkeys(spans or ()))
+    if len(unique) < 2:
+        return []
+    return distinct_pairs(lambda rng: scl_pair(unique, rng), frozenset,
+                          len(unique) * (len(unique) - 1) // 2, count, seed, index)
+
+
+# ---------------------------------------------------------------------------- document selection
+def corpus_records(dataset_dir: str | os.PathLike) -> Iterator[CorpusDocument]:
+    """The documents of a BEIR corpus in file order (title ``""`` when missing)."""
+    from zsdr.data.formats import _find, iter_records
+
+    path = _find(Path(dataset_dir), "corpus.jsonl")
+    for index, (_, rid, obj) in enumerate(iter_records(path, "corpus")):
+        yield CorpusDocument(index, rid, obj.get("title") or "", obj["text"])
+
+
+def document_order(n: int, seed: int) -> np.ndarray:
+    """The order in which the ``n`` documents of a corpus are visited: a seeded permutation."""
+    return np.random.default_rng([int(seed), 0, 0, _ORDER_STREAM]).permutation(int(n))
+
+
+def first_window(max_pairs: int | None, per_document: int) -> int | None:
+    """How many documents :func:`permuted_documents` reads on its first pass when at most
+    ``max_pairs`` pairs of up to ``per_document`` each are wanted (``None``: the whole corpus)."""
+    if max_pairs is None:
+        return None
+    return 2 * math.ceil(int(max_pairs) / max(int(per_document), 1)) + 64
+
+
+def permuted_documents(dataset_dir: str | os.PathLike, seed: int = 0,
+                       window: int | None = None) -> Iterator[CorpusDocument]:
+    """The documents of a BEIR corpus in the order :func:`document_order` ``(n, seed)``.
+
+    The corpus is read once to count it, then once per window of positions in that order (the
+    first ``window`` documents, then twice as many each time; ``None``: one window for the whole
+    corpus), holding one window's documents in memory. Stop iterating when enough are read.
+    """
+    n = sum(1 for _ in corpus_records(dataset_dir))
+    rank = np.empty(n, dtype=np.int64)
+    rank[document_order(n, seed)] = np.arange(n)
+    lo, size = 0, n if window is None else max(1, int(window))
+    while lo < n:
+        hi = min(n, lo + size)
+        docs: list[CorpusDocument | None] = [None] * (hi - lo)
+        for doc in corpus_records(dataset_dir):
+            if doc.index >= n:
+                break
+            r = int(rank[doc.index])
+            if lo <= r < hi:
+                docs[r - lo] = doc
+        if any(d is None for d in docs):
+            raise DataError(Path(dataset_dir) / "corpus.jsonl", None, "the corpus changed while it was being read",
+                            "do not rewrite a corpus while pairs are drawn from it; run again")
+        yield from docs
+        lo, size = hi, 2 * size
+
+
+def selected_documents(dataset_dir: str | os.PathLike, seed: int, max_pairs: int | None,
+                       per_document: int) -> Iterator[CorpusDocument]:
+    """The documents a writer of at most ``max_pairs`` pairs (up to ``per_document`` each) visits, in
+    the order of :func:`permuted_documents`; nothing for ``max_pairs`` 0. The writer stops iterating
+    once it has written ``max_pairs`` pairs."""
+    if max_pairs is not None and int(max_pairs) <= 0:
+        return iter(())
+    return permuted_documents(dataset_dir, seed, first_window(max_pairs, per_document))
+
+
+# ------------------------------------------------------------------------------------- writing
+def pair_record(method: str, doc_id: str, k: int, query: str, positive: dict) -> dict:
+    """The JSON object of one weak pair (see the module docstring)."""
+    return {"_id": f"{method}-{doc_id}-{k}", "doc_id": doc_id, "query": query,
+            "positive": {"title": positive.get("title") or "", "text": positive["text"]}, "method": method}
+
+
+def write_pair(fh, method: str, doc_id: str, k: int, query: str, positive: dict) -> None:
+    fh.write(json.dumps(pair_record(method, doc_id, k, query, positive), ensure_ascii=False) + "\n")
+
+
+def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, method: str, *, tokenizer=None,
+                     max_pairs: int | None = None, pairs_per_document: int = 1, seed: int = 0, max_tokens: int = 30,
+                     new_span_probability: float = 0.1, keep_probability: float = 0.1) -> dict:
+    """Write the ``scl`` or ``ict`` pairs of the BEIR corpus in ``dataset_dir`` to ``out_path``.
+
+    Documents are visited in the seeded order of :func:`permuted_documents` until ``max_pairs``
+    pairs are written (``None``: every document); each gives up to ``pairs_per_document`` distinct
+    pairs (see the module docstring), the last one visited possibly fewer to end at ``max_pairs``.
+    SCL needs ``tokenizer`` (a Hugging Face tokenizer: it counts span tokens, ``max_tokens`` and
+    ``new_span_probability`` as in :func:`zsdr.pretrain.spans.document_spans`); ICT splits the
+    document's ``text`` with :func:`zsdr.pretrain.spans.split_sentences`. The file is written
+    atomically in visiting order. Returns ``{"documents": visited, "pairs": written, "skipped":
+    visited documents that gave no pair}``.
+    """
+    from zsdr.pretrain.spans import document_spans, split_sentences
+
+    if method not in ("scl", "ict"):
+        raise ValueError(f"weak-pair method {method!r}: expected 'scl' or 'ict' (qgen: "
+                         "zsdr.models.generator.write_qgen_pairs)")
+    if method == "scl" and tokenizer is None:
+        raise ValueError("scl pairs need the tokenizer that counts span tokens")
+    if int(pairs_per_document) < 1:
+        raise ValueError(f"pairs_per_document {pairs_per_document} must be >= 1")
+    if max_pairs is not None and int(max_pairs) < 0:
+        raise ValueError(f"max_pairs {max_pairs} must be >= 0 (or null for every document)")
+    if not 0.0 <= keep_probability <= 1.0:
+        raise ValueError(f"keep_probability {keep_probability} must lie in [0, 1]")
+
+    def pairs_of(doc: CorpusDocument) -> list[tuple[str, dict]]:
+        if method == "scl":
+            spans = document_spans(f"{doc.title} {doc.text}".strip(), tokenizer, max_tokens, new_span_probability,
+                                   seed, doc.index)
+            return [(q, {"title": "", "text": p}) for q, p in scl_pairs(spans, pairs_per_document, seed, doc.index)]
+        pairs = ict_pairs(split_sentences(doc.text), pairs_per_document, seed, doc.index, keep_probability)
+        return [(q, {"title": doc.title, "text": c}) for q, c in pairs]
+
+    stats = {"documents": 0, "pairs": 0, "skipped": 0}
+    with atomic_write(out_path) as fh:
+        for doc in selected_documents(dataset_dir, seed, max_pairs, pairs_per_document):
+            stats["documents"] += 1
+            pairs = pairs_of(doc)
+            if max_pairs is not None:
+                pairs = pairs[:max_pairs - stats["pairs"]]
+            if not pairs:
+                stats["skipped"] += 1
+            for k, (query, positive) in enumerate(pairs):
+                write_pair(fh, method, doc.id, k, query, positive)
+            stats["pairs"] += len(pairs)
+            if max_pairs is not None and stats["pairs"] >= max_pairs:
+                break  # before the next document is fetched: that may read another window of the corpus
+    log.info("%s pairs of %s: %d from %d documents (%d skipped)", method, dataset_dir, stats["pairs"],
+             stats["documents"], stats["skipped"])
+    return stats
+
+
+# ------------------------------------------------------------------------------------- reading
+def _text(obj: dict, key: str, path: Path, line: int, where: str = "") -> str:
+    value = obj.get(key)
+    if not isinstance(value, str) or not value.strip():
+        found = "missing" if key not in obj else f"{type(value).__name__} {value!r}"[:80]
+        raise DataError(path, line, f'"{where}{key}" must be a non-empty string, found {found}', _FIX)
+    return value
+
+
+def read_weak_pairs(path: str | os.PathLike) -> list[WeakPair]:
+    """The pairs of a weak-pair file, in file order. A line without ``_id``, ``doc_id``, ``query``,
+    ``positive.text`` (non-empty strings) or a known ``method``, a ``positive`` that is not an object
+    with a string ``title``, or a repeated ``_id`` raises :class:`DataError` naming the file and line."""
+    from zsdr.data.formats import iter_jsonl
+
+    path = Path(path)
+    out: list[WeakPair] = []
+    seen: dict[str, int] = {}
+    for line, obj in iter_jsonl(path):
+        pid = _text(obj, "_id", path, line)
+        doc_id = _text(obj, "doc_id", path, line)
+        query = _text(obj, "query", path, line)
+        positive = obj.get("positive")
+        if not isinstance(positive, dict):
+            raise DataError(path, line, f'"positive" must be an object {{"title", "text"}}, found '
+                            f'{type(positive).__name__}', _FIX)
+        text = _text(positive, "text", path, line, "positive.")
+        title = positive.get("title", "")
+        if not isinstance(title, str):
+            raise DataError(path, line, f'"positive.title" must be a string, found {type(title).__name__}', _FIX)
+        method = obj.get("method")
+        if method not in METHODS:
+            raise DataError(path, line, f'"method" {method!r} is not one of {", ".join(METHODS)}', _FIX)
+        if pid in seen:
+            raise DataError(path, line, f"duplicate _id {pid!r} (first on line {seen[pid]})", _FIX)
+        seen[pid] = line
+        out.append(WeakPair(pid, doc_id, query, {"title": title, "text": text}, method))
+    return out

@@ -1,0 +1,171 @@
+"""RMSC's joint training (zsdr.training.rmsc): supervision sets, group-restricted in-batch negatives,
+soft-token contexts, random negatives, and a trained model that reloads to identical embeddings."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.conftest import mini_with_backbones
+from zsdr.models.encoder import Encoder
+from zsdr.training.rmsc import build_mixture_task, group_mask, load_sets
+
+MINI = {
+    "seed": 3, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
+    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
+    "domains": [{"name": "src", "role": "source", "docs": 120, "train_queries": 30, "dev_queries": 5}],
+}
+SIZE = {"hidden": 32, "layers": 2, "heads": 2, "intermediate": 64, "max_length": 64, "dropout": 0.0}
+FOUR = [("source", "human"), ("source", "weak"), ("target", "human"), ("target", "weak")]
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory):
+    root = mini_with_backbones(tmp_path_factory.mktemp("rmsc"), MINI, SIZE, kinds=("bert",))
+    corpus = [json.loads(line) for line in (root / "data" / "src" / "corpus.jsonl").read_text().splitlines()]
+    with open(root / "weak.jsonl", "w", encoding="utf-8") as fh:
+        for k, doc in enumerate(corpus[:40]):
+            words = doc["text"].split()
+            fh.write(json.dumps({"_id": f"ict-{doc['_id']}-0", "doc_id": doc["_id"], "query": " ".join(words[:6]),
+                                 "positive": {"title": "", "text": " ".join(words[6:])}, "method": "ict"}) + "\n")
+    return root
+
+
+def sets_of(mini, pairs=FOUR, **over):
+    data = str(mini / "data" / "src")
+    out = []
+    for domain, relevance in pairs:
+        entry = {"name": f"{domain}-{relevance}", "domain": domain, "relevance": relevance, "dataset": data}
+        if relevance == "weak":
+            entry["pairs"] = str(mini / "weak.jsonl")
+        out.append({**entry, **over})
+    return out
+
+
+def spec_of(mini, tmp_path, sets, soft=True, **over):
+    return {"kind": "mixture", "init": str(mini / "bert"), "encoder": {"pooling": "cls", "similarity": "dot",
+            "query_max_length": 24, "doc_max_length": 48}, "sets": sets, "scale": 1.0, "group_negatives": True,
+            "soft_tokens": {"k": 1} if soft else None, "dropout": None, "out": str(tmp_path / "model"),
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "train": {"seed": 5, "batch_size": 8, "max_steps": 3, "epochs": None, "lr": 1e-3, "save_every": 100,
+                      "log_every": 1}, **over}
+
+
+def test_group_mask_with_four_groups():
+    groups = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
+    doc_groups = groups.repeat_interleave(2)  # each item brings its positive and its random negative
+    mask = group_mask(groups, doc_groups)
+    assert mask.shape == (8, 16)
+    for i in range(8):
+        for j in range(16):
+            assert bool(mask[i, j]) == (int(groups[i]) != int(doc_groups[j]))
+    # every query keeps exactly the four documents of its group (two items x positive + negative)
+    assert (~mask).sum(dim=1).tolist() == [4] * 8
+
+
+def test_loss_takes_in_batch_negatives_only_from_the_same_group(mini, tmp_path):
+    task = build_mixture_task(spec_of(mini, tmp_path, sets_of(mini)))
+    task.eval()
+    sizes = [len(s.items) for s in task.sets]
+    starts = np.cumsum([0] + sizes)
+    indices = [int(starts[k]) + i for i in range(2) for k in range(4)]  # two items of each of the four groups
+    batch = task.make_batch(indices, epoch=0)
+    assert batch["groups"] == [0, 1, 2, 3, 0, 1, 2, 3]
+    with torch.no_grad():
+        loss, logs = task(batch)
+        q = task.encoder(**batch["q"])
+        d = task.encoder(**batch["d"])
+    expected = []
+    for i in range(8):
+        own = [2 * i] + [j for j in range(16) if batch["groups"][j // 2] == batch["groups"][i] and j != 2 * i
+                         and batch["doc_keys"][j] not in batch["relevant"][i]]
+        logits = q[i] @ d[own].T
+        expected.append(-F.log_softmax(logits, dim=0)[0])
+    assert float(loss) == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
+    assert set(logs) >= {"accuracy", "loss_source-human", "loss_source-weak", "loss_target-human", "loss_target-weak"}
+
+
+def test_without_group_restriction_every_batch_document_is_a_negative(mini, tmp_path):
+    task = build_mixture_task(spec_of(mini, tmp_path, sets_of(mini), group_negatives=False))
+    task.eval()
+    batch = task.make_batch(list(range(0, 8)), epoch=0)
+    with torch.no_grad():
+        loss, _ = task(batch)
+        q, d = task.encoder(**batch["q"]), task.encoder(**batch["d"])
+    rows = []
+    for i in range(8):
+        keep = [j for j in range(16) if j == 2 * i or batch["doc_keys"][j] not in batch["relevant"][i]]
+        rows.append(-F.log_softmax(q[i] @ d[keep].T, dim=0)[keep.index(2 * i)])
+    assert float(loss) == pytest.approx(float(torch.stack(rows).mean()), rel=1e-5)
+
+
+def test_inputs_carry_each_sets_soft_tokens(mini, tmp_path):
+    task = build_mixture_task(spec_of(mini, tmp_path, sets_of(mini)))
+    tok = task.encoder.tokenizer
+    ids = {name: tok.convert_tokens_to_ids(name) for name in ("[S]", "[T]", "[H]", "[W]")}
+    sizes = np.cumsum([0] + [len(s.items) for s in task.sets])
+    batch = task.make_batch([int(sizes[k]) for k in range(4)], epoch=0)
+    for row, (domain, relevance) in enumerate(FOUR):
+        for key, n in (("q", row), ("d", 2 * row), ("d", 2 * row + 1)):
+            seq = batch[key]["input_ids"][n][batch[key]["attention_mask"][n].bool()].tolist()
+            assert seq[0] == tok.cls_token_id and seq[-1] == tok.sep_token_id
+            assert seq[1] == ids[f"[{domain[0].upper()}]"], (key, domain)
+            assert seq[-2] == ids[f"[{relevance[0].upper()}]"], (key, relevance)
+
+
+def test_sizes_random_negatives_and_set_errors(mini):
+    sets = load_sets(sets_of(mini, [("source", "human"), ("target", "weak")], size=None), seed=1)
+    human, weak = len(sets[0].items), len(sets[1].items)
+    assert weak == 40 and human > 10
+    capped = load_sets([sets_of(mini, [("source", "human")])[0],
+                        {**sets_of(mini, [("target", "weak")])[0], "size": "supervised"}], seed=1)
+    assert len(capped[1].items) == min(human, 40)
+    again = load_sets([sets_of(mini, [("source", "human")])[0],
+                       {**sets_of(mini, [("target", "weak")])[0], "size": 7}], seed=1)
+    assert [i.query for i in again[1].items] == [i.query for i in load_sets(
+        [sets_of(mini, [("source", "human")])[0], {**sets_of(mini, [("target", "weak")])[0], "size": 7}],
+        seed=1)[1].items]
+    assert len(again[1].items) == 7
+    with pytest.raises(ValueError, match="supervised"):
+        load_sets([{**sets_of(mini, [("target", "weak")])[0], "size": "supervised"}], seed=1)
+    with pytest.raises(ValueError, match="unknown keys"):
+        load_sets([{**sets_of(mini, [("source", "human")])[0], "colour": 1}], seed=1)
+    with pytest.raises(ValueError, match="pairs"):
+        load_sets([{"domain": "target", "relevance": "weak", "dataset": str(mini / "data" / "src")}], seed=1)
+
+
+@pytest.mark.parametrize("negatives", ["corpus", "pseudo"])
+def test_random_negatives_are_pure_and_never_relevant(mini, tmp_path, negatives):
+    task = build_mixture_task(spec_of(mini, tmp_path, sets_of(mini, negatives=negatives)))
+    for index in range(0, task.num_examples, 7):
+        s, i = task.locate(index)
+        doc, key = task.negative(index, epoch=2)
+        assert (doc, key) == task.negative(index, epoch=2)
+        assert key not in s.items[i].relevant and key != s.items[i].positive_key
+        if negatives == "pseudo" and s.relevance == "weak":
+            assert key.startswith("ict-")
+    draws = {task.negative(3, epoch=e)[1] for e in range(6)}
+    assert len(draws) > 1
+
+
+def test_trained_rmsc_model_reloads_to_identical_embeddings(mini, tmp_path):
+    from zsdr.training.recipes import run_spec
+
+    spec = spec_of(mini, tmp_path, sets_of(mini, [("source", "human"), ("source", "weak"), ("target", "weak")]))
+    out = run_spec(spec, cpu=True, progress=False)
+    saved = json.loads((out / "zsdr.json").read_text())
+    assert saved["soft_tokens"]["k"] == 1
+    training = json.loads((out / "training.json").read_text())
+    assert training["steps"] == 3 and training["examples"] == sum(
+        len(s.items) for s in load_sets(spec["sets"], seed=5))
+    a = Encoder.from_pretrained(out)
+    b = Encoder.from_pretrained(out)
+    queries = ["what colour is the sky", "who wrote it"]
+    docs = [{"title": "t", "text": "the sky is blue today"}, {"title": "", "text": "someone wrote it"}]
+    assert np.array_equal(a.encode_queries(queries), b.encode_queries(queries))
+    assert np.array_equal(a.encode_docs(docs), b.encode_docs(docs))
+    # inference reads [T] x [H]: the same ids as asking for the target/human context explicitly
+    assert a.tokenize_queries(queries) == a.tokenize_queries(queries, contexts=("target", "human"))
+    assert a.tokenize_queries(queries) != a.tokenize_queries(queries, contexts=("source", "weak"))
