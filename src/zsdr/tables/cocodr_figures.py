@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Sequence
 
 from zsdr.io import DataError, atomic_write, read_json
-from zsdr.tables.figures import save_figure
+from zsdr.tables.figures import figure_legend, save_figure
 from zsdr.tables.inputs import metric_scores, read_metrics
 from zsdr.tables.modir_figures import metric_label
 from zsdr.tables.render import format_value
@@ -88,6 +88,26 @@ def _stats(path, keys: Sequence[str], positive: bool = False) -> dict:
         if positive and not data[key] > 0:
             raise DataError(path, None, f"{key!r} is {data[key]}, not > 0 (a relative change needs it)", FIX)
     return data
+
+
+def collect_points(points: Sequence[dict], what: str, names: Sequence[str], x: str, minimum: int,
+                   metric: str) -> list[dict]:
+    """The rows of a figure's points: each point's ``names`` (as text), its integer ``x`` (>= ``minimum``)
+    and the ``metric`` of its ``metrics`` file; no two points may share their names and ``x``."""
+    if not points:
+        raise DataError(None, None, f"no {what} points", FIX)
+    rows, seen = [], set()
+    for p in points:
+        value = p.get(x)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"a {what} point's {x} must be an integer >= {minimum}, got {value!r}")
+        key = tuple(str(p[n]) for n in names) + (value,)
+        if key in seen:
+            where = ", ".join(f"{n} {k!r}" for n, k in zip(names, key))
+            raise ValueError(f"two {what} points for {where}, {x} {value}")
+        seen.add(key)
+        rows.append({**{n: str(p[n]) for n in names}, x: value, metric: _metric(p["metrics"], metric)})
+    return rows
 
 
 def _relative(new: float, old: float, path) -> float:
@@ -213,19 +233,9 @@ def render_figure4(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
     "dataset", "metrics": metrics file}``.
 
     CSV columns: dataset, variant, episode, label (``Epi-<episode>``), ``metric``. Returns the rows."""
-    if not points:
-        raise DataError(None, None, "no Figure 4 points", FIX)
-    rows, seen = [], set()
-    for p in points:
-        episode = p.get("episode")
-        if isinstance(episode, bool) or not isinstance(episode, int) or episode < 1:
-            raise ValueError(f"a Figure 4 point's episode must be an integer >= 1, got {episode!r}")
-        key = (str(p["variant"]), str(p["dataset"]), episode)
-        if key in seen:
-            raise ValueError(f"two Figure 4 points for variant {key[0]!r}, dataset {key[1]!r}, episode {episode}")
-        seen.add(key)
-        rows.append({"dataset": key[1], "variant": key[0], "episode": episode, "label": episode_label(episode),
-                     metric: _metric(p["metrics"], metric)})
+    rows = collect_points(points, "Figure 4", ("variant", "dataset"), "episode", 1, metric)
+    for r in rows:
+        r["label"] = episode_label(r["episode"])
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     rows.sort(key=lambda r: (datasets.index(r["dataset"]), variants.index(r["variant"]), r["episode"]))
@@ -248,11 +258,7 @@ def render_figure4(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
-    handles = {}
-    for ax in axes.flat:
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(text, handle)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 4), fontsize=8)
+    figure_legend(fig, axes)
     fig.suptitle(_scaled(f"COCO-DR Figure 4: {shown} per training episode (Epi-1 = BM25 warmup, then ANCE)",
                          scale), fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))

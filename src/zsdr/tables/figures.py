@@ -189,3 +189,13 @@ def save_figure(fig, out: str | os.PathLike) -> None:
         fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
                     {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
     plt.close(fig)
+
+
+def figure_legend(fig, axes, max_columns: int | None = 4) -> None:
+    """One legend under the panels with every labelled line of ``axes`` once (first handle wins)."""
+    handles: dict = {}
+    for ax in getattr(axes, "flat", axes):
+        for handle, text in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(text, handle)
+    ncol = len(handles) if max_columns is None else min(len(handles), max_columns)
+    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=max(ncol, 1), fontsize=8)

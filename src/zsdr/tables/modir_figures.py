@@ -29,7 +29,7 @@ import re
 from typing import Sequence
 
 from zsdr.io import DataError, atomic_write, open_lines, read_json
-from zsdr.tables.figures import save_figure
+from zsdr.tables.figures import figure_legend, save_figure
 from zsdr.tables.inputs import metric_scores, read_metrics
 from zsdr.tables.render import format_value
 from zsdr.tables.spec import read_published
@@ -179,11 +179,7 @@ def render_domain_acc(points: Sequence[dict], logs: dict, out_png: str | os.Path
             if j == 0:
                 ax.set_ylabel("Domain-Acc")
             ax.grid(alpha=0.3)
-    handles = {}
-    for ax in axes.flat:
-        for handle, text in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(text, handle)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8)
+    figure_legend(fig, axes, max_columns=None)
     fig.suptitle(_scaled(f"MoDIR Figure 3: Global and Local Domain-Acc over training, {dataset}", scale),
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
