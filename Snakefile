@@ -49,6 +49,7 @@ include: "rules/tables.smk"
 include: "rules/analysis.smk"
 include: "rules/modir.smk"
 include: "rules/cocodr.smk"
+include: "rules/rmsc.smk"
 
 
 rule all:

@@ -34,11 +34,15 @@ BUILT_BACKBONES = [
 
 # Library modules that others import at module level: listing the importer lists them too.
 CODE_IMPORTS = {
-    "zsdr.models.encoder": ("zsdr.models.adapters",),
+    "zsdr.models.encoder": ("zsdr.models.adapters", "zsdr.models.soft_tokens"),
     "zsdr.training.berm": ("zsdr.training.sections",),
     "zsdr.training.modir": ("zsdr.training.sections",),
     "zsdr.training.idro": ("zsdr.training.sections",),
     "zsdr.evaluation.cocodr": ("zsdr.evaluation.domain", "zsdr.evaluation.case_study"),
+    "zsdr.tables.rmsc_figures": (
+        "zsdr.tables.cocodr_figures",
+        "zsdr.tables.modir_figures",
+    ),
 }
 
 
@@ -102,6 +106,14 @@ COCODR = config["cocodr"]
 PRETRAINED = COCODR.get("pretrained", {})
 TRAINED_PRETRAINED = [n for n, p in PRETRAINED.items() if "hf" not in p]
 TRAIN_RUNS = {}  # run name -> (recipe, episode)
+
+
+def mixture_per_target(recipe):
+    """A `mixture` recipe (RMSC) with a target set trains once per target."""
+    sets = (recipe.get("mixture") or {}).get("sets", [])
+    return any(s["domain"] == "target" for s in sets)
+
+
 for _name, _r in RECIPES.items():
     _e = _r.get("episodes", 1)
     if _e > 1 and _r["negatives"] != "ance":
@@ -123,7 +135,24 @@ for _name, _r in RECIPES.items():
             f"config key recipes.{_name}.dro: the query clusters are refreshed with each ANCE "
             f"episode's negatives, so a `dro` recipe needs `negatives: ance`"
         )
-    if "modir" in _r:
+    if _r.get("mixture") and (
+        _r["negatives"] != "random" or _r["loss"] != "contrastive"
+    ):
+        raise ValueError(
+            f"config key recipes.{_name}.mixture: RMSC's joint training draws one random "
+            f"negative per query (set negatives: random, loss: contrastive)"
+        )
+    if _r.get("mixture") and not _r["train"].get("max_steps"):
+        raise ValueError(
+            f"config key recipes.{_name}.train.max_steps: a mixture recipe is evaluated at "
+            f"snapshots, so its length is given in steps"
+        )
+    if _r["negatives"] == "random" and not _r.get("mixture"):
+        raise ValueError(
+            f"config key recipes.{_name}.negatives: random negatives come with a `mixture` "
+            f"section (the supervision sets)"
+        )
+    if "modir" in _r or mixture_per_target(_r):
         continue  # one run per target (below)
     for _k in range(1, _e + 1):
         TRAIN_RUNS[_name if _e == 1 else f"{_name}-ep{_k}"] = (_name, _k)
@@ -227,6 +256,239 @@ for _name in MODIR_CURVES["recipes"]:
         raise ValueError(
             f"config key modir.curves.recipes: {_name!r} is not a recipe with a `modir` section"
         )
+
+
+# RMSC (METHODS.md §5; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
+# target d, as runs <recipe>@<d> (`targets` limits them); its system on d is that run, on the
+# source dataset the run of `rmsc.source_target` (else its first target) [X]. Weak pairs are
+# data/<corpus>/weak/<method>.jsonl; the source's weak set of a run uses its target's method.
+RMSC = config["rmsc"]
+RMSC_WEAK = RMSC.get("weak", {})
+RMSC_QGEN = RMSC.get("qgen", {})
+GENERATORS = RMSC_QGEN.get("generators", {})
+TRAINED_GENERATORS = [n for n, g in GENERATORS.items() if "hf" not in g]
+MIXTURE_RECIPES = [n for n, r in RECIPES.items() if r.get("mixture")]
+PER_TARGET_MIXTURES = [
+    n
+    for n in MIXTURE_RECIPES
+    if mixture_per_target(RECIPES[n])
+    and (RECIPES[n].get("targets") is None or RECIPES[n]["targets"])
+]
+
+
+def mixture_targets(name):
+    """The targets a per-target mixture recipe trains one model for."""
+    wanted = RECIPES[name].get("targets")
+    if wanted is None:
+        return MODIR_TARGETS
+    unknown = [d for d in wanted if d not in MODIR_TARGETS]
+    if unknown:
+        raise ValueError(
+            f"config key recipes.{name}.targets: {unknown} are not configured targets "
+            f"(datasets.targets / datasets.extra)"
+        )
+    return list(wanted)
+
+
+for _name in PER_TARGET_MIXTURES:
+    if RECIPES[_name].get("episodes", 1) > 1 or RECIPES[_name].get("rem"):
+        raise ValueError(
+            f"config key recipes.{_name}.mixture: a mixture recipe is one run per target "
+            f"(set episodes: 1, no rem)"
+        )
+    for _d in mixture_targets(_name):
+        TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
+        PER_TARGET[f"{_name}@{_d}"] = _d
+
+
+def weak_method(entry, target, where):
+    """The extraction method of a weak set: its own, else the target's, else rmsc.weak.method."""
+    method = entry.get("method") or RMSC_WEAK.get("methods", {}).get(target)
+    method = method or RMSC_WEAK.get("method", "scl")
+    if method == "qgen" and RMSC_QGEN.get("generator") not in GENERATORS:
+        raise ValueError(
+            f"config key {where}: QGen pairs need rmsc.qgen.generator to name a key of "
+            f"rmsc.qgen.generators (defined: {', '.join(GENERATORS) or 'none'})"
+        )
+    return method
+
+
+def weak_file(corpus, method):
+    return f"{DATA}/{corpus}/weak/{method}.jsonl"
+
+
+def mixture_sets(name, target):
+    """The resolved supervision sets (zsdr.training.rmsc) of recipe ``name``'s run on ``target``."""
+    out = []
+    m = RECIPES[name]["mixture"]
+    for i, entry in enumerate(m["sets"]):
+        where = f"recipes.{name}.mixture.sets[{i}]"
+        corpus = SOURCE if entry["domain"] == "source" else target
+        resolved = {
+            "name": entry.get("name") or f"{entry['domain']}-{entry['relevance']}",
+            "domain": entry["domain"],
+            "relevance": entry["relevance"],
+            "dataset": f"{DATA}/{corpus}",
+            "size": entry.get("size"),
+            "negatives": m.get("weak_negatives", "corpus"),
+        }
+        if entry["relevance"] == "weak":
+            resolved["pairs"] = weak_file(corpus, weak_method(entry, target, where))
+        out.append(resolved)
+    return out
+
+
+def mixture_model(name, dataset, step=None):
+    """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
+    run = name
+    if name in PER_TARGET_MIXTURES:
+        targets = mixture_targets(name)
+        if dataset in (None, SOURCE):
+            wanted = RMSC.get("source_target")
+            target = wanted if wanted in targets else targets[0]
+        elif dataset in targets:
+            target = dataset
+        else:
+            raise ValueError(
+                f"config key recipes.{name}.targets: {name} has no model for {dataset!r}; add "
+                f"the dataset to its targets (an RMSC model is trained per target)"
+            )
+        run = f"{name}@{target}"
+    path = f"{MODELS}/trained/{run}"
+    total = RECIPES[name]["train"]["max_steps"]
+    if step is None or int(step) == total:
+        return path
+    every = RMSC_CURVES.get("snapshot_every", 1000)
+    if name not in RMSC_CURVE_RECIPES or int(step) % every or int(step) > total:
+        raise ValueError(
+            f"config key rmsc.curves: the model of {name} after {step} steps is not saved"
+        )
+    return f"{path}/snapshots/step-{int(step):09d}"
+
+
+RMSC_CURVES = RMSC.get("curves", {})
+RMSC_CURVE_RECIPES = list(
+    dict.fromkeys([*RMSC_CURVES.get("figure2", []), *RMSC_CURVES.get("figure3", [])])
+)
+RMSC_CURVE_DATASETS = RMSC_CURVES.get("datasets") or TARGETS
+for _name in RMSC_CURVE_RECIPES:
+    if _name not in MIXTURE_RECIPES:
+        raise ValueError(
+            f"config key rmsc.curves: {_name!r} is not a recipe with a `mixture` section"
+        )
+
+
+def weak_inputs(wc):
+    """What a weak-pair extraction reads besides the corpus: SCL the span tokenizer, QGen its generator."""
+    if wc.method == "scl":
+        return model_files(
+            model_ref(RMSC_WEAK.get("tokenizer") or COCODR["spans"]["tokenizer"])
+        )
+    if wc.method == "qgen":
+        return model_files(generator_path(RMSC_QGEN["generator"]))
+    return []
+
+
+def weak_summary(wc):
+    """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
+    w, q = RMSC_WEAK, RMSC_QGEN
+    common = (
+        f"at most {w.get('max_pairs') or 'every document'} pairs [X], "
+        f"{w.get('pairs_per_document', 1)} per document [X], seeded document order"
+    )
+    if wc.method == "scl":
+        tokenizer = w.get("tokenizer") or COCODR["spans"]["tokenizer"]
+        return (
+            f"SCL: two random spans of <= {w.get('max_tokens', 30)} {tokenizer} word pieces "
+            f"(new span p {w.get('new_span_probability', 0.1):g}) [X: COCO-DR's spans]; {common}"
+        )
+    if wc.method == "ict":
+        return (
+            f"ICT: a sentence vs the rest of its document, kept in its context with p "
+            f"{w.get('keep_probability', 0.1):g} [X]; {common}"
+        )
+    return (
+        f"QGen: {q.get('queries_per_document', 3)} queries per document by "
+        f"{generator_path(q['generator'])} [X: the generator], top-k {q.get('top_k', 25)} top-p "
+        f"{q.get('top_p', 0.95):g}, <= {q.get('max_length', 64)} tokens; {common}"
+    )
+
+
+def rmsc_curve_points(figure):
+    """RMSC Figure 2 / 3: every evaluated step of each recipe on the source dev set (in-domain)
+    and on each curve target the recipe has a model for."""
+    points = []
+    for name in RMSC_CURVES.get(f"figure{figure}", []):
+        targets = [
+            d
+            for d in RMSC_CURVE_DATASETS
+            if name not in PER_TARGET_MIXTURES or d in mixture_targets(name)
+        ]
+        for n in rmsc_steps(name):
+            system = RMSC_STEP_SYSTEMS[(name, n)]
+            for d in [SOURCE, *targets]:
+                points.append(
+                    {
+                        "recipe": name,
+                        "label": SYSTEMS[name].get("description", name),
+                        "step": n,
+                        "dataset": d,
+                        "in_domain": d == SOURCE,
+                        "metrics": f"{METRICS}/{d}/{system}.json",
+                    }
+                )
+    return points
+
+
+RMSC_FIGURES = [
+    f"{RESULTS}/rmsc/figure{n}.png" for n in (2, 3) if RMSC_CURVES.get(f"figure{n}")
+]
+
+
+def generator_path(name):
+    """What a QGen generator loads: its `hf` id / folder or models/generators/<name>."""
+    if name not in GENERATORS:
+        raise ValueError(
+            f"config key rmsc.qgen.generator: {name!r} is not a key of rmsc.qgen.generators "
+            f"(defined: {', '.join(GENERATORS) or 'none'})"
+        )
+    g = GENERATORS[name]
+    return g["hf"] if "hf" in g else f"{MODELS}/generators/{name}"
+
+
+def generator_spec(name):
+    """The resolved spec (zsdr.models.generator) of a generator the pipeline trains."""
+    g = GENERATORS[name]
+    where = f"rmsc.qgen.generators.{name}"
+    if "build" not in g or "train" not in g or "tokenizer" not in g:
+        raise ValueError(
+            f"config key {where}: give `hf` (a released generator) or `build`, `tokenizer` and "
+            f"`train` (a tiny T5 trained by the pipeline)"
+        )
+    if g["tokenizer"] not in config["backbones"]:
+        raise ValueError(
+            f"config key {where}.tokenizer: {g['tokenizer']!r} is not a key of `backbones`"
+        )
+    return {
+        "kind": "generator",
+        "init": f"{MODELS}/generators/{name}.init",
+        "dataset": f"{DATA}/{check_dataset(g.get('dataset', SOURCE))}",
+        "split": "train",
+        "max_length": g.get("max_length", 256),
+        "query_max_length": g.get("query_max_length", 64),
+        "out": f"{MODELS}/generators/{name}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/generator-{name}",
+        "dropout": TRAINING["dropout"],
+        "train": train_settings(g),
+        "info": {"generator": name, "description": g.get("description", "")},
+    }
+
+
+def rmsc_steps(name):
+    """The evaluated steps of a curve recipe: every snapshot and the end."""
+    total = RECIPES[name]["train"]["max_steps"]
+    every = RMSC_CURVES.get("snapshot_every", 1000)
+    return [*range(every, total, every), total]
 
 
 def modir_base(name):
@@ -539,6 +801,36 @@ for _name in MODIR_CURVES["recipes"]:
                     },
                 )
             MODIR_STEP_SYSTEMS[(_name, _d, _n)] = _sys
+for _name in PER_TARGET_MIXTURES:
+    SYSTEMS.setdefault(
+        _name,
+        {
+            "kind": "dense",
+            "model": mixture_model(_name, SOURCE),
+            "description": RECIPES[_name].get(
+                "description", f"trained by recipe {_name}"
+            ),
+            "mixture": _name,
+        },
+    )
+RMSC_STEP_SYSTEMS = {}  # (recipe, step) -> system evaluated for RMSC's curves
+for _name in RMSC_CURVE_RECIPES:
+    for _n in rmsc_steps(_name):
+        _sys = (
+            _name if _n == RECIPES[_name]["train"]["max_steps"] else f"{_name}.step{_n}"
+        )
+        if _sys != _name:
+            SYSTEMS.setdefault(
+                _sys,
+                {
+                    "kind": "dense",
+                    "model": mixture_model(_name, SOURCE, _n),
+                    "description": f"{_name} after {_n} steps",
+                    "mixture": _name,
+                    "mixture_step": _n,
+                },
+            )
+        RMSC_STEP_SYSTEMS[(_name, _n)] = _sys
 for _name, _s in config["systems"].items():
     if (
         "rem_of" in _s
@@ -624,6 +916,8 @@ def dense_model(system, dataset=None):
         return ddr_model(system, dataset)[0]
     if "modir" in spec:
         return modir_model(spec["modir"], dataset, spec.get("modir_step"))
+    if "mixture" in spec:
+        return mixture_model(spec["mixture"], dataset, spec.get("mixture_step"))
     if "per_target" in spec and dataset not in (
         None,
         RECIPES[spec["per_target"]].get("dataset", SOURCE),
@@ -662,6 +956,8 @@ SYSTEM_KEYS = {
     "by_language",
     "modir",
     "modir_step",
+    "mixture",
+    "mixture_step",
 }
 
 
@@ -906,7 +1202,11 @@ COCODR_EVAL_SYSTEMS = (
 # job per dataset), and the further systems that paper tables and BERM's loss-weight grid need,
 # evaluated one job per (dataset, system) so that table 1 never waits for them.
 # A MoDIR system exists only on its targets and the source, so it is always evaluated by its own job.
-EVAL_SYSTEMS = [s for s in dict.fromkeys(TABLE1_SYSTEMS) if "modir" not in SYSTEMS[s]]
+EVAL_SYSTEMS = [
+    s
+    for s in dict.fromkeys(TABLE1_SYSTEMS)
+    if "modir" not in SYSTEMS[s] and "mixture" not in SYSTEMS[s]
+]
 EXTRA_EVAL_SYSTEMS = sorted(
     (
         {s for cells in TABLE_CELLS.values() for _, s in cells}
@@ -917,6 +1217,7 @@ EXTRA_EVAL_SYSTEMS = sorted(
         | set(MODIR_STEP_SYSTEMS.values())
         | set(modir_case())
         | COCODR_EVAL_SYSTEMS
+        | set(RMSC_STEP_SYSTEMS.values())
     )
     - set(EVAL_SYSTEMS)
 )
@@ -1003,6 +1304,8 @@ def train_spec(run):
     """The resolved spec (zsdr.training.recipes) of one training run."""
     name, k = TRAIN_RUNS[run]
     r = RECIPES[name]
+    if r.get("mixture"):
+        return mixture_spec(run)
     where = f"recipes.{name}"
     episodes = r.get("episodes", 1)
     init = model_ref(r["init"]) if k == 1 else f"{MODELS}/trained/{name}-ep{k - 1}"
@@ -1054,6 +1357,37 @@ def train_spec(run):
                 if r["negatives"] == "ance"
                 else {}
             ),
+        },
+    }
+
+
+def mixture_spec(run):
+    """The resolved spec (zsdr.training.rmsc) of a run of a `mixture` recipe."""
+    name = TRAIN_RUNS[run][0]
+    r = RECIPES[name]
+    m = r["mixture"]
+    target = PER_TARGET.get(run)
+    train = train_settings(r)
+    if name in RMSC_CURVE_RECIPES:
+        train["snapshot_every"] = RMSC_CURVES.get("snapshot_every", 1000)
+    k = m.get("soft_tokens")
+    return {
+        "kind": "mixture",
+        "init": model_ref(r["init"]),
+        "encoder": r.get("encoder", {}),
+        "sets": mixture_sets(name, target),
+        "scale": r.get("scale", 1.0),
+        "group_negatives": m.get("group_negatives", True),
+        "soft_tokens": {"k": k} if k else None,
+        "dropout": TRAINING["dropout"],
+        "out": f"{MODELS}/trained/{run}",
+        "checkpoint_dir": f"{MODELS}/.checkpoints/{run}",
+        "train": train,
+        "info": {
+            "recipe": name,
+            "target": target,
+            "description": r.get("description", ""),
+            "provenance": r.get("provenance", ""),
         },
     }
 
@@ -1130,6 +1464,10 @@ def spec_inputs(spec):
     initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
     if spec["kind"] == "coco":
         return [*spec["spans"], *model_files(spec["init"])]
+    if spec["kind"] == "mixture":
+        files = [f"{x['dataset']}/dataset.json" for x in spec["sets"]]
+        files += [x["pairs"] for x in spec["sets"] if x.get("pairs")]
+        return list(dict.fromkeys(files)) + model_files(spec["init"])
     files = [f"{spec['dataset']}/dataset.json"]
     files += [spec["negatives"]] if spec.get("negatives") else []
     files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []
@@ -1227,6 +1565,8 @@ def recipe_code(run):
         mods += ["zsdr.training.modir", "zsdr.losses.adversarial", "zsdr.models.heads"]
     if r.get("dro"):
         mods += ["zsdr.training.idro"]
+    if r.get("mixture"):
+        mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
     return code(*mods)
 
 
@@ -1256,14 +1596,48 @@ def spec_summary(spec, launch):
     enc = spec.get("encoder", {})
     lengths = (
         f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
-        if spec["kind"] == "bi_encoder"
+        if spec["kind"] in ("bi_encoder", "mixture")
         else (
             f"{spec['max_length']}"
             if spec["kind"] in ("mlm", "coco")
             else f"pair {spec['max_length']}"
         )
     )
-    if spec.get("negatives"):
+    if spec["kind"] == "mixture":
+        sets = ", ".join(
+            "{} ({}{})".format(
+                x["name"],
+                os.path.basename(x["pairs"]) if x.get("pairs") else "qrels",
+                "" if x.get("size") is None else f", size {x['size']}",
+            )
+            for x in spec["sets"]
+        )
+        soft = spec.get("soft_tokens")
+        tokens = (
+            f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H])"
+            if soft
+            else "no soft tokens"
+        )
+        sizes = ", ".join(
+            f"{x['name']} {x['size']}"
+            for x in spec["sets"]
+            if x.get("size") is not None
+        )
+        t = spec["train"]
+        choices = (
+            f"open choices [X]: weak-set sizes ({sizes or 'all pairs'}), weak negatives from "
+            f"the {spec['sets'][0]['negatives']}, temperature {1 / spec['scale']:g}, "
+            f"{t['max_steps']} steps, warmup {t.get('warmup_steps', 0)}, lengths "
+            f"q{spec['encoder'].get('query_max_length', '-')}/d{spec['encoder'].get('doc_max_length', '-')}, "
+            f"{t['precision']}"
+        )
+        data = (
+            f"loss contrastive x{spec['scale']:g} with 1 random negative + in-batch negatives"
+            f"{' of the same (domain, relevance) group' if spec['group_negatives'] else ''} "
+            f"(weak negatives from the {spec['sets'][0]['negatives']}) over sets {sets}; {tokens}; "
+            f"{choices}"
+        )
+    elif spec.get("negatives"):
         data = (
             f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
             f"from {os.path.basename(spec['negatives'])}"
@@ -1281,6 +1655,11 @@ def spec_summary(spec, launch):
             f"{contrastive}Condenser head MLM ({spec['head_layers']} layers from layer "
             f"{spec['skip_from']}){backbone} {spec['mlm_probability']:.0%} whole-word, on "
             f"{len(spec['spans'])} corpora: {corpora}"
+        )
+    elif spec["kind"] == "generator":
+        data = (
+            f"seq2seq token cross-entropy, passage -> query, on the {spec['split']} pairs of "
+            f"{spec['dataset']} (queries <= {spec['query_max_length']} tokens)"
         )
     elif spec["kind"] == "mlm":
         data = (
@@ -1396,6 +1775,18 @@ for _name in TRAINED_READERS:
     reader_spec(_name)
 for _name in TRAINED_PRETRAINED:
     coco_spec(_name)
+for _name in TRAINED_GENERATORS:
+    generator_spec(_name)
+# Weak-pair files the mixture runs read: (corpus, method).
+WEAK_PAIRS = sorted(
+    {
+        (os.path.basename(x["dataset"]), os.path.basename(x["pairs"])[: -len(".jsonl")])
+        for _run, (_name, _k) in TRAIN_RUNS.items()
+        if RECIPES[_name].get("mixture")
+        for x in mixture_spec(_run)["sets"]
+        if x.get("pairs")
+    }
+)
 berm_reader()
 for _name in FIGURE4_DATASETS:
     dam_spec(figure4_dam(_name))

@@ -125,6 +125,7 @@ rule tables:
         DDR_FIGURES,
         MODIR_FIGURES,
         COCODR_FIGURES,
+        RMSC_FIGURES,
 
 
 rule berm:

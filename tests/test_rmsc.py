@@ -169,3 +169,23 @@ def test_trained_rmsc_model_reloads_to_identical_embeddings(mini, tmp_path):
     # inference reads [T] x [H]: the same ids as asking for the target/human context explicitly
     assert a.tokenize_queries(queries) == a.tokenize_queries(queries, contexts=("target", "human"))
     assert a.tokenize_queries(queries) != a.tokenize_queries(queries, contexts=("source", "weak"))
+
+
+def test_curves_figure_rows_and_errors(tmp_path):
+    from tests.test_tables import write_metrics
+    from zsdr.tables.rmsc_figures import render_curves
+
+    points = [{"recipe": r, "label": r, "step": n, "dataset": d, "in_domain": d == "mini-source",
+               "metrics": str(write_metrics(tmp_path, d, f"{r}.step{n}", {"q1": 0.1 * n / 50, "q2": 0.2}))}
+              for r in ("rmsc-cd", "rmsc-co") for n in (100, 50) for d in ("mini-source", "mini-alpha")]
+    rows = render_curves(points, tmp_path / "f.png", tmp_path / "f.csv", figure=3, scale="mini")
+    assert (tmp_path / "f.png").read_bytes().startswith(b"\x89PNG")
+    assert [(r["recipe"], r["dataset"], r["step"]) for r in rows[:4]] == [
+        ("rmsc-cd", "mini-source", 50), ("rmsc-cd", "mini-source", 100), ("rmsc-cd", "mini-alpha", 50),
+        ("rmsc-cd", "mini-alpha", 100)]
+    assert rows[0]["in_domain"] and not rows[2]["in_domain"]
+    assert rows[1]["ndcg@10"] == pytest.approx(0.2)
+    header = (tmp_path / "f.csv").read_text().splitlines()[0]
+    assert header == "recipe,label,dataset,in_domain,step,ndcg@10"
+    with pytest.raises(ValueError, match="two curve points"):
+        render_curves(points + points[:1], tmp_path / "x.png", tmp_path / "x.csv")

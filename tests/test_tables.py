@@ -149,6 +149,12 @@ def test_systems_file_is_consistent():
     assert systems["cocodr-base-msmarco"].hf == "OpenMatch/cocodr-base-msmarco"
     assert specs.unavailable_reason("cpt-l") == "reported only (closed API)"
     assert specs.unavailable_reason("ddr-contrast") == "not in this run's config (systems.ddr-contrast)"
+    assert specs.unavailable_reason("rmsc-cd") == "not in this run's config (systems.rmsc-cd)"
+
+
+def test_a_system_of_a_stage_not_built_says_so(monkeypatch):
+    stages = {**specs.load_stages(), "rmsc": specs.Stage("rmsc", "RMSC", False)}
+    monkeypatch.setattr(specs, "load_stages", lambda: stages)
     assert specs.unavailable_reason("rmsc-cd") == "needs the RMSC stage (not built yet)"
 
 
@@ -287,7 +293,7 @@ def test_groups_averages_and_pooled_significance(tmp_path):
     co = cell(frame, "avg", "rmsc-co", "recall@1000")
     assert co["marker"] == "‡‡" and co["published"] == "0.828" and co["published_marker"] == "‡‡"
     assert co["emphasis"] == "bold"
-    assert cell(frame, "avg", "rmsc-cd", "ndcg@10")["note"] == "needs the RMSC stage (not built yet)"
+    assert cell(frame, "avg", "rmsc-cd", "ndcg@10")["note"] == "not in this run's config (systems.rmsc-cd)"
 
     spec = specs.load_spec("modir", 1)
     files = {}

@@ -270,6 +270,53 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     assert "contrastive" not in re.search(r"pretrain condenser-target: (init .*)", out).group(1)
 
 
+
+def test_paper_config_plans_rmsc_with_the_spec_values():
+    """RMSC at paper scale (METHODS.md §5): one model per target of its tables from Condenser and from the COCO
+    model, trained on MS MARCO's labelled pairs + MS MARCO weak pairs + the target's weak pairs (ICT on
+    LoTTE, SCL on BEIR) with soft tokens k 1, AdamW lr 1e-5, batch 512, one random negative, group-restricted
+    in-batch negatives; the baselines without soft tokens or weak data; every open choice shown."""
+    proc = snakemake("-n", "--forceall", "rmsc", "--configfile", "configs/paper.yaml")
+    out = proc.stdout
+    jobs = planned_jobs(out)
+    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", out)}
+    targets = ["lotte-writing-test", "lotte-recreation-test", "lotte-science-test", "lotte-technology-test",
+               "lotte-lifestyle-test", "trec-covid", "hotpotqa", "fiqa", "webis-touche2020", "nfcorpus", "nq",
+               "dbpedia-entity", "scifact", "scidocs", "quora", "fever", "climate-fever", "arguana"]
+    for init, name in (("Luyu/condenser", "rmsc-cd"), ("models/pretrained/coco", "rmsc-co")):
+        for d in targets:
+            run = plan[f"{name}@{d}"]
+            method = "ict" if d.startswith("lotte") else "scl"
+            for part in [f"init {init};", "1 random negative + in-batch negatives of the same (domain, relevance) group",
+                         "(weak negatives from the corpus)", "source-human (qrels)",
+                         f"source-weak ({method}.jsonl, size supervised)", f"target-weak ({method}.jsonl, size supervised)",
+                         "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H])", "batch 64 x 8 process(es)",
+                         "adamw lr 1e-05", "warmup 1000; 10000 steps", "max length q64/d256", "fp16",
+                         "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak "
+                         "negatives from the corpus, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
+                assert part in run, (name, d, part, run)
+    for name in ("condenser-rn", "cocodr-rn"):
+        assert "no soft tokens" in plan[name] and "source-weak" not in plan[name] and "batch 64 x 8" in plan[name]
+    assert plan["qgen-ft@scifact"].startswith("init models/trained/condenser-rn;")
+    assert "target-qgen (qgen.jsonl)" in plan["qgen-ft@scifact"]
+    # weak pairs: ICT on the five LoTTE topics and MS MARCO, SCL on the 13 BEIR sets and MS MARCO, QGen on the
+    # five curve datasets (the released T5 generator: nothing to train)
+    assert jobs["weak_pairs"] == 5 + 13 + 2 + 5 and "train_generator" not in jobs
+    rmsc_runs = [r for r in plan if r.split("@")[0] in ("rmsc-cd", "rmsc-co", "qgen-ft", "condenser-rn", "cocodr-rn")]
+    assert len(rmsc_runs) == 2 * 18 + 5 + 2
+    lines = re.findall(r"weak pairs of [\w-]+: (.*)", out)
+    assert any(x.startswith("ICT: a sentence vs the rest of its document, kept in its context with p 0.1 [X]; "
+                            "at most 502939 pairs [X], 1 per document [X]") for x in lines), lines
+    assert any(x.startswith("SCL: two random spans of <= 30 bert-base word pieces (new span p 0.1) [X: COCO-DR's "
+                            "spans]") for x in lines), lines
+    assert any(x.startswith("QGen: 5 queries per document by BeIR/query-gen-msmarco-t5-base-v1 [X: the generator], "
+                            "top-k 25 top-p 0.95") for x in lines), lines
+    config = (ROOT / "configs" / "paper.yaml").read_text()
+    for choice in ["source_target: lotte-writing-test   # [X]", "snapshot_every: 1000     # [X]",
+                   "datasets: [trec-covid, nfcorpus, fiqa, arguana, scifact]   # [X]"]:
+        assert choice in config, choice
+
+
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["recipes"]["dpr"]["negatives"] = "bm25"          # a source without triples: mine with the sparse stage
@@ -366,7 +413,7 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     for col in cols:
         floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
         for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm",
-                       "dpr-modir", "ance-modir", "cocodr-base"):
+                       "dpr-modir", "ance-modir", "cocodr-base", "rmsc-cd", "rmsc-co"):
             assert value(system, col) > floor, (system, col, value(system, col), floor)
     # BERM's labelling rule (BM25 over units + delta x the tiny reader) finds the sentence the mini
     # generator wrote as the answer in at least 90% of the training pairs
@@ -429,6 +476,16 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert all(r["dro_max_weight"] < 1 for r in dro_log) and any(r["dro_max_weight"] > 1 / 8 for r in dro_log)
     clusters = workdir / "data" / "mini-source" / "clusters"
     assert {p.name for p in clusters.glob("*.jsonl")} == {"cocodr-base-ep1.jsonl", "cocodr-base-ep2.jsonl"}
+    # RMSC: one model per target, trained on the three sets (ICT on mini-alpha, SCL on mini-beta, the source's
+    # weak set by the same method) with a loss per (domain, relevance) group; the soft tokens travel in zsdr.json
+    for target, method in (("mini-alpha", "ict"), ("mini-beta", "scl")):
+        model = workdir / "models" / "trained" / f"rmsc-co@{target}"
+        info = yaml.safe_load((model / "training.json").read_text())
+        assert [os.path.basename(x["pairs"]) for x in info["sets"] if x.get("pairs")] == [f"{method}.jsonl"] * 2
+        log = [yaml.safe_load(x) for x in (model / "train_log.jsonl").read_text().splitlines()]
+        assert all({"loss_source-human", "loss_source-weak", "loss_target-weak"} <= set(r) for r in log)
+        assert yaml.safe_load((model / "zsdr.json").read_text())["soft_tokens"]["k"] == 1
+        assert sum(1 for _ in open(workdir / "data" / target / "weak" / f"{method}.jsonl")) == 1200
 
 
 FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
@@ -480,6 +537,19 @@ def test_mini_paper_tables_figure_and_report(workdir):
                if r["dataset"] == "mini-alpha"}
     assert all(cocodr2[k]["reproduced"] for k in ("base-full", "base-noidro", "base-nococo", "cocondenser-base",
                                                   "condenser-base")), cocodr2
+    # RMSC: both tables have every produced column; Figures 2-3 follow each recipe over its snapshots on the
+    # source dev set and both targets
+    for n in (1, 2):
+        rows = list(csv.DictReader(open(results / "rmsc" / f"table{n}.csv", newline="")))
+        cells = {(r["dataset"], r["entry"]): r["reproduced"] for r in rows}
+        assert all(cells[("mini-alpha", k)] for k in ("cond", "coco", "rmsc-cd", "rmsc-co")), cells
+    for n, recipes in ((2, {"condenser-rn", "cocodr-rn", "qgen-ft"}), (3, {"rmsc-cd", "rmsc-co"})):
+        assert (results / "rmsc" / f"figure{n}.png").read_bytes().startswith(b"\x89PNG")
+        curve = list(csv.DictReader(open(results / "rmsc" / f"figure{n}.csv", newline="")))
+        assert {r["recipe"] for r in curve} == recipes
+        assert {r["dataset"] for r in curve} == {"mini-source", "mini-alpha", "mini-beta"}
+        steps = sorted({int(r["step"]) for r in curve if r["recipe"] == "rmsc-cd" or n == 2})
+        assert len(steps) >= 2
     for d in ("mini-alpha", "mini-beta"):
         assert (workdir / "models" / "trained" / f"ance-modir@{d}" / "snapshots" / "snapshots.json").is_file()
         stats = workdir / "stats" / "modir" / d

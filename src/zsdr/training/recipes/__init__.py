@@ -155,7 +155,8 @@ def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop
                             "spans": spec.get("spans"),
                             "negatives": spec.get("negatives"), "units": spec.get("units"),
                             "teacher": spec.get("teacher"),
-                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query")})
+                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query"),
+                            **({"sets": spec["sets"]} if spec.get("sets") else {})})
     return trainer.train()
 
 

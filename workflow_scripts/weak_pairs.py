@@ -1,0 +1,29 @@
+import logging
+
+import torch
+
+from zsdr.logs import setup_logging
+
+setup_logging(snakemake.log[0])
+torch.set_num_threads(max(1, snakemake.threads))
+p = snakemake.params
+w, q = p.weak, p.qgen
+out = snakemake.output[0]
+if p.method == "qgen":
+    from zsdr.models.generator import QueryGenerator, write_qgen_pairs
+
+    generator = QueryGenerator.from_pretrained(p.generator)
+    stats = write_qgen_pairs(generator, p.dataset, out, queries_per_document=q.get("queries_per_document", 3),
+                             max_pairs=w.get("max_pairs"), seed=p.seed, batch_size=q.get("batch_size", 32),
+                             top_k=q.get("top_k", 25), top_p=q.get("top_p", 0.95), max_length=q.get("max_length", 64))
+else:
+    from transformers import AutoTokenizer
+
+    from zsdr.training.weak import write_weak_pairs
+
+    tokenizer = AutoTokenizer.from_pretrained(p.tokenizer, use_fast=True) if p.method == "scl" else None
+    stats = write_weak_pairs(p.dataset, out, p.method, tokenizer=tokenizer, max_pairs=w.get("max_pairs"),
+                             pairs_per_document=w.get("pairs_per_document", 1), seed=p.seed,
+                             max_tokens=w.get("max_tokens", 30), new_span_probability=w.get("new_span_probability", 0.1),
+                             keep_probability=w.get("keep_probability", 0.1))
+logging.getLogger("weak_pairs").info("%s %s: %s", p.dataset, p.method, stats)
