@@ -440,6 +440,16 @@ def rmsc_curve_points(figure):
     return points
 
 
+def curves_summary(figure):
+    """What a dry run shows of a curve figure: its recipes, datasets and the evaluation interval [X]."""
+    recipes = ", ".join(RMSC_CURVES.get(f"figure{figure}", []))
+    return (
+        f"{recipes} evaluated every {RMSC_CURVES.get('snapshot_every', 1000)} steps [X] on "
+        f"{SOURCE} (in-domain) and {', '.join(RMSC_CURVE_DATASETS)} [X]; a per-target model "
+        f"stands on {SOURCE} for rmsc.source_target {RMSC.get('source_target')} [X]"
+    )
+
+
 RMSC_FIGURES = [
     f"{RESULTS}/rmsc/figure{n}.png" for n in (2, 3) if RMSC_CURVES.get(f"figure{n}")
 ]

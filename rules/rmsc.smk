@@ -129,6 +129,9 @@ rule rmsc_curves:
         figure=lambda wc: int(wc.n),
         metric=config["table1"]["metric"],
         scale=config["scale"],
+        summary=lambda wc: curves_summary(int(wc.n)),
+    message:
+        "RMSC figure {wildcards.n}: {params.summary}"
     script:
         "../workflow_scripts/rmsc_curves.py"
 
