@@ -345,6 +345,9 @@ def test_paper_config_lists_every_registry_dataset():
     ({"unknown_key": 1}, "unknown_key"),
     ({"seed": "thirteen"}, "thirteen"),
     ({"bm25": {"k1": -1}}, "k1"),
+    ({"recipes": {"rmsc-bad": {"extends": "rmsc-cd", "mixture": {"sets": [{"domain": "source", "relevance": "human",
+                                                                            "size": "all"}]}}}},
+     "'all' is not valid"),
 ])
 def test_invalid_config_is_rejected(tmp_path, bad, words):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
