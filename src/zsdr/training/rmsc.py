@@ -232,14 +232,13 @@ class MixtureTask(nn.Module):
             queries.append(item.query)
             docs += [item.positive, neg]
             doc_keys += [item.positive_key, neg_key]
-            contexts.append((s.domain, "human" if s.relevance == "human" else "weak"))
+            contexts.append((s.domain, s.relevance))
             relevant.append(set(item.relevant))
             groups.append(item.group)
         q_ctx = contexts if self.soft_tokens else None
         d_ctx = [c for c in contexts for _ in range(2)] if self.soft_tokens else None
-        q_tok = enc.tokenize_queries(queries, contexts=q_ctx) if q_ctx else enc.tokenize_queries(queries)
-        d_tok = enc.tokenize_docs(docs, contexts=d_ctx) if d_ctx else enc.tokenize_docs(docs)
-        return {"q": enc.collate(q_tok), "d": enc.collate(d_tok), "doc_keys": doc_keys,
+        return {"q": enc.collate(enc.tokenize_queries(queries, contexts=q_ctx)),
+                "d": enc.collate(enc.tokenize_docs(docs, contexts=d_ctx)), "doc_keys": doc_keys,
                 "relevant": relevant, "groups": groups}
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
