@@ -221,8 +221,9 @@ MODIR_RECIPES = [
 ]
 
 
-def modir_targets(name):
-    """The targets recipe ``name`` trains one model for."""
+def recipe_targets(name):
+    """The targets a per-target recipe (MoDIR, RMSC) trains one model for: its `targets`, else every
+    configured dataset but the source."""
     wanted = RECIPES[name].get("targets")
     if wanted is None:
         return MODIR_TARGETS
@@ -248,7 +249,7 @@ for _name in MODIR_RECIPES:
             f"config key recipes.{_name}.train.max_steps: MoDIR evaluates every target at a "
             f"fixed step, so its length is given in steps"
         )
-    for _d in modir_targets(_name):
+    for _d in recipe_targets(_name):
         TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
         PER_TARGET[f"{_name}@{_d}"] = _d
 for _name in MODIR_CURVES["recipes"]:
@@ -265,6 +266,8 @@ for _name in MODIR_CURVES["recipes"]:
 RMSC = config["rmsc"]
 RMSC_WEAK = RMSC.get("weak", {})
 RMSC_QGEN = RMSC.get("qgen", {})
+# whose word pieces SCL's spans are counted in
+WEAK_TOKENIZER = RMSC_WEAK.get("tokenizer") or COCODR["spans"]["tokenizer"]
 GENERATORS = RMSC_QGEN.get("generators", {})
 TRAINED_GENERATORS = [n for n, g in GENERATORS.items() if "hf" not in g]
 MIXTURE_RECIPES = [n for n, r in RECIPES.items() if r.get("mixture")]
@@ -276,27 +279,13 @@ PER_TARGET_MIXTURES = [
 ]
 
 
-def mixture_targets(name):
-    """The targets a per-target mixture recipe trains one model for."""
-    wanted = RECIPES[name].get("targets")
-    if wanted is None:
-        return MODIR_TARGETS
-    unknown = [d for d in wanted if d not in MODIR_TARGETS]
-    if unknown:
-        raise ValueError(
-            f"config key recipes.{name}.targets: {unknown} are not configured targets "
-            f"(datasets.targets / datasets.extra)"
-        )
-    return list(wanted)
-
-
 for _name in PER_TARGET_MIXTURES:
     if RECIPES[_name].get("episodes", 1) > 1 or RECIPES[_name].get("rem"):
         raise ValueError(
             f"config key recipes.{_name}.mixture: a mixture recipe is one run per target "
             f"(set episodes: 1, no rem)"
         )
-    for _d in mixture_targets(_name):
+    for _d in recipe_targets(_name):
         TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
         PER_TARGET[f"{_name}@{_d}"] = _d
 
@@ -342,7 +331,7 @@ def mixture_model(name, dataset, step=None):
     """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
     run = name
     if name in PER_TARGET_MIXTURES:
-        targets = mixture_targets(name)
+        targets = recipe_targets(name)
         if dataset in (None, SOURCE):
             wanted = RMSC.get("source_target")
             target = wanted if wanted in targets else targets[0]
@@ -381,9 +370,7 @@ for _name in RMSC_CURVE_RECIPES:
 def weak_inputs(wc):
     """What a weak-pair extraction reads besides the corpus: SCL the span tokenizer, QGen its generator."""
     if wc.method == "scl":
-        return model_files(
-            model_ref(RMSC_WEAK.get("tokenizer") or COCODR["spans"]["tokenizer"])
-        )
+        return model_files(model_ref(WEAK_TOKENIZER))
     if wc.method == "qgen":
         return model_files(generator_path(RMSC_QGEN["generator"]))
     return []
@@ -397,9 +384,8 @@ def weak_summary(wc):
         f"{w.get('pairs_per_document', 1)} per document [X], seeded document order"
     )
     if wc.method == "scl":
-        tokenizer = w.get("tokenizer") or COCODR["spans"]["tokenizer"]
         return (
-            f"SCL: two random spans of <= {w.get('max_tokens', 30)} {tokenizer} word pieces "
+            f"SCL: two random spans of <= {w.get('max_tokens', 30)} {WEAK_TOKENIZER} word pieces "
             f"(new span p {w.get('new_span_probability', 0.1):g}) [X: COCO-DR's spans]; {common}"
         )
     if wc.method == "ict":
@@ -422,7 +408,7 @@ def rmsc_curve_points(figure):
         targets = [
             d
             for d in RMSC_CURVE_DATASETS
-            if name not in PER_TARGET_MIXTURES or d in mixture_targets(name)
+            if name not in PER_TARGET_MIXTURES or d in recipe_targets(name)
         ]
         for n in rmsc_steps(name):
             system = RMSC_STEP_SYSTEMS[(name, n)]
@@ -529,7 +515,7 @@ def modir_steps(name, dataset):
 
 
 def modir_source_target(name):
-    return MODIR.get("source_target") or modir_targets(name)[0]
+    return MODIR.get("source_target") or recipe_targets(name)[0]
 
 
 def modir_model(name, dataset, step=None):
@@ -538,7 +524,7 @@ def modir_model(name, dataset, step=None):
     `modir.source_target`."""
     if dataset in (None, SOURCE):
         target = modir_source_target(name)
-    elif dataset in modir_targets(name):
+    elif dataset in recipe_targets(name):
         target = dataset
     else:
         raise ValueError(

@@ -87,9 +87,7 @@ rule weak_pairs:
         method=lambda wc: wc.method,
         weak=RMSC_WEAK,
         qgen=RMSC_QGEN,
-        tokenizer=lambda wc: model_ref(
-            RMSC_WEAK.get("tokenizer") or COCODR["spans"]["tokenizer"]
-        ),
+        tokenizer=model_ref(WEAK_TOKENIZER),
         generator=lambda wc: (
             generator_path(RMSC_QGEN["generator"]) if wc.method == "qgen" else None
         ),

@@ -119,6 +119,7 @@ def test_sizes_random_negatives_and_set_errors(mini):
     sets = load_sets(sets_of(mini, [("source", "human"), ("target", "weak")], size=None), seed=1)
     human, weak = len(sets[0].items), len(sets[1].items)
     assert weak == 40 and human > 10
+    assert sets[0].corpus is sets[1].corpus  # one dataset, one read of its corpus
     capped = load_sets([sets_of(mini, [("source", "human")])[0],
                         {**sets_of(mini, [("target", "weak")])[0], "size": "supervised"}], seed=1)
     assert len(capped[1].items) == min(human, 40)

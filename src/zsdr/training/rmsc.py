@@ -108,13 +108,13 @@ def _subset(items: list, size: int | None, seed: int, salt: int) -> list:
     return [items[int(i)] for i in keep]
 
 
-def _human_items(dataset: Path, split: str, group: int) -> tuple[list[Item], dict[str, dict]]:
-    from zsdr.data.formats import qrels_files, read_corpus, read_qrels, read_queries
+def _human_items(dataset: Path, corpus: dict[str, dict], split: str, group: int) -> list[Item]:
+    from zsdr.data.formats import qrels_files, read_qrels, read_queries
 
     if split not in qrels_files(dataset):
         raise DataError(dataset / "qrels" / f"{split}.tsv", None, "file not found",
                         f"a human-labelled set needs the {split} qrels of its dataset")
-    corpus, queries = read_corpus(dataset), read_queries(dataset)
+    queries = read_queries(dataset)
     items = []
     for qid, row in read_qrels(dataset, split).items():
         positives = sorted(d for d, g in row.items() if g > 0 and d in corpus)
@@ -125,14 +125,12 @@ def _human_items(dataset: Path, split: str, group: int) -> tuple[list[Item], dic
     if not items:
         raise DataError(dataset / "qrels" / f"{split}.tsv", None, "no query with a judged positive in the corpus",
                         "check the qrels ids against corpus.jsonl and queries.jsonl")
-    return items, corpus
+    return items
 
 
-def _weak_items(pairs: Path, dataset: Path, group: int) -> tuple[list[Item], dict[str, dict]]:
-    from zsdr.data.formats import read_corpus
+def _weak_items(pairs: Path, group: int) -> list[Item]:
     from zsdr.training.weak import read_weak_pairs
 
-    corpus = read_corpus(dataset)
     items = []
     for p in read_weak_pairs(pairs):
         # a QGen positive is the document itself: its key is the document's id
@@ -140,25 +138,33 @@ def _weak_items(pairs: Path, dataset: Path, group: int) -> tuple[list[Item], dic
         items.append(Item(group, p.query, p.positive, key, frozenset({p.id, p.doc_id})))
     if not items:
         raise DataError(pairs, None, "no weak pairs", "extract the weak pairs again")
-    return items, corpus
+    return items
 
 
 def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[SupervisionSet]:
-    """The supervision sets of a spec (groups numbered by first appearance of each (domain, relevance))."""
+    """The supervision sets of a spec (groups numbered by first appearance of each (domain, relevance));
+    each dataset's corpus is read once, however many sets draw from it."""
+    from zsdr.data.formats import read_corpus
+
     if not entries:
         raise ValueError(f"{where}: name at least one supervision set")
     groups: dict[tuple[str, str], int] = {}
     out: list[SupervisionSet] = []
     supervised: int | None = None
+    corpora: dict[Path, tuple[dict[str, dict], list[str]]] = {}
     for n, entry in enumerate(entries):
         entry = _check_set(entry, f"{where}[{n}]")
         key = (entry["domain"], entry["relevance"])
         group = groups.setdefault(key, len(groups))
         dataset = Path(entry["dataset"])
+        if dataset not in corpora:
+            corpus = read_corpus(dataset)
+            corpora[dataset] = (corpus, sorted(corpus))
+        corpus, corpus_ids = corpora[dataset]
         if entry["relevance"] == "human":
-            items, corpus = _human_items(dataset, entry.get("split", "train"), group)
+            items = _human_items(dataset, corpus, entry.get("split", "train"), group)
         else:
-            items, corpus = _weak_items(Path(entry["pairs"]), dataset, group)
+            items = _weak_items(Path(entry["pairs"]), group)
         size = entry.get("size")
         if size == "supervised":
             if supervised is None:
@@ -168,7 +174,7 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[Super
         if entry["relevance"] == "human" and supervised is None:
             supervised = len(items)
         out.append(SupervisionSet(entry.get("name") or f"{key[0]}-{key[1]}", entry["domain"], entry["relevance"],
-                                  items, sorted(corpus), corpus, entry.get("negatives", "corpus")))
+                                  items, corpus_ids, corpus, entry.get("negatives", "corpus")))
         log.info("set %s (%s, %s): %d examples", out[-1].name, *key, len(items))
     return out
 
