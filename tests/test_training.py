@@ -1,8 +1,10 @@
-"""zsdr.training: data files, sampling, exact resume after SIGKILL, 2-process DDP equals 1 process."""
+"""zsdr.training: data files, sampling, exact resume after SIGKILL, checkpoint and exit on SIGTERM /
+SIGUSR1 (one process and two), 2-process DDP equals 1 process."""
 
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from zsdr.retrieval.mine import sample_negatives
 from zsdr.training.data import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
                                 write_teacher_scores)
 from zsdr.training.recipes import launch
+from zsdr.training.trainer import StopSignals
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -193,3 +196,164 @@ def test_gradient_accumulation_equals_the_larger_batch(tiny):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
     wa, wb = weights(one["out"]), weights(two["out"])
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
+
+
+# ---------------------------------------------------------------------------- stopping on a signal
+SIGNAL_STEPS = {"max_steps": 40, "save_every": 1000, "log_every": 1}  # no periodic checkpoint in 40 steps
+
+
+def wait_until_logged(proc, log_file, steps=1, timeout=120):
+    """Wait until the run has logged ``steps`` steps (it is past them); False when it ended first."""
+    log_file, deadline = Path(log_file), time.time() + timeout
+    while proc.poll() is None and time.time() < deadline:
+        if log_file.is_file() and len(log_file.read_text().splitlines()) >= steps:
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def checkpoint_steps(ckpt_dir):
+    return sorted(int(p.name.split("-")[1]) for p in Path(ckpt_dir).glob("step-*") if p.is_dir())
+
+
+def same_model(a, b):
+    return (Path(a) / "model.safetensors").read_bytes() == (Path(b) / "model.safetensors").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny):
+    ref, path = spec(tiny, "signal-ref", train={**SIGNAL_STEPS, "snapshot_every": 5})
+    proc = train_cli(path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return ref
+
+
+def test_stop_signals_are_recorded_then_the_previous_handlers_restored():
+    seen = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        signals = StopSignals()
+        signals.install()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGTERM)          # recorded, not fatal
+        assert signals.received == signal.SIGTERM and seen == []
+        signals.restore()
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert seen == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda s: s.name)
+def test_signal_checkpoints_the_step_exits_128_plus_signal_and_the_rerun_resumes_exactly(tiny, uninterrupted, sig):
+    s, path = spec(tiny, f"signal-{sig.name}", train={**SIGNAL_STEPS, "snapshot_every": 5})
+    proc = train_cli(path)
+    ckpt = Path(s["checkpoint_dir"])
+    assert wait_until_logged(proc, ckpt / "train_log.jsonl", steps=6), "training ended before step 6"
+    proc.send_signal(sig)
+    code, err = proc.wait(timeout=120), proc.stderr.read()
+    assert code == 128 + sig, err                     # 143 for SIGTERM, 138 for SIGUSR1
+    [step] = checkpoint_steps(ckpt)                   # written because of the signal: save_every is 1000
+    assert 6 <= step < 40, step
+    assert f"stopped by {sig.name} at step {step}: checkpoint written, the next run resumes from it" in err, err
+    assert not Path(s["out"]).exists()
+    staged = json.loads((ckpt / "snapshots" / "snapshots.json").read_text())
+    assert [e["step"] for e in staged] == list(range(5, step + 1, 5))   # the checkpoint implies its snapshots
+    rerun = train_cli(path)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read()
+    assert same_model(s["out"], uninterrupted["out"])
+    snaps = json.loads((Path(s["out"]) / "snapshots" / "snapshots.json").read_text())
+    assert [e["step"] for e in snaps] == [5, 10, 15, 20, 25, 30, 35, 40]
+    assert all(same_model(Path(s["out"]) / e["path"], Path(uninterrupted["out"]) / e["path"]) for e in snaps)
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 41))
+    assert [r["loss"] for r in losses(s["out"])] == [r["loss"] for r in losses(uninterrupted["out"])]
+
+
+def test_signal_without_a_checkpoint_dir_exits_without_a_model(tiny):
+    s, path = spec(tiny, "signal-nockpt", checkpoint_dir=None, train=SIGNAL_STEPS)
+    proc = train_cli(path)
+    beside = Path(s["out"]).parent / f".{Path(s['out']).name}.train_log.jsonl"  # the log waits beside the output
+    assert wait_until_logged(proc, beside), "training ended before step 1"
+    proc.send_signal(signal.SIGTERM)
+    code, err = proc.wait(timeout=120), proc.stderr.read()
+    assert code == 143, err
+    assert re.search(r"stopped by SIGTERM at step \d+: no checkpoint directory, the next run starts over", err), err
+    assert not Path(s["out"]).exists()
+
+
+def torchrun_cli(path, stderr):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "zsdr", "train", str(path), "--quiet", "--cpu"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def workers_by_rank(parent: int) -> dict[int, int]:
+    """The pids of a torchrun's worker processes, by their RANK."""
+    found = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            env = dict(kv.split("=", 1) for kv in (d / "environ").read_bytes().decode(errors="replace").split("\0")
+                       if "=" in kv)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if "RANK" in env:
+            found[int(env["RANK"])] = int(d.name)
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds torchrun's workers through /proc")
+def test_sigterm_to_one_of_two_gloo_processes_stops_both_at_the_same_step(tiny):
+    s, path = spec(tiny, "signal-two", train={**SIGNAL_STEPS, "batch_size": 4})
+    err_file = tiny / "signal-two.err"
+    with open(err_file, "w") as fh:
+        proc = torchrun_cli(path, fh)
+        assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl"), "training ended before step 1"
+        workers = workers_by_rank(proc.pid)
+        assert sorted(workers) == [0, 1], workers
+        os.kill(workers[1], signal.SIGTERM)            # rank 1 only; rank 0 learns it at the step boundary
+        code = proc.wait(timeout=120)
+    err = err_file.read_text()
+    assert code != 0, err
+    [step] = checkpoint_steps(s["checkpoint_dir"])
+    assert 1 <= step < 40, step
+    stopped = re.findall(r"stopped by SIGTERM at step (\d+): checkpoint written, the next run resumes from it "
+                         r"\[process (\d) of 2\]", err)
+    assert sorted(stopped) == [(str(step), "0"), (str(step), "1")], err
+    assert not Path(s["out"]).exists()
+    ref, ref_path = spec(tiny, "signal-two-ref", train={**SIGNAL_STEPS, "batch_size": 4})
+    for run in (path, ref_path):                        # the rerun resumes; the reference runs straight
+        with open(err_file, "w") as fh:
+            rerun = torchrun_cli(run, fh)
+            assert rerun.wait(timeout=300) == 0, err_file.read_text()
+    assert same_model(s["out"], ref["out"])
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 41))
+
+
+def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(tiny):
+    """As SLURM does at a time limit or preemption: SIGTERM to every process of the job (launcher, torchrun
+    and both workers). The launching process stays until the workers have written their checkpoint, then
+    fails with their status; the checkpoint is there for the retry."""
+    s, path = spec(tiny, "signal-launch", train={**SIGNAL_STEPS, "batch_size": 4})
+    log_file = tiny / "signal-launch.log"
+    code = ("import json, sys; from zsdr.training.recipes import launch; "
+            f"launch(json.load(open({str(path)!r})), processes=2, spec_path={str(tiny / 'signal-launch.run.json')!r}, "
+            f"log_file={str(log_file)!r})")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl"), "training ended before step 1"
+    os.killpg(proc.pid, signal.SIGTERM)
+    err = proc.communicate(timeout=180)[1]
+    assert proc.returncode != 0
+    assert "SIGTERM received: waiting for the training processes to checkpoint and stop" in err, err
+    [step] = checkpoint_steps(s["checkpoint_dir"])
+    stopped = re.findall(r"stopped by SIGTERM at step (\d+): checkpoint written", log_file.read_text())
+    assert stopped == [str(step)] * 2, log_file.read_text()[-3000:]
+    assert not Path(s["out"]).exists()

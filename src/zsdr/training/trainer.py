@@ -31,6 +31,13 @@ else:
   (time spent writing checkpoints and snapshots left out). Snapshots are staged in
   ``checkpoint_dir/snapshots`` (or beside the output without a checkpoint directory) and moved
   into the output with the final model; a resumed run keeps the ones taken up to its checkpoint.
+* stopping on a signal (a SLURM preemption or time limit): while the loop runs, SIGTERM and
+  SIGUSR1 (``sbatch --signal=USR1@300``) are only recorded; at the next optimizer-step boundary
+  every process stops at the same step (the flag is all-reduced with MAX when there are several),
+  a checkpoint of that step is written (snapshot first, as for the periodic ones) and the process
+  exits with status 128 + the signal number, so the job fails without its output and its retry
+  or requeue resumes from that step. A signal during the last step or the final save lets the
+  final model be written and the run end normally.
 
 Checkpoints live in ``checkpoint_dir`` (outside the Snakemake output, so a failed job keeps
 them); a checkpoint written for other settings (``fingerprint``) is ignored and removed.
@@ -45,6 +52,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -68,6 +77,7 @@ LOG_FILE = "train_log.jsonl"
 PLOT_FILE = "loss.png"
 SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_FILE = "snapshots.json"
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # recorded while training; the run stops at the next step boundary
 
 
 @dataclass
@@ -161,6 +171,36 @@ def fingerprint_of(settings: dict, files: list[str | os.PathLike] = ()) -> str:
     return h.hexdigest()[:16]
 
 
+class StopSignals:
+    """Records SIGTERM / SIGUSR1 while training runs, instead of dying at once.
+
+    :meth:`install` puts the handlers in place (only in the main thread, the only one that may),
+    :meth:`restore` puts the previous ones back. ``received`` is the number of the last signal
+    recorded, 0 while none was."""
+
+    def __init__(self, names: tuple[str, ...] = STOP_SIGNALS):
+        self.signals = [getattr(signal, n) for n in names if hasattr(signal, n)]
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+
+    def _record(self, signum, frame) -> None:
+        self.received = signum
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            log.debug("training outside the main thread: SIGTERM / SIGUSR1 keep their handlers")
+            return
+        for sig in self.signals:
+            if sig not in self._previous:
+                self._previous[sig] = signal.signal(sig, self._record)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            # None: a handler installed outside Python; the default is the closest we can restore
+            signal.signal(sig, signal.SIG_DFL if previous is None else previous)
+        self._previous.clear()
+
+
 class Trainer:
     def __init__(self, task: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
                  checkpoint_dir: str | os.PathLike | None = None, fingerprint: str = "",
@@ -201,6 +241,29 @@ class Trainer:
             self._orders = {epoch: epoch_order(self.task.num_examples, self.cfg.seed, epoch)}
         start = pos * self.global_batch + self.rank * self.cfg.batch_size
         return self._orders[epoch][start:start + self.cfg.batch_size].tolist(), epoch
+
+    # ----------------------------------------------------------------------------- signals
+    def _stop_signal(self, signals: StopSignals) -> int:
+        """The signal that stops the run at this step boundary (0: go on), the same in every process:
+        with several processes, the largest number any of them received (one tiny all-reduce)."""
+        if self.world == 1:
+            return signals.received
+        import torch.distributed as dist
+
+        flag = torch.tensor([signals.received], dtype=torch.int32, device=self.acc.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return int(flag.item())
+
+    def _exit_on_signal(self, signum: int, step: int) -> None:
+        """Log the stop and exit with 128 + the signal number (the checkpoint of ``step`` is written)."""
+        name = signal.Signals(signum).name
+        if self.ckpt_dir is not None:
+            what = "checkpoint written, the next run resumes from it"
+        else:
+            what = "no checkpoint directory, the next run starts over"
+        where = f" [process {self.rank} of {self.world}]" if self.world > 1 else ""
+        log.warning("stopped by %s at step %d: %s%s", name, step, what, where)
+        raise SystemExit(128 + signum)
 
     # -------------------------------------------------------------------------- checkpoints
     def _checkpoints(self) -> list[Path]:
@@ -295,6 +358,16 @@ class Trainer:
 
     # -------------------------------------------------------------------------------- loop
     def train(self) -> Path | None:
+        """Train (resuming from the latest checkpoint) and write the model; ``None`` when stopped early
+        by ``stop_after``. Exits the process with 128 + the signal number when SIGTERM or SIGUSR1
+        stops it (after writing a checkpoint of the step it stopped at)."""
+        signals = StopSignals()
+        try:
+            return self._train(signals)
+        finally:
+            signals.restore()
+
+    def _train(self, signals: StopSignals) -> Path | None:
         from accelerate.utils import set_seed
         from tqdm.auto import tqdm
 
@@ -349,6 +422,7 @@ class Trainer:
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zsdr-batches")
         clock = time.perf_counter()  # train_seconds counts from here, pausing while files are written
         pending = pool.submit(fetch, start * cfg.grad_accum) if start < self.total else None
+        signals.install()  # recorded from here to the end of the final save (restored by train())
         try:
             while step < self.total:
                 step_loss = torch.zeros((), device=acc.device)
@@ -393,8 +467,12 @@ class Trainer:
                             fh.write(json.dumps(rec) + "\n")
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}")
                     window_loss, window_n, examples, last = 0.0, 0, 0, now
+                # A recorded SIGTERM / SIGUSR1 stops every process here, after a checkpoint of this
+                # step; after the last step the final model is written instead.
+                stop = self._stop_signal(signals) if step < self.total else 0
                 snap = bool(cfg.snapshot_every) and step % cfg.snapshot_every == 0 and step < self.total
-                ckpt = self.ckpt_dir is not None and step % cfg.save_every == 0 and step < self.total
+                ckpt = (self.ckpt_dir is not None and (step % cfg.save_every == 0 or stop > 0)
+                        and step < self.total)
                 if snap or ckpt:
                     if snap and pending is not None:
                         pending.result()  # no tokenising on the worker while the task saves its tokenizer
@@ -404,7 +482,11 @@ class Trainer:
                         self._save_snapshot(unwrapped, step, train_seconds, snapshots)
                     if ckpt:
                         self._save_checkpoint(step, train_seconds)
+                        if not stop:  # a signal during the save: the checkpoint just written serves
+                            stop = self._stop_signal(signals)
                     clock = time.perf_counter()
+                if stop:
+                    self._exit_on_signal(stop, step)
                 if self.stop_after is not None and step >= self.stop_after:
                     return None
         finally:
@@ -431,6 +513,9 @@ class Trainer:
                     log_path.unlink()
                 shutil.rmtree(self._snapshot_root(), ignore_errors=True)
         acc.wait_for_everyone()
+        if signals.received:
+            log.warning("%s received during the last step or the final save: the model was written",
+                        signal.Signals(signals.received).name)
         return self.out_dir
 
     @staticmethod

@@ -37,6 +37,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -178,11 +179,46 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
                                            "--nproc_per_node", str(processes)]
     cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet"]
     log.info("launching: %s", " ".join(cmd))
-    if log_file is None:
-        subprocess.run(cmd, check=True)
-    else:
-        with open(log_file, "a", encoding="utf-8") as fh:
-            subprocess.run(cmd, check=True, stdout=fh, stderr=subprocess.STDOUT)
+    # torchrun's agent forwards these to its workers; SIGUSR1 (sbatch --signal=USR1@...) would otherwise
+    # kill the agent before the workers could write their checkpoint.
+    env = {**os.environ, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+    fh = open(log_file, "a", encoding="utf-8") if log_file else None
+    try:
+        with _outlive_stop_signals():
+            rc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT if fh else None).wait()
+    finally:
+        if fh:
+            fh.close()
+    if rc:
+        raise subprocess.CalledProcessError(rc, cmd)
+
+
+class _outlive_stop_signals:
+    """While the training processes run, SIGTERM / SIGUSR1 (preemption, a time limit) do not end this
+    parent: SLURM signals every process of the job, the workers write their checkpoint and stop, and this
+    process then fails with their exit status. Dying first would end the job step and SIGKILL the workers
+    in the middle of that checkpoint. A handler, not SIG_IGN: the workers must not inherit an ignore."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __enter__(self):
+        self.previous = {}
+        try:
+            for s in self.SIGNALS:
+                self.previous[s] = signal.signal(s, self._note)
+        except ValueError:                      # not the main thread: leave the handlers alone
+            self.previous = {}
+        return self
+
+    @staticmethod
+    def _note(signum, frame):
+        log.warning("%s received: waiting for the training processes to checkpoint and stop",
+                    signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        return False
 
 
 def cmd_train(args) -> int:
