@@ -3,11 +3,13 @@ import logging
 import numpy as np
 
 from zsdr.data.formats import judged_queries
+from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
 from zsdr.models.encoder import load_encoder
 from zsdr.training.idro import kmeans, write_clusters
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 p = snakemake.params
 queries = judged_queries(p.dataset, "train")
 qids = list(queries)

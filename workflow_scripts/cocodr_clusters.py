@@ -14,6 +14,7 @@ import random
 import numpy as np
 
 from zsdr.data.formats import judged_queries
+from zsdr.devices import claim_for_job
 from zsdr.evaluation.cocodr import (by_cluster, by_query, cluster_centroids, example_losses, nearest_clusters,
                                    nearest_source, pick_gains)
 from zsdr.io import atomic_write
@@ -24,6 +25,7 @@ from zsdr.tables.inputs import metric_scores, read_metrics
 from zsdr.training.idro import read_clusters
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 log = logging.getLogger("cocodr_clusters")
 p, inp, out = snakemake.params, snakemake.input, snakemake.output
 device = None if p.dense["device"] == "auto" else p.dense["device"]

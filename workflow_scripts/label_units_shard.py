@@ -1,7 +1,9 @@
+from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
 from zsdr.training.unit_labels import label_shard
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 p, wc = snakemake.params, snakemake.wildcards
 label_shard(p.dataset, wc.split, snakemake.input.stats, snakemake.output[0], shard=int(wc.shard),
             shards=int(wc.shards), reader=p.reader, delta=p.labels["delta"], variant=p.labels["variant"],

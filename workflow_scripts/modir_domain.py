@@ -1,7 +1,9 @@
+from zsdr.devices import claim_for_job
 from zsdr.evaluation.domain import write_domain_analysis
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 p = snakemake.params
 a = p.analysis
 write_domain_analysis(snakemake.output[0], model=p.model, options=p.options, source=p.source,

@@ -1,9 +1,11 @@
 import torch
 
+from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
 from zsdr.training.recipes import launch
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 torch.set_num_threads(snakemake.threads)
 p = snakemake.params
 launch(p.spec, processes=p.launch["processes"], nodes=p.launch["nodes"], launcher=p.launch["launcher"],

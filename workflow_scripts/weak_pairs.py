@@ -2,9 +2,11 @@ import logging
 
 import torch
 
+from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 torch.set_num_threads(max(1, snakemake.threads))
 p = snakemake.params
 w, q = p.weak, p.qgen
