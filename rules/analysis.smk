@@ -28,9 +28,9 @@ rule berm_unit_analysis:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",

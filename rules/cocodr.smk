@@ -18,6 +18,7 @@ rule coco_spans:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=16000,
         runtime=240,
     params:
@@ -49,10 +50,11 @@ rule pretrain_coco:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(
+            lambda wc: launch_gpus(launch_settings(PRETRAINED[wc.name]))
+        ),
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=lambda wc: TRAINING["gpus"]
-        * launch_settings(PRETRAINED[wc.name])["processes"],
     params:
         spec=lambda wc: coco_spec(wc.name),
         summary=lambda wc: spec_summary(
@@ -60,7 +62,7 @@ rule pretrain_coco:
         ),
         launch=lambda wc: launch_settings(PRETRAINED[wc.name]),
     message:
-        "pretrain {wildcards.name}: {params.summary}"
+        "pretrain {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -80,9 +82,9 @@ rule cluster_queries:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(previous_system(wc.run), wc.source),
         options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
@@ -112,9 +114,9 @@ rule cocodr_geometry:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: cocodr_analysis_model(wc.model),
         docs=COCODR_ANALYSIS.get("docs", 1000),
@@ -145,6 +147,7 @@ rule cocodr_figure3:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -175,6 +178,7 @@ rule cocodr_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -222,9 +226,9 @@ rule cocodr_clusters:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
-        gpus=config["dense"]["gpus"],
     params:
         source=lambda wc, input: os.path.dirname(input.source),
         targets={d: f"{DATA}/{d}" for d in TARGETS},
@@ -295,6 +299,7 @@ rule cocodr_figure5:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:

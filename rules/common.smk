@@ -974,6 +974,41 @@ def encoder_options(system, dataset=None):
 
 # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
 DENSE_ENV = "../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml"
+CLUSTER = config["cluster"]
+
+
+def launch_gpus(launch):
+    """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
+    return TRAINING["gpus"] * launch["processes"] * launch["nodes"]
+
+
+def cluster_resources(gpus=0):
+    """The scheduler-facing resources every rule adds to its memory and runtime.
+
+    `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
+    resource, which the SLURM executor turns into `--gpus` and `profiles/local-gpu` limits with
+    `--resources gpu=N`. From config `cluster`, when set: the account, the partition (GPU jobs use
+    `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs. Unset keys are left
+    out, so a profile's default-resources still apply.
+    """
+    count = gpus if callable(gpus) else (lambda wc: gpus)
+
+    def pick(gpu_value, cpu_value):
+        return lambda wc: gpu_value if count(wc) else cpu_value
+
+    out = {"gpu": gpus}
+    if CLUSTER["account"]:
+        out["slurm_account"] = CLUSTER["account"]
+    if CLUSTER["partition"] or CLUSTER["gpu_partition"]:
+        cpu_partition = CLUSTER["partition"] or ""
+        out["slurm_partition"] = pick(
+            CLUSTER["gpu_partition"] or cpu_partition, cpu_partition
+        )
+    if CLUSTER["gpu_model"]:
+        out["gpu_model"] = pick(CLUSTER["gpu_model"], "")
+    if CLUSTER["cpus_per_gpu"]:
+        out["cpus_per_gpu"] = CLUSTER["cpus_per_gpu"]
+    return out
 
 
 def shards(dataset):
@@ -1818,3 +1853,21 @@ def rem_models(key):
         if produced and "rem_of" in SYSTEMS[produced[0]]:
             out[entry.key] = SYSTEMS[produced[0]]["model"]
     return out
+
+
+# `cluster.scatter_search`: how the search is spread over jobs (not in `dense`, which many rules pass
+# whole as a param, so switching it re-runs no encoding, mining or training).
+SCATTER_SEARCH = CLUSTER["scatter_search"]
+
+
+def scattered(dataset):
+    """Whether `dense_search` merges per-shard searches: `cluster.scatter_search` and > 1 shard."""
+    return SCATTER_SEARCH and len(shards(dataset)) > 1
+
+
+def dense_search_inputs(wc):
+    """The corpus shard folders `dense_search` searches or, scattered, every shard's top-k file."""
+    if scattered(wc.dataset):
+        root = f"{RUNS}/{wc.dataset}/.shards/{wc.system}"
+        return [f"{root}/{s}.npz" for s in shards(wc.dataset)]
+    return [f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in shards(wc.dataset)]

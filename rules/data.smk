@@ -26,6 +26,7 @@ rule mini_benchmark:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
@@ -46,6 +47,7 @@ rule download:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=500,
         runtime=600,
         downloads=1,
@@ -77,6 +79,7 @@ rule convert:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
@@ -101,6 +104,7 @@ rule tiny_backbone:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:

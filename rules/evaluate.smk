@@ -17,6 +17,7 @@ rule evaluate:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=4000,
         runtime=30,
     params:
@@ -54,6 +55,7 @@ rule dataset_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=4000,
         runtime=60,
     params:
@@ -76,6 +78,7 @@ rule shift_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=8000,
         runtime=120,
     params:

@@ -17,6 +17,7 @@ rule triples_dataset:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=16000,
         runtime=240,
     script:
@@ -37,6 +38,7 @@ rule bm25_negatives:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
+        **cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
@@ -67,9 +69,9 @@ rule mine_negatives:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=32000,
         runtime=240,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(previous_system(wc.run), wc.source),
         options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
@@ -101,9 +103,11 @@ rule train_cross_encoder:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(
+            lambda wc: launch_gpus(launch_settings(CROSS_ENCODERS[wc.name]))
+        ),
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=TRAINING["gpus"],
     params:
         spec=lambda wc: cross_encoder_spec(wc.name),
         summary=lambda wc: spec_summary(
@@ -111,7 +115,7 @@ rule train_cross_encoder:
         ),
         launch=lambda wc: launch_settings(CROSS_ENCODERS[wc.name]),
     message:
-        "train cross-encoder {wildcards.name}: {params.summary}"
+        "train cross-encoder {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -132,9 +136,9 @@ rule train_reader:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(lambda wc: launch_gpus(launch_settings(READERS[wc.name]))),
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=TRAINING["gpus"],
     params:
         spec=lambda wc: reader_spec(wc.name),
         summary=lambda wc: spec_summary(
@@ -142,7 +146,7 @@ rule train_reader:
         ),
         launch=lambda wc: launch_settings(READERS[wc.name]),
     message:
-        "train reader {wildcards.name}: {params.summary}"
+        "train reader {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -172,9 +176,9 @@ rule teacher_scores:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=TRAINING["runtime"],
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
         dataset=lambda wc: f"{DATA}/{wc.source}",
@@ -204,10 +208,11 @@ rule train:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(
+            lambda wc: launch_gpus(launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]]))
+        ),
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=lambda wc: TRAINING["gpus"]
-        * launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["processes"],
     params:
         spec=lambda wc: train_spec(wc.run),
         summary=lambda wc: spec_summary(
@@ -215,6 +220,6 @@ rule train:
         ),
         launch=lambda wc: launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]]),
     message:
-        "train {wildcards.run}: {params.summary}"
+        "train {wildcards.run} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"

@@ -20,6 +20,7 @@ rule unit_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=16000,
         runtime=120,
     params:
@@ -54,9 +55,9 @@ rule label_units_shard:
     conda:
         "../envs/gpu.yaml"
     resources:
+        **cluster_resources(BERM_LABELS["gpus"]),
         mem_mb=16000,
         runtime=240,
-        gpus=BERM_LABELS["gpus"],
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         labels=BERM_LABELS,
@@ -81,6 +82,7 @@ rule label_units:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=4000,
         runtime=30,
     params:

@@ -17,6 +17,7 @@ rule modir_triples:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=16000,
         runtime=60,
     params:
@@ -43,9 +44,9 @@ rule modir_domain:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(wc.system, wc.dataset),
         options=lambda wc: encoder_options(wc.system, wc.dataset),
@@ -103,6 +104,7 @@ rule modir_curves:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
@@ -137,9 +139,9 @@ rule modir_figure4:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
-        gpus=config["dense"]["gpus"],
     params:
         models=modir_tsne_models(),
         domains={
@@ -180,9 +182,9 @@ rule modir_table4:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
-        gpus=config["dense"]["gpus"],
     params:
         models=[dense_model(s, modir_dataset("table4")) for s in modir_case()],
         options=[encoder_options(s, modir_dataset("table4")) for s in modir_case()],

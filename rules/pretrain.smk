@@ -18,14 +18,14 @@ rule train_dam:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(lambda wc: launch_gpus(dam_launch(wc.dam))),
         mem_mb=32000,
         runtime=TRAINING["runtime"],
-        gpus=lambda wc: TRAINING["gpus"] * dam_launch(wc.dam)["processes"],
     params:
         spec=lambda wc: dam_spec(wc.dam),
         summary=lambda wc: spec_summary(dam_spec(wc.dam), dam_launch(wc.dam)),
         launch=lambda wc: dam_launch(wc.dam),
     message:
-        "train DAM {wildcards.dam}: {params.summary}"
+        "train DAM {wildcards.dam} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"

@@ -1,4 +1,5 @@
-# Dense retrieval: sharded corpus encoding, then exact (faiss) search over the shards.
+# Dense retrieval: sharded corpus encoding, then exact (faiss) search over the shards: in one job, or
+# with `cluster.scatter_search` (datasets of > 1 shard) one job per shard and a merge.
 
 
 rule encode_corpus:
@@ -18,9 +19,9 @@ rule encode_corpus:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=600,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -30,14 +31,68 @@ rule encode_corpus:
         "../workflow_scripts/encode_corpus.py"
 
 
-rule dense_search:
-    """Encode the judged queries, search every corpus shard exactly, merge the top-k into a run."""
+rule encode_queries:
+    """The judged queries of a split encoded once by a dense system, for the per-shard searches."""
     input:
         data=lambda wc: dataset_marker(wc.dataset),
         model=dense_model_input,
-        shards=lambda wc: [
-            f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in shards(wc.dataset)
-        ],
+        code=code("zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"),
+    output:
+        directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
+    log:
+        f"{LOGS}/embeddings/{{dataset}}/{{system}}/queries-{{split}}.log",
+    wildcard_constraints:
+        system=alternation(DENSE_SYSTEMS),
+        split=r"[\w.-]+",
+    conda:
+        DENSE_ENV
+    resources:
+        **cluster_resources(config["dense"]["gpus"]),
+        mem_mb=16000,
+        runtime=60,
+    params:
+        model=lambda wc: dense_model(wc.system, wc.dataset),
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/encode_queries.py"
+
+
+rule search_shard:
+    """One corpus shard searched exactly for the encoded queries: its top-k ids and scores."""
+    input:
+        queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{eval_split(wc.dataset)}",
+        shard=f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}",
+        code=code("zsdr.retrieval", "zsdr.models.encoder", "zsdr.data.formats"),
+    output:
+        f"{RUNS}/{{dataset}}/.shards/{{system}}/shard{{shard}}-of-{{shards}}.npz",
+    log:
+        f"{LOGS}/runs/{{dataset}}/shards/{{system}}/shard{{shard}}-of-{{shards}}.log",
+    wildcard_constraints:
+        system=alternation(DENSE_SYSTEMS),
+        shard=r"\d+",
+        shards=r"\d+",
+    conda:
+        DENSE_ENV
+    resources:
+        **cluster_resources(config["dense"]["gpus"]),
+        mem_mb=16000,
+        runtime=120,
+    params:
+        dense=config["dense"],
+    script:
+        "../workflow_scripts/search_shard.py"
+
+
+rule dense_search:
+    """Encode the judged queries, search every corpus shard exactly, merge the top-k into a run.
+    Scattered (`cluster.scatter_search`, > 1 shard): merge the shards' top-k files (a CPU job).
+    """
+    input:
+        data=lambda wc: dataset_marker(wc.dataset),
+        model=dense_model_input,
+        shards=dense_search_inputs,
         code=code(
             "zsdr.retrieval",
             "zsdr.models.encoder",
@@ -52,14 +107,17 @@ rule dense_search:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(
+            lambda wc: 0 if scattered(wc.dataset) else config["dense"]["gpus"]
+        ),
         mem_mb=16000,
         runtime=120,
-        gpus=config["dense"]["gpus"],
     params:
         model=lambda wc: dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: eval_split(wc.dataset),
         options=lambda wc: encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
+        scattered=lambda wc: scattered(wc.dataset),
     script:
         "../workflow_scripts/dense_search.py"

@@ -17,6 +17,7 @@ rule build_generator:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=4000,
         runtime=10,
     params:
@@ -43,9 +44,11 @@ rule train_generator:
         DENSE_ENV
     threads: TRAINING["threads"]
     resources:
+        **cluster_resources(
+            lambda wc: launch_gpus(launch_settings(GENERATORS[wc.name]))
+        ),
         mem_mb=16000,
         runtime=TRAINING["runtime"],
-        gpus=TRAINING["gpus"],
     params:
         spec=lambda wc: generator_spec(wc.name),
         summary=lambda wc: spec_summary(
@@ -53,7 +56,7 @@ rule train_generator:
         ),
         launch=lambda wc: launch_settings(GENERATORS[wc.name]),
     message:
-        "train generator {wildcards.name}: {params.summary}"
+        "train generator {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -79,9 +82,11 @@ rule weak_pairs:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(
+            lambda wc: RMSC_QGEN.get("gpus", 0) if wc.method == "qgen" else 0
+        ),
         mem_mb=16000,
         runtime=240,
-        gpus=lambda wc: RMSC_QGEN.get("gpus", 0) if wc.method == "qgen" else 0,
     params:
         dataset=lambda wc, input: os.path.dirname(input.data),
         method=lambda wc: wc.method,
@@ -120,6 +125,7 @@ rule rmsc_curves:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:

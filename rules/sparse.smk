@@ -16,6 +16,7 @@ rule lucene_index:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
+        **cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
@@ -41,6 +42,7 @@ rule bm25:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
+        **cluster_resources(),
         mem_mb=8000,
         runtime=120,
     params:

@@ -18,6 +18,7 @@ rule table1:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -65,6 +66,7 @@ rule paper_table:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
@@ -105,6 +107,7 @@ rule paper_figure:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -126,6 +129,25 @@ rule tables:
         MODIR_FIGURES,
         COCODR_FIGURES,
         RMSC_FIGURES,
+
+
+rule all_results:
+    """`results/all`: every table and figure of every paper with its SHA-256, in `sha256sum` format
+    (`sha256sum -c results/all` checks a regeneration against it)."""
+    input:
+        rules.tables.input,
+    output:
+        f"{RESULTS}/all",
+    log:
+        f"{LOGS}/results/all.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **cluster_resources(),
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../workflow_scripts/manifest.py"
 
 
 rule berm:
@@ -163,6 +185,7 @@ rule ddr_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -201,6 +224,7 @@ rule berm_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
+        **cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -234,9 +258,9 @@ rule berm_figure5:
     conda:
         DENSE_ENV
     resources:
+        **cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
-        gpus=config["dense"]["gpus"],
     params:
         models={s: SYSTEMS[s]["model"] for s in BERM["analysis"]["tsne_models"]},
         domains=tsne_domains(),

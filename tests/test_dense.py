@@ -3,6 +3,8 @@
 import argparse
 import json
 import os
+import re
+import shutil
 import time
 
 import numpy as np
@@ -13,8 +15,9 @@ from zsdr.data.formats import read_corpus, read_qrels, read_trec_run
 from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
 from zsdr.retrieval.encode import (NpyAppender, encode_corpus_shard, encode_queries_file, load_embeddings,
-                                   open_embeddings, read_ids)
-from zsdr.retrieval.search import encode_search, register_cli, search_shards
+                                   open_embeddings, read_ids, write_query_embeddings)
+from zsdr.retrieval.search import (encode_search, merge_shard_topk, register_cli, search_folders, search_shard_topk,
+                                   search_shards, search_with_model)
 
 # ---------------------------------------------------------------------------------------------
 # Storage
@@ -203,6 +206,139 @@ def test_search_errors(tmp_path, tied):
     if faiss.get_num_gpus() == 0:
         with pytest.raises(RuntimeError, match="no GPU"):
             search_shards(queries, qids, [d], k=5, gpu=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scattered search: one job per shard, then a merge
+
+
+def scatter(queries_dir, shard_dirs, out_run, k, tag="t", **kwargs):
+    """search_shard_topk per shard (as one job each would), then merge_shard_topk: the run file's text."""
+    parts = [search_shard_topk(queries_dir, d, out_run.parent / "parts" / f"{out_run.stem}-{i}.npz", k=k, gpu=False,
+                               **kwargs)
+             for i, d in enumerate(shard_dirs)]
+    merge_shard_topk(parts, out_run, k=k, tag=tag)
+    return out_run.read_text()
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 120, 1000])
+def test_scattered_search_equals_one_job_search_with_ties(tmp_path, tied, k):
+    queries, docs, doc_ids, qids = tied
+    q = write_query_embeddings(tmp_path / "q", qids, queries)
+    modulo = [write_shard(tmp_path / f"s{s}", doc_ids[s::3], docs[s::3], s, 3) for s in range(3)]
+    cuts = [0, 40, 41, 200, 301]
+    contiguous = [write_shard(tmp_path / f"c{i}", doc_ids[a:b], docs[a:b], dtype="float16")
+                  for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    for name, dirs in (("modulo", modulo), ("reversed", modulo[::-1]), ("contiguous", contiguous)):
+        one = tmp_path / f"{name}-one.trec"
+        search_folders(q, dirs, one, k=k, tag="t", gpu=False, block_rows=16)
+        assert scatter(q, dirs, tmp_path / f"{name}-scattered.trec", k, block_rows=16) == one.read_text(), name
+    want = brute_force(queries, docs, doc_ids, k)
+    assert as_lists(merge_shard_topk(sorted((tmp_path / "parts").glob("modulo-*")), k=k), qids) == want
+
+
+def test_scattered_search_of_three_encoded_shards_equals_the_one_job_run(tiny, bert, tmp_path):  # noqa: F811
+    """A corpus encoded as 3 shards: the workflow's one search job and its scattered jobs write the same bytes."""
+    dirs = [encode_corpus_shard(bert, tiny["data"], tmp_path / f"shard{s}-of-3", s, 3, show_progress=False)
+            for s in range(3)]
+    for k in (7, 1000):
+        one = tmp_path / f"one-{k}.trec"
+        search_with_model(bert, tiny["data"], "test", dirs, one, k=k, tag="t")
+        q = encode_queries_file(bert, tiny["data"], "test", tmp_path / f"queries-{k}")
+        assert scatter(q, dirs, tmp_path / f"scattered-{k}.trec", k) == one.read_text()
+        assert len(one.read_text().splitlines()) == 8 * min(k, 60)
+    with np.load(tmp_path / "parts" / "scattered-1000-0.npz") as z:  # no all-padding columns past the shard's end
+        assert z["scores"].shape == z["rows"].shape == (8, 20) and len(z["ids"]) == 20
+        assert json.loads(str(z["meta"]))["shard_meta"]["num_shards"] == 3
+
+
+def test_merge_refuses_mixed_queries_and_short_lists(tmp_path, tied):
+    queries, docs, doc_ids, qids = tied
+    dirs = [write_shard(tmp_path / f"s{s}", doc_ids[s::2], docs[s::2], s, 2) for s in range(2)]
+    a = search_shard_topk(write_query_embeddings(tmp_path / "qa", qids, queries), dirs[0], tmp_path / "a.npz", k=5,
+                          gpu=False)
+    b = search_shard_topk(write_query_embeddings(tmp_path / "qb", qids[:4], queries[:4]), dirs[1],
+                          tmp_path / "b.npz", k=5, gpu=False)
+    with pytest.raises(DataError, match="other queries"):
+        merge_shard_topk([a, b], k=5)
+    with pytest.raises(DataError, match="top-5 of its shard, top-6 asked"):
+        merge_shard_topk([a], k=6)
+    with pytest.raises(DataError, match="not a shard top-k file"):
+        merge_shard_topk([dirs[0] / "meta.json"], k=5)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # written atomically
+    assert cli(["merge-shards", "--parts", str(a), "--out", str(tmp_path / "a.trec"), "--depth", "5"]) == 0
+    assert len((tmp_path / "a.trec").read_text().splitlines()) == 5 * len(qids)
+
+
+def scatter_overlay(tmp_path, scatter_search, **dense):
+    """config.yaml with mini-alpha in 3 shards (unless ``dense`` says otherwise) and `cluster.scatter_search`
+    set, as a --configfile."""
+    import yaml
+
+    from tests.test_workflow import ROOT
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["dense"].update({"dataset_shards": {"mini-alpha": 3}, **dense})
+    cfg["cluster"] = {**cfg.get("cluster", {}), "scatter_search": scatter_search}
+    path = tmp_path / f"scatter-{scatter_search}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_scatter_search_plans_one_job_per_shard_and_one_query_encoding(tmp_path):
+    from tests.test_workflow import planned_jobs, snakemake
+
+    plans = {}
+    for on in (False, True):   # (with scatter on, GPU jobs: dense.gpus 1)
+        path = scatter_overlay(tmp_path, on, **({"gpus": 1} if on else {}))
+        proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", str(path))
+        plans[on] = proc.stdout + proc.stderr
+    off, on = (planned_jobs(plans[x]) for x in (False, True))
+    systems = set(re.findall(r"embeddings/mini-alpha/([^/\s]+)/shard0-of-3", plans[False]))
+    assert len(systems) >= 2 and "tiny-bert-untrained" in systems
+    assert "encode_queries" not in off and "search_shard" not in off
+    assert on.pop("encode_queries") == len(systems) and on.pop("search_shard") == 3 * len(systems)
+    assert on == off  # the rest of the DAG is unchanged
+    assert set(re.findall(r"embeddings/mini-alpha/([^/\s]+)/queries-test\b", plans[True])) == systems
+    shard_files = set(re.findall(r"runs/mini-alpha/\.shards/([^/\s]+)/(shard\d-of-3)\.npz", plans[True]))
+    assert shard_files == {(s, f"shard{i}-of-3") for s in systems for i in range(3)}
+    assert not re.search(r"runs/mini-(source|beta)/\.shards|embeddings/mini-(source|beta)/[^/\s]+/queries-",
+                         plans[True])  # one shard: searched in one job, as before
+    # scatter on, every dataset in one shard: the plan is exactly today's
+    path = scatter_overlay(tmp_path, True, dataset_shards={})
+    plain = planned_jobs(snakemake("-n", "--forceall", "results/table1.csv", "--configfile", str(path)).stdout)
+    assert plain == planned_jobs(snakemake("-n", "--forceall", "results/table1.csv").stdout)
+    # GPUs: the per-shard searches and the query encoding ask for dense.gpus, the merge for none
+    gpus = {}
+    for block in re.split(r"\n(?=(?:local)?rule )", plans[True]):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        out = re.search(r"output: (\S+)", block)
+        if rule and out:
+            gpus[out.group(1).rstrip(",")] = (rule.group(1), int(re.search(r"\bgpu=(\d+)", block).group(1)))
+    assert gpus["runs/mini-alpha/tiny-bert-untrained.trec"] == ("dense_search", 0)
+    assert gpus["runs/mini-beta/dpr.trec"] == ("dense_search", 1)
+    assert gpus["runs/mini-alpha/.shards/tiny-bert-untrained/shard1-of-3.npz"] == ("search_shard", 1)
+    assert gpus["embeddings/mini-alpha/tiny-bert-untrained/queries-test"] == ("encode_queries", 1)
+
+
+def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
+    """A real run of a small target, mini-alpha in 3 shards: scattered over jobs, then in one job."""
+    from tests.test_workflow import ROOT, planned_jobs, snakemake
+
+    for name in ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "profiles", "envs"):
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
+    target = "runs/mini-alpha/tiny-bert-untrained.trec"
+    on = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, True)), cwd=tmp_path)
+    jobs = planned_jobs(on.stdout + on.stderr)
+    assert jobs["encode_corpus"] == jobs["search_shard"] == 3 and jobs["encode_queries"] == jobs["dense_search"] == 1
+    scattered = (tmp_path / target).read_text()
+    assert sorted(p.name for p in (tmp_path / "runs/mini-alpha/.shards/tiny-bert-untrained").iterdir()) == [
+        f"shard{i}-of-3.npz" for i in range(3)]
+    (tmp_path / target).unlink()
+    off = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, False)), cwd=tmp_path)
+    jobs = planned_jobs(off.stdout + off.stderr)
+    assert jobs["dense_search"] == 1 and "encode_corpus" not in jobs and "search_shard" not in jobs  # shards reused
+    assert (tmp_path / target).read_text() == scattered and len(scattered.splitlines()) == 150 * 1000
 
 
 # ---------------------------------------------------------------------------------------------

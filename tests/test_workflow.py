@@ -40,6 +40,27 @@ def planned_jobs(output: str) -> dict[str, int]:
     return counts
 
 
+TRAINING_JOB = re.compile(r"(pretrain|train(?: DAM| generator| cross-encoder| reader)?) ([\w.@-]+) "
+                          r"\((\d+) GPU\(s\)\): (init .*)")
+
+
+def training_plan(output: str, kind: str = "train", gpus_per_process: int | None = None) -> dict[str, str]:
+    """{run: summary} of the dry run's training jobs of one kind ("train", "train DAM", "pretrain").
+
+    With ``gpus_per_process``, every training job's GPU request (its ``resources.gpu``, shown in the job's
+    message) must be that many GPUs for each of its processes: one SLURM job holds all of a run's GPUs.
+    """
+    plan = {}
+    for m in TRAINING_JOB.finditer(output):
+        if gpus_per_process is not None:
+            processes = re.search(r"x (\d+) process\(es\)", m.group(4))
+            assert processes, m.group(0)
+            assert int(m.group(3)) == gpus_per_process * int(processes.group(1)), m.group(0)[:200]
+        if m.group(1) == kind:
+            plan[m.group(2)] = m.group(4)
+    return plan
+
+
 def test_lint_is_clean():
     proc = snakemake("--lint", check=False)
     text = proc.stdout + proc.stderr
@@ -87,6 +108,45 @@ def test_dry_run_every_paper_table(configfile):
     assert jobs.get("berm_figure4") == jobs.get("berm_figure5") == 1   # figures drawn from BERM's runs
 
 
+
+def rule_resources(output: str) -> dict[str, set[str]]:
+    """{rule: the distinct `resources:` lines of its jobs} from a dry run's job blocks."""
+    found: dict[str, set[str]] = {}
+    for block in re.split(r"\n\s*\n", output):
+        rule, res = re.search(r"^(?:local)?rule (\w+):", block, re.M), re.search(r"resources: (.*)", block)
+        if rule and res:
+            found.setdefault(rule.group(1), set()).add(res.group(1))
+    return found
+
+
+def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardware():
+    """The paper-scale plan as a cluster user makes it: the SLURM profile and `results/all` (every table
+    and figure with its checksum). GPUs: a training job holds one per process — COCO-DR 8, DDR's DAMs 4,
+    the DR baselines and MoDIR 1 (METHODS.md) — every encode/search job one, BM25 and the tables none.
+    (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
+    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "results/all",
+                     "--configfile", "configs/paper.yaml")
+    out = proc.stdout + proc.stderr
+    jobs = planned_jobs(out)
+    assert jobs["all_results"] == jobs["table1"] == 1 and jobs["paper_table"] == 25, jobs
+    plan = training_plan(out, gpus_per_process=1)            # every training: GPUs = processes
+    dams = training_plan(out, "train DAM", gpus_per_process=1)
+    coco = training_plan(out, "pretrain", gpus_per_process=1)
+    assert "x 8 process(es)" in plan["cocodr-base-ep1"] and "x 8 process(es)" in coco["coco"]
+    assert "x 4 process(es)" in dams["bert-base--msmarco"]
+    assert "x 1 process(es)" in plan["dpr-berm"] and "x 1 process(es)" in plan["ance-modir@scifact"]
+    resources = rule_resources(out)
+    for rule in ("encode_corpus", "search_shard", "encode_queries", "mine_negatives"):
+        assert all(re.search(r"\bgpu=1\b", r) for r in resources[rule]), (rule, resources[rule])
+    # a one-shard corpus is searched on a GPU; a sharded one's per-shard top-k are merged on a CPU
+    assert {re.search(r"\bgpu=(\d+)", r).group(1) for r in resources["dense_search"]} == {"0", "1"}
+    for rule in ("bm25", "lucene_index", "paper_table", "table1"):   # (the evaluations are grouped jobs)
+        assert all(re.search(r"\bgpu=0\b", r) for r in resources[rule]), (rule, resources[rule])
+    # MS MARCO's 16 shards: 16 encode jobs per dense system, searched one shard per job and merged
+    assert jobs["search_shard"] >= 16 and jobs["encode_queries"] >= 1
+    assert "runs/msmarco/.shards/" in out
+
+
 def test_dry_run_paper_config_plans_every_dataset():
     proc = snakemake("-n", "data", "--configfile", "configs/paper.yaml", check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -118,7 +178,7 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
     assert "train_cross_encoder" not in jobs and "teacher_scores" not in jobs and "train_reader" not in jobs
     # BERM labels of the two training sets (triples for DPR, MS MARCO for KD / ANCE), 16 shards each
     assert jobs["label_units_shard"] == 32 and jobs["label_units"] == 2, jobs
-    plan = {m.group(1): m.group(2) for m in re.finditer(r"(?<!pre)train ([\w.-]+): (init .*)", proc.stdout)}
+    plan = {run: s for run, s in training_plan(proc.stdout, gpus_per_process=1).items() if "@" not in run}
     assert set(plan) == {"dpr", "dpr-inbatch", "ance-ep1", "ance-ep2", "ance-ep3", "kd", "ddr-dr-contrast",
                          "ddr-dr-distill", "dpr-berm", "kd-berm", "ance-berm-ep1", "ance-berm-ep2", "ance-berm-ep3",
                          "ddr-contrast", "ddr-distill", "cocodr-warmup", "cocodr-base-ep1", "cocodr-base-ep2",
@@ -150,7 +210,7 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     """DDR at paper scale (METHODS.md §2.3): DAMs of batch 1,024 / 512 and length 100 / 190, 100k source
     steps, 50k (LoTTE) / 20k target steps; REMs with 128 queries + 3 x 128 negatives for 5 / 20 epochs."""
     proc = snakemake("-n", "--forceall", "ddr", "--configfile", "configs/paper.yaml")
-    plan = {m.group(2): m.group(3) for m in re.finditer(r"train (DAM )?([\w.@-]+): (init .*)", proc.stdout)}
+    plan = {**training_plan(proc.stdout, gpus_per_process=1), **training_plan(proc.stdout, "train DAM")}
     jobs = planned_jobs(proc.stdout)
     english = ["trec-covid-beir"] + [f"lotte-{t}-test" for t in ("writing", "recreation", "technology",
                                                                   "lifestyle", "science")]
@@ -205,7 +265,7 @@ def test_paper_config_plans_modir_with_the_spec_values():
     """MoDIR at paper scale (METHODS.md §3.3): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
     Table 5's values, the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
     proc = snakemake("-n", "--forceall", "modir", "--configfile", "configs/paper.yaml")
-    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", proc.stdout)}
+    plan = training_plan(proc.stdout, gpus_per_process=1)
     jobs = planned_jobs(proc.stdout)
     for recipe in ("ance-modir", "dpr-modir"):
         assert {r.split("@")[1] for r in plan if r.startswith(f"{recipe}@")} == set(MODIR_TARGETS), recipe
@@ -246,13 +306,13 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     proc = snakemake("-n", "--forceall", "cocodr", "--configfile", "configs/paper.yaml")
     out = proc.stdout
     jobs = planned_jobs(out)
-    coco = re.search(r"pretrain coco: (init .*)", out).group(1)
+    coco = training_plan(out, "pretrain", gpus_per_process=1)["coco"]
     for part in ["init Luyu/condenser", "span contrastive x1 (global batch, no temperature)",
                  "Condenser head MLM (2 layers from layer 6), backbone MLM 15% whole-word",
                  "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear", "; 8 epochs;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)
-    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", out)}
+    plan = training_plan(out)
     assert plan["cocodr-warmup"].startswith("init models/pretrained/coco;")
     for k in (1, 2, 3):
         run = plan[f"cocodr-base-ep{k}"]
@@ -267,7 +327,7 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     # one clustering per iDRO/GroupDRO episode: Base, -COCO, GroupDRO, Large, Large -COCO and the 6 sweep points
     # COCO Base and Large, and Condenser continued on Table 3's targets
     assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 3
-    assert "contrastive" not in re.search(r"pretrain condenser-target: (init .*)", out).group(1)
+    assert "contrastive" not in training_plan(out, "pretrain")["condenser-target"]
 
 
 
@@ -279,7 +339,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
     proc = snakemake("-n", "--forceall", "rmsc", "--configfile", "configs/paper.yaml")
     out = proc.stdout
     jobs = planned_jobs(out)
-    plan = {m.group(1): m.group(2) for m in re.finditer(r"train ([\w.@-]+): (init .*)", out)}
+    plan = training_plan(out)
     targets = ["lotte-writing-test", "lotte-recreation-test", "lotte-science-test", "lotte-technology-test",
                "lotte-lifestyle-test", "trec-covid", "hotpotqa", "fiqa", "webis-touche2020", "nfcorpus", "nq",
                "dbpedia-entity", "scifact", "scidocs", "quora", "fever", "climate-fever", "arguana"]
@@ -591,7 +651,7 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
                     "evaluate": datasets, "table1": 1}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:
-        assert f"train {name}: " in proc.stdout
+        assert f"train {name} (0 GPU(s)): " in proc.stdout
     loss.write_text(original)                        # same content: nothing to re-run
     assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
 

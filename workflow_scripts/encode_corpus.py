@@ -1,7 +1,9 @@
+from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
 from zsdr.retrieval.encode import encode_corpus_shard
 
 setup_logging(snakemake.log[0])
+claim_for_job(snakemake)
 p = snakemake.params
 d = p.dense
 w = snakemake.wildcards

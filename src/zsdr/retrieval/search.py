@@ -6,6 +6,10 @@ float32 a block at a time), and keeps a running top-``k`` per query, so the corp
 in memory. Ties are broken by corpus position (earlier wins), whatever the sharding: for modulo
 shards written by :func:`zsdr.retrieval.encode.encode_corpus_shard` the position is
 ``row * num_shards + shard``; for other folders it is the concatenation order given.
+
+The same search can be scattered over jobs: :func:`search_shard_topk` writes one shard's top-``k``
+(ids and scores) and :func:`merge_shard_topk` merges those files into the run that
+:func:`search_shards` gives over all the shards, byte for byte (same blocks, scores and tie rule).
 """
 
 from __future__ import annotations
@@ -149,20 +153,8 @@ class _Searcher:
         return scores, keys[rows]
 
 
-def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: Sequence[str | os.PathLike],
-                  k: int = 1000, gpu: bool | None = None, batch_queries: int = 4096, block_mb: int = 1024,
-                  block_rows: int | None = None, show_progress: bool = False) -> dict[str, dict[str, float]]:
-    """Exact top-``k`` inner-product search of ``query_emb`` over embedding folders.
-
-    Returns ``{qid: {docid: score}}`` with each query's documents best first (ties: earlier in the
-    corpus first). ``gpu=None`` uses a GPU when faiss sees one. Memory: the queries, the running
-    ``len(queries) x k`` results and one block of at most ``block_mb`` MiB (float32, twice over
-    while faiss copies it); ``block_rows`` sets the block size in rows instead.
-    """
-    from tqdm.auto import tqdm
-
-    from zsdr.retrieval.encode import IDS, open_embeddings
-
+def _queries(query_emb: np.ndarray, query_ids: Sequence[str], batch_queries: int, k: int
+             ) -> tuple[np.ndarray, list[str]]:
     if k < 1 or batch_queries < 1:
         raise ValueError("k and batch_queries must be >= 1")
     queries = np.ascontiguousarray(query_emb, dtype=np.float32)
@@ -171,22 +163,34 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
         raise ValueError(f"{len(query_ids)} query ids for query embeddings of shape {queries.shape}")
     if len(set(query_ids)) != len(query_ids):
         raise ValueError("duplicate query ids")
-    shard_dirs = [Path(d) for d in shard_dirs]
+    return queries, query_ids
+
+
+def _open_shards(shard_dirs: Sequence[Path], dim: int) -> list[tuple[np.ndarray, dict]]:
+    from zsdr.retrieval.encode import open_embeddings
+
     if not shard_dirs:
         raise ValueError("no shard folders given")
     opened = [open_embeddings(d) for d in shard_dirs]   # memory-mapped: nothing is read yet
-    metas = [meta for _, meta in opened]
-    for d, meta in zip(shard_dirs, metas):
-        if meta["dim"] != queries.shape[1]:
-            raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {queries.shape[1]}",
+    for d, (_, meta) in zip(shard_dirs, opened):
+        if meta["dim"] != dim:
+            raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {dim}",
                             "encode queries and documents with the same model")
-    layout = _Layout(metas)
+    return opened
+
+
+def _search(queries: np.ndarray, opened: list[tuple[np.ndarray, dict]], layout: _Layout, k: int,
+            gpu: bool | None, batch_queries: int, block_mb: int, block_rows: int | None,
+            show_progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The running top-``k`` ``(scores, keys)`` of every query over the folders, block by block."""
+    from tqdm.auto import tqdm
+
     searcher = _Searcher(gpu)
     nq, dim = queries.shape
     best_s = np.full((nq, k), -np.inf, dtype=np.float32)
     best_k = np.full((nq, k), _NO_KEY, dtype=np.int64)
     rows_per_block = max(1, block_rows or (block_mb << 20) // (dim * 4))
-    total = sum(int(m["count"]) for m in metas)
+    total = sum(int(m["count"]) for _, m in opened)
     bar = tqdm(total=total, desc="search", unit="doc", disable=not show_progress)
     with searcher.blas_blocks(), bar:
         for f, (emb, _) in enumerate(opened):
@@ -200,6 +204,51 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
                     best_s[q0:q1], best_k[q0:q1] = _merge(best_s[q0:q1], best_k[q0:q1], s, kk, k)
                 del index, block
                 bar.update(len(keys))
+    return best_s, best_k
+
+
+def _ids_at(directory: Path, wanted: np.ndarray, count: int) -> list[str]:
+    """The ids on the (sorted, unique) 0-based lines ``wanted`` of a folder's ids.txt, checking its length."""
+    from zsdr.retrieval.encode import IDS
+
+    found: list[str] = []
+    j, n = 0, 0
+    with open(directory / IDS, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if j < len(wanted) and wanted[j] == n - 1:
+                found.append(line.rstrip("\n"))
+                j += 1
+    if n != count:
+        raise DataError(directory / IDS, None, f"{n} ids for {count} embeddings", "encode the shard again")
+    return found
+
+
+def _as_run(query_ids: Sequence[str], best_s: np.ndarray, best_k: np.ndarray, names: np.ndarray
+            ) -> dict[str, dict[str, float]]:
+    valid = best_k != _NO_KEY
+    run: dict[str, dict[str, float]] = {}
+    for i, qid in enumerate(query_ids):
+        n = int(valid[i].sum())
+        run[qid] = dict(zip(names[i, :n].tolist(), best_s[i, :n].tolist()))
+    return run
+
+
+def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: Sequence[str | os.PathLike],
+                  k: int = 1000, gpu: bool | None = None, batch_queries: int = 4096, block_mb: int = 1024,
+                  block_rows: int | None = None, show_progress: bool = False) -> dict[str, dict[str, float]]:
+    """Exact top-``k`` inner-product search of ``query_emb`` over embedding folders.
+
+    Returns ``{qid: {docid: score}}`` with each query's documents best first (ties: earlier in the
+    corpus first). ``gpu=None`` uses a GPU when faiss sees one. Memory: the queries, the running
+    ``len(queries) x k`` results and one block of at most ``block_mb`` MiB (float32, twice over
+    while faiss copies it); ``block_rows`` sets the block size in rows instead.
+    """
+    queries, query_ids = _queries(query_emb, query_ids, batch_queries, k)
+    shard_dirs = [Path(d) for d in shard_dirs]
+    opened = _open_shards(shard_dirs, queries.shape[1])
+    metas = [meta for _, meta in opened]
+    layout = _Layout(metas)
+    best_s, best_k = _search(queries, opened, layout, k, gpu, batch_queries, block_mb, block_rows, show_progress)
     # Resolve the ids of the rows that made any top-k, one shard's ids.txt at a time.
     valid = best_k != _NO_KEY
     folders = np.full(best_k.shape, -1, dtype=np.int64)
@@ -211,31 +260,139 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
         if not mask.any():
             continue
         wanted = np.unique(rows[mask])
-        found: dict[int, str] = {}
-        j, count = 0, 0
-        with open(d / IDS, encoding="utf-8") as fh:
-            for count, line in enumerate(fh, 1):
-                if j < len(wanted) and wanted[j] == count - 1:
-                    found[count - 1] = line.rstrip("\n")
-                    j += 1
-        if count != metas[f]["count"]:
-            raise DataError(d / IDS, None, f"{count} ids for {metas[f]['count']} embeddings", "encode the shard again")
-        lookup = np.array([found[int(r)] for r in wanted], dtype=object)
+        lookup = np.array(_ids_at(d, wanted, metas[f]["count"]), dtype=object)
         names[mask] = lookup[np.searchsorted(wanted, rows[mask])]
-    run: dict[str, dict[str, float]] = {}
-    for i, qid in enumerate(query_ids):
-        n = int(valid[i].sum())
-        run[qid] = dict(zip(names[i, :n].tolist(), best_s[i, :n].tolist()))
+    return _as_run(query_ids, best_s, best_k, names)
+
+
+# --------------------------------------------------------------------------------------------
+# Scatter / gather: one job per shard writes its top-k, one job merges them (cluster.scatter_search)
+
+TOPK_FORMAT = 1
+
+
+def search_shard_topk(queries_dir: str | os.PathLike, shard_dir: str | os.PathLike, out: str | os.PathLike,
+                      k: int = 1000, gpu: bool | None = None, batch_queries: int = 4096, block_mb: int = 1024,
+                      block_rows: int | None = None, show_progress: bool = False) -> Path:
+    """Search one shard folder for the queries of an embeddings folder; write its top-``k`` as ``.npz``.
+
+    The scatter half of a scattered search: the blocks, scores and tie rule are those of
+    :func:`search_shards` over that shard, so :func:`merge_shard_topk` of every shard's file gives
+    the run :func:`search_folders` gives over all of them, byte for byte. ``out`` (written
+    atomically) holds ``qids``, ``scores`` and ``rows`` (``len(qids) x min(k, shard size)``, best
+    first; rows in the shard, ``-1`` / ``-inf`` past a query's last hit), the shard's ``ids`` of the distinct rows ``id_rows``
+    (sorted) and a JSON ``meta`` (``k``, the shard folder's meta). Returns ``out``.
+    """
+    from zsdr.io import atomic_write
+    from zsdr.retrieval.encode import load_embeddings
+
+    shard_dir, out = Path(shard_dir), Path(out)
+    q_emb, q_ids, q_meta = load_embeddings(queries_dir)
+    _warn_settings(q_meta, [shard_dir])
+    queries, q_ids = _queries(q_emb, q_ids, batch_queries, k)
+    opened = _open_shards([shard_dir], queries.shape[1])
+    meta = opened[0][1]
+    layout = _Layout([meta])
+    start = time.perf_counter()
+    best_s, best_k = _search(queries, opened, layout, k, gpu, batch_queries, block_mb, block_rows, show_progress)
+    valid = best_k != _NO_KEY
+    rows = np.full(best_k.shape, -1, dtype=np.int64)
+    rows[valid] = layout.locate(best_k[valid])[1]
+    width = int(valid.sum(axis=1).max(initial=0))   # min(k, shard size): no all-padding columns
+    best_s, rows = best_s[:, :width], rows[:, :width]
+    id_rows = np.unique(rows[rows >= 0])
+    ids = np.array(_ids_at(shard_dir, id_rows, meta["count"]), dtype=str)
+    info = {"format_version": TOPK_FORMAT, "kind": "shard_topk", "k": k, "folder": str(shard_dir),
+            "queries": str(queries_dir), "shard_meta": meta}
+    with atomic_write(out, "wb") as fh:
+        np.savez(fh, qids=np.array(q_ids, dtype=str), scores=best_s, rows=rows, id_rows=id_rows, ids=ids,
+                 meta=np.array(json.dumps(info)))
+    log.info("searched %s (%d docs) for %d queries in %.1f s -> %s", shard_dir, meta["count"], len(q_ids),
+             time.perf_counter() - start, out)
+    return out
+
+
+def merge_shard_topk(parts: Sequence[str | os.PathLike], out_run: str | os.PathLike | None = None, k: int = 1000,
+                     tag: str = "dense") -> dict[str, dict[str, float]]:
+    """Merge the per-shard top-k files of :func:`search_shard_topk` into the exact top-``k`` run.
+
+    The gather half: the same running merge and tie rule (corpus position, from the shards' metas in
+    the order given) as :func:`search_shards`, so the run equals the one-job search over the same
+    folders. Writes the TREC run when ``out_run`` is given; returns the run. Memory: the merged
+    ``len(qids) x k`` lists plus one file's at a time.
+    """
+    from zsdr.data.formats import write_trec_run
+
+    parts = [Path(p) for p in parts]
+    if not parts:
+        raise ValueError("no shard top-k files given")
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    start = time.perf_counter()
+    infos = [_topk_info(p, k) for p in parts]
+    layout = _Layout([info["shard_meta"] for info in infos])   # keys of every shard, as search_shards
+    query_ids: list[str] | None = None
+    lookups = []
+    for f, path in enumerate(parts):
+        with np.load(path, allow_pickle=False) as z:
+            try:
+                qids = z["qids"].tolist()
+                scores, rows = z["scores"], z["rows"]
+                lookups.append((z["id_rows"], z["ids"]))
+            except (KeyError, ValueError) as e:
+                raise DataError(path, None, f"not a shard top-k file ({e})", "search the shard again") from None
+        if query_ids is None:
+            query_ids = qids
+            best_s = np.full((len(qids), k), -np.inf, dtype=np.float32)
+            best_k = np.full((len(qids), k), _NO_KEY, dtype=np.int64)
+        elif qids != query_ids:
+            raise DataError(path, None, f"other queries than {parts[0]}", "search every shard with the same queries")
+        if scores.shape != rows.shape or scores.shape[0] != len(qids):
+            raise DataError(path, None, f"scores {scores.shape}, rows {rows.shape}, {len(qids)} queries",
+                            "search the shard again")
+        valid = rows >= 0
+        keys = np.full(rows.shape, _NO_KEY, dtype=np.int64)
+        keys[valid] = layout.keys(f, rows[valid])
+        best_s, best_k = _merge(best_s, best_k, scores, keys, k)
+        del scores, rows, keys
+    valid = best_k != _NO_KEY
+    folders = np.full(best_k.shape, -1, dtype=np.int64)
+    rows = np.full(best_k.shape, -1, dtype=np.int64)
+    folders[valid], rows[valid] = layout.locate(best_k[valid])
+    names = np.empty(best_k.shape, dtype=object)
+    for f, (id_rows, ids) in enumerate(lookups):
+        mask = folders == f
+        if not mask.any():
+            continue
+        pos = np.searchsorted(id_rows, rows[mask])
+        if (pos >= len(id_rows)).any() or (id_rows[np.minimum(pos, len(id_rows) - 1)] != rows[mask]).any():
+            raise DataError(parts[f], None, "a merged row has no id", "search the shard again")
+        names[mask] = ids.astype(object)[pos]
+    run = _as_run(query_ids, best_s, best_k, names)
+    if out_run is not None:
+        write_trec_run(out_run, run, tag=tag, depth=k)
+    log.info("merged %d shard top-k files for %d queries in %.1f s", len(parts), len(run), time.perf_counter() - start)
     return run
 
 
-def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike], out_run: str | os.PathLike,
-                   k: int = 1000, tag: str = "dense", gpu: bool | None = None, **kwargs) -> dict:
-    """Search an embeddings folder of queries over shard folders; write the TREC run."""
-    from zsdr.data.formats import write_trec_run
-    from zsdr.retrieval.encode import load_embeddings, read_meta
+def _topk_info(path: Path, k: int) -> dict:
+    """The checked meta of a shard top-k file holding at least the top-``k`` of its shard."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            info = json.loads(str(z["meta"]))
+    except (OSError, KeyError, ValueError) as e:
+        raise DataError(path, None, f"not a shard top-k file ({e})", "search the shard again") from None
+    if info.get("kind") != "shard_topk" or info.get("format_version") != TOPK_FORMAT:
+        raise DataError(path, None, "not a shard top-k file of this version", "search the shard again")
+    if info["k"] < min(k, int(info["shard_meta"]["count"])):
+        raise DataError(path, None, f"the top-{info['k']} of its shard, top-{k} asked",
+                        f"search the shard with k >= {k}")
+    return info
 
-    q_emb, q_ids, q_meta = load_embeddings(queries_dir)
+
+def _warn_settings(q_meta: dict, shard_dirs: Sequence[str | os.PathLike]) -> None:
+    """Warn when a shard was encoded with another model, pooling or similarity than the queries."""
+    from zsdr.retrieval.encode import read_meta
 
     def setting(meta):
         enc = meta.get("encoder") or {}
@@ -246,6 +403,16 @@ def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os
         if q_meta.get("encoder") and meta.get("encoder") and setting(q_meta) != setting(meta):
             log.warning("%s was encoded with %s, the queries with %s (model, pooling, similarity)", d,
                         setting(meta), setting(q_meta))
+
+
+def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike], out_run: str | os.PathLike,
+                   k: int = 1000, tag: str = "dense", gpu: bool | None = None, **kwargs) -> dict:
+    """Search an embeddings folder of queries over shard folders; write the TREC run."""
+    from zsdr.data.formats import write_trec_run
+    from zsdr.retrieval.encode import load_embeddings
+
+    q_emb, q_ids, q_meta = load_embeddings(queries_dir)
+    _warn_settings(q_meta, shard_dirs)
     run = search_shards(np.asarray(q_emb), q_ids, shard_dirs, k=k, gpu=gpu, **kwargs)
     write_trec_run(out_run, run, tag=tag, depth=k)
     return run
@@ -411,8 +578,24 @@ def cmd_search(args) -> int:
     return 0
 
 
+def cmd_search_shard(args) -> int:
+    _set_threads(args.threads)
+    start = time.perf_counter()
+    out = search_shard_topk(args.queries, args.shard, args.out, k=args.depth, gpu=_gpu_flag(args.gpu),
+                            show_progress=not args.quiet)
+    print(json.dumps({"out": str(out), "seconds": round(time.perf_counter() - start, 1)}))
+    return 0
+
+
+def cmd_merge_shards(args) -> int:
+    run = merge_shard_topk(args.parts, args.out, k=args.depth, tag=args.tag)
+    print(json.dumps({"run": str(args.out), "queries": len(run)}))
+    return 0
+
+
 def register_cli(subparsers) -> None:
-    """Add ``encode-search``, ``encode``, ``encode-queries`` and ``search`` to a ``zsdr`` subparsers object."""
+    """Add ``encode-search``, ``encode``, ``encode-queries``, ``search``, ``search-shard`` and ``merge-shards``
+    to a ``zsdr`` subparsers object."""
     p = subparsers.add_parser("encode-search", help="dense retrieval in one go: encode queries and corpus, search")
     _add_model_args(p)
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
@@ -453,3 +636,20 @@ def register_cli(subparsers) -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_search)
+
+    p = subparsers.add_parser("search-shard", help="one shard's exact top-k for query embeddings (scattered search)")
+    p.add_argument("--queries", required=True, help="embeddings folder of the queries")
+    p.add_argument("--shard", required=True, help="embeddings folder of one corpus shard")
+    p.add_argument("--out", required=True, help=".npz of the shard's top-k to write")
+    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=cmd_search_shard)
+
+    p = subparsers.add_parser("merge-shards", help="merge per-shard top-k files (search-shard) into a TREC run")
+    p.add_argument("--parts", required=True, nargs="+", help="the shards' .npz files, in shard order")
+    p.add_argument("--out", required=True, help="TREC run to write")
+    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--tag", default="dense")
+    p.set_defaults(func=cmd_merge_shards)
