@@ -35,3 +35,10 @@ def mini_with_backbones(root: Path, mini: dict, size: dict, kinds=("bert", "robe
     for kind in kinds:
         build_tiny_backbone(kind, [root / "data" / "src"], root / kind, size, vocab_size=600, seed=0)
     return root
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The SLURM test runs last: it installs and starts a one-node cluster and stops it at the end, and
+    with the SLURM client installed but no controller, every later Snakemake start-up would wait for the
+    executor plugin's probe of the cluster's configuration."""
+    items.sort(key=lambda item: Path(str(item.fspath)).name == "test_slurm.py")

@@ -1,0 +1,130 @@
+"""The SLURM profile on a real SLURM: a one-node cluster on this machine runs a slice of the mini pipeline
+through snakemake-executor-plugin-slurm, and its outputs equal those of the same slice run locally.
+
+The cluster comes from Debian's packages (tests/slurm/cluster.sh: slurmctld, slurmd, munge), installed and
+started by the test where it runs as root with apt-get; elsewhere the test skips unless a cluster already
+answers `sinfo`. Job status comes from `squeue` (finished jobs stay visible for MinJobAge = 600 s; there is no
+slurmdbd, so `sacct` has no database to ask).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+WORKFLOW = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "report", "profiles", "envs")
+# Data, a tiny backbone, BM25 (index + search), a training, corpus shards encoded in two jobs, dense search,
+# and two small statistics jobs that the profile groups into one SLURM job.
+TARGETS = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "stats/mini-alpha.json",
+           "stats/mini-beta.json")
+SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "models/trained/dpr/model.safetensors",
+        "embeddings/mini-alpha/dpr/shard0-of-2", "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json",
+        "stats/mini-beta.json")
+TIMINGS = {"seconds", "docs_per_second"}
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}}
+
+
+def _sinfo_ok() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """A running one-node SLURM cluster: the one already answering `sinfo`, or one this test installs and
+    starts (root with apt-get) and stops again."""
+    if _sinfo_ok():
+        yield "existing"
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("no SLURM cluster answers sinfo, and installing one needs root with apt-get")
+    for action, limit in (("install", 900), ("start", 120)):
+        proc = subprocess.run(["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=limit)
+        assert proc.returncode == 0, f"cluster.sh {action} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    try:
+        yield "started"
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "stop"], capture_output=True, timeout=60)
+
+
+def _copy_workflow(dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    for name in WORKFLOW:
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    (dest / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
+    return dest
+
+
+def _start(args, cwd: Path, limit: int) -> subprocess.Popen:
+    """Snakemake under `timeout -k` (Snakemake ignores SIGTERM; the KILL follows 30 s later)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
+    cmd = ["timeout", "-k", "30", str(limit), SNAKEMAKE, *args, *TARGETS, "--configfile", "overlay.yaml"]
+    return subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def _finish(proc: subprocess.Popen) -> str:
+    out = proc.communicate()[0]
+    assert proc.returncode == 0, f"{' '.join(proc.args)} failed ({proc.returncode}):\n{out[-8000:]}"
+    return out
+
+
+def _run(args, cwd: Path, limit: int) -> str:
+    return _finish(_start(args, cwd, limit))
+
+
+def _content(path: Path):
+    """A file's bytes; a JSON record without its wall-clock timings (they differ between any two runs)."""
+    if path.suffix == ".json":
+        record = json.loads(path.read_text())
+        if isinstance(record, dict):
+            return {k: v for k, v in record.items() if k not in TIMINGS}
+    return path.read_bytes()
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.is_dir():
+        names = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+        return names == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()) and all(
+            _content(a / n) == _content(b / n) for n in names)
+    return _content(a) == _content(b)
+
+
+def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp_path, capsys):
+    local = _copy_workflow(tmp_path / "local")
+    on_slurm = _copy_workflow(tmp_path / "slurm")
+    _run(["--cores", "2"], local, 900)
+    log = _run(["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
+                "--slurm-init-seconds-before-status-checks", "2", "--slurm-no-account"], on_slurm, 1500)
+    jobs = {line.split("SLURM jobid ")[1].split()[0] for line in log.splitlines() if "SLURM jobid" in line}
+    assert len(jobs) >= 8, log[-3000:]
+    # the two statistics jobs ran as one SLURM job of the profile's `statistics` group
+    assert "group job statistics" in log.lower(), log[-3000:]
+    queue = subprocess.run(["squeue", "-t", "all", "-o", "%.8i %.9P %.40j %.10T %.10M %R"], capture_output=True,
+                           text=True, timeout=60).stdout
+    seen = {line.split()[0] for line in queue.splitlines()[1:]}
+    assert jobs <= seen, (jobs, queue)
+    for line in queue.splitlines()[1:]:
+        if line.split()[0] in jobs:
+            assert "COMPLETED" in line, queue
+    with capsys.disabled():                      # the cluster's own account of the run, in the test log
+        print(f"\nSLURM jobs of the mini slice ({slurm_cluster} cluster), from squeue:\n{queue}")
+    for name in SAME:
+        assert (on_slurm / name).exists(), name
+        assert _same(local / name, on_slurm / name), f"{name} differs between the local and the SLURM run"
+    # a no-op second submission: everything is up to date
+    again = _run(["--profile", "profiles/slurm", "--slurm-status-command", "squeue", "--slurm-no-account", "-n"],
+                 on_slurm, 300)
+    assert "Nothing to be done" in again
