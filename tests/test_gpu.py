@@ -1,0 +1,214 @@
+"""The GPU paths, on a CUDA machine (every test here skips without one): bf16 training in this process and
+through torchrun (NCCL), a stop signal's checkpoint and resume on the GPU, bf16 / fp32 encoding against the
+CPU, faiss on the GPU against the CPU, and device claims from nvidia-smi's list."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import mini_with_backbones
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = {
+    "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
+    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
+    "domains": [{"name": "src", "role": "source", "docs": 320, "train_queries": 200, "dev_queries": 20}],
+}
+SIZE = {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 128, "max_length": 64, "dropout": 0.0}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return mini_with_backbones(tmp_path_factory.mktemp("gpu"), MINI, SIZE, kinds=("bert",))
+
+
+def write_spec(tiny, name, **train):
+    s = {"kind": "bi_encoder", "init": str(tiny / "bert"), "dataset": str(tiny / "data" / "src"),
+         "negatives": str(tiny / "data" / "src" / "negatives.jsonl"), "systems": None, "teacher": None,
+         "out": str(tiny / "out" / name), "checkpoint_dir": str(tiny / "ckpt" / name),
+         "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 48},
+         "loss": "contrastive", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
+         "train": {"batch_size": 16, "max_steps": 40, "lr": 1e-3, "optimizer": "adamw", "warmup_steps": 2,
+                   "seed": 3, "save_every": 1000, "log_every": 1, "precision": "bf16", **train}}
+    path = tiny / f"{name}.json"
+    path.write_text(json.dumps(s))
+    return s, path
+
+
+def losses(out):
+    return [json.loads(line)["loss"] for line in (Path(out) / "train_log.jsonl").read_text().splitlines()]
+
+
+def env(**extra):
+    e = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), e.get("PYTHONPATH")) if p)
+    e.update(extra)
+    return e
+
+
+def train_gpu(path, **kw):
+    return subprocess.Popen([sys.executable, "-m", "zsdr", "train", str(path), "--quiet"], env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def in_process(tiny):
+    """bf16 training in this process on the GPU (launch with one process runs here)."""
+    from zsdr.training.recipes import launch
+
+    s, _ = write_spec(tiny, "bf16")
+    torch.cuda.reset_peak_memory_stats()
+    launch(s, processes=1)
+    return s, torch.cuda.max_memory_allocated()
+
+
+def test_bf16_training_runs_on_the_gpu_and_learns(in_process):
+    s, peak = in_process
+    assert peak > 0, "nothing was allocated on the GPU"
+    info = json.loads((Path(s["out"]) / "training.json").read_text())
+    assert info["train"]["precision"] == "bf16" and info["processes"] == 1
+    log = losses(s["out"])
+    assert len(log) == 40 and all(np.isfinite(log))
+    assert sum(log[-5:]) / 5 < 0.9 * sum(log[:5]) / 5, log
+
+
+def test_torchrun_with_nccl_matches_the_in_process_run(tiny, in_process, monkeypatch):
+    """One torchrun worker on the GPU (process group over NCCL, the gather of a world of one) trains what the
+    in-process run trains."""
+    from zsdr.training.recipes import launch
+
+    ref, _ = in_process
+    s, path = write_spec(tiny, "torchrun")
+    log_file = tiny / "torchrun.log"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+    monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])
+    launch(s, launcher=launcher, spec_path=path, log_file=log_file)
+    assert losses(s["out"]) == pytest.approx(losses(ref["out"]), rel=1e-3, abs=1e-4)
+    a, b = load_file(str(Path(ref["out"]) / "model.safetensors")), load_file(str(Path(s["out"]) / "model.safetensors"))
+    assert all(torch.allclose(a[k], b[k], atol=1e-3) for k in a)
+
+
+def test_sigusr1_on_the_gpu_checkpoints_and_the_rerun_resumes(tiny):
+    steps = {"max_steps": 400}                           # long enough to be signalled half-way on a fast GPU
+    ref, ref_path = write_spec(tiny, "signal-ref", **steps)
+    assert train_gpu(ref_path).wait(timeout=600) == 0
+    s, path = write_spec(tiny, "signal", **steps)
+    proc = train_gpu(path)
+    log_file, deadline = Path(s["checkpoint_dir"]) / "train_log.jsonl", time.time() + 180
+    while proc.poll() is None and time.time() < deadline:
+        if log_file.is_file() and log_file.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "training ended before it could be signalled: " + proc.stderr.read()
+    proc.send_signal(signal.SIGUSR1)
+    err = proc.communicate(timeout=180)[1]
+    assert proc.returncode == 128 + signal.SIGUSR1, err
+    m = re.search(r"stopped by SIGUSR1 at step (\d+): checkpoint written", err)
+    assert m and 2 <= int(m.group(1)) < 400, err
+    assert not Path(s["out"]).exists()
+    rerun = train_gpu(path)
+    assert rerun.wait(timeout=600) == 0, rerun.stderr.read()
+    assert len(losses(s["out"])) == 400
+    assert losses(s["out"]) == pytest.approx(losses(ref["out"]), rel=1e-3, abs=1e-4)
+
+
+def test_encoding_on_the_gpu_matches_the_cpu(tiny):
+    from zsdr.data.formats import read_corpus
+    from zsdr.models.encoder import Encoder
+
+    enc = Encoder.from_pretrained(tiny / "bert", pooling="mean", similarity="cosine", max_length=64)
+    docs = list(read_corpus(tiny / "data" / "src").values())[:200]
+    cpu = enc.encode_docs(docs, batch_size=32, device="cpu")
+    fp32 = enc.encode_docs(docs, batch_size=32, device="cuda", precision="fp32")
+    bf16 = enc.encode_docs(docs, batch_size=32, device="cuda", precision="bf16")
+    assert enc.device.type == "cuda"
+    np.testing.assert_allclose(fp32, cpu, atol=1e-4)
+    cos = np.sum(bf16 * cpu, axis=1)                    # unit vectors
+    assert cos.min() > 0.99, cos.min()
+    assert not np.array_equal(bf16, fp32)                # autocast did run in bf16
+
+
+def test_faiss_search_on_the_gpu_equals_the_cpu(tmp_path):
+    faiss = pytest.importorskip("faiss")
+    if not (hasattr(faiss, "get_num_gpus") and faiss.get_num_gpus()):
+        pytest.skip("this faiss build has no GPU support (`make install-gpu`)")
+    from zsdr.retrieval.encode import NpyAppender
+    from zsdr.retrieval.search import search_shards
+
+    rng = np.random.default_rng(0)
+    docs = rng.standard_normal((20_000, 64)).astype(np.float32)
+    docs[5] = docs[9]                                    # a tie: the smaller key first on both paths
+    queries = rng.standard_normal((50, 64)).astype(np.float32)
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    with NpyAppender(shard / "embeddings.npy", 64, "float32") as w:
+        w.append(docs)
+    (shard / "ids.txt").write_text("".join(f"d{i}\n" for i in range(len(docs))))
+    (shard / "meta.json").write_text(json.dumps({"count": len(docs), "dim": 64, "dtype": "float32", "shard": 0,
+                                                 "num_shards": 1, "assignment": "modulo"}))
+    ids = [f"q{i}" for i in range(len(queries))]
+    gpu = search_shards(queries, ids, [shard], k=100, gpu=True)
+    cpu = search_shards(queries, ids, [shard], k=100, gpu=False)
+    for q in ids:
+        assert list(gpu[q]) == list(cpu[q]), q
+        assert [gpu[q][d] for d in gpu[q]] == pytest.approx([cpu[q][d] for d in cpu[q]], abs=1e-3)
+
+
+HOLDER = """
+import os, sys, torch
+from zsdr.devices import claim_gpus
+ids = claim_gpus(1, lock_dir=sys.argv[1], poll=0.05)
+print(",".join(ids), os.environ["CUDA_VISIBLE_DEVICES"], torch.cuda.device_count(), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is None, reason="needs nvidia-smi")
+def test_claims_come_from_nvidia_smi_and_wait_for_a_busy_device(tmp_path):
+    from zsdr.devices import gpu_pool
+
+    clean = {k: v for k, v in env().items() if k not in ("CUDA_VISIBLE_DEVICES", "ZSDR_GPUS", "SLURM_JOB_ID")}
+    listed = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    saved = {k: os.environ.pop(k) for k in ("CUDA_VISIBLE_DEVICES", "ZSDR_GPUS") if k in os.environ}
+    try:
+        assert gpu_pool() == listed
+    finally:
+        os.environ.update(saved)
+    holders, claimed = [], []
+    try:
+        for _ in range(len(listed)):                     # every device held
+            p = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=clean, stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            holders.append(p)
+            got = p.stdout.readline().split()
+            assert len(got) == 3, p.stderr.read()
+            assert got[0] == got[1] and got[2] == "1", got  # the job sees its one device, as cuda:0
+            claimed.append(got[0])
+        assert sorted(claimed) == sorted(listed)
+        waiting = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], env=clean, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        holders.append(waiting)
+        time.sleep(3)
+        assert waiting.poll() is None                    # no device free: it waits
+        holders[0].stdin.close()                         # the first holder exits: its device comes free
+        got = waiting.stdout.readline().split()
+        assert got and got[0] == claimed[0], waiting.stderr.read()
+    finally:
+        for p in holders:
+            if p.stdin and not p.stdin.closed:
+                p.stdin.close()
+            p.wait(timeout=30)
