@@ -2,6 +2,8 @@
 
 import os
 import re
+import signal
+import sys
 
 from zsdr.data import registry
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
@@ -9,6 +11,27 @@ from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
 from zsdr.tables.spec import all_specs, load_systems
 from zsdr.workflow import code_files
+
+
+def _wait_for_the_job(signum, frame):
+    print(
+        f"{signal.Signals(signum).name} received: waiting for the running job to checkpoint and stop",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# Inside a SLURM job each rule runs in a Snakemake process under srun. The warning SLURM sends before a
+# time limit (sbatch --signal=USR1@300, profiles/slurm) reaches every process of that step: this Snakemake
+# would die of it (SIGUSR1's default action) and the step with it, killing the training script before it
+# could write its checkpoint. A handler keeps this process waiting for the script instead; the script
+# checkpoints, exits 128 + 10, the job fails and its retry resumes. (A handler, not SIG_IGN: the scripts
+# started from here must not inherit an ignored SIGUSR1.)
+if os.environ.get("SLURM_JOB_ID"):
+    try:
+        signal.signal(signal.SIGUSR1, _wait_for_the_job)
+    except ValueError:  # not the main thread
+        pass
 
 PATHS = config["paths"]
 DOWNLOADS = PATHS["downloads"]

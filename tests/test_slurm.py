@@ -5,13 +5,22 @@ The cluster comes from Debian's packages (tests/slurm/cluster.sh: slurmctld, slu
 started by the test where it runs as root with apt-get; elsewhere the test skips unless a cluster already
 answers `sinfo`. Job status comes from `squeue` (finished jobs stay visible for MinJobAge = 600 s; there is no
 slurmdbd, so `sacct` has no database to ask).
+
+While it runs, the training job is interrupted twice, as a cluster does: SIGUSR1 to the job's steps (what
+`sbatch --signal=USR1@300` sends before a time limit: the trainer checkpoints and exits, the job fails and
+Snakemake's retry resumes) and, in the retry, `scontrol requeue` (preemption with requeue: the job is killed
+and queued again under its id, and resumes from its last periodic checkpoint). The model must still equal the
+local run's, byte for byte.
 """
 
 import json
 import os
 import shutil
+import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -29,7 +38,10 @@ SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "models/tr
         "embeddings/mini-alpha/dpr/shard0-of-2", "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json",
         "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
-OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}}
+# Two shards of mini-alpha; a checkpoint every 20 of the training's 296 steps (the config's 100 leaves no
+# time to interrupt it between two checkpoints).
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 20}}
+CHECKPOINTS = "models/.checkpoints/dpr"
 
 
 def _sinfo_ok() -> bool:
@@ -85,6 +97,55 @@ def _run(args, cwd: Path, limit: int) -> str:
     return _finish(_start(args, cwd, limit))
 
 
+def _slurm(*args: str) -> str:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60, check=True).stdout
+
+
+def _running_training() -> str | None:
+    """The SLURM id of the running training job (the plugin puts the rule's name in the job's comment)."""
+    for line in _slurm("squeue", "-h", "-t", "R", "-o", "%i %k").splitlines():
+        job, _, comment = line.partition(" ")
+        if re.match(r"rule_train(_wildcards_|$)", comment):
+            return job
+    return None
+
+
+def _last_checkpoint(workdir: Path) -> int:
+    steps = [int(p.name.split("-")[1]) for p in (workdir / CHECKPOINTS).glob("step-*") if p.is_dir()]
+    return max(steps, default=0)
+
+
+def _wait_for(condition, what: str, limit: float = 900):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(f"no {what} within {limit} s")
+
+
+def _interrupt_training(workdir: Path, seen: dict) -> None:
+    """SIGUSR1 to the first training job once it has a checkpoint; `scontrol requeue` of its retry once that
+    one has checkpointed past the step it resumed from. Records what it did (or its error) in ``seen``."""
+    try:
+        first = _wait_for(lambda: (job := _running_training()) and _last_checkpoint(workdir) and job,
+                          "training job with a checkpoint")
+        _slurm("scancel", "--signal=USR1", first)          # the steps only, as --signal=USR1@300 does
+        seen["signalled"] = first
+        resumed = _wait_for(lambda: (job := _running_training()) not in (None, first) and job, "retried training")
+        start = _last_checkpoint(workdir)
+        seen["requeue_after"] = _wait_for(lambda: (step := _last_checkpoint(workdir)) > start and step,
+                                          "checkpoint after the resume")
+        _slurm("scontrol", "requeue", resumed)
+        seen["requeued"] = resumed
+        # Slurm holds a requeued job back for a while (BeginTime): let it start again at once.
+        _wait_for(lambda: "PENDING" in _slurm("squeue", "-h", "-j", resumed, "-o", "%T"), "pending requeued job", 120)
+        _slurm("scontrol", "update", f"JobId={resumed}", "StartTime=now")
+    except Exception as exc:  # reported by the test
+        seen["error"] = repr(exc)
+
+
 def _content(path: Path):
     """A file's bytes; a JSON record without its wall-clock timings (they differ between any two runs)."""
     if path.suffix == ".json":
@@ -106,19 +167,34 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     local = _copy_workflow(tmp_path / "local")
     on_slurm = _copy_workflow(tmp_path / "slurm")
     _run(["--cores", "2"], local, 900)
+    seen: dict = {}
+    watcher = threading.Thread(target=_interrupt_training, args=(on_slurm, seen), daemon=True)
+    watcher.start()
     log = _run(["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
                 "--slurm-init-seconds-before-status-checks", "2", "--slurm-no-account"], on_slurm, 1500)
+    watcher.join(timeout=60)
+    assert "error" not in seen and {"signalled", "requeued"} <= seen.keys(), seen
     jobs = {line.split("SLURM jobid ")[1].split()[0] for line in log.splitlines() if "SLURM jobid" in line}
-    assert len(jobs) >= 8, log[-3000:]
+    assert len(jobs) >= 9, log[-3000:]                    # the retry of the training included
     # the two statistics jobs ran as one SLURM job of the profile's `statistics` group
     assert "group job statistics" in log.lower(), log[-3000:]
     queue = subprocess.run(["squeue", "-t", "all", "-o", "%.8i %.9P %.40j %.10T %.10M %R"], capture_output=True,
                            text=True, timeout=60).stdout
-    seen = {line.split()[0] for line in queue.splitlines()[1:]}
-    assert jobs <= seen, (jobs, queue)
+    seen_ids = {line.split()[0] for line in queue.splitlines()[1:]}
+    assert jobs <= seen_ids, (jobs, queue)
     for line in queue.splitlines()[1:]:
-        if line.split()[0] in jobs:
-            assert "COMPLETED" in line, queue
+        if line.split()[0] in jobs:                      # the signalled job failed; every other one completed
+            assert ("FAILED" if line.split()[0] == seen["signalled"] else "COMPLETED") in line, queue
+    # the signalled job: this Snakemake outlived SIGUSR1, the trainer checkpointed and exited
+    [first_log] = (on_slurm / "logs" / "slurm").rglob(f"{seen['signalled']}.log")
+    text = first_log.read_text()
+    assert "SIGUSR1 received: waiting for the running job to checkpoint and stop" in text, text[-3000:]
+    stopped = re.search(r"stopped by SIGUSR1 at step (\d+): checkpoint written", text)
+    assert stopped, text[-3000:]
+    # the requeued run resumed from the checkpoint its first run wrote after resuming from the signal's
+    rule_log = (on_slurm / "logs" / "train" / "dpr.log").read_text()
+    resumed = re.search(r"resuming from \S+ \(step (\d+) of 296\)", rule_log)
+    assert resumed and int(resumed.group(1)) >= seen["requeue_after"] > int(stopped.group(1)), (seen, rule_log[-2000:])
     with capsys.disabled():                      # the cluster's own account of the run, in the test log
         print(f"\nSLURM jobs of the mini slice ({slurm_cluster} cluster), from squeue:\n{queue}")
     for name in SAME:
