@@ -42,3 +42,19 @@ def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
     assert re.search(r"^make test$", ci, re.M)
     makefile = (ROOT / "Makefile").read_text()
     assert "snakemake --cores all results/table1.csv" in makefile
+
+
+def test_every_module_command_is_listed_for_fast_start_up():
+    """`zsdr <command>` imports only its own module when MODULE_COMMANDS lists the command; a command
+    missing there still works, but only after every command module has been imported."""
+    import argparse
+    import importlib
+
+    from zsdr.cli import BUILTIN_COMMANDS, MODULE_COMMANDS
+
+    for module in dict.fromkeys(MODULE_COMMANDS.values()):
+        sub = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).register_cli(sub)
+        for name in sub.choices:
+            assert name not in BUILTIN_COMMANDS
+            assert MODULE_COMMANDS.get(name) == module, f"zsdr {name} ({module}) is missing from MODULE_COMMANDS"

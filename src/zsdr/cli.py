@@ -115,6 +115,8 @@ MODULE_COMMANDS = {
     "encode": "zsdr.retrieval.search",
     "encode-queries": "zsdr.retrieval.search",
     "search": "zsdr.retrieval.search",
+    "search-shard": "zsdr.retrieval.search",
+    "merge-shards": "zsdr.retrieval.search",
     "stats": "zsdr.evaluation.analysis",
     "shift": "zsdr.evaluation.analysis",
     "train": "zsdr.training.recipes",
