@@ -18,15 +18,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import mini_with_backbones
+from tests.test_training import MINI, spec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 ROOT = Path(__file__).resolve().parents[1]
-MINI = {
-    "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
-    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
-    "domains": [{"name": "src", "role": "source", "docs": 320, "train_queries": 200, "dev_queries": 20}],
-}
 SIZE = {"hidden": 64, "layers": 2, "heads": 2, "intermediate": 128, "max_length": 64, "dropout": 0.0}
 
 
@@ -36,16 +32,9 @@ def tiny(tmp_path_factory):
 
 
 def write_spec(tiny, name, **train):
-    s = {"kind": "bi_encoder", "init": str(tiny / "bert"), "dataset": str(tiny / "data" / "src"),
-         "negatives": str(tiny / "data" / "src" / "negatives.jsonl"), "systems": None, "teacher": None,
-         "out": str(tiny / "out" / name), "checkpoint_dir": str(tiny / "ckpt" / name),
-         "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 48},
-         "loss": "contrastive", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
-         "train": {"batch_size": 16, "max_steps": 40, "lr": 1e-3, "optimizer": "adamw", "warmup_steps": 2,
-                   "seed": 3, "save_every": 1000, "log_every": 1, "precision": "bf16", **train}}
-    path = tiny / f"{name}.json"
-    path.write_text(json.dumps(s))
-    return s, path
+    """test_training's spec, in bf16 (on the GPU; the CPU would run fp32), 40 steps of 16 by default."""
+    return spec(tiny, name, train={"batch_size": 16, "max_steps": 40, "save_every": 1000, "precision": "bf16",
+                                   **train})
 
 
 def losses(out):
