@@ -7,7 +7,8 @@ takes once everything is done.
 1. plan: `snakemake -n --profile profiles/slurm results/all --configfile configs/paper.yaml` in a scratch
    copy of the workflow (code and config only); wall time, jobs per rule, GPUs / memory / runtime per job.
 2. mark done: every planned output is created empty (folders for directory() outputs) and
-   `snakemake --touch` gives them the DAG's order of modification times, as if the whole DAG had run.
+   `snakemake --touch` gives them the DAG's order of modification times, as if the whole DAG had run
+   (about 25 minutes: Snakemake's touch executor sleeps 0.1 s per job, one job at a time).
 3. no-op re-run: the same dry run again must find nothing to do; its wall time against the plan's.
 Needs no cluster: a dry run submits nothing.
 """
