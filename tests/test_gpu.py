@@ -1,8 +1,10 @@
 """The GPU paths, on a CUDA machine (every test here skips without one): bf16 training in this process and
-through torchrun (NCCL), a stop signal's checkpoint and resume on the GPU, bf16 / fp32 encoding against the
-CPU, faiss on the GPU against the CPU, and device claims from nvidia-smi's list."""
+through torchrun (NCCL), a stop signal's checkpoint and resume on the GPU, the methods' training terms (iDRO,
+GroupDRO, MoDIR) and COCO pretraining in bf16, bf16 / fp32 encoding and sharded corpus encoding (prefetching
+tokenizer) against the CPU, faiss on the GPU against the CPU, and device claims from nvidia-smi's list."""
 
 import json
+import math
 import os
 import re
 import shutil
@@ -18,6 +20,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import mini_with_backbones
+from tests.test_coco import coco_spec
+from tests.test_idro import _spec as idro_spec
+from tests.test_modir import MINI as TWO_DOMAINS
+from tests.test_modir import SIZE as ONE_LAYER
+from tests.test_modir import _spec as modir_spec
 from tests.test_training import MINI, spec
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -154,6 +161,96 @@ def test_faiss_search_on_the_gpu_equals_the_cpu(tmp_path):
     for q in ids:
         assert list(gpu[q]) == list(cpu[q]), q
         assert [gpu[q][d] for d in gpu[q]] == pytest.approx([cpu[q][d] for d in cpu[q]], abs=1e-3)
+
+
+def test_sharded_corpus_encoding_on_the_gpu_matches_the_cpu(tiny, tmp_path):
+    """The encode jobs' path: on CUDA the next chunk is tokenized while the GPU encodes (a prefetch thread)."""
+    from zsdr.retrieval.encode import encode_corpus_shard, load_embeddings
+
+    for device in ("cpu", "cuda"):
+        for shard in range(2):
+            encode_corpus_shard(tiny / "bert", tiny / "data" / "src", tmp_path / device / f"shard{shard}", shard=shard,
+                                num_shards=2, batch_size=16, device=device, chunk_size=50, show_progress=False,
+                                pooling="mean", similarity="cosine", max_length=64)
+    for shard in range(2):
+        cpu, cpu_ids, _ = load_embeddings(tmp_path / "cpu" / f"shard{shard}")
+        gpu, gpu_ids, meta = load_embeddings(tmp_path / "cuda" / f"shard{shard}")
+        assert gpu_ids == cpu_ids and len(gpu_ids) == 160
+        cos = np.sum(np.asarray(gpu, np.float32) * np.asarray(cpu, np.float32), axis=1)
+        assert cos.min() > 0.99, cos.min()
+
+
+@pytest.fixture(scope="module")
+def methods(tmp_path_factory):
+    """A source and a target domain, a one-layer backbone, COCO spans, MoDIR's target triples, iDRO's clusters."""
+    from transformers import AutoTokenizer
+
+    from zsdr.models.encoder import Encoder
+    from zsdr.pretrain.spans import write_spans
+    from zsdr.training.data import TrainingSet
+    from zsdr.training.idro import kmeans, write_clusters
+    from zsdr.training.modir import build_target_triples
+
+    root = mini_with_backbones(tmp_path_factory.mktemp("methods"), TWO_DOMAINS, ONE_LAYER, kinds=("bert",))
+    write_spans(root / "data" / "src", root / "spans-bert.jsonl", AutoTokenizer.from_pretrained(root / "bert"), 30,
+                0.1, seed=0)
+    build_target_triples(root / "data" / "tgt", "test", root / "triples.tsv")
+    data = TrainingSet(root / "data" / "src", root / "data" / "src" / "negatives.jsonl")
+    qids = sorted({ex.qid for ex in data.examples})
+    enc = Encoder.from_pretrained(str(root / "bert"), pooling="mean", similarity="dot", query_max_length=16)
+    assignments, _ = kmeans(enc.encode_queries([data.queries[q] for q in qids], device="cpu"), 4, seed=0, niter=20)
+    write_clusters(root / "clusters.jsonl", qids, assignments, {"k": 4, "seed": 0})
+    return root
+
+
+def train_log(out, steps):
+    log = [json.loads(line) for line in (Path(out) / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, steps + 1))
+    assert all(math.isfinite(r["loss"]) for r in log), log
+    return log
+
+
+@pytest.mark.parametrize("method", ["idro", "groupdro", "modir"])
+def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
+    """iDRO's per-cluster gradients, GroupDRO's weights and MoDIR's classifier and queue on CUDA tensors."""
+    from zsdr.training.recipes import run_spec
+
+    train = {"precision": "bf16", "max_steps": 12}
+    if method == "modir":
+        s = modir_spec(methods, "gpu-modir", **train)
+    else:
+        s = idro_spec(methods, f"gpu-{method}", **train)
+        if method == "groupdro":
+            s["dro"] = {"kind": "groupdro", "clusters": 4, "fraction": 0.5,
+                        "clusters_file": str(methods / "clusters.jsonl")}
+    torch.cuda.reset_peak_memory_stats()
+    run_spec(s, progress=False)
+    assert torch.cuda.max_memory_allocated() > 0
+    log = train_log(s["out"], 12)
+    if method == "modir":
+        assert all(0.0 <= r["local_domain_acc_docs"] <= 1.0 for r in log)
+    else:                                               # the cluster weights moved, and stay in range
+        assert all(math.isfinite(r["dro_entropy"]) and r["dro_present_clusters"] >= 1 for r in log), log
+        if method == "groupdro":                        # the worst half of the clusters at 1 / fraction
+            assert all(r["dro_max_weight"] == pytest.approx(2.0) for r in log), log
+        else:
+            assert len({round(r["dro_max_weight"], 6) for r in log}) > 1, log
+
+
+def test_coco_pretraining_in_bf16_on_the_gpu(methods, tmp_path):
+    """Span contrast over the batch, the Condenser head and both MLM losses under bf16 autocast."""
+    from zsdr.pretrain.coco import HEAD_WEIGHTS, build_coco_task
+    from zsdr.training.trainer import TrainConfig, Trainer
+
+    task = build_coco_task(coco_spec(methods))
+    cfg = TrainConfig(batch_size=8, max_steps=30, lr=3e-3, warmup_steps=0, seed=7, save_every=100, log_every=1,
+                      precision="bf16")
+    out = Trainer(task, cfg, tmp_path / "coco", progress=False).train()
+    log = train_log(out, 30)
+    mean = lambda rows, k: sum(r[k] for r in rows) / len(rows)  # noqa: E731
+    assert mean(log[-5:], "loss") < mean(log[:5], "loss") - 0.5, (log[0], log[-1])
+    assert {"mlm_head", "mlm_backbone", "contrastive"} <= set(log[-1])
+    assert (out / HEAD_WEIGHTS).is_file()
 
 
 HOLDER = """
