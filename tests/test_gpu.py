@@ -22,10 +22,11 @@ from safetensors.torch import load_file
 from tests.conftest import mini_with_backbones
 from tests.test_coco import coco_spec
 from tests.test_idro import _spec as idro_spec
+from tests.test_idro import write_query_clusters
 from tests.test_modir import MINI as TWO_DOMAINS
 from tests.test_modir import SIZE as ONE_LAYER
 from tests.test_modir import _spec as modir_spec
-from tests.test_training import MINI, spec
+from tests.test_training import MINI, losses, spec, train_cli, wait_until_logged
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -44,8 +45,8 @@ def write_spec(tiny, name, **train):
                                    **train})
 
 
-def losses(out):
-    return [json.loads(line)["loss"] for line in (Path(out) / "train_log.jsonl").read_text().splitlines()]
+def loss_curve(out):
+    return [r["loss"] for r in losses(out)]
 
 
 def env(**extra):
@@ -53,11 +54,6 @@ def env(**extra):
     e["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), str(ROOT), e.get("PYTHONPATH")) if p)
     e.update(extra)
     return e
-
-
-def train_gpu(path, **kw):
-    return subprocess.Popen([sys.executable, "-m", "zsdr", "train", str(path), "--quiet"], env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +72,7 @@ def test_bf16_training_runs_on_the_gpu_and_learns(in_process):
     assert peak > 0, "nothing was allocated on the GPU"
     info = json.loads((Path(s["out"]) / "training.json").read_text())
     assert info["train"]["precision"] == "bf16" and info["processes"] == 1
-    log = losses(s["out"])
+    log = loss_curve(s["out"])
     assert len(log) == 40 and all(np.isfinite(log))
     assert sum(log[-5:]) / 5 < 0.9 * sum(log[:5]) / 5, log
 
@@ -92,7 +88,7 @@ def test_torchrun_with_nccl_matches_the_in_process_run(tiny, in_process, monkeyp
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
     monkeypatch.setenv("PYTHONPATH", env()["PYTHONPATH"])
     launch(s, launcher=launcher, spec_path=path, log_file=log_file)
-    assert losses(s["out"]) == pytest.approx(losses(ref["out"]), rel=1e-3, abs=1e-4)
+    assert loss_curve(s["out"]) == pytest.approx(loss_curve(ref["out"]), rel=1e-3, abs=1e-4)
     a, b = load_file(str(Path(ref["out"]) / "model.safetensors")), load_file(str(Path(s["out"]) / "model.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-3) for k in a)
 
@@ -100,25 +96,21 @@ def test_torchrun_with_nccl_matches_the_in_process_run(tiny, in_process, monkeyp
 def test_sigusr1_on_the_gpu_checkpoints_and_the_rerun_resumes(tiny):
     steps = {"max_steps": 400}                           # long enough to be signalled half-way on a fast GPU
     ref, ref_path = write_spec(tiny, "signal-ref", **steps)
-    assert train_gpu(ref_path).wait(timeout=600) == 0
+    assert train_cli(ref_path, cpu=False).wait(timeout=600) == 0
     s, path = write_spec(tiny, "signal", **steps)
-    proc = train_gpu(path)
-    log_file, deadline = Path(s["checkpoint_dir"]) / "train_log.jsonl", time.time() + 180
-    while proc.poll() is None and time.time() < deadline:
-        if log_file.is_file() and log_file.read_text().count("\n") >= 2:
-            break
-        time.sleep(0.005)
-    assert proc.poll() is None, "training ended before it could be signalled: " + proc.stderr.read()
+    proc = train_cli(path, cpu=False)
+    assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl", steps=2, timeout=180), \
+        "training ended before it could be signalled: " + proc.stderr.read()
     proc.send_signal(signal.SIGUSR1)
     err = proc.communicate(timeout=180)[1]
     assert proc.returncode == 128 + signal.SIGUSR1, err
     m = re.search(r"stopped by SIGUSR1 at step (\d+): checkpoint written", err)
     assert m and 2 <= int(m.group(1)) < 400, err
     assert not Path(s["out"]).exists()
-    rerun = train_gpu(path)
+    rerun = train_cli(path, cpu=False)
     assert rerun.wait(timeout=600) == 0, rerun.stderr.read()
-    assert len(losses(s["out"])) == 400
-    assert losses(s["out"]) == pytest.approx(losses(ref["out"]), rel=1e-3, abs=1e-4)
+    assert len(loss_curve(s["out"])) == 400
+    assert loss_curve(s["out"]) == pytest.approx(loss_curve(ref["out"]), rel=1e-3, abs=1e-4)
 
 
 def test_encoding_on_the_gpu_matches_the_cpu(tiny):
@@ -185,26 +177,19 @@ def methods(tmp_path_factory):
     """A source and a target domain, a one-layer backbone, COCO spans, MoDIR's target triples, iDRO's clusters."""
     from transformers import AutoTokenizer
 
-    from zsdr.models.encoder import Encoder
     from zsdr.pretrain.spans import write_spans
-    from zsdr.training.data import TrainingSet
-    from zsdr.training.idro import kmeans, write_clusters
     from zsdr.training.modir import build_target_triples
 
     root = mini_with_backbones(tmp_path_factory.mktemp("methods"), TWO_DOMAINS, ONE_LAYER, kinds=("bert",))
     write_spans(root / "data" / "src", root / "spans-bert.jsonl", AutoTokenizer.from_pretrained(root / "bert"), 30,
                 0.1, seed=0)
     build_target_triples(root / "data" / "tgt", "test", root / "triples.tsv")
-    data = TrainingSet(root / "data" / "src", root / "data" / "src" / "negatives.jsonl")
-    qids = sorted({ex.qid for ex in data.examples})
-    enc = Encoder.from_pretrained(str(root / "bert"), pooling="mean", similarity="dot", query_max_length=16)
-    assignments, _ = kmeans(enc.encode_queries([data.queries[q] for q in qids], device="cpu"), 4, seed=0, niter=20)
-    write_clusters(root / "clusters.jsonl", qids, assignments, {"k": 4, "seed": 0})
+    write_query_clusters(root)
     return root
 
 
 def train_log(out, steps):
-    log = [json.loads(line) for line in (Path(out) / "train_log.jsonl").read_text().splitlines()]
+    log = losses(out)
     assert [r["step"] for r in log] == list(range(1, steps + 1))
     assert all(math.isfinite(r["loss"]) for r in log), log
     return log

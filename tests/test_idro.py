@@ -231,17 +231,23 @@ def test_cluster_files_round_trip_and_bad_lines(tmp_path):
 
 
 # --------------------------------------------------------------------------- with the trainer
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def write_query_clusters(root: Path) -> None:
+    """``root/clusters.jsonl``: the training queries of ``root/data/src`` in 4 K-means clusters of their
+    ``root/bert`` embeddings."""
     from zsdr.models.encoder import Encoder
     from zsdr.training.data import TrainingSet
 
-    root = mini_with_backbones(tmp_path_factory.mktemp("idro"), MINI, SIZE, kinds=("bert",))
     data = TrainingSet(root / "data" / "src", root / "data" / "src" / "negatives.jsonl")
     qids = sorted({ex.qid for ex in data.examples})
     enc = Encoder.from_pretrained(str(root / "bert"), pooling="mean", similarity="dot", query_max_length=16)
     assignments, _ = kmeans(enc.encode_queries([data.queries[q] for q in qids], device="cpu"), 4, seed=0, niter=20)
     write_clusters(root / "clusters.jsonl", qids, assignments, {"k": 4, "seed": 0})
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = mini_with_backbones(tmp_path_factory.mktemp("idro"), MINI, SIZE, kinds=("bert",))
+    write_query_clusters(root)
     return root
 
 

@@ -15,8 +15,8 @@ local run's, byte for byte.
 
 import json
 import os
-import shutil
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests.test_training import checkpoint_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
@@ -111,8 +113,7 @@ def _running_training() -> str | None:
 
 
 def _last_checkpoint(workdir: Path) -> int:
-    steps = [int(p.name.split("-")[1]) for p in (workdir / CHECKPOINTS).glob("step-*") if p.is_dir()]
-    return max(steps, default=0)
+    return max(checkpoint_steps(workdir / CHECKPOINTS), default=0)
 
 
 def _wait_for(condition, what: str, limit: float = 900):

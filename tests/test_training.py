@@ -59,10 +59,10 @@ def spec(tiny, name, **over):
     return s, path
 
 
-def train_cli(path, **kw):
+def train_cli(path, cpu=True, **kw):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "zsdr", "train", str(path), "--quiet", "--cpu"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+    cmd = [sys.executable, "-m", "zsdr", "train", str(path), "--quiet"] + (["--cpu"] if cpu else [])
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def weights(out):
