@@ -144,6 +144,7 @@ rule modir_figure4:
         runtime=60,
     params:
         models=modir_tsne_models(),
+        options=modir_tsne_models(options=True),
         domains={
             SOURCE: f"{DATA}/{SOURCE}",
             modir_dataset("figure4"): f"{DATA}/{modir_dataset('figure4')}",

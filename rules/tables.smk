@@ -263,6 +263,7 @@ rule berm_figure5:
         runtime=60,
     params:
         models={s: SYSTEMS[s]["model"] for s in BERM["analysis"]["tsne_models"]},
+        options={s: encoder_options(s) for s in BERM["analysis"]["tsne_models"]},
         domains=tsne_domains(),
         points=BERM["analysis"]["tsne_points"],
         seed=config["seed"],

@@ -42,3 +42,40 @@ def pytest_collection_modifyitems(session, config, items):
     with the SLURM client installed but no controller, every later Snakemake start-up would wait for the
     executor plugin's probe of the cluster's configuration."""
     items.sort(key=lambda item: Path(str(item.fspath)).name == "test_slurm.py")
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """A Hugging Face cache on disk, used offline: ``offline_hub(repo_id, files)`` lays ``files`` (a folder
+    to copy, or ``{name: source path or bytes}``) out as ``models--org--name/snapshots/<rev>/`` with
+    ``refs/main`` naming the revision, the way the hub client writes its cache, and returns the snapshot."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-home" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(cache.parent))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    def add(repo_id: str, files, revision: str = "0" * 39 + "1") -> Path:
+        repo = cache / ("models--" + repo_id.replace("/", "--"))
+        snapshot = repo / "snapshots" / revision
+        if isinstance(files, (str, Path)):
+            shutil.copytree(files, snapshot)
+        else:
+            snapshot.mkdir(parents=True)
+            for name, source in files.items():
+                target = snapshot / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(source, bytes):
+                    target.write_bytes(source)
+                else:
+                    shutil.copyfile(source, target)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(revision)
+        return snapshot
+
+    return add

@@ -45,7 +45,7 @@ def rem_names(enc: Encoder) -> set[str]:
 
 
 def with_rem(path, config=BOTH, seed=0, **kw) -> Encoder:
-    enc = Encoder.from_pretrained(path, pooling="mean", **kw).add_rem(config)
+    enc = Encoder.from_pretrained(path, pooling="mean", similarity="dot", **kw).add_rem(config)
     perturb(enc.rem, seed)
     return enc
 
@@ -108,7 +108,7 @@ def test_hooked_layer_is_layernorm_of_ffn_plus_adapter_plus_residual(dams, kind)
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 def test_fresh_rem_leaves_the_dam_unchanged_and_merging_changes_nothing(dams, kind):
     docs = dams["docs"]
-    enc = Encoder.from_pretrained(dams[kind], pooling="mean")
+    enc = Encoder.from_pretrained(dams[kind], pooling="mean", similarity="dot")
     bare = enc.encode_docs(docs)
     keys = list(enc.backbone.state_dict())
     enc.add_rem(BOTH)
@@ -124,7 +124,7 @@ def test_fresh_rem_leaves_the_dam_unchanged_and_merging_changes_nothing(dams, ki
 
 @pytest.mark.parametrize("pooling", ["mean", "cls_linear_ln"])
 def test_training_step_reaches_rem_parameters_only(dams, pooling):
-    enc = Encoder.from_pretrained(dams["bert"], pooling=pooling).add_rem(BOTH)
+    enc = Encoder.from_pretrained(dams["bert"], pooling=pooling, similarity="dot").add_rem(BOTH)
     perturb(enc.rem)
     trainable = [n for n, p in enc.named_parameters() if p.requires_grad]
     assert set(trainable) == rem_names(enc) and len(trainable) == len(set(trainable))
@@ -158,17 +158,17 @@ def test_saved_rem_plugs_into_another_dam_and_back(dams, tmp_path):
     assert {p.name for p in folder.iterdir()} == {"adapter_config.json", "adapter_model.safetensors",
                                                   "parallel_adapter.safetensors", "rem.json"}
 
-    other_bare = Encoder.from_pretrained(dams["bert2"], pooling="mean").encode_docs(docs)
+    other_bare = Encoder.from_pretrained(dams["bert2"], pooling="mean", similarity="dot").encode_docs(docs)
     state = torch.get_rng_state()
-    other = Encoder.from_pretrained(dams["bert2"], pooling="mean", rem=folder, merge_rem=False)
+    other = Encoder.from_pretrained(dams["bert2"], pooling="mean", similarity="dot", rem=folder, merge_rem=False)
     assert torch.equal(torch.get_rng_state(), state)  # loading draws nothing from the global RNG
     moved = other.encode_docs(docs)
     assert np.abs(moved - other_bare).max() > 1e-2 and np.abs(moved - first).max() > 1e-2
 
-    back = Encoder.from_pretrained(dams["bert"], pooling="mean", rem=folder, merge_rem=False)
+    back = Encoder.from_pretrained(dams["bert"], pooling="mean", similarity="dot", rem=folder, merge_rem=False)
     assert {n for n, p in back.named_parameters() if p.requires_grad} == rem_names(back)  # unmerged: trainable
     assert np.array_equal(back.encode_docs(docs), first)
-    merged = load_encoder(dams["bert"], pooling="mean", rem=folder)
+    merged = load_encoder(dams["bert"], pooling="mean", similarity="dot", rem=folder)
     assert merged.rem.lora_merged and not any(p.requires_grad for p in merged.parameters())
     np.testing.assert_allclose(merged.encode_docs(docs), first, atol=1e-5)
     with pytest.raises(ValueError, match="load_rem"):
@@ -182,7 +182,7 @@ def test_encoder_save_writes_bare_dam_and_rem(dams, tmp_path, kind, part):
     docs = dams["docs"]
     enc = with_rem(dams[kind], CONFIGS[part])
     live = enc.encode_docs(docs)
-    plain_keys = set(Encoder.from_pretrained(dams[kind]).backbone.state_dict())
+    plain_keys = set(Encoder.from_pretrained(dams[kind], pooling="cls", similarity="dot").backbone.state_dict())
     out = enc.save_pretrained(tmp_path / "model")
     assert json.loads((out / "zsdr.json").read_text())["rem"] == "rem"
     with safe_open(str(out / "model.safetensors"), framework="pt") as f:
@@ -192,7 +192,7 @@ def test_encoder_save_writes_bare_dam_and_rem(dams, tmp_path, kind, part):
 
     dam = Encoder.from_pretrained(out, rem=False)
     assert dam.rem is None
-    assert np.array_equal(dam.encode_docs(docs), Encoder.from_pretrained(dams[kind], pooling="mean").encode_docs(docs))
+    assert np.array_equal(dam.encode_docs(docs), Encoder.from_pretrained(dams[kind], pooling="mean", similarity="dot").encode_docs(docs))
     np.testing.assert_allclose(Encoder.from_pretrained(out).encode_docs(docs), live, atol=1e-5)
     unmerged = Encoder.from_pretrained(out, merge_rem=False)
     assert np.array_equal(unmerged.encode_docs(docs), live)
@@ -252,7 +252,7 @@ def test_clear_errors(dams, tmp_path):
     pa_file = folder / "parallel_adapter.safetensors"
     weights = load_file(str(pa_file))
     save_file({k: v for k, v in weights.items() if k != "1.up.bias"}, str(pa_file))
-    fresh = Encoder.from_pretrained(dams["bert"])
+    fresh = Encoder.from_pretrained(dams["bert"], pooling="cls", similarity="dot")
     with pytest.raises(DataError, match="1.up.bias: saved None, expected"):
         fresh.load_rem(folder)
     assert fresh.rem is None and not hasattr(fresh.backbone, "peft_config")  # checked before any change
@@ -263,7 +263,7 @@ def test_clear_errors(dams, tmp_path):
     info = json.loads(rem_json.read_text())
     rem_json.write_text(json.dumps({**info, "config": {**info["config"], "rank": 3}}))
     with pytest.raises(DataError, match=r"unknown REM settings \['rank'\]"):
-        Encoder.from_pretrained(dams["bert"], rem=folder)
+        Encoder.from_pretrained(dams["bert"], pooling="cls", similarity="dot", rem=folder)
 
     enc.merge_rem()
     with pytest.raises(ValueError, match="merged"):
@@ -272,4 +272,4 @@ def test_clear_errors(dams, tmp_path):
         enc.rem.save(tmp_path / "rem2")
     assert not (tmp_path / "model").exists() and not (tmp_path / "rem2").exists()
     with pytest.raises(ValueError, match="no REM"):
-        Encoder.from_pretrained(dams["bert"]).merge_rem()
+        Encoder.from_pretrained(dams["bert"], pooling="cls", similarity="dot").merge_rem()

@@ -72,7 +72,7 @@ def test_sentence_spans_of_a_hand_segmented_passage():
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 @pytest.mark.parametrize("doc_format", ["title_space_text", "title_sep_text", "text"])
 def test_unit_token_spans_cover_exactly_each_sentence(mini, kind, doc_format):
-    enc = Encoder.from_pretrained(mini / kind, pooling="mean", doc_format=doc_format, doc_max_length=96)
+    enc = Encoder.from_pretrained(mini / kind, pooling="mean", similarity="dot", doc_format=doc_format, doc_max_length=96)
     features, spans = tokenize_with_units(enc, [PASSAGE], [None])
     assert features == enc.tokenize_docs([PASSAGE])
     ids = features["input_ids"][0]
@@ -85,7 +85,7 @@ def test_unit_token_spans_cover_exactly_each_sentence(mini, kind, doc_format):
 
 
 def test_truncated_units_are_none(mini):
-    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", doc_format="text", doc_max_length=12)
+    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text", doc_max_length=12)
     _, spans = tokenize_with_units(enc, [PASSAGE], [None])
     assert spans[0][0] is not None and spans[0][-1] is None
 
@@ -160,7 +160,7 @@ def test_bad_labels_name_file_and_line(tmp_path):
 
 # ------------------------------------------------------------------------------------ loss term
 def test_the_term_pools_units_over_their_tokens_only(mini):
-    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", doc_format="text", doc_max_length=96)
+    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text", doc_max_length=96)
     spans = sentence_spans(PASSAGE["text"])
     term = BermTerm(BermConfig(r1_weight=1.0, r2_weight=1.0))
     term.labels = {("q", "p"): (spans, 1)}
@@ -197,7 +197,7 @@ def test_dpr_plus_berm_trains_and_lowers_r1(mini, tmp_path):
 
 def test_the_term_scores_with_the_logit_vectors(mini):
     """With an inverse temperature s the term scores sqrt(s)·t, the vectors whose dot product is the logit."""
-    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", doc_format="text", doc_max_length=96)
+    enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text", doc_max_length=96)
     spans = sentence_spans(PASSAGE["text"])
     plain, hot = BermTerm(BermConfig()), BermTerm(BermConfig(scale=4.0))
     for term in (plain, hot):

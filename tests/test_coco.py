@@ -40,7 +40,7 @@ def mini(tmp_path_factory):
 def coco_spec(mini, kind="bert", **over):
     return {"init": str(mini / kind), "spans": [str(mini / f"spans-{kind}.jsonl")], "max_length": 32,
             "mlm_probability": 0.15, "head_layers": 2, "skip_from": 1, "late_mlm": True, "contrastive_weight": 1.0,
-            "backbone_dropout": False, "max_examples": None, "train": {"seed": 7}, **over}
+            "backbone_dropout": False, "max_examples": None, "head": "new", "train": {"seed": 7}, **over}
 
 
 class Words:
@@ -338,13 +338,35 @@ def test_coco_training_learns_saves_and_continues(mini, tmp_path):
     backbone = AutoModel.from_pretrained(out).state_dict()
     trained = task.model.base_model.state_dict()
     assert all(torch.equal(trained[k], backbone[k]) for k in trained)
-    encoder = Encoder.from_pretrained(out, pooling="cls")
+    encoder = Encoder.from_pretrained(out, pooling="cls", similarity="dot")
     assert encoder.encode_queries(["a query"]).shape == (1, 32)
 
-    again = build_coco_task(coco_spec(mini, init=str(out)))                 # continued pretraining
-    assert again.head_source == str(out)
+    again = build_coco_task(coco_spec(mini, init=str(out), head=None))      # continued pretraining
+    assert again.head_source == str(out / HEAD_WEIGHTS)
     assert all(torch.equal(again.head.state_dict()[k], v) for k, v in task.head.state_dict().items())
-    assert build_coco_task(coco_spec(mini, init=str(out), head_layers=1)).head_source is None  # shape differs
+    with pytest.raises(DataError, match=r"condenser_head\.safetensors: the Condenser head does not fit 1 layer"):
+        build_coco_task(coco_spec(mini, init=str(out), head=None, head_layers=1))
+    with pytest.raises(DataError, match="carries a Condenser head, which head 'new' would discard"):
+        build_coco_task(coco_spec(mini, init=str(out)))
+
+
+def test_released_condenser_head_loads_from_model_pt_by_hub_id(mini, tmp_path, offline_hub):
+    """Luyu/condenser ships the masked LM plus model.pt holding ``c_head.{i}.*`` (the official
+    CondenserForPretraining.save_pretrained): the head must come from there, offline, by hub id."""
+    fresh = build_coco_task(coco_spec(mini))
+    g = torch.Generator().manual_seed(11)
+    released = {f"c_head.{k}": v + torch.randn(v.shape, generator=g) for k, v in fresh.head.state_dict().items()}
+    torch.save(released, tmp_path / "model.pt")
+    files = {p.name: p for p in (mini / "bert").iterdir() if p.is_file()}
+    offline_hub("Luyu/condenser", {**files, "model.pt": tmp_path / "model.pt"})
+    task = build_coco_task(coco_spec(mini, init="Luyu/condenser", head=None))
+    assert task.head_source.endswith("model.pt")
+    for key, value in task.head.state_dict().items():
+        assert torch.equal(value, released[f"c_head.{key}"]), key
+    offline_hub("Luyu/plain-bert", files)                                    # a checkpoint without the head
+    with pytest.raises(DataError, match=r"Luyu/plain-bert carries no Condenser head.*head: new"):
+        build_coco_task(coco_spec(mini, init="Luyu/plain-bert", head=None))
+    assert build_coco_task(coco_spec(mini, init="Luyu/plain-bert")).head_source is None   # head: new, on purpose
 
 
 def test_contrastive_loss_on_a_plain_backbone(mini):

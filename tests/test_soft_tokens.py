@@ -34,8 +34,11 @@ def mini(tmp_path_factory):
     return {"root": root, "docs": docs, "queries": queries}
 
 
+PLAIN = dict(pooling="cls", similarity="dot")  # a bare backbone's settings, said explicitly
+
+
 def soft_encoder(mini, kind, k=1, seed=0, **overrides) -> Encoder:
-    return Encoder.from_pretrained(mini["root"] / kind, **overrides).add_soft_tokens(k=k, seed=seed)
+    return Encoder.from_pretrained(mini["root"] / kind, **{**PLAIN, **overrides}).add_soft_tokens(k=k, seed=seed)
 
 
 def ids_of(enc, *strings) -> list[int]:
@@ -129,7 +132,7 @@ def test_truncation_keeps_the_relevance_tokens_and_the_final_special(mini, kind,
     ids = enc.tokenize_docs([doc], contexts=("source", "weak"))["input_ids"][0]
     assert len(ids) == length
     assert ids[:1 + k] == [tok.cls_token_id] + dom and ids[-1 - k:] == rel + [tok.sep_token_id]
-    plain = Encoder.from_pretrained(mini["root"] / kind, doc_format=doc_format, max_length=length - 2 * k)
+    plain = Encoder.from_pretrained(mini["root"] / kind, **PLAIN, doc_format=doc_format, max_length=length - 2 * k)
     assert ids[1 + k:-1 - k] == plain.tokenize_docs([doc])["input_ids"][0][1:-1]  # the text, truncated
     if doc_format == "title_sep_text":  # [CLS] [S1] [S2] title [SEP] text [W1] [W2] [SEP]
         title = bare(enc, doc["title"])
@@ -163,7 +166,7 @@ def plain_types(plain, doc, dom, rel, k):
 # ------------------------------------------------------------------------------------ embeddings
 @pytest.mark.parametrize("kind", KINDS)
 def test_new_embedding_rows_are_seeded_random(mini, kind):
-    base = Encoder.from_pretrained(mini["root"] / kind)
+    base = Encoder.from_pretrained(mini["root"] / kind, **PLAIN)
     old = base.backbone.get_input_embeddings().weight.detach().clone()
     enc = base.add_soft_tokens(k=1, seed=3)
     weight = enc.backbone.get_input_embeddings().weight.detach()
@@ -212,7 +215,7 @@ def test_save_load_round_trip(mini, kind, tmp_path):
 
 # ------------------------------------------------------------------------------------------ errors
 def test_errors(mini, tmp_path):
-    plain = Encoder.from_pretrained(mini["root"] / "bert")
+    plain = Encoder.from_pretrained(mini["root"] / "bert", **PLAIN)
     with pytest.raises(ValueError, match="no soft tokens|has none"):
         plain.tokenize_queries(["w"], contexts=("target", "human"))
     with pytest.raises(ValueError, match="has none"):
@@ -224,7 +227,7 @@ def test_errors(mini, tmp_path):
         enc.tokenize_queries(["w"], contexts=[("source", "weak")] * 2)
     with pytest.raises(ValueError, match="source, target"):
         enc.tokenize_queries(["w"], contexts=("src", "weak"))
-    clash = Encoder.from_pretrained(mini["root"] / "bert")
+    clash = Encoder.from_pretrained(mini["root"] / "bert", **PLAIN)
     clash.tokenizer.add_tokens(["[W]"], special_tokens=True)
     with pytest.raises(ValueError, match=r"\['\[W\]'\] already exist"):
         clash.add_soft_tokens()

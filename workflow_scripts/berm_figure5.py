@@ -7,4 +7,4 @@ claim_for_job(snakemake)
 p, out = snakemake.params, snakemake.output
 tsne_map(p.models, p.domains, p.points, out.figure, out.csv, out.summary, seed=p.seed,
          title="BERM Figure 5: t-SNE of source and target passages",
-         device=None if p.device == "auto" else p.device, batch_size=p.batch_size)
+         device=None if p.device == "auto" else p.device, batch_size=p.batch_size, options=p.options)

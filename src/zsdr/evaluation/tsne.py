@@ -40,9 +40,10 @@ def domain_knn_accuracy(x: np.ndarray, labels: np.ndarray, k: int = 5) -> float:
 
 def tsne_map(models: dict[str, str], domains: dict[str, str], n: int, out_png: str | os.PathLike,
              out_csv: str | os.PathLike, out_json: str | os.PathLike | None = None, *, seed: int = 0, title: str = "", device: str | None = None,
-             batch_size: int = 64) -> dict:
-    """Embed ``n`` passages of every domain (``{name: dataset folder}``) with every model (``{label: model}``),
-    draw one t-SNE panel per model, write the 2-D points as CSV and the k-NN domain accuracies as JSON."""
+             batch_size: int = 64, options: dict[str, dict] | None = None) -> dict:
+    """Embed ``n`` passages of every domain (``{name: dataset folder}``) with every model (``{label: model}``,
+    loaded with ``options[label]``, its system's encoder settings, when given), draw one t-SNE panel per
+    model, write the 2-D points as CSV and the k-NN domain accuracies as JSON."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,7 +63,7 @@ def tsne_map(models: dict[str, str], domains: dict[str, str], n: int, out_png: s
     fig, axes = plt.subplots(1, len(models), figsize=(4.6 * len(models), 4.4), squeeze=False)
     summary, rows = {}, []
     for ax, (label, model) in zip(axes.flat, models.items()):
-        enc = load_encoder(model, device=device)
+        enc = load_encoder(model, device=device, **(options or {}).get(label, {}))
         x = enc.encode_docs(texts, batch_size=batch_size).astype(np.float64)
         acc = domain_knn_accuracy(x, labels)
         perplexity = float(min(30.0, (len(x) - 1) / 3))

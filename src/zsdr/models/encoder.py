@@ -7,8 +7,13 @@ queries and documents in length-bucketed batches for retrieval.
 
 A model folder written by :meth:`Encoder.save_pretrained` holds the backbone and tokenizer
 (``save_pretrained`` of each), ``zsdr.json`` (the :class:`EncoderConfig`) and, for the
-``cls_linear_ln`` pooling, ``head.safetensors``. Any Hugging Face id or folder loads too; a
-sentence-transformers folder lends its pooling, normalisation and maximum length as defaults.
+``cls_linear_ln`` pooling, ``head.safetensors``. Any Hugging Face id or folder loads too
+(:mod:`zsdr.models.checkpoints` finds a hub id's files in the Hugging Face cache, offline too): a
+sentence-transformers checkpoint lends its pooling, normalisation and maximum length as defaults,
+an ANCE checkpoint its ``embeddingHead`` + ``norm`` head (``pytorch_model.bin`` or
+``model.safetensors``); any other checkpoint needs its pooling and similarity said explicitly, and
+``cls_linear_ln`` pooling on a checkpoint without a head needs ``head="new"`` (never a silent
+random head).
 
 An encoder may carry DDR's Relevance Estimation Module (REM, :mod:`zsdr.models.adapters`): LoRA and
 a parallel adapter over the frozen backbone (:meth:`Encoder.add_rem`). Its folder then holds the
@@ -46,6 +51,7 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
+from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, tensor_names, weights_location
 from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
 from zsdr.models.soft_tokens import SoftTokens
 
@@ -77,6 +83,13 @@ class EncoderConfig:
     doc_format: str = "title_space_text"
     head_seed: int = 0  # initialises the cls_linear_ln head when the checkpoint has none
     soft_tokens: dict | None = None  # RMSC's soft tokens (SoftTokens.to_dict()); added by Encoder.add_soft_tokens
+    # TCT-ColBERT's input convention (pyserini's TctColBert encoders): the markers are written in the
+    # prefixes ("[CLS] [Q] " / "[CLS] [D] "), the tokenizer adds no special tokens of its own, mean
+    # pooling leaves out the marker positions, and every query is filled to its maximum length with
+    # attended [MASK] tokens.
+    special_tokens: bool = True  # the tokenizer's own special tokens ([CLS] ... [SEP])
+    pool_skip: int = 0           # mean pooling starts after this many leading positions
+    query_fill: str = ""         # a token appended to every query up to query_max_length ("" = none)
 
     def __post_init__(self):
         for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("similarity", self.similarity, SIMILARITIES),
@@ -90,7 +103,17 @@ class EncoderConfig:
         for name in ("query_prefix", "doc_prefix"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} must be a string")
+        if not isinstance(self.special_tokens, bool):
+            raise ValueError(f"special_tokens must be true or false, got {self.special_tokens!r}")
+        if isinstance(self.pool_skip, bool) or not isinstance(self.pool_skip, int) or self.pool_skip < 0:
+            raise ValueError(f"pool_skip must be an integer >= 0, got {self.pool_skip!r}")
+        if self.pool_skip and self.pooling != "mean":
+            raise ValueError(f"pool_skip applies to mean pooling, not {self.pooling}")
+        if not isinstance(self.query_fill, str):
+            raise ValueError("query_fill must be a token string ('' for none)")
         if self.soft_tokens is not None:  # canonical form; raises DataError (a ValueError) when invalid
+            if not self.special_tokens:
+                raise ValueError("soft tokens sit next to the tokenizer's special tokens: they need special_tokens true")
             self.soft_tokens = SoftTokens.from_dict(self.soft_tokens).to_dict()
 
     @property
@@ -157,45 +180,79 @@ class AnceHead(nn.Module):
         return self.norm(self.linear(x))
 
 
-def _sentence_transformers_defaults(folder: Path) -> dict:
-    """Pooling / similarity / max length of a sentence-transformers folder (empty for other folders)."""
-    modules_file = folder / "modules.json"
-    if not modules_file.is_file():
+# sentence-transformers' Pooling modes and the pooling each means here (the others have no equivalent).
+_ST_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
+# Modules that change nothing an Encoder computes: the transformer itself and the L2 normalisation.
+_ST_MODULES = (".Transformer", ".Pooling", ".Normalize")
+
+
+def sentence_transformers_settings(name: str | os.PathLike) -> dict:
+    """Pooling / similarity / max length of a sentence-transformers checkpoint (a folder or a hub id);
+    empty for other checkpoints. A module or pooling mode an :class:`Encoder` cannot reproduce (a Dense
+    projection, max pooling, ...) is an error naming ``modules.json``, never a silent approximation."""
+    modules_file = checkpoint_file(name, "modules.json")
+    if modules_file is None:
         return {}
     out: dict[str, Any] = {}
     modules = read_json(modules_file, _REWRITE, expect=list)
-    kinds = [m.get("type", "") for m in modules]
+    kinds = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+    foreign = [k for k in kinds if not k.endswith(_ST_MODULES)]
+    if foreign:
+        raise DataError(modules_file, None, f"sentence-transformers modules {foreign} have no equivalent in zsdr's "
+                        "encoder (it pools and normalises only)", "use a checkpoint made of Transformer, Pooling and "
+                        "Normalize modules, or encode with sentence-transformers itself")
     out["similarity"] = "cosine" if any(k.endswith(".Normalize") for k in kinds) else "dot"
     for m in modules:
-        if m.get("type", "").endswith(".Pooling"):
-            pool_file = folder / m.get("path", "") / "config.json"
-            if pool_file.is_file():
-                pool = read_json(pool_file, _REWRITE)
-                if pool.get("pooling_mode_mean_tokens"):
-                    out["pooling"] = "mean"
-                elif pool.get("pooling_mode_cls_token"):
-                    out["pooling"] = "cls"
-    st_file = folder / "sentence_bert_config.json"
-    if st_file.is_file():
+        if str(m.get("type", "")).endswith(".Pooling"):
+            sub = str(m.get("path", "")).strip("/")
+            pool_file = checkpoint_file(name, f"{sub}/config.json" if sub else "config.json")
+            if pool_file is None:
+                raise DataError(modules_file, None, f"names a Pooling module in {sub or '.'!r} without its config.json",
+                                "download the whole checkpoint (every file modules.json names)")
+            pool = read_json(pool_file, _REWRITE)
+            modes = sorted(k for k, v in pool.items() if k.startswith("pooling_mode") and v is True)
+            if len(modes) != 1 or modes[0] not in _ST_POOLING:
+                raise DataError(pool_file, None, f"pooling {modes or 'none'} has no equivalent in zsdr's encoder",
+                                "use a checkpoint with CLS or mean pooling")
+            out["pooling"] = _ST_POOLING[modes[0]]
+    st_file = checkpoint_file(name, "sentence_bert_config.json")
+    if st_file is not None:
         length = read_json(st_file, _REWRITE).get("max_seq_length")
-        if isinstance(length, int):
+        if isinstance(length, int) and length >= 2:
             out["query_max_length"] = out["doc_max_length"] = length
     return out
 
 
-def _ance_head_from_checkpoint(folder: Path) -> dict[str, torch.Tensor] | None:
-    """ANCE checkpoints (``embeddingHead`` + ``norm``) keep their head beside the backbone weights."""
-    names = {"embeddingHead.weight": "linear.weight", "embeddingHead.bias": "linear.bias",
-             "norm.weight": "norm.weight", "norm.bias": "norm.bias"}
-    weights = folder / "model.safetensors"
-    if weights.is_file():
-        from safetensors import safe_open
+# ANCE's checkpoints (pyserini's AnceEncoder, the ANCE / MoDIR releases) keep the head beside the backbone.
+_ANCE_NAMES = {"embeddingHead.weight": "linear.weight", "embeddingHead.bias": "linear.bias",
+               "norm.weight": "norm.weight", "norm.bias": "norm.bias"}
+HEAD_CHOICES = ("checkpoint", "new")
 
-        with safe_open(str(weights), framework="pt") as f:
-            keys = set(f.keys())
-            if set(names) <= keys:
-                return {new: f.get_tensor(old) for old, new in names.items()}
-    return None
+
+def find_head(name: str | os.PathLike) -> tuple[dict[str, torch.Tensor] | None, str]:
+    """A ``cls_linear_ln`` head carried by checkpoint ``name`` (a folder or a hub id): ``head.safetensors``
+    of a folder Encoder.save_pretrained wrote, or ANCE's ``embeddingHead`` + ``norm`` tensors in the
+    weights (``model.safetensors``, ``pytorch_model.bin``, sharded or not, any common key prefix).
+    Returns the head's state dict (or ``None``) and where it was looked for."""
+    own = checkpoint_file(name, HEAD_FILE)
+    if own is not None:
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(own)), str(own)
+        except Exception as exc:  # a damaged file
+            raise DataError(own, None, f"unreadable head weights ({exc})", _REWRITE) from None
+    files = weights_location(name)
+    where = ", ".join(str(f) for f in files) or f"{name} (no weight file found)"
+    for path in files:
+        names = tensor_names(path)
+        prefixes = [k[: -len("embeddingHead.weight")] for k in names if k.endswith("embeddingHead.weight")]
+        for prefix in prefixes:
+            wanted = {prefix + old: new for old, new in _ANCE_NAMES.items()}
+            if set(wanted) <= set(names):
+                tensors = read_tensors([path], wanted.__contains__)
+                return {new: tensors[old] for old, new in wanted.items()}, str(path)
+    return None, where
 
 
 class Encoder(nn.Module):
@@ -212,6 +269,7 @@ class Encoder(nn.Module):
             raise ValueError(f"unknown precision {precision!r} (expected one of {', '.join(PRECISIONS)})")
         self.precision = precision
         self.head: AnceHead | None = None
+        self.head_source: str | None = None  # the file the head was loaded from (None: new or none)
         self.rem: Rem | None = None
         self._special: tuple[list[int], list[int]] | None = None
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
@@ -276,6 +334,8 @@ class Encoder(nn.Module):
         if self.config.pooling == "cls_linear_ln":
             if self.head is None:
                 self.head = self._new_head()
+                log.warning("%s: cls_linear_ln pooling set on a loaded encoder: its head is new (seed %d), not a "
+                            "trained one", self.name_or_path, self.config.head_seed)
         else:
             self.head = None
         return self
@@ -429,7 +489,7 @@ class Encoder(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
                         precision: str = "auto", rem: str | os.PathLike | bool | None = None,
-                        merge_rem: bool = True, **overrides) -> "Encoder":
+                        merge_rem: bool = True, head: str | None = None, **overrides) -> "Encoder":
         """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
 
         ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
@@ -437,38 +497,69 @@ class Encoder(nn.Module):
         ``rem`` is a REM folder to plug into the loaded backbone (default: the one ``zsdr.json``
         names, if any; ``False``: none, the bare DAM). ``merge_rem`` merges its LoRA into the
         weights (inference); ``False`` keeps it unmerged and trainable.
+
+        Settings come from ``zsdr.json``, else from a sentence-transformers configuration (hub ids
+        too), else from ``overrides``; a checkpoint with neither file must be given ``pooling`` and
+        ``similarity`` explicitly (DataError otherwise: settings are never guessed).
+
+        ``head`` (``cls_linear_ln`` pooling): ``None`` or ``"checkpoint"`` take the head the checkpoint
+        carries (:func:`find_head`) and fail, naming the files searched, when it carries none;
+        ``"new"`` starts a seeded head (``head_seed``) on a checkpoint that has none, such as a plain
+        backbone a recipe fine-tunes, and fails when the checkpoint carries one.
         """
         from transformers import AutoTokenizer
 
+        if head not in (None, *HEAD_CHOICES):
+            raise ValueError(f"head must be one of {', '.join(HEAD_CHOICES)} or None, got {head!r}")
         overrides = _normalise_overrides(overrides)
         name = str(name_or_path)
         folder = Path(name_or_path)
-        local = folder.is_dir()
-        settings: dict[str, Any] = {}
-        saved_head = None
+        local = is_local(name_or_path)
+        if not local and (folder.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1):
+            raise DataError(name, None, "no such model folder", "pass an existing folder or a Hugging Face id")
+        if checkpoint_file(name, "config.json") is None:
+            where = "this folder" if local else ("the Hugging Face cache (the hub is offline)" if hub_offline()
+                                                 else "the Hugging Face hub")
+            raise DataError(name, None, f"no config.json in {where}: not a model checkpoint",
+                            "pass a folder written by save_pretrained or a Hugging Face id"
+                            + ("" if local else " whose files are in the cache"))
+        settings: dict[str, Any] = dict(sentence_transformers_settings(name))
         saved_rem = None
-        if local:
-            settings.update(_sentence_transformers_defaults(folder))
-            if (folder / CONFIG_FILE).is_file():
-                saved = read_json(folder / CONFIG_FILE, _REWRITE)
-                EncoderConfig.from_dict(saved, folder / CONFIG_FILE)  # validates
-                settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
-                if saved.get("rem") is not None:
-                    if not isinstance(saved["rem"], str) or not saved["rem"]:
-                        raise DataError(folder / CONFIG_FILE, None,
-                                        f"rem must be a subfolder name, got {saved['rem']!r}", _REWRITE)
-                    saved_rem = folder / saved["rem"]
+        saved_file = checkpoint_file(name, CONFIG_FILE)
+        if saved_file is not None:
+            saved = read_json(saved_file, _REWRITE)
+            EncoderConfig.from_dict(saved, saved_file)  # validates
+            settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
+            if saved.get("rem") is not None:
+                if not isinstance(saved["rem"], str) or not saved["rem"]:
+                    raise DataError(saved_file, None, f"rem must be a subfolder name, got {saved['rem']!r}", _REWRITE)
+                if not local:
+                    raise DataError(saved_file, None, "a REM is loaded from a local folder only",
+                                    "download the model folder and load it from disk")
+                saved_rem = folder / saved["rem"]
+        unknown = [k for k in ("pooling", "similarity") if k not in settings and k not in overrides]
+        if unknown:
+            raise DataError(name, None, f"has no {CONFIG_FILE} and no sentence-transformers modules.json, so its "
+                            f"{' and '.join(unknown)} would be a guess",
+                            "say how it encodes: --pooling cls|mean|cls_linear_ln --similarity dot|cosine "
+                            "(Encoder.from_pretrained(..., pooling=..., similarity=...), or a system's keys)")
         config = EncoderConfig(**{**settings, **overrides})
-        if local and config.pooling == "cls_linear_ln":
-            if (folder / HEAD_FILE).is_file():
-                from safetensors.torch import load_file
-
-                saved_head = load_file(str(folder / HEAD_FILE))
-            else:
-                saved_head = _ance_head_from_checkpoint(folder)
+        saved_head, looked_in = (None, "")
+        if config.pooling == "cls_linear_ln":
+            saved_head, looked_in = find_head(name)
+            if saved_head is None and head != "new":
+                raise DataError(looked_in, None, f"{name} carries no cls_linear_ln head (ANCE's embeddingHead + norm, "
+                                f"or {HEAD_FILE}), so the head would be random",
+                                "load the checkpoint that has the head, or start a new one on purpose (a recipe's "
+                                "`head: new`; Encoder.from_pretrained(..., head='new'))")
+            if saved_head is not None and head == "new":
+                raise DataError(looked_in, None, f"{name} carries a cls_linear_ln head, which head='new' would discard",
+                                "use the checkpoint's head (a recipe's `head: checkpoint`) or start from a plain backbone")
+        elif head == "new":
+            raise ValueError(f"head='new' needs cls_linear_ln pooling, not {config.pooling}")
         try:
             tokenizer = AutoTokenizer.from_pretrained(name)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise DataError(name, None, f"cannot load a tokenizer ({exc})",
                             "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
         backbone = _load_backbone(name)
@@ -479,18 +570,20 @@ class Encoder(nn.Module):
                 if "soft_tokens" in overrides:
                     raise ValueError(f"{exc}; overriding soft_tokens cannot add tokens, only Encoder.add_soft_tokens "
                                      "does") from None
-                raise DataError(folder / CONFIG_FILE, None, str(exc), _SOFT_FIX) from None
+                raise DataError(saved_file or name, None, str(exc), _SOFT_FIX) from None
         encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
+        encoder.head_source = None
         if encoder.head is not None:
             if saved_head is not None:
                 try:
                     encoder.head.load_state_dict(saved_head)
                 except RuntimeError as exc:
-                    raise DataError(folder / HEAD_FILE, None, f"head weights do not fit the backbone ({exc})",
-                                    "save the model again with Encoder.save_pretrained") from None
+                    raise DataError(looked_in, None, f"head weights do not fit the backbone ({exc})",
+                                    "load the checkpoint the head was trained with") from None
+                encoder.head_source = looked_in
+                log.info("%s: cls_linear_ln head from %s", name, looked_in)
             else:
-                log.info("%s: no cls_linear_ln head in the checkpoint; initialised from seed %d", name,
-                         config.head_seed)
+                log.info("%s: new cls_linear_ln head from seed %d (head='new')", name, config.head_seed)
         rem_path = saved_rem if rem is None else (None if rem is False else rem)
         if rem_path is True:
             raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
@@ -534,6 +627,9 @@ class Encoder(nn.Module):
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Pooled (and, for cosine, L2-normalised) vectors from the last hidden states."""
         if self.config.pooling == "mean":
+            skip = self.config.pool_skip
+            if skip:
+                hidden, attention_mask = hidden[:, skip:], attention_mask[:, skip:]
             mask = attention_mask.unsqueeze(-1).float()
             pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         else:
@@ -589,7 +685,8 @@ class Encoder(nn.Module):
             return {**out, "offset_mapping": [], "sequence_ids": []} if offsets else out
         if soft is not None:
             max_length = self._soft_budget(max_length, setting, pair=second is not None)
-        enc = self.tokenizer(first, second, add_special_tokens=True, truncation=True, max_length=max_length,
+        enc = self.tokenizer(first, second, add_special_tokens=self.config.special_tokens, truncation=True,
+                             max_length=max_length,
                              padding=False, return_attention_mask=False,
                              return_token_type_ids=self._uses_token_types(), return_offsets_mapping=offsets)
         out = {"input_ids": enc["input_ids"]}
@@ -615,8 +712,21 @@ class Encoder(nn.Module):
         texts = list(texts)
         soft = self._context_ids(contexts, len(texts))
         p = self.config.query_prefix
-        return self._tokenize([p + t for t in texts], None, self.config.query_max_length, soft=soft,
-                              setting="query_max_length")
+        out = self._tokenize([p + t for t in texts], None, self.config.query_max_length, soft=soft,
+                             setting="query_max_length")
+        return self._fill_queries(out) if self.config.query_fill else out
+
+    def _fill_queries(self, out: dict[str, list[list[int]]]) -> dict[str, list[list[int]]]:
+        """Every query row filled up to ``query_max_length`` with the attended ``query_fill`` token."""
+        token = self.config.query_fill
+        fill = self.tokenizer.convert_tokens_to_ids(token)
+        if not isinstance(fill, int) or (fill == self.tokenizer.unk_token_id and token != self.tokenizer.unk_token):
+            raise ValueError(f"query_fill {token!r} is not a token of this tokenizer")
+        n = self.config.query_max_length
+        out["input_ids"] = [row + [fill] * (n - len(row)) for row in out["input_ids"]]
+        if "token_type_ids" in out:
+            out["token_type_ids"] = [row + [row[-1] if row else 0] * (n - len(row)) for row in out["token_type_ids"]]
+        return out
 
     def tokenize_docs(self, docs: Sequence[dict | str], offsets: bool = False,
                       contexts=None) -> dict[str, list[list[int]]]:
@@ -643,7 +753,7 @@ class Encoder(nn.Module):
         if cfg.doc_format == "title_sep_text":
             return self._tokenize([p + t for t in titles], texts, cfg.doc_max_length, offsets, soft)
         # lower_title_text: title tokens (lower-cased) then text tokens, one segment, no separator.
-        head, tail = self._specials()
+        head, tail = self._specials() if cfg.special_tokens else ([], [])
         max_length = cfg.doc_max_length if soft is None else self._soft_budget(cfg.doc_max_length, "doc_max_length")
         budget = max(max_length - len(head) - len(tail), 0)
         bare = dict(add_special_tokens=False, truncation=True, max_length=max(budget, 1))

@@ -33,7 +33,9 @@ on pairs of spans of the same document (:mod:`zsdr.pretrain.spans`; official cod
 The saved folder is the masked LM and its tokenizer (``save_pretrained``: it loads with
 ``AutoModel`` / :meth:`zsdr.models.encoder.Encoder.from_pretrained` as a fine-tuning init) plus
 the head in ``condenser_head.safetensors`` and ``condenser_head.json`` (``head_layers``,
-``skip_from``). A task whose ``init`` folder holds a head of matching shape continues from it.
+``skip_from``). A task continues the head its ``init`` carries (that file, or the released
+Condenser's ``model.pt``, for folders and hub ids alike: :func:`find_condenser_head`); a checkpoint
+without one needs ``head: new``, and a head that does not fit is an error, never a silent restart.
 
 :func:`contrastive_loss_on` measures the span-contrastive loss of any encoder folder on a corpus's
 spans (no masking, fixed batches and pairs): the "COCO loss on a target corpus" before and after
@@ -188,30 +190,42 @@ class CocoTask(nn.Module):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
 
-    def load_head(self, folder: str | os.PathLike) -> bool:
-        """Start the head from ``folder/condenser_head.safetensors`` when it exists with the same
-        parameters and shapes; otherwise keep the fresh one. Returns whether it was loaded."""
-        from safetensors.torch import load_file
+    def load_head(self, name: str | os.PathLike, head: str | None = None) -> bool:
+        """Start the head from the one checkpoint ``name`` (a folder or a hub id) carries
+        (:func:`find_condenser_head`: ``condenser_head.safetensors`` of a pipeline folder, or the
+        released Condenser's ``model.pt``). ``head``: ``None`` / ``"checkpoint"`` require it (DataError
+        naming the files searched when there is none or it does not fit this model's head);
+        ``"new"`` keeps the fresh head and refuses a checkpoint that carries one. Returns whether a
+        head was loaded."""
+        from zsdr.io import DataError
 
-        path = Path(folder) / HEAD_WEIGHTS
-        if not path.is_file():
-            log.info("Condenser head: freshly initialised (%s has no %s)", folder, HEAD_WEIGHTS)
+        if head not in (None, "checkpoint", "new"):
+            raise ValueError(f"head must be checkpoint, new or None, got {head!r}")
+        saved, where, skip = find_condenser_head(name)
+        if head == "new":
+            if saved is not None:
+                raise DataError(where, None, f"{name} carries a Condenser head, which head 'new' would discard",
+                                "use the checkpoint's head (`head: checkpoint`) or start from a plain backbone")
+            log.info("Condenser head: new (%d layer(s), head: new)", self.head_layers)
             return False
-        saved = load_file(str(path))
+        if saved is None:
+            raise DataError(where, None, f"{name} carries no Condenser head ({HEAD_WEIGHTS} or model.pt's c_head), "
+                            "so the head would start random", "pretrain from a checkpoint that has the head, or "
+                            "start a new one on purpose with the pretrained model's `head: new`")
         own = self.head.state_dict()
-        if set(saved) != set(own) or any(tuple(saved[k].shape) != tuple(own[k].shape) for k in own):
-            log.warning("Condenser head: freshly initialised (%s does not match %d layer(s) of this model)",
-                        path, self.head_layers)
-            return False
+        missing = sorted(set(own) - set(saved))
+        extra = sorted(set(saved) - set(own))
+        shapes = [k for k in own if k in saved and tuple(saved[k].shape) != tuple(own[k].shape)]
+        if missing or extra or shapes:
+            detail = (f"missing {missing[:3]}" if missing else f"unexpected {extra[:3]}" if extra
+                      else f"shape of {shapes[0]} {tuple(saved[shapes[0]].shape)} vs {tuple(own[shapes[0]].shape)}")
+            raise DataError(where, None, f"the Condenser head does not fit {self.head_layers} layer(s) of this "
+                            f"model ({detail})", "set head_layers to the checkpoint's, or `head: new`")
         self.head.load_state_dict(saved)
-        settings = Path(folder) / HEAD_CONFIG
-        if settings.is_file():
-            saved_skip = json.loads(settings.read_text(encoding="utf-8")).get("skip_from")
-            if saved_skip is not None and int(saved_skip) != self.skip_from:
-                log.warning("Condenser head of %s was trained with skip_from %s, now %d", folder, saved_skip,
-                            self.skip_from)
-        self.head_source = str(folder)
-        log.info("Condenser head: continued from %s", path)
+        if skip is not None and int(skip) != self.skip_from:
+            log.warning("Condenser head of %s was trained with skip_from %s, now %d", name, skip, self.skip_from)
+        self.head_source = where
+        log.info("Condenser head: continued from %s", where)
         return True
 
     @property
@@ -309,6 +323,35 @@ class CocoTask(nn.Module):
         return directory
 
 
+def find_condenser_head(name: str | os.PathLike) -> tuple[dict[str, torch.Tensor] | None, str, int | None]:
+    """The Condenser head a checkpoint (a folder or a hub id) carries, as this module's head state dict
+    (keys ``{layer}.{parameter}``): ``condenser_head.safetensors`` written by :meth:`CocoTask.save`, or
+    the ``c_head.{layer}.*`` tensors of ``model.pt``, where the released Condenser / coCondenser
+    checkpoints keep it beside the masked LM. Returns ``(state or None, where it was looked for,
+    skip_from when recorded)``."""
+    from zsdr.io import DataError
+    from zsdr.models.checkpoints import checkpoint_file, read_tensors
+
+    own = checkpoint_file(name, HEAD_WEIGHTS)
+    if own is not None:
+        from safetensors.torch import load_file
+
+        try:
+            state = load_file(str(own))
+        except Exception as exc:  # a damaged file
+            raise DataError(own, None, f"unreadable head weights ({exc})", "pretrain the model again") from None
+        settings = checkpoint_file(name, HEAD_CONFIG)
+        skip = json.loads(settings.read_text(encoding="utf-8")).get("skip_from") if settings is not None else None
+        return state, str(own), skip
+    released = checkpoint_file(name, "model.pt")
+    if released is not None:
+        tensors = read_tensors([released], lambda k: k.startswith("c_head."))
+        if tensors:
+            return {k[len("c_head."):]: v for k, v in tensors.items()}, str(released), None
+        return None, str(released), None
+    return None, f"{name} ({HEAD_WEIGHTS}, model.pt)", None
+
+
 def _span_files(spec: dict) -> list[str]:
     files = spec.get("spans")
     if isinstance(files, (str, os.PathLike)):
@@ -344,10 +387,7 @@ def build_coco_task(spec: dict) -> CocoTask:
                     late_mlm=bool(spec.get("late_mlm", True)),
                     contrastive_weight=float(spec.get("contrastive_weight", 1.0)),
                     backbone_dropout=bool(spec.get("backbone_dropout", False)), seed=seed, name=init)
-    if Path(init).is_dir():
-        task.load_head(init)
-    else:
-        log.info("Condenser head: freshly initialised (%s is not a local folder)", init)
+    task.load_head(init, spec.get("head"))
     task.train()
     return task
 

@@ -118,7 +118,7 @@ def build_task(spec: dict):
         return CrossEncoderTask(model, data, negatives=spec.get("negatives_per_query", 7), seed=seed)
     from zsdr.models.encoder import Encoder
 
-    encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))
+    encoder = Encoder.from_pretrained(spec["init"], head=spec.get("head"), **spec.get("encoder", {}))
     set_dropout(encoder.backbone, spec.get("dropout"))
     if spec.get("rem"):
         from zsdr.models.adapters import RemConfig
