@@ -6,6 +6,8 @@ import signal
 import sys
 
 from zsdr.data import registry
+from zsdr.models.released import RELEASES
+from zsdr.models.released import remote_files as released_files
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
@@ -57,7 +59,18 @@ BUILT_BACKBONES = [
 
 # Library modules that others import at module level: listing the importer lists them too.
 CODE_IMPORTS = {
-    "zsdr.models.encoder": ("zsdr.models.adapters", "zsdr.models.soft_tokens"),
+    "zsdr.models.encoder": (
+        "zsdr.models.adapters",
+        "zsdr.models.soft_tokens",
+        "zsdr.models.checkpoints",
+    ),
+    "zsdr.models.released": (
+        "zsdr.models.encoder",
+        "zsdr.models.adapters",
+        "zsdr.models.soft_tokens",
+        "zsdr.models.checkpoints",
+    ),
+    "zsdr.pretrain.coco": ("zsdr.models.checkpoints",),
     "zsdr.training.berm": ("zsdr.training.sections",),
     "zsdr.training.modir": ("zsdr.training.sections",),
     "zsdr.training.idro": ("zsdr.training.sections",),
@@ -105,7 +118,12 @@ FETCHED = [
     for d in dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
     if d not in MINI_DATASETS
 ]
-REMOTE = registry.remote_files()
+REMOTE = {**registry.remote_files(), **released_files()}
+
+
+def released_archive(name):
+    """The downloaded archive of a release (zsdr.models.released.RELEASES)."""
+    return f"{DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"
 
 
 def downloads_of(name, extras=False):
@@ -152,6 +170,11 @@ for _name, _r in RECIPES.items():
             f"config key recipes.{_name}.init: ANCE episodes mine with the previous model, "
             f"so init must be another recipe (got {_r['init']!r}) or `base_system` must name "
             f"the system that mines"
+        )
+    if _r.get("head") == "new" and _r["init"] in RECIPES:
+        raise ValueError(
+            f"config key recipes.{_name}.head: `new` would discard the head of the trained "
+            f"{_r['init']!r} it starts from (set `head: checkpoint`, or init from a plain backbone)"
         )
     if _r.get("dro") and _r["negatives"] != "ance":
         raise ValueError(
@@ -637,8 +660,9 @@ def modir_check_steps(section, recipes, steps):
             )
 
 
-def modir_tsne_models():
-    """MoDIR Figure 4: ``{panel label: model folder}``, the base model then every recipe x step."""
+def modir_tsne_models(options=False):
+    """MoDIR Figure 4: ``{panel label: model folder}``, the base model then every recipe x step
+    (``options``: each panel's encoder settings instead of its model)."""
     f4, d = MODIR["figure4"], modir_dataset("figure4")
     modir_check_steps("figure4", f4["recipes"], f4["steps"])
     out = {}
@@ -650,7 +674,7 @@ def modir_tsne_models():
                 if n == 0
                 else f"{modir_label(r)}, step {n}"
             )
-            out[label] = dense_model(system, d)
+            out[label] = encoder_options(system, d) if options else dense_model(system, d)
     return out
 
 
@@ -950,7 +974,7 @@ def dense_model(system, dataset=None):
             )
         backbone = config["backbones"][name]
         return f"{MODELS}/backbones/{name}" if "build" in backbone else backbone["hf"]
-    return spec["model"]
+    return model_ref(spec["model"]) if spec["model"] in RELEASES else spec["model"]
 
 
 def dense_model_input(wc):
@@ -959,6 +983,8 @@ def dense_model_input(wc):
     system = routed(wc.system, wc.dataset)
     if "rem_of" in SYSTEMS[system]:
         files += model_files(SYSTEMS[system]["model"])
+    if SYSTEMS[system].get("rem"):
+        files += model_files(model_ref(SYSTEMS[system]["rem"]))
     return files
 
 
@@ -987,11 +1013,18 @@ def encoder_options(system, dataset=None):
     system = routed(system, dataset)
     spec = SYSTEMS[system]
     options = {k: v for k, v in spec.items() if k not in SYSTEM_KEYS}
+    if options.get("rem") in RELEASES:
+        options["rem"] = model_ref(options["rem"])
     if "rem_of" in spec:
         rem = ddr_model(system, dataset)[1]
         if rem:
             recipe = RECIPES[TRAIN_RUNS[spec["rem_of"]][0]]
-            options = {**recipe.get("encoder", {}), **options, "rem": rem}
+            options = {
+                **recipe.get("encoder", {}),
+                **recipe.get("system", {}),
+                **options,
+                "rem": rem,
+            }
     return options
 
 
@@ -1136,6 +1169,7 @@ def coco_spec(name):
         "late_mlm": p.get("late_mlm", True),
         "contrastive_weight": p.get("contrastive_weight", 1.0),
         "backbone_dropout": p.get("backbone_dropout", False),
+        **({"head": p["head"]} if p.get("head") else {}),
         "tie_embeddings": p.get("tie_embeddings"),
         "max_examples": p.get("max_examples"),
         "out": f"{MODELS}/pretrained/{name}",
@@ -1294,14 +1328,19 @@ def model_ref(name):
         return dam_path(name, "init")
     if name in CROSS_ENCODERS:
         return f"{MODELS}/cross-encoders/{name}"
+    if name in RELEASES:
+        return f"{MODELS}/released/{name}"
     return name
 
 
 def model_files(ref):
     """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
-    snapshot exists once its DAM is trained)."""
+    snapshot exists once its DAM is trained; a converted REM release is its rem.json)."""
     if not ref.startswith(f"{MODELS}/"):
         return []
+    name = ref[len(f"{MODELS}/released/") :] if ref.startswith(f"{MODELS}/released/") else None
+    if name in RELEASES and RELEASES[name].kind == "adapter-rem":
+        return [f"{ref}/rem.json"]
     return [f"{ref.split('/snapshots/')[0]}/config.json"]
 
 
@@ -1380,6 +1419,7 @@ def train_spec(run):
         "out": f"{MODELS}/trained/{run}",
         "checkpoint_dir": f"{MODELS}/.checkpoints/{run}",
         "encoder": r.get("encoder", {}),
+        **({"head": r["head"]} if r.get("head") and k == 1 else {}),
         "loss": r["loss"],
         "negatives_per_query": r.get("negatives_per_query", 1),
         "scale": r.get("scale", 1.0),
@@ -1632,6 +1672,30 @@ def launch_settings(item):
     return out
 
 
+def recipe_pooling(name):
+    """A recipe's pooling: its own encoder setting, else its init recipe's (None when it comes from a
+    checkpoint's own zsdr.json or sentence-transformers settings)."""
+    seen = set()
+    while name in RECIPES and name not in seen:
+        seen.add(name)
+        r = RECIPES[name]
+        if r.get("encoder", {}).get("pooling"):
+            return r["encoder"]["pooling"]
+        name = r.get("init")
+    return None
+
+
+def head_summary(spec):
+    """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
+    info = spec.get("info", {})
+    pooling = spec.get("encoder", {}).get("pooling") or recipe_pooling(info.get("recipe"))
+    if pooling != "cls_linear_ln":
+        return ""
+    if spec.get("head") == "new":
+        return f"; ANCE head: new (seed {spec.get('encoder', {}).get('head_seed', 0)})"
+    return f"; ANCE head: from checkpoint {spec['init']}"
+
+
 def spec_summary(spec, launch):
     """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
     t = spec["train"]
@@ -1705,10 +1769,15 @@ def spec_summary(spec, launch):
         corpora = ", ".join(
             os.path.basename(os.path.dirname(os.path.dirname(f))) for f in spec["spans"]
         )
+        head = (
+            "new"
+            if spec.get("head") == "new"
+            else f"from checkpoint {spec['init']}"
+        )
         data = (
             f"{contrastive}Condenser head MLM ({spec['head_layers']} layers from layer "
-            f"{spec['skip_from']}){backbone} {spec['mlm_probability']:.0%} whole-word, on "
-            f"{len(spec['spans'])} corpora: {corpora}"
+            f"{spec['skip_from']}; head {head}){backbone} {spec['mlm_probability']:.0%} "
+            f"whole-word, on {len(spec['spans'])} corpora: {corpora}"
         )
     elif spec["kind"] == "generator":
         data = (
@@ -1725,6 +1794,7 @@ def spec_summary(spec, launch):
     mine = spec.get("info", {}).get("mine")
     if mine:
         data += f" (mined: top-{mine['depth']} of the previous model, {mine['sample']} sampled per query)"
+    data += head_summary(spec) if spec["kind"] == "bi_encoder" else ""
     rem = spec.get("rem")
     if rem:
         parts = [

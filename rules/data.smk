@@ -124,3 +124,49 @@ rule data:
         ],
         [p for n in FETCHED for p in downloads_of(n, extras=True)],
         [f"{MODELS}/backbones/{b}/config.json" for b in BUILT_BACKBONES],
+
+
+RELEASED_ENCODERS = [n for n, r in RELEASES.items() if r.kind == "ance"]
+RELEASED_REMS = [n for n, r in RELEASES.items() if r.kind == "adapter-rem"]
+
+
+rule released_encoder:
+    """A released ANCE-format archive (ANCE warmup, MoDIR's checkpoints) as an encoder folder."""
+    input:
+        archive=lambda wc: released_archive(wc.release),
+        code=code("zsdr.models.released"),
+    output:
+        f"{MODELS}/released/{{release}}/config.json",
+    log:
+        f"{LOGS}/models/released_{{release}}.log",
+    wildcard_constraints:
+        release=alternation(RELEASED_ENCODERS),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **cluster_resources(),
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../workflow_scripts/released_model.py"
+
+
+rule released_rem:
+    """One of DDR's released REMs (adapter-transformers archives) in the project's REM format."""
+    input:
+        archive=lambda wc: released_archive(wc.release),
+        code=code("zsdr.models.released"),
+    output:
+        f"{MODELS}/released/{{release}}/rem.json",
+    log:
+        f"{LOGS}/models/released_{{release}}.log",
+    wildcard_constraints:
+        release=alternation(RELEASED_REMS),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **cluster_resources(),
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../workflow_scripts/released_model.py"

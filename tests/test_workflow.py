@@ -185,10 +185,11 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
                          "cocodr-base-ep3"}
     expected = {
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
-                "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16"],
+                "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
+                "ANCE head: new (seed 0)"],
         "ance-ep2": ["init models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
-                     "warmup 5000", "45000 steps", "q64/d256"],
-        "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz"],
+                     "warmup 5000", "45000 steps", "q64/d256", "ANCE head: from checkpoint models/trained/ance-ep1"],
+        "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz", "ANCE head: new (seed 0)"],
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
                             "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
         "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
@@ -274,8 +275,11 @@ def test_paper_config_plans_modir_with_the_spec_values():
               "classifier lr 5e-06 (logits clipped at 5)", "(decay over 1000000 steps)"]
     expected = {
         "ance-modir@nfcorpus": ["init castorini/ance-msmarco-passage", "pairwise_nll with 1 negative(s) from "
-                                "ance-modir.jsonl", "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps"],
-        "dpr-modir@scifact": ["init models/trained/dpr", "from negatives.jsonl", "momentum n 1000", "; 10000 steps"],
+                                "ance-modir.jsonl", "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps",
+                                "ANCE head: from checkpoint castorini/ance-msmarco-passage"],
+        # DPR+MoDIR starts from ANCE's released warmup checkpoint (its zip, converted), as the paper does
+        "dpr-modir@scifact": ["init models/released/ance-warmup", "from negatives.jsonl", "momentum n 1000",
+                              "; 10000 steps", "ANCE head: from checkpoint models/released/ance-warmup"],
         "ance-modir@trec-covid": ["60000 steps, a snapshot every 2500 steps"],
         "ance-modir-single@trec-covid": ["single (n 1)", "60000 steps"],
         "ance-modir-repeat@webis-touche2020": ["repeat x1000 in chunks of 50", "; 10000 steps"],
@@ -308,7 +312,8 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     jobs = planned_jobs(out)
     coco = training_plan(out, "pretrain", gpus_per_process=1)["coco"]
     for part in ["init Luyu/condenser", "span contrastive x1 (global batch, no temperature)",
-                 "Condenser head MLM (2 layers from layer 6), backbone MLM 15% whole-word",
+                 "Condenser head MLM (2 layers from layer 6; head from checkpoint Luyu/condenser), backbone MLM "
+                 "15% whole-word",
                  "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear", "; 8 epochs;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)

@@ -120,6 +120,7 @@ class System:
     similarity: str | None = None
     reason: str | None = None
     note: str | None = None
+    release: str | None = None  # an archive the pipeline converts (zsdr.models.released) where hf is null
 
 
 # Info rows a REM's parameter counts fill (zsdr.models.adapters: rem.json): the trainable share
@@ -326,7 +327,7 @@ def _systems_file() -> tuple[dict[str, Stage], dict[str, System]]:
         stages[name] = Stage(name=name, label=ctx.text(entry.get("label", name), f"stages.{name}.label"),
                              built=entry["state"] == "built")
     systems: dict[str, System] = {}
-    allowed = {"label", "provenance", "stage", "hf", "pooling", "similarity", "reason", "note"}
+    allowed = {"label", "provenance", "stage", "hf", "pooling", "similarity", "reason", "note", "release"}
     for sid, entry in ctx.mapping(data.get("systems"), "systems").items():
         key = f"systems.{sid}"
         entry = ctx.mapping(entry, key)
@@ -344,11 +345,12 @@ def _systems_file() -> tuple[dict[str, Stage], dict[str, System]]:
             raise ctx.error(f"{key}.stage", f"{stage!r} is not listed under `stages`")
         if prov == "L" and not {"hf", "pooling", "similarity"} <= set(entry):
             raise ctx.error(key, "a loaded (L) system names hf (or null), pooling and similarity")
-        if prov == "L" and entry.get("hf") is None and not entry.get("reason"):
-            raise ctx.error(f"{key}.reason", "an L system without a Hugging Face id needs a reason")
+        if prov == "L" and entry.get("hf") is None and not entry.get("reason") and not entry.get("release"):
+            raise ctx.error(f"{key}.reason", "an L system without a Hugging Face id needs a release or a reason")
         systems[sid] = System(id=sid, label=ctx.text(entry.get("label", sid), f"{key}.label"), provenance=prov,
                               stage=stage, hf=entry.get("hf"), pooling=entry.get("pooling"),
-                              similarity=entry.get("similarity"), reason=entry.get("reason"), note=entry.get("note"))
+                              similarity=entry.get("similarity"), reason=entry.get("reason"), note=entry.get("note"),
+                              release=entry.get("release"))
     return stages, systems
 
 
@@ -368,7 +370,7 @@ def unavailable_reason(system_id: str) -> str:
     if system.reason:
         return system.reason
     if system.provenance == "L":
-        return f"checkpoint {system.hf} not in this run's config (systems.{system_id})"
+        return f"checkpoint {system.hf or system.release} not in this run's config (systems.{system_id})"
     stage = load_stages()[system.stage]
     if not stage.built:
         return f"needs the {stage.label} stage (not built yet)"
