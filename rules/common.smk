@@ -1640,8 +1640,19 @@ def spec_summary(spec, launch):
     )
     b = spec.get("berm")
     berm = (
-        f"; + BERM R1 x{b['r1_weight']:g} + R2 x{b['r2_weight']:g}"
-        f"{' (double softmax)' if b.get('double_softmax') else ''}, labels "
+        f"; + BERM R1 x{b['r1_weight']:g} ("
+        + (
+            "KL / units, official code"
+            if b.get("r1_reduction", "sum") == "mean"
+            else "KL, paper"
+        )
+        + f") + R2 x{b['r2_weight']:g} ("
+        + (
+            "double softmax, official code"
+            if b.get("double_softmax")
+            else "cross-entropy, paper"
+        )
+        + "), labels "
         f"{BERM_LABELS['variant']} BM25 + {BERM_LABELS['delta']:g} x reader "
         f"{BERM_LABELS['reader']}"
         if b
