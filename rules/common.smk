@@ -350,6 +350,20 @@ def mixture_sets(name, target):
     return out
 
 
+RMSC_SOURCE_CONTEXT = list(RMSC.get("source_context", ["target", "human"]))
+_domain, _relevance = RMSC_SOURCE_CONTEXT
+if _domain not in ("source", "target") or _relevance not in ("human", "weak"):
+    raise ValueError(
+        f"config key rmsc.source_context: {RMSC_SOURCE_CONTEXT} must be [domain, relevance], "
+        "domain source or target, relevance human or weak (e.g. [target, human])"
+    )
+
+
+def soft_context(context):
+    """``[T] x [H]`` for ``[target, human]``: a soft-token context as the summaries print it."""
+    return f"[{context[0][0].upper()}] x [{context[1][0].upper()}]"
+
+
 def mixture_model(name, dataset, step=None):
     """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
     run = name
@@ -455,7 +469,8 @@ def curves_summary(figure):
     return (
         f"{recipes} evaluated every {RMSC_CURVES.get('snapshot_every', 1000)} steps [X] on "
         f"{SOURCE} (in-domain) and {', '.join(RMSC_CURVE_DATASETS)} [X]; a per-target model "
-        f"stands on {SOURCE} for rmsc.source_target {RMSC.get('source_target')} [X]"
+        f"stands on {SOURCE} for rmsc.source_target {RMSC.get('source_target')} [X], in the "
+        f"soft-token context {soft_context(RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context"
     )
 
 
@@ -1085,6 +1100,17 @@ def encoder_options(system, dataset=None):
         if rem:
             recipe = RECIPES[TRAIN_RUNS[spec["rem_of"]][0]]
             options = {**recipe.get("encoder", {}), **options, "rem": rem}
+    k = (
+        RECIPES[spec["mixture"]]["mixture"].get("soft_tokens")
+        if "mixture" in spec
+        else None
+    )
+    if k and dataset == SOURCE:
+        # [X] rmsc.source_context: the context an RMSC model encodes the source dataset in
+        options = {
+            **options,
+            "soft_tokens": {"k": k, "inference": RMSC_SOURCE_CONTEXT},
+        }
     return options
 
 
@@ -1815,7 +1841,8 @@ def spec_summary(spec, launch):
         )
         soft = spec.get("soft_tokens")
         tokens = (
-            f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H])"
+            f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H]; on "
+            f"{SOURCE} {soft_context(RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context)"
             if soft
             else "no soft tokens"
         )

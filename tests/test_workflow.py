@@ -361,7 +361,8 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
             for part in [f"init {init};", "1 random negative + in-batch negatives of the same (domain, relevance) group",
                          "(weak negatives from the corpus)", "source-human (qrels)",
                          f"source-weak ({method}.jsonl, size supervised)", f"target-weak ({method}.jsonl, size supervised)",
-                         "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H])", "batch 64 x 8 process(es)",
+                         "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H]; on msmarco [T] x [H] [X] "
+                         "rmsc.source_context)", "batch 64 x 8 process(es)",
                          "adamw lr 1e-05", "warmup 1000; 10000 steps", "max length q64/d256", "fp16",
                          "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak "
                          "negatives from the corpus, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
@@ -384,7 +385,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
                             "top-k 25 top-p 0.95") for x in lines), lines
     assert ("RMSC figure 3: rmsc-cd, rmsc-co evaluated every 1000 steps [X] on msmarco (in-domain) and trec-covid, "
             "nfcorpus, fiqa, arguana, scifact [X]; a per-target model stands on msmarco for rmsc.source_target "
-            "lotte-writing-test [X]") in out
+            "lotte-writing-test [X], in the soft-token context [T] x [H] [X] rmsc.source_context") in out
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
@@ -423,6 +424,7 @@ def test_paper_config_lists_every_registry_dataset():
     ({"recipes": {"ance-cont": {"extends": "ance", "episode_schedule": "continuous"}}},
      "recipes.ance-cont.episode_schedule: continuous needs train.max_steps"),
     ({"recipes": {"dpr-berm-bad": {"extends": "dpr-berm", "berm": {"r1_reduction": "batchmean"}}}}, "batchmean"),
+    ({"rmsc": {"source_context": ["human", "target"]}}, "rmsc.source_context: ['human', 'target'] must be"),
 ])
 def test_invalid_config_is_rejected(tmp_path, bad, words):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
