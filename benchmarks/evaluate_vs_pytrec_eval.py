@@ -5,7 +5,8 @@ per test query: the judged documents plus random corpus documents, scores on a c
 are common), written to a temporary folder. Metrics: ndcg@10, recall@100, recall@1000, mrr@10; the
 pytrec_eval peer computes ndcg_cut_10, recall_100, recall_1000, and recip_rank on each ranking cut
 to its top 10 in trec_eval's order (score desc, docid desc); means over every query of the qrels
-(trec_eval -c: a query judged only non-relevant or missing from the run scores 0). Both sides read the qrels and run files themselves.
+(trec_eval -c: a query judged only non-relevant or missing from the run scores 0). Both sides read
+the qrels and run files themselves.
 
 Measured (wall clock, ``time.perf_counter``):
 
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         peer_script = tmp / "pytrec_peer.py"
         peer_script.write_text(PYTREC_SCRIPT)
         size = sum(p.stat().st_size for p in runs) / 2**20
-        print(f"dataset   {args.dataset.name}: {len(corpus)} docs, {evaluated} test queries with a relevant doc, "
+        print(f"dataset   {args.dataset.name}: {len(corpus)} docs, {evaluated} judged test queries, "
               f"{unretrievable} judged docs not in the corpus (left out of the runs)")
         print(f"runs      {args.runs} x {len(qrels)} queries x depth {args.depth} (seed {args.seed}, tied scores), "
               f"{size:.0f} MiB, written in {t_write:.1f} s")
