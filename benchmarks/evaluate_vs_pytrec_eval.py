@@ -4,8 +4,9 @@ Data: the BEIR SciFact test qrels and ``--runs`` synthetic TREC runs (seeded num
 per test query: the judged documents plus random corpus documents, scores on a coarse grid so ties
 are common), written to a temporary folder. Metrics: ndcg@10, recall@100, recall@1000, mrr@10; the
 pytrec_eval peer computes ndcg_cut_10, recall_100, recall_1000, and recip_rank on each ranking cut
-to its top 10 in trec_eval's order (score desc, docid desc); means over the qrels' queries with a
-relevant document (BEIR's convention). Both sides read the qrels and run files themselves.
+to its top 10 in trec_eval's order (score desc, docid desc); means over every query of the qrels
+(trec_eval -c: a query judged only non-relevant or missing from the run scores 0). Both sides read
+the qrels and run files themselves.
 
 Measured (wall clock, ``time.perf_counter``):
 
@@ -82,19 +83,19 @@ def top(ranking, k):
 
 def prepare(qrels_path):
     qrels = read_qrels(qrels_path)
-    relevant = sorted(q for q, docs in qrels.items() if any(g >= 1 for g in docs.values()))
+    judged = sorted(qrels)
     full = pytrec_eval.RelevanceEvaluator(qrels, set(TREC.values()))
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"})
-    return relevant, full, rr
+    return judged, full, rr
 
 
 def evaluate(prepared, run_path):
-    relevant, full, rr = prepared
+    judged, full, rr = prepared
     run = read_run(run_path)
     scores = full.evaluate(run)
     tops = rr.evaluate({q: top(r, 10) for q, r in run.items()})
-    out = {m: sum(scores.get(q, {}).get(t, 0.0) for q in relevant) / len(relevant) for m, t in TREC.items()}
-    out["mrr@10"] = sum(tops.get(q, {}).get("recip_rank", 0.0) for q in relevant) / len(relevant)
+    out = {m: sum(scores.get(q, {}).get(t, 0.0) for q in judged) / len(judged) for m, t in TREC.items()}
+    out["mrr@10"] = sum(tops.get(q, {}).get("recip_rank", 0.0) for q in judged) / len(judged)
     return out
 
 
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         peer_script = tmp / "pytrec_peer.py"
         peer_script.write_text(PYTREC_SCRIPT)
         size = sum(p.stat().st_size for p in runs) / 2**20
-        print(f"dataset   {args.dataset.name}: {len(corpus)} docs, {evaluated} test queries with a relevant doc, "
+        print(f"dataset   {args.dataset.name}: {len(corpus)} docs, {evaluated} judged test queries, "
               f"{unretrievable} judged docs not in the corpus (left out of the runs)")
         print(f"runs      {args.runs} x {len(qrels)} queries x depth {args.depth} (seed {args.seed}, tied scores), "
               f"{size:.0f} MiB, written in {t_write:.1f} s")

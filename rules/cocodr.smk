@@ -87,7 +87,7 @@ rule cluster_queries:
         runtime=120,
     params:
         model=lambda wc: dense_model(previous_system(wc.run), wc.source),
-        options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
+        options=lambda wc: mining_options(wc.run, wc.source),  # the mining's query length
         dataset=lambda wc, input: os.path.dirname(input.data),
         clusters=lambda wc: RECIPES[TRAIN_RUNS[wc.run][0]]["dro"].get("clusters", 50),
         clustering=COCODR.get("clustering", {}),

@@ -373,6 +373,20 @@ def mixture_sets(name, target):
     return out
 
 
+RMSC_SOURCE_CONTEXT = list(RMSC.get("source_context", ["target", "human"]))
+_domain, _relevance = RMSC_SOURCE_CONTEXT
+if _domain not in ("source", "target") or _relevance not in ("human", "weak"):
+    raise ValueError(
+        f"config key rmsc.source_context: {RMSC_SOURCE_CONTEXT} must be [domain, relevance], "
+        "domain source or target, relevance human or weak (e.g. [target, human])"
+    )
+
+
+def soft_context(context):
+    """``[T] x [H]`` for ``[target, human]``: a soft-token context as the summaries print it."""
+    return f"[{context[0][0].upper()}] x [{context[1][0].upper()}]"
+
+
 def mixture_model(name, dataset, step=None):
     """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
     run = name
@@ -478,7 +492,8 @@ def curves_summary(figure):
     return (
         f"{recipes} evaluated every {RMSC_CURVES.get('snapshot_every', 1000)} steps [X] on "
         f"{SOURCE} (in-domain) and {', '.join(RMSC_CURVE_DATASETS)} [X]; a per-target model "
-        f"stands on {SOURCE} for rmsc.source_target {RMSC.get('source_target')} [X]"
+        f"stands on {SOURCE} for rmsc.source_target {RMSC.get('source_target')} [X], in the "
+        f"soft-token context {soft_context(RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context"
     )
 
 
@@ -909,13 +924,6 @@ for _d in FIGURE4_DATASETS:
             },
         )
         FIGURE4_SYSTEMS[(_d, _n)] = _name
-BM25_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "bm25"]
-DENSE_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "dense"]
-
-
-def language(name):
-    """Analyzer language of a dataset (the registry's; mini domains are English)."""
-    return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
 
 
 def check_system(name, where):
@@ -925,6 +933,106 @@ def check_system(name, where):
             f"(defined: {', '.join(SYSTEMS)})"
         )
     return name
+
+
+# Negative files mined by the mine_negatives job, one per ANCE run and one per MoDIR recipe.
+MINED = {
+    r: (n, k)
+    for r, (n, k) in TRAIN_RUNS.items()
+    if RECIPES[n]["negatives"] == "ance" and r not in PER_TARGET
+}
+MINED |= {n: (n, 1) for n in MODIR_RECIPES if RECIPES[n]["negatives"] == "ance"}
+ANCE_RUNS = list(MINED)
+
+
+def previous_system(run):
+    """The system whose model mines the negatives of an ANCE run: the last episode, the recipe's
+    `base_system` or its init recipe."""
+    name, k = MINED[run]
+    if k > 1:
+        return f"{name}-ep{k - 1}"
+    return check_system(modir_base(name), f"recipes.{name}.base_system")
+
+
+LENGTH_KEYS = ("query_max_length", "doc_max_length")
+
+
+def recipe_lengths(name):
+    """The query / document lengths a recipe trains at, where the config says them: its `encoder`,
+    else its init recipe's (a key missing from both is the checkpoint's, unknown here).
+    """
+    out, seen = {}, set()
+    while name in RECIPES and name not in seen:
+        seen.add(name)
+        enc = RECIPES[name].get("encoder", {})
+        for k in LENGTH_KEYS:
+            if k in enc:
+                out.setdefault(k, enc[k])
+        name = RECIPES[name]["init"]
+    return out
+
+
+def system_lengths(system):
+    """The lengths a dense system encodes at, where the config says them: its own options, else
+    those of the recipe that trained it."""
+    spec = SYSTEMS[system]
+    out = {k: spec[k] for k in LENGTH_KEYS if k in spec}
+    recipe = (
+        TRAIN_RUNS[system][0]
+        if system in TRAIN_RUNS
+        else spec.get("modir") or spec.get("mixture") or spec.get("per_target")
+    )
+    if recipe is None and system in RECIPES:
+        recipe = system  # a recipe's last episode
+    if recipe is None and "rem_of" in spec:
+        recipe = TRAIN_RUNS[spec["rem_of"]][0]
+    return {**recipe_lengths(recipe), **out} if recipe else out
+
+
+def mining_lengths(run):
+    """The lengths an ANCE run's negatives are mined at: the episode's own (the lengths it trains
+    at), falling back to the previous system's where the config does not say them."""
+    return recipe_lengths(MINED[run][0])
+
+
+def mining_options(run, dataset):
+    """The Encoder settings a mining job loads the previous model with: its mining system's, at the
+    episode's query and document lengths."""
+    return {**encoder_options(mining_system(run), dataset), **mining_lengths(run)}
+
+
+def mining_system(run):
+    """The system whose corpus embeddings an ANCE run's mining searches: the previous system when it
+    encodes documents at the episode's length, else `<previous>.mine-d<length>` (the same model at
+    the episode's document length; its own encode jobs)."""
+    prev = previous_system(run)
+    doc = mining_lengths(run).get("doc_max_length")
+    if doc is None or system_lengths(prev).get("doc_max_length") == doc:
+        return prev
+    return f"{prev}.mine-d{doc}"
+
+
+# The mining systems that encode the corpus at an episode's document length.
+for _run in MINED:
+    _sys = mining_system(_run)
+    if _sys != previous_system(_run):
+        _prev = previous_system(_run)
+        SYSTEMS.setdefault(
+            _sys,
+            {
+                **{k: v for k, v in SYSTEMS[_prev].items() if k != "by_language"},
+                "doc_max_length": mining_lengths(_run)["doc_max_length"],
+                "description": f"{_prev} encoding documents at {mining_lengths(_run)['doc_max_length']} "
+                "tokens (ANCE mining)",
+            },
+        )
+BM25_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "bm25"]
+DENSE_SYSTEMS = [n for n, s in SYSTEMS.items() if s["kind"] == "dense"]
+
+
+def language(name):
+    """Analyzer language of a dataset (the registry's; mini domains are English)."""
+    return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
 
 
 def ddr_model(system, dataset):
@@ -1025,6 +1133,17 @@ def encoder_options(system, dataset=None):
                 **options,
                 "rem": rem,
             }
+    k = (
+        RECIPES[spec["mixture"]]["mixture"].get("soft_tokens")
+        if "mixture" in spec
+        else None
+    )
+    if k and dataset == SOURCE:
+        # [X] rmsc.source_context: the context an RMSC model encodes the source dataset in
+        options = {
+            **options,
+            "soft_tokens": {"k": k, "inference": RMSC_SOURCE_CONTEXT},
+        }
     return options
 
 
@@ -1393,6 +1512,13 @@ def train_settings(item):
     return {**shared, **item["train"]}
 
 
+def recipe_dropout(item):
+    """The dropout a recipe trains with: its own `dropout`, else `training.dropout` (null: the
+    checkpoint's)."""
+    own = item.get("dropout")
+    return TRAINING["dropout"] if own is None else own
+
+
 def train_spec(run):
     """The resolved spec (zsdr.training.recipes) of one training run."""
     name, k = TRAIN_RUNS[run]
@@ -1408,6 +1534,21 @@ def train_spec(run):
     train = train_settings(r)
     if r.get("episode_lr_decay") and k > 1:
         train["lr"] = train["lr"] * max(0.2, 1 - (k - 1) / episodes)
+    if r.get("episode_schedule") == "continuous" and episodes > 1:
+        if not train.get("max_steps"):
+            raise ValueError(
+                f"config key {where}.episode_schedule: continuous needs train.max_steps "
+                "(episodes of a fixed number of steps; set it, or use restart)"
+            )
+        if r.get("episode_lr_decay"):
+            raise ValueError(
+                f"config key {where}.episode_schedule: continuous and episode_lr_decay both decay "
+                "the lr across episodes (set episode_lr_decay: false, or use restart)"
+            )
+        train["schedule_steps"] = (
+            train.get("schedule_steps") or episodes * train["max_steps"]
+        )
+        train["schedule_offset"] = (k - 1) * train["max_steps"]
     modir = modir_spec(r, run, train)
     return {
         "kind": "bi_encoder",
@@ -1423,7 +1564,7 @@ def train_spec(run):
         "loss": r["loss"],
         "negatives_per_query": r.get("negatives_per_query", 1),
         "scale": r.get("scale", 1.0),
-        "dropout": TRAINING["dropout"],
+        "dropout": recipe_dropout(r),
         "max_examples": r.get("max_examples"),
         "berm": berm_spec(r, dataset),
         "rem": r.get("rem"),
@@ -1447,11 +1588,32 @@ def train_spec(run):
             "description": r.get("description", ""),
             "provenance": r.get("provenance", ""),
             **(
-                {"mine": {**TRAINING["mine"], **r.get("mine", {})}}
+                {
+                    "mine": {
+                        **TRAINING["mine"],
+                        **r.get("mine", {}),
+                        **mine_info(
+                            name if run in PER_TARGET and r.get("modir") else run
+                        ),
+                    }
+                }
                 if r["negatives"] == "ance"
                 else {}
             ),
         },
+    }
+
+
+def mine_info(run):
+    """What the summary says about an ANCE run's mining: the system and the lengths it mines at."""
+    if run not in MINED:
+        return {}
+    lengths = {**system_lengths(mining_system(run)), **mining_lengths(run)}
+    return {
+        "system": mining_system(run),
+        "lengths": "q{}/d{}".format(
+            lengths.get("query_max_length", "-"), lengths.get("doc_max_length", "-")
+        ),
     }
 
 
@@ -1473,7 +1635,7 @@ def mixture_spec(run):
         "scale": r.get("scale", 1.0),
         "group_negatives": m.get("group_negatives", True),
         "soft_tokens": {"k": k} if k else None,
-        "dropout": TRAINING["dropout"],
+        "dropout": recipe_dropout(r),
         "out": f"{MODELS}/trained/{run}",
         "checkpoint_dir": f"{MODELS}/.checkpoints/{run}",
         "train": train,
@@ -1704,8 +1866,19 @@ def spec_summary(spec, launch):
     )
     b = spec.get("berm")
     berm = (
-        f"; + BERM R1 x{b['r1_weight']:g} + R2 x{b['r2_weight']:g}"
-        f"{' (double softmax)' if b.get('double_softmax') else ''}, labels "
+        f"; + BERM R1 x{b['r1_weight']:g} ("
+        + (
+            "KL / units, official code"
+            if b.get("r1_reduction", "sum") == "mean"
+            else "KL, paper"
+        )
+        + f") + R2 x{b['r2_weight']:g} ("
+        + (
+            "double softmax, official code"
+            if b.get("double_softmax")
+            else "cross-entropy, paper"
+        )
+        + "), labels "
         f"{BERM_LABELS['variant']} BM25 + {BERM_LABELS['delta']:g} x reader "
         f"{BERM_LABELS['reader']}"
         if b
@@ -1732,7 +1905,8 @@ def spec_summary(spec, launch):
         )
         soft = spec.get("soft_tokens")
         tokens = (
-            f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H])"
+            f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H]; on "
+            f"{SOURCE} {soft_context(RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context)"
             if soft
             else "no soft tokens"
         )
@@ -1793,7 +1967,10 @@ def spec_summary(spec, launch):
         data = f"loss start/end cross-entropy on the {spec['units']} answers"
     mine = spec.get("info", {}).get("mine")
     if mine:
-        data += f" (mined: top-{mine['depth']} of the previous model, {mine['sample']} sampled per query)"
+        data += (
+            f" (mined: top-{mine['depth']} of {mine.get('system', 'the previous model')} at "
+            f"{mine.get('lengths', 'its lengths')}, {mine['sample']} sampled per query)"
+        )
     data += head_summary(spec) if spec["kind"] == "bi_encoder" else ""
     rem = spec.get("rem")
     if rem:
@@ -1841,12 +2018,32 @@ def spec_summary(spec, launch):
     if t.get("snapshot_every"):
         length += f", a snapshot every {t['snapshot_every']} steps"
     if t.get("schedule_steps"):
-        length += f" (decay over {t['schedule_steps']} steps)"
+        offset = (
+            f", this run from step {t['schedule_offset']}"
+            if t.get("schedule_offset")
+            else ""
+        )
+        length += f" (decay over {t['schedule_steps']} steps{offset})"
+    inference = (
+        f"; inference {config['dense']['precision']}"
+        if spec["kind"] in ("bi_encoder", "mixture")
+        else ""
+    )
+    dropout = (
+        ""
+        if "dropout" not in spec
+        else (
+            "; dropout as the checkpoint"
+            if spec["dropout"] is None
+            else f"; dropout {spec['dropout']:g}"
+        )
+    )
     return (
         f"init {spec['init']}; {data}; batch {t['batch_size']} x "
         f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
         f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
-        f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{berm}"
+        f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
+        f"{inference}"
     )
 
 
@@ -1871,25 +2068,6 @@ TRIPLES_SOURCES = sorted(
         if x["negatives"] == "triples"
     }
 )
-# Negative files mined by the mine_negatives job, one per ANCE run and one per MoDIR recipe.
-MINED = {
-    r: (n, k)
-    for r, (n, k) in TRAIN_RUNS.items()
-    if RECIPES[n]["negatives"] == "ance" and r not in PER_TARGET
-}
-MINED |= {n: (n, 1) for n in MODIR_RECIPES if RECIPES[n]["negatives"] == "ance"}
-ANCE_RUNS = list(MINED)
-
-
-def previous_system(run):
-    """The system whose model mines the negatives of an ANCE run: the last episode, the recipe's
-    `base_system` or its init recipe."""
-    name, k = MINED[run]
-    if k > 1:
-        return f"{name}-ep{k - 1}"
-    return check_system(modir_base(name), f"recipes.{name}.base_system")
-
-
 # Resolve every training spec now, so a config mistake stops any command with the key to fix.
 for _run in TRAIN_RUNS:
     train_spec(_run)

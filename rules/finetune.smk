@@ -51,12 +51,13 @@ rule bm25_negatives:
 
 
 rule mine_negatives:
-    """ANCE refresh: the previous checkpoint retrieves top-k for the training queries; sample negatives."""
+    """ANCE refresh: the previous checkpoint retrieves top-k for the training queries at the episode's
+    query / document lengths (mining_system, mining_options); sample negatives."""
     input:
         data=lambda wc: dataset_marker(wc.source),
         model=lambda wc: model_files(dense_model(previous_system(wc.run), wc.source)),
         shards=lambda wc: [
-            f"{EMBEDDINGS}/{wc.source}/{previous_system(wc.run)}/{s}"
+            f"{EMBEDDINGS}/{wc.source}/{mining_system(wc.run)}/{s}"
             for s in shards(wc.source)
         ],
         code=code("zsdr.retrieval", "zsdr.training.data", "zsdr.models.encoder"),
@@ -74,7 +75,7 @@ rule mine_negatives:
         runtime=240,
     params:
         model=lambda wc: dense_model(previous_system(wc.run), wc.source),
-        options=lambda wc: encoder_options(previous_system(wc.run), wc.source),
+        options=lambda wc: mining_options(wc.run, wc.source),
         dataset=lambda wc: f"{DATA}/{wc.source}",
         mine=lambda wc: {
             **TRAINING["mine"],

@@ -44,6 +44,30 @@ def test_r1_is_the_kl_from_uniform_by_hand():
     assert unit_balance(passages, units, mask).item() == pytest.approx((kl + 0.0) / 2, abs=1e-6)
 
 
+def test_r1_mean_reduction_is_the_official_codes_kl_div_per_unit():
+    """``r1_reduction="mean"``: per passage, torch's ``F.kl_div(log P, uniform, reduction='mean')`` on
+    its ``(1, n)`` row (the official code's call), i.e. the KL / n; then the mean over passages."""
+    torch.manual_seed(0)
+    passages, units = torch.randn(4, 8), torch.randn(4, 5, 8)
+    mask = torch.tensor([[True] * 5, [True, True, False, False, False], [True] * 3 + [False] * 2, [False] * 5])
+    expected = []
+    for i in range(3):
+        n = int(mask[i].sum())
+        logp = torch.log_softmax((units[i, :n] @ passages[i]).unsqueeze(0), dim=-1)
+        uniform = torch.softmax(torch.ones(1, n), dim=-1)
+        expected.append(torch.nn.functional.kl_div(logp, uniform, reduction="mean").item())
+        assert torch.nn.functional.kl_div(logp, uniform, reduction="sum").item() == pytest.approx(
+            expected[-1] * n, rel=1e-5)
+    got = unit_balance(passages, units, mask, reduction="mean").item()
+    assert got == pytest.approx(sum(expected) / 3, rel=1e-5)
+    assert unit_balance(passages, units, mask).item() == pytest.approx(
+        sum(e * int(mask[i].sum()) for i, e in enumerate(expected)) / 3, rel=1e-5)
+    with pytest.raises(ValueError, match="r1_reduction"):
+        unit_balance(passages, units, mask, reduction="batchmean")
+    with pytest.raises(ValueError, match="r1_reduction"):
+        BermConfig.from_dict({"r1_reduction": "batchmean"})
+
+
 def test_r2_is_cross_entropy_over_units_by_hand_and_double_softmax_flattens_it():
     tq, tp = torch.tensor([[2.0, 1.0]]), torch.tensor([[1.0, -1.0]])
     m = matching_representation(tq, tp)

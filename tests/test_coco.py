@@ -218,6 +218,11 @@ def test_whole_word_selection_takes_whole_words_within_the_budget():
     assert whole_word_selection(words, 0.0, np.random.default_rng(0)) == []
     assert whole_word_selection(words, 1.0, np.random.default_rng(0)) == list(range(1, 9))
     assert len(whole_word_selection(words, 0.01, np.random.default_rng(0))) == 1    # at least one token
+    # the budget counts the span's tokens only, as COCO-DR's CondenserCollator (its mask is computed before
+    # [CLS] / [SEP] are added): a 30-token span at 15 % predicts round(4.5) = 4 tokens; Hugging Face's
+    # DataCollatorForWholeWordMask, counting the 2 special tokens, would allow round(4.8) = 5
+    framed = [None] + list(range(30)) + [None]                                     # 30 one-token words
+    assert {len(whole_word_selection(framed, 0.15, np.random.default_rng(s))) for s in range(10)} == {4}
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])

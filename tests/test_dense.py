@@ -72,6 +72,34 @@ def test_sharded_encoding_covers_every_doc_once_and_equals_one_shard(tiny, bert,
     assert sorted(seen) == sorted(corpus) and len(seen) == len(set(seen))
 
 
+def test_embeddings_record_the_inference_precision(tiny, bert, tmp_path):  # noqa: F811
+    """meta.json says which precision was asked (dense.precision) and what the encoder computed in:
+    on the CPU always float32; on a GPU the autocast dtype (fp16 -> float16, bf16 -> bfloat16)."""
+    import torch
+
+    before = bert.precision   # load_encoder sets a loaded Encoder's precision: put it back afterwards
+    try:
+        _record_precisions(bert, tiny, tmp_path, torch)
+    finally:
+        bert.precision = before
+
+
+def _record_precisions(bert, tiny, tmp_path, torch):  # noqa: F811
+    for precision in ("fp16", "bf16", "fp32"):
+        out = encode_corpus_shard(bert, tiny["data"], tmp_path / f"c-{precision}", device="cpu",
+                                  precision=precision, show_progress=False)
+        meta = open_embeddings(out)[1]
+        assert (meta["precision"], meta["compute_dtype"]) == (precision, "float32")
+        q = load_embeddings(encode_queries_file(bert, tiny["data"], "test", tmp_path / f"q-{precision}",
+                                                device="cpu", precision=precision))[2]
+        assert (q["precision"], q["compute_dtype"]) == (precision, "float32")
+    if torch.cuda.is_available():
+        for precision, dtype in (("fp16", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")):
+            out = encode_corpus_shard(bert, tiny["data"], tmp_path / f"g-{precision}", device="cuda",
+                                      precision=precision, show_progress=False)
+            assert open_embeddings(out)[1]["compute_dtype"] == dtype
+
+
 def test_more_shards_than_docs_gives_empty_shards(tiny, bert, tmp_path):  # noqa: F811
     out = encode_corpus_shard(bert, tiny["data"], tmp_path / "empty", 99, 100, show_progress=False)
     emb, meta = open_embeddings(out)

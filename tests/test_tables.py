@@ -216,6 +216,10 @@ def test_required_cells():
     # COCO-DR Table 6 needs metrics for its differences, and shift files
     assert required_statistics(specs.load_spec("cocodr", 6))["shift"][:2] == ["arguana", "bioasq"]
     assert required_cells(specs.load_spec("modir", 5), {"bm25-flat"}) == []
+    # COCO-DR Table 1's DPR is the in-batch DPR (COCO-DR App. B.1); BERM's and MoDIR's DPR is the pairwise one
+    coco1 = {s for _, s in required_cells(specs.load_spec("cocodr", 1), {"dpr", "dpr-inbatch"})}
+    assert coco1 == {"dpr-inbatch"}
+    assert {s for _, s in required_cells(specs.load_spec("modir", 1), {"dpr", "dpr-inbatch"})} == {"dpr"}
 
 
 def test_render_ddr_table2(tmp_path):

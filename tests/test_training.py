@@ -357,3 +357,32 @@ def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(
     stopped = re.findall(r"stopped by SIGTERM at step (\d+): checkpoint written", log_file.read_text())
     assert stopped == [str(step)] * 2, log_file.read_text()[-3000:]
     assert not Path(s["out"]).exists()
+
+
+# ------------------------------------------------------------------------------------------ schedules
+@pytest.mark.parametrize("schedule", ["linear", "constant"])
+def test_episodes_at_offsets_follow_one_run_wide_schedule(schedule):
+    """``schedule_offset`` (ANCE's `episode_schedule: continuous`): three runs of 40 steps at offsets
+    0, 40, 80 of a 120-step schedule take exactly the learning rates of one 120-step run; without the
+    offset each run restarts its warmup (the `restart` form)."""
+    from zsdr.training.trainer import TrainConfig, build_schedule
+
+    def lrs(offset, steps, horizon):
+        param = torch.nn.Parameter(torch.zeros(1))
+        opt = torch.optim.SGD([param], lr=1.0)
+        sched = build_schedule(opt, TrainConfig(max_steps=steps, lr=1.0, schedule=schedule, warmup_steps=30,
+                                                schedule_steps=horizon, schedule_offset=offset), steps)
+        out = []
+        for _ in range(steps):
+            out.append(opt.param_groups[0]["lr"])
+            opt.step()
+            sched.step()
+        return out
+
+    whole = lrs(0, 120, 120)
+    episodes = [x for k in range(3) for x in lrs(40 * k, 40, 120)]
+    assert episodes == pytest.approx(whole, abs=1e-12)
+    restarted = [x for _ in range(3) for x in lrs(0, 40, 120)]
+    assert restarted[40] == 0.0 and episodes[40] > 0.9 * (1.0 if schedule == "constant" else 80 / 90)
+    with pytest.raises(ValueError, match="schedule_offset"):
+        TrainConfig(max_steps=1, schedule_offset=-1)

@@ -187,20 +187,29 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                 "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
                 "ANCE head: new (seed 0)"],
+        # ANCE: each episode mines at its own q64/d256 (episode 1: DPR re-encodes the corpus at 256
+        # tokens), one warmup + linear decay over the 3 x 45k steps; everything encodes in fp16
+        "ance-ep1": ["(mined: top-200 of dpr.mine-d256 at q64/d256, 20 sampled per query)",
+                     "45000 steps (decay over 135000 steps);", "; inference fp16",
+                     "ANCE head: from checkpoint models/trained/dpr"],
         "ance-ep2": ["init models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
-                     "warmup 5000", "45000 steps", "q64/d256", "ANCE head: from checkpoint models/trained/ance-ep1"],
+                     "warmup 5000", "45000 steps", "q64/d256", "(mined: top-200 of ance-ep1 at q64/d256",
+                     "45000 steps (decay over 135000 steps, this run from step 45000)",
+                     "ANCE head: from checkpoint models/trained/ance-ep1"],
+        "ance-ep3": ["(decay over 135000 steps, this run from step 90000)"],
         "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz", "ANCE head: new (seed 0)"],
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
                             "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
         "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
         # BERM (METHODS.md §1.2-1.3): RoBERTa-base, BERM's DPR lr 2e-5, 128 tokens, 32/GPU, ~300k steps,
-        # R1 x 1.0 + R2 x 0.1, labels BM25 + 0.1 x reader
+        # R1 x 1.0 + R2 x 0.1 in the official code's form (its weights), labels BM25 + 0.1 x reader
         "dpr-berm": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                      "lamb lr 2e-05, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
-                     "+ BERM R1 x1 + R2 x0.1", "lucene BM25 + 0.1 x reader roberta-squad2"],
+                     "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)", "lucene BM25 + 0.1 x reader roberta-squad2"],
         "ance-berm-ep1": ["init models/trained/dpr-berm", "grad-acc 2", "lamb lr 5e-06", "q64/d256",
-                          "+ BERM R1 x1 + R2 x0.1"],
-        "kd-berm": ["margin_mse with 1 negative(s)", "+ BERM R1 x1 + R2 x0.1"],
+                          "(mined: top-200 of dpr-berm.mine-d256 at q64/d256", "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)"],
+        "kd-berm": ["margin_mse with 1 negative(s)", "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)"],
+        "dpr": ["; dropout as the checkpoint", "; inference fp16"],
     }
     for run, parts in expected.items():
         for part in parts:
@@ -272,10 +281,12 @@ def test_paper_config_plans_modir_with_the_spec_values():
         assert {r.split("@")[1] for r in plan if r.startswith(f"{recipe}@")} == set(MODIR_TARGETS), recipe
     common = ["batch 4 x 1 process(es) x grad-acc 4", "lamb lr 1e-06, linear, warmup 5000", "q64/d512",
               "in chunks of 50", "lambda0 1 halving every 10000 steps",
-              "classifier lr 5e-06 (logits clipped at 5)", "(decay over 1000000 steps)"]
+              "classifier lr 5e-06 (logits clipped at 5)", "(decay over 1000000 steps)", "; dropout 0;",
+              "; inference fp16"]
     expected = {
         "ance-modir@nfcorpus": ["init castorini/ance-msmarco-passage", "pairwise_nll with 1 negative(s) from "
-                                "ance-modir.jsonl", "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps",
+                                "ance-modir.jsonl (mined: top-200 of ance-msmarco at q64/d512,",
+                                "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps",
                                 "ANCE head: from checkpoint castorini/ance-msmarco-passage"],
         # DPR+MoDIR starts from ANCE's released warmup checkpoint (its zip, converted), as the paper does
         "dpr-modir@scifact": ["init models/released/ance-warmup", "from negatives.jsonl", "momentum n 1000",
@@ -322,9 +333,12 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     for k in (1, 2, 3):
         run = plan[f"cocodr-base-ep{k}"]
         for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
-                     "last 3 layers)", "top-200 of the previous model, 30 sampled per query",
+                     "last 3 layers)", "30 sampled per query",
                      "batch 64 x 8 process(es)", "45000 steps", "adamw lr"]:
             assert part in run, (k, part, run)
+    # every episode mines at its own q64/d256 (the previous models are evaluated at 128 tokens)
+    assert "top-200 of cocodr-warmup.mine-d256 at q64/d256" in plan["cocodr-base-ep1"]
+    assert "top-200 of cocodr-base-ep1.mine-d256 at q64/d256" in plan["cocodr-base-ep2"]
     assert "lr 5e-06" in plan["cocodr-base-ep1"] and "gradients of the last 2 layers" in plan["cocodr-large-ep1"]
     assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
@@ -355,7 +369,8 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
             for part in [f"init {init};", "1 random negative + in-batch negatives of the same (domain, relevance) group",
                          "(weak negatives from the corpus)", "source-human (qrels)",
                          f"source-weak ({method}.jsonl, size supervised)", f"target-weak ({method}.jsonl, size supervised)",
-                         "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H])", "batch 64 x 8 process(es)",
+                         "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H]; on msmarco [T] x [H] [X] "
+                         "rmsc.source_context)", "batch 64 x 8 process(es)",
                          "adamw lr 1e-05", "warmup 1000; 10000 steps", "max length q64/d256", "fp16",
                          "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak "
                          "negatives from the corpus, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
@@ -378,7 +393,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
                             "top-k 25 top-p 0.95") for x in lines), lines
     assert ("RMSC figure 3: rmsc-cd, rmsc-co evaluated every 1000 steps [X] on msmarco (in-domain) and trec-covid, "
             "nfcorpus, fiqa, arguana, scifact [X]; a per-target model stands on msmarco for rmsc.source_target "
-            "lotte-writing-test [X]") in out
+            "lotte-writing-test [X], in the soft-token context [T] x [H] [X] rmsc.source_context") in out
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
@@ -413,6 +428,11 @@ def test_paper_config_lists_every_registry_dataset():
     ({"recipes": {"rmsc-bad": {"extends": "rmsc-cd", "mixture": {"sets": [{"domain": "source", "relevance": "human",
                                                                             "size": "all"}]}}}},
      "'all' is not valid"),
+    # ANCE's run-wide schedule needs episodes of a fixed number of steps (mini's ANCE runs epochs)
+    ({"recipes": {"ance-cont": {"extends": "ance", "episode_schedule": "continuous"}}},
+     "recipes.ance-cont.episode_schedule: continuous needs train.max_steps"),
+    ({"recipes": {"dpr-berm-bad": {"extends": "dpr-berm", "berm": {"r1_reduction": "batchmean"}}}}, "batchmean"),
+    ({"rmsc": {"source_context": ["human", "target"]}}, "rmsc.source_context: ['human', 'target'] must be"),
 ])
 def test_invalid_config_is_rejected(tmp_path, bad, words):
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())

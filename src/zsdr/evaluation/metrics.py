@@ -6,11 +6,15 @@ to 1e-6 (``tests/test_evaluation.py`` checks it on random runs with ties):
 
 * **Relevance**: grade >= 1 is relevant; grade <= 0 is judged non-relevant. nDCG uses linear gains
   (the grade), like ``trec_eval``'s ``ndcg_cut``.
-* **Queries**: those of the qrels with at least one relevant document (the others are dropped, as
-  BEIR's ``trec_eval`` numbers never count them). Run queries absent from the qrels are ignored.
-* **Missing queries**: ``missing="zero"`` (default, BEIR's convention): a query of the qrels that the
-  run does not answer scores 0 and counts in the mean. ``missing="skip"`` averages only over the
-  queries the run has (a key of the run dict, even with an empty ranking: ``trec_eval``'s default).
+* **Queries**: every query of the qrels, including one whose judgements are all non-relevant
+  (grade <= 0): it scores 0 on every relevance metric and counts in the mean, as ``trec_eval``
+  (``num_q``), ``pytrec_eval`` and BEIR's ``EvaluateRetrieval`` count it. Its Hole@K is computed as
+  for any other query. Run queries absent from the qrels are ignored (``trec_eval`` ignores them too).
+* **Missing queries**: ``missing="zero"`` (default, BEIR's convention and ``trec_eval -c``): a query
+  of the qrels that the run does not answer scores 0 and counts in the mean. ``missing="skip"``
+  averages only over the queries the run has (a key of the run dict, even with an empty ranking:
+  ``trec_eval`` without ``-c``). ``tests/test_evaluation.py`` checks both against the ``trec_eval``
+  binary that ships in Anserini's jar.
 * **Ties**: each ranking is ordered as ``trec_eval`` orders it — score descending, then docid
   descending (plain string comparison) — before ranx sees it, and ranx is handed the ranking in
   that order. (ranx's own ``Run`` sorts with an unstable argsort: ties land anywhere.)
@@ -105,15 +109,17 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[Metric]:
 class PreparedQrels:
     """Qrels ready to score many runs: the evaluated queries and, per query, a code for each judged doc.
 
-    ``qids``: sorted ids of the queries with at least one relevant document. ``codes[i]``: doc id ->
-    its index among query i's relevant documents (>= 0), or ``NONRELEVANT`` when judged below 1.
-    ``arrays[i]``: ranx's qrels array ``[[index, grade], ...]`` of the relevant documents, grades
-    descending (ranx computes the ideal DCG from this order).
+    ``qids``: sorted ids of every judged query, those without a relevant document included (they
+    score 0, as in ``trec_eval``). ``relevant[i]``: whether query i has a document of grade >= 1.
+    ``codes[i]``: doc id -> its index among query i's relevant documents (>= 0), or ``NONRELEVANT``
+    when judged below 1. ``arrays[i]``: ranx's qrels array ``[[index, grade], ...]`` of the relevant
+    documents, grades descending (ranx computes the ideal DCG from this order); empty when none.
     """
 
     def __init__(self, qrels: Mapping[str, Mapping[str, int]], source: str | None = None):
         self.source = source
-        self.qids = sorted(q for q, docs in qrels.items() if any(g >= 1 for g in docs.values()))
+        self.qids = sorted(q for q, docs in qrels.items() if docs)
+        self.relevant = np.array([any(g >= 1 for g in qrels[q].values()) for q in self.qids], dtype=bool)
         self.codes: list[dict[str, int]] = []
         self.arrays: list[np.ndarray] = []
         for q in self.qids:
@@ -122,7 +128,8 @@ class PreparedQrels:
             codes = {d: NONRELEVANT for d, g in docs.items() if g < 1}
             codes.update((d, i) for i, d in enumerate(relevant))
             self.codes.append(codes)
-            self.arrays.append(np.array([[i, docs[d]] for i, d in enumerate(relevant)], dtype=np.float64))
+            self.arrays.append(np.array([[i, docs[d]] for i, d in enumerate(relevant)],
+                                        dtype=np.float64).reshape(-1, 2))
 
     @cached_property
     def qid_array(self):
@@ -277,6 +284,18 @@ def _ranx_scores(qrels: PreparedQrels, rk: _Rankings, metrics: list[Metric]) -> 
     return {m: np.asarray(scores[m], dtype=np.float64) for m in names}
 
 
+def _with_relevant(qrels: PreparedQrels, rk: _Rankings) -> _Rankings:
+    """The rankings of the present queries that have a relevant document, alone: ranx's kernels are only asked about queries whose ideal DCG is not zero; every
+    relevance metric of the others is 0 (what ``trec_eval`` gives them)."""
+    keep = qrels.relevant[rk.present]
+    if keep.all():
+        return rk
+    new_index = np.cumsum(keep) - 1
+    rows = keep[rk.rows]
+    return _Rankings(rk.present[keep], rk.retrieved[keep], new_index[rk.rows[rows]], rk.ranks[rows],
+                           rk.codes[rows], rk.scores[rows])
+
+
 def _hole_scores(rk: _Rankings, k: int) -> np.ndarray:
     top = rk.ranks < k
     unjudged = np.bincount(rk.rows[top & (rk.codes == UNJUDGED)], minlength=len(rk.present))
@@ -299,10 +318,13 @@ def evaluate_prepared(qrels: PreparedQrels, run, metrics: str | Iterable[str], i
     values = {m.name: np.zeros(len(qrels)) for m in parsed}
     if len(rk.present):
         ranx_metrics = [m for m in parsed if m.base != "hole"]
-        computed = _ranx_scores(qrels, rk, ranx_metrics) if ranx_metrics else {}
-        computed.update({m.name: _hole_scores(rk, m.k) for m in parsed if m.base == "hole"})
-        for name, v in computed.items():
-            values[name][rk.present] = v
+        relevant = _with_relevant(qrels, rk)
+        if ranx_metrics and len(relevant.present):
+            for name, v in _ranx_scores(qrels, relevant, ranx_metrics).items():
+                values[name][relevant.present] = v
+        for m in parsed:
+            if m.base == "hole":
+                values[m.name][rk.present] = _hole_scores(rk, m.k)
     answered = set(table["q"].unique().to_pylist())
     if missing == "zero":
         evaluated = list(range(len(qrels)))
@@ -311,8 +333,9 @@ def evaluate_prepared(qrels: PreparedQrels, run, metrics: str | Iterable[str], i
     per_query = {qrels.qids[i]: {m: float(values[m][i]) for m in values} for i in evaluated}
     aggregate = {m: float(np.mean(values[m][evaluated])) if evaluated else 0.0 for m in values}
     unanswered = sum(1 for q in qrels.qids if q not in answered)
+    without_relevant = int(sum(1 for i in evaluated if not qrels.relevant[i]))
     return {"aggregate": aggregate, "per_query": per_query, "queries": len(evaluated),
-            "unanswered": unanswered, "missing": missing, "ignore_identical_ids": bool(ignore_identical_ids)}
+            "without_relevant": without_relevant, "unanswered": unanswered, "missing": missing, "ignore_identical_ids": bool(ignore_identical_ids)}
 
 
 def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
@@ -320,6 +343,7 @@ def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mappi
     """``{"aggregate": {metric: mean}, "per_query": {qid: {metric: value}}, "queries": n, ...}``.
 
     ``qrels``: ``{qid: {docid: grade}}``; ``run``: ``{qid: {docid: score}}``. Extra keys:
+    ``without_relevant`` (evaluated queries judged only non-relevant: they score 0),
     ``unanswered`` (evaluated queries the run has no ranking for), ``missing``,
     ``ignore_identical_ids``. See the module docstring for the conventions.
     """
@@ -467,7 +491,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--ignore-identical-ids", action="store_true",
                    help="drop retrieved documents whose id is the query id (BEIR: ArguAna, Quora)")
     p.add_argument("--missing", choices=MISSING_CONVENTIONS, default="zero",
-                   help="queries the run lacks: score 0 (BEIR, default) or leave out (trec_eval)")
+                   help="queries the run lacks: score 0 (BEIR, trec_eval -c; default) or leave out (trec_eval)")
     p.add_argument("--per-query", metavar="OUT.json", default=None,
                    help="also write the full metrics JSON (aggregate and per-query) here")
     p.set_defaults(func=cmd_evaluate)

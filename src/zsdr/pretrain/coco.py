@@ -14,7 +14,12 @@ on pairs of spans of the same document (:mod:`zsdr.pretrain.spans`; official cod
   Condenser collator extends): the span's tokens are grouped into words by the fast tokenizer's
   ``word_ids()``; ``max(1, round(n · mlm_probability))`` of its ``n`` tokens are to be predicted;
   words are visited in a random order and taken whole while they fit in that budget (a word
-  that would overshoot it is skipped). Each selected token then becomes the mask token (80 %), a
+  that would overshoot it is skipped). ``n`` counts the span's own tokens, not the special tokens
+  around it: COCO-DR's ``CondenserCollator`` (``COCO/data.py``) hands ``_whole_word_mask`` the
+  truncated span *before* ``encode_plus`` adds [CLS] / [SEP] (its mask gets a leading 0 for [CLS]
+  afterwards). Hugging Face's own ``DataCollatorForWholeWordMask`` masks the framed sequence and so
+  counts ``n + 2``: on a 30-token span at 15 % that is 5 tokens instead of the official 4. We follow
+  the official collator, whose budget the paper's pretraining ran with. Each selected token then becomes the mask token (80 %), a
   random token (10 %) or stays (10 %), as BERT (:func:`~zsdr.pretrain.mlm.mask_tokens`). Masks
   are drawn from ``(seed, epoch, index, span slot)`` alone.
 * **Condenser head**: ``head_layers`` transformer layers of the backbone's own layer class read
@@ -76,8 +81,10 @@ def sample_pair(n_spans: int, seed: int, epoch: int, index: int) -> tuple[int, i
 def whole_word_selection(word_ids: Sequence[int | None], probability: float, rng: np.random.Generator) -> list[int]:
     """Positions to predict, whole words at a time (``DataCollatorForWholeWordMask._whole_word_mask``).
 
-    ``word_ids``: the word of each position (``None``: never selected). The budget is
-    ``max(1, round(n · probability))`` of the ``n`` word tokens (0 when ``probability`` is 0);
+    ``word_ids``: the word of each position (``None``: never selected, e.g. special tokens). The
+    budget is ``max(1, round(n · probability))`` of the ``n`` word tokens (0 when ``probability``
+    is 0), Python's round (half to even), as the official collator computes it over the span without
+    its special tokens (see the module docstring);
     words are visited in a random order and taken while they fit in it. Returns sorted positions.
     """
     if not 0.0 <= probability <= 1.0:

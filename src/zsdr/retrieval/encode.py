@@ -4,8 +4,13 @@ An embeddings folder (written atomically: it appears complete or not at all)::
 
     <dir>/embeddings.npy   N x D float16 or float32, rows in corpus order (np.load(mmap_mode="r"))
     <dir>/ids.txt          the N document (or query) ids, one a line, same order
-    <dir>/meta.json        {"kind", "count", "dim", "dtype", "model", "encoder", "dataset",
-                            "shard", "num_shards", "assignment": "modulo", ...}
+    <dir>/meta.json        {"kind", "count", "dim", "dtype", "precision", "compute_dtype", "model",
+                            "encoder", "dataset", "shard", "num_shards", "assignment": "modulo", ...}
+
+``precision`` is the requested inference precision (``dense.precision``: fp32, fp16, bf16 or auto)
+and ``compute_dtype`` what the encoder ran in (the autocast dtype on a GPU; float32 on the CPU).
+bf16 keeps 8 mantissa bits to fp16's 11, enough to reorder near-tied documents, which is why the
+small and paper configs encode in fp16 (the papers' inference precision).
 
 Shard ``s`` of ``n`` holds the documents whose 0-based position in ``corpus.jsonl`` is ``s`` modulo
 ``n``: every document lands in exactly one shard, whatever ``n``, and the shards of one corpus
@@ -181,6 +186,19 @@ def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: 
             yield ready
 
 
+def precision_meta(encoder: Encoder, device: str | None, precision: str | None) -> dict:
+    """What an embeddings folder records about the arithmetic that made it: the requested
+    ``precision`` (``dense.precision``) and the ``compute_dtype`` it ran in (autocast on a GPU;
+    float32 on the CPU, whatever was asked)."""
+    import torch
+
+    from zsdr.models.encoder import autocast_dtype
+
+    asked = precision or encoder.precision
+    amp = autocast_dtype(encoder._target_device(device), asked)
+    return {"precision": asked, "compute_dtype": str(amp or torch.float32).removeprefix("torch.")}
+
+
 def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, dataset_dir: str | os.PathLike,
                         out_dir: str | os.PathLike, shard: int = 0, num_shards: int = 1, batch_size: int = 64,
                         dtype: str = "float16", device: str | None = None, precision: str | None = None,
@@ -223,8 +241,8 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                 bar.close()
         seconds = time.perf_counter() - start
         meta = {"format_version": FORMAT_VERSION, "kind": "corpus", "count": emb_out.count, "dim": encoder.dim,
-                "dtype": dtype, "model": encoder.name_or_path, "encoder": encoder.describe(),
-                "dataset": str(dataset_dir), "corpus_file": corpus.name, "shard": shard, "num_shards": num_shards,
+                "dtype": dtype, **precision_meta(encoder, device, precision), "model": encoder.name_or_path,
+                "encoder": encoder.describe(), "dataset": str(dataset_dir), "corpus_file": corpus.name, "shard": shard, "num_shards": num_shards,
                 "assignment": "modulo", "seconds": round(seconds, 3),
                 "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
@@ -267,4 +285,5 @@ def encode_queries_file(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     start = time.perf_counter()
     ids, emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     return write_query_embeddings(out_dir, ids, emb, model=encoder.name_or_path, encoder=encoder.describe(),
-                                  dataset=str(dataset_dir), split=split, seconds=round(time.perf_counter() - start, 3))
+                                  **precision_meta(encoder, device, precision), dataset=str(dataset_dir),
+                                  split=split, seconds=round(time.perf_counter() - start, 3))

@@ -39,7 +39,15 @@ class BermConfig:
     r1_weight: float = 1.0           # L_R1, semantic-unit balance (METHODS.md §1.2 default)
     r2_weight: float = 0.1           # L_R2, essential-unit extractability
     double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (§1.2 ⚠)
+    r1_reduction: str = "sum"        # "sum": the paper's KL; "mean": KL / units, the official code's
     scale: float = 1.0               # the recipe's inverse temperature (see the module docstring)
+
+    def __post_init__(self):
+        from zsdr.losses.berm import R1_REDUCTIONS
+
+        if self.r1_reduction not in R1_REDUCTIONS:
+            raise ValueError(f"berm.r1_reduction: {self.r1_reduction!r} is not one of {', '.join(R1_REDUCTIONS)} "
+                             "(sum: the paper's KL; mean: KL / units, the official code's)")
 
     @classmethod
     def from_dict(cls, data: dict) -> "BermConfig":
@@ -103,7 +111,7 @@ class BermTerm:
         total = passages.sum() * 0.0
         logs = {}
         if cfg.r1_weight:
-            r1 = unit_balance(passages, units, mask)
+            r1 = unit_balance(passages, units, mask, cfg.r1_reduction)
             total = total + cfg.r1_weight * r1
             logs["r1"] = float(r1.detach())
         if cfg.r2_weight:

@@ -13,8 +13,11 @@ Every encoder micro-step, :class:`ModirTerm`
    steps (``momentum``; ``single`` is n = 1; ``repeat`` trains on the current step repeated n
    times and keeps no queue). The source document is the positive on even micro-steps and the
    first negative on odd ones; the target document alternates between the triple's two;
-4. trains the classifier on the whole queue in chunks of ``chunk`` entries: one backward pass
-   per chunk (the chunk's cross-entropy times its entry count, as the official code does), one
+4. trains the classifier on ``n`` queue entries in chunks of ``chunk`` entries (:meth:`ModirTerm.rehearsal`:
+   the official code's ``which_step = min(rep, len(queue) - 1)`` for ``rep`` = 1 .. n, so a queue
+   that is still filling repeats its newest entry and every encoder step gets its ``n / chunk``
+   classifier steps (20 at n 1000, chunk 50) from the first step on; a full queue gives entries
+   1 .. n-1, the newest twice); one backward pass per chunk (the chunk's cross-entropy times its entry count, as the official code does), one
    optimiser step per chunk on the last micro-step of an accumulation window. The other
    micro-steps' gradients pile up into the first of those steps, as in the official code;
 5. adds ``λ_t`` times the adversarial loss of the step's four embedding sets under a frozen copy
@@ -199,10 +202,20 @@ class ModirTerm:
                 "d1": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, _, d in picks]))}
 
     # ---- the step
-    def train_classifier(self, current: dict[str, torch.Tensor]) -> float:
-        """Train on the queue (or on ``current`` repeated, mode ``repeat``); returns the mean chunk loss."""
+    def rehearsal(self, current: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """The entries the classifier trains on this step, in order: ``current`` n times (``repeat``),
+        else ``queue[min(rep, len(queue) - 1)]`` for ``rep`` = 1 .. queue size, as the official
+        code indexes its queue (``dc_rep_step`` 0 only logs): always ``queue size`` entries."""
         cfg = self.config
-        entries = [current] * cfg.momentum_steps if cfg.mode == "repeat" else list(self.queue.entries)
+        if cfg.mode == "repeat":
+            return [current] * cfg.momentum_steps
+        entries = list(self.queue.entries)
+        return [entries[min(rep, len(entries) - 1)] for rep in range(1, cfg.queue_size + 1)]
+
+    def train_classifier(self, current: dict[str, torch.Tensor]) -> float:
+        """Train on :meth:`rehearsal`'s entries; returns the mean chunk loss."""
+        cfg = self.config
+        entries = self.rehearsal(current)
         losses = []
         for start in range(0, len(entries), cfg.chunk):
             chunk = entries[start:start + cfg.chunk]

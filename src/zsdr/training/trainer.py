@@ -102,6 +102,8 @@ class TrainConfig:
     log_every: int = 10
     snapshot_every: int | None = None  # save the model every N steps (learning curves); null: never
     schedule_steps: int | None = None  # horizon of the linear decay; null: the run's own length
+    schedule_offset: int = 0        # the schedule's step at this run's first step (an ANCE episode
+                                    # inside one run-wide warmup + decay: episode k starts at (k-1) x steps)
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -117,6 +119,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1")
         if self.schedule_steps is not None and int(self.schedule_steps) < 1:
             raise ValueError("schedule_steps must be >= 1 (or null for the run's own length)")
+        if int(self.schedule_offset) < 0:
+            raise ValueError("schedule_offset must be >= 0")
         if self.snapshot_every is not None and int(self.snapshot_every) < 1:
             raise ValueError("snapshot_every must be >= 1 (or null for no snapshots)")
         self.betas = tuple(self.betas)
@@ -152,14 +156,29 @@ def build_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 def build_schedule(optimizer, cfg: TrainConfig, total: int):
     """Hugging Face's linear (warmup, then linear decay to 0 at ``schedule_steps`` or else ``total``)
     or constant-with-warmup schedule. A fixed ``schedule_steps`` makes a short run the exact prefix
-    of a longer one (MoDIR evaluates its 10k-step model inside a longer run)."""
+    of a longer one (MoDIR evaluates its 10k-step model inside a longer run). ``schedule_offset``
+    starts the run ``offset`` steps into that schedule (the same factors, shifted), so consecutive
+    runs of ``S`` steps at offsets 0, S, 2S, ... follow one schedule (ANCE's episodes)."""
+    from torch.optim.lr_scheduler import LambdaLR
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
     warmup = max(int(cfg.warmup_steps), 0)
     total = int(cfg.schedule_steps or total)
-    if cfg.schedule == "constant":
-        return get_constant_schedule_with_warmup(optimizer, warmup)
-    return get_linear_schedule_with_warmup(optimizer, warmup, total)
+    offset = int(cfg.schedule_offset)
+    if not offset:
+        if cfg.schedule == "constant":
+            return get_constant_schedule_with_warmup(optimizer, warmup)
+        return get_linear_schedule_with_warmup(optimizer, warmup, total)
+
+    def factor(step: int) -> float:   # Hugging Face's formulas at step + offset
+        s = step + offset
+        if s < warmup:
+            return float(s) / float(max(1, warmup))
+        if cfg.schedule == "constant":
+            return 1.0
+        return max(0.0, float(total - s) / float(max(1, total - warmup)))
+
+    return LambdaLR(optimizer, factor)
 
 
 def fingerprint_of(settings: dict, files: list[str | os.PathLike] = ()) -> str:

@@ -10,11 +10,12 @@ Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` |
 ``init`` (model folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives``
 (negatives file; readers have none), ``systems`` (which negative systems of that file; null = all),
 ``teacher`` (teacher-score file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
-fields), ``dropout`` (null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
+fields; ``schedule_offset`` places an ANCE episode inside one run-wide schedule), ``dropout`` (the
+recipe's, else ``training.dropout``; null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
 ``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
 overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
 term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
-``double_softmax``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
+``double_softmax``, ``r1_reduction``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
 ``triples`` and ``target`` plus the classifier and loss settings), ``dro`` (COCO-DR's iDRO or the
 GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.training.idro.DroConfig`:
 ``kind``, ``clusters_file``, ``clusters`` and the weight-update settings) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
