@@ -122,8 +122,11 @@ REMOTE = {**registry.remote_files(), **released_files()}
 
 
 def released_archive(name):
-    """The downloaded archive of a release (zsdr.models.released.RELEASES)."""
-    return f"{DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"
+    """The downloaded archive of a release (zsdr.models.released.RELEASES); none for an archive kept in
+    a hub repository, which the job reads through the Hugging Face cache like any hub file."""
+    if RELEASES[name].hub_file:
+        return []
+    return [f"{DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
 
 
 def downloads_of(name, extras=False):

@@ -287,3 +287,30 @@ def test_a_rem_with_parts_the_project_cannot_reproduce_is_refused(tmp_path):
     with pytest.raises(DataError, match=r"parallel adapter settings the REM does not reproduce: \{'non_linearity'"):
         convert_adapter_rem(folder, tmp_path / "rem", architecture_from=str(tmp_path / "dam"))
     assert not (tmp_path / "rem").exists()
+
+
+def test_ddr_rem_release_converts_by_hub_id_offline(tmp_path, offline_hub):
+    """DDR keeps lora192-pa4.zip in hub repositories: the conversion reads it (and the DAM architecture's
+    config.json) through the Hugging Face cache, offline."""
+    import zipfile
+
+    from zsdr.models.adapters import read_rem_info
+    from zsdr.models.released import RELEASES, convert
+
+    data = make_dataset(tmp_path / "data")
+    build_tiny_backbone("bert", [data], tmp_path / "dam", TINY, vocab_size=300, seed=3)
+    folder, _, _ = adapter_transformers_rem(tmp_path / "dam", tmp_path)
+    archive = tmp_path / "lora192-pa4.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, f"lora192-pa4/{f.name}")
+    repo, filename = RELEASES["ddr-rem-contrast-msmarco"].hub_file
+    assert (repo, filename) == ("jingtao/REM-bert_base-dense-contrast-msmarco", "lora192-pa4.zip")
+    with pytest.raises(DataError, match=r"lora192-pa4\.zip: not found in the Hugging Face cache"):
+        convert("ddr-rem-contrast-msmarco", None, tmp_path / "rem")
+    offline_hub(repo, {filename: archive})
+    offline_hub(RELEASES["ddr-rem-contrast-msmarco"].needs, {"config.json": tmp_path / "dam" / "config.json"})
+    out = convert("ddr-rem-contrast-msmarco", None, tmp_path / "rem")
+    config, info = read_rem_info(out)
+    assert (config.lora_r, config.adapter_bottleneck, config.adapter_scaling) == (4, 8, 4.0)
+    assert info["architecture"]["hidden_size"] == 32

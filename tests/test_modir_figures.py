@@ -206,7 +206,7 @@ def test_case_study_picks_gain_and_loss_and_nearest_source_queries(tmp_path, tin
     base = {f"t{i}": 0.5 for i in range(6)}
     after = {**base, "t0": 0.6, "t2": 0.9, "t3": 0.45, "t4": 0.2}
     mb, ma = base, after
-    opts_b, opts_a = {"pooling": "cls"}, {"pooling": "mean"}
+    opts_b, opts_a = {"pooling": "cls", "similarity": "dot"}, {"pooling": "mean", "similarity": "dot"}
     rows = case_study(str(tiny["bert"]), str(tiny["bert"]), opts_b, opts_a, str(source), str(target), "test", mb, ma,
                       neighbours=3, batch_size=8)
     assert [r["qid"] for r in rows] == ["t2", "t4"]

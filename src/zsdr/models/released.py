@@ -39,6 +39,7 @@ KINDS = ("ance", "adapter-rem")
 _ANCE_BLOB = "https://webdatamltrainingdiag842.blob.core.windows.net/semistructstore/OpenSource"
 _MODIR = "https://git.uwaterloo.ca/j9xin/modir-release/-/raw/master/checkpoints"
 _DDR_REM = "https://huggingface.co/jingtao/REM-bert_base-dense-{}/resolve/main/lora192-pa4.zip"
+_HUB_FILE = re.compile(r"^https://huggingface\.co/([^/]+/[^/]+)/resolve/main/(.+)$")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,13 @@ class Release:
     kind: str
     needs: str          # ance: the tokenizer (hub id); adapter-rem: a model whose config.json gives the architecture
     description: str
+
+    @property
+    def hub_file(self) -> tuple[str, str] | None:
+        """``(repo id, file name)`` of an archive kept in a Hugging Face repository (DDR's REMs): it is read
+        through the Hugging Face cache like any hub file (offline too), not downloaded by the pipeline."""
+        m = _HUB_FILE.match(self.url)
+        return (m.group(1), m.group(2)) if m else None
 
 
 RELEASES: dict[str, Release] = {r.name: r for r in [
@@ -286,15 +294,28 @@ def remote_files() -> dict:
     ``downloads/`` (the download rule fetches them like the datasets' files)."""
     from zsdr.data.registry import RemoteFile
 
-    files = [RemoteFile(r.url, note="no published checksum (recorded on first download)") for r in RELEASES.values()]
+    files = [RemoteFile(r.url, note="no published checksum (recorded on first download)") for r in RELEASES.values()
+             if r.hub_file is None]
     return {f.local_path: f for f in files}
 
 
-def convert(name: str, source: str | os.PathLike, out: str | os.PathLike) -> Path:
-    """Convert the release ``name`` of :data:`RELEASES` from its downloaded archive ``source`` into ``out``."""
+def convert(name: str, source: str | os.PathLike | None, out: str | os.PathLike) -> Path:
+    """Convert the release ``name`` of :data:`RELEASES` from its downloaded archive ``source`` into ``out``;
+    ``source=None`` reads an archive kept in a hub repository through the Hugging Face cache."""
     if name not in RELEASES:
         raise KeyError(f"unknown release {name!r}; known: {', '.join(sorted(RELEASES))}")
     release = RELEASES[name]
+    if source is None:
+        from zsdr.models.checkpoints import checkpoint_file, hub_offline
+
+        if release.hub_file is None:
+            raise ValueError(f"release {name} is downloaded by the pipeline: pass its archive")
+        repo, filename = release.hub_file
+        source = checkpoint_file(repo, filename)
+        if source is None:
+            where = "the Hugging Face cache (the hub is offline)" if hub_offline() else "the Hugging Face hub"
+            raise DataError(f"{repo}/{filename}", None, f"not found in {where}",
+                            f"download it into the cache (`huggingface-cli download {repo} {filename}`)")
     if release.kind == "ance":
         return convert_ance(source, out, release.needs)
     return convert_adapter_rem(source, out, release.needs)
