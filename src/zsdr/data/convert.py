@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import unicodedata
 from array import array
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Callable, Iterable, Iterator
 
 from zsdr.data.formats import BeirCounts, BeirWriter, iter_jsonl, iter_qrels_tsv, iter_records, iter_trec_qrels, \
     qrels_files, write_manifest
-from zsdr.io import DataError, open_lines, open_text
+from zsdr.io import DataError, open_lines, open_text, temp_sibling
 
 log = logging.getLogger("zsdr.convert")
 
@@ -326,7 +325,7 @@ def triples_to_beir(path: str | os.PathLike, out: str | os.PathLike, limit: int 
         raise DataError(path, None, "triples file not found", "download it (`zsdr fetch msmarco`) or fix the path")
     if path.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
         out.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.raw.", dir=out.parent))
+        scratch = temp_sibling(out, is_dir=True, kind="raw")
         try:
             extract(path, scratch)
             found = sorted(p for p in scratch.rglob("*") if p.is_file() and ".tsv" in p.name)
@@ -697,7 +696,7 @@ def convert_cmedqa2(raw: str | os.PathLike, out: str | os.PathLike) -> BeirCount
                                 f"expected {name} or {archive.name}; {_listing(raw)}")
             if scratch is None:
                 out.parent.mkdir(parents=True, exist_ok=True)
-                scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.cmedqa2.", dir=out.parent))
+                scratch = temp_sibling(out, is_dir=True, kind="cmedqa2")
             from zsdr.data.download import extract
 
             unpacked = extract(archive, scratch / archive.stem)

@@ -20,14 +20,13 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from zsdr.io import DataError
+from zsdr.io import DataError, temp_sibling
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +471,7 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     out_run.parent.mkdir(parents=True, exist_ok=True)
     temp = None
     if work_dir is None:
-        temp = Path(tempfile.mkdtemp(prefix=f".{out_run.name}.shards.", dir=out_run.parent))
+        temp = temp_sibling(out_run, is_dir=True, kind="shards")
     root = Path(work_dir) if work_dir is not None else temp
     try:
         shard_dirs = [encode_corpus_shard(encoder, dataset_dir, root / f"shard-{s}-of-{num_shards}", s, num_shards,

@@ -24,14 +24,13 @@ import logging
 import os
 import re
 import shlex
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from zsdr.data.formats import _find, iter_records, judged_queries, write_trec_run
-from zsdr.io import DataError, atomic_dir, atomic_write, read_json
+from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +242,7 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
 
     start = time.perf_counter()
     with atomic_dir(index_dir) as tmp, \
-            tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.collection.", dir=index_dir.parent) as coll:
+            scratch_dir(index_dir, "collection") as coll:
         docs = _write_collection(corpus, Path(coll), fields, threads)
         if docs == 0:
             raise DataError(corpus, None, "the corpus has no documents", "check the dataset conversion")
@@ -417,7 +416,7 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
         run = search(index_dir, queries, **kwargs)
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.index.", dir=out.parent) as tmp:
+        with scratch_dir(out, "index") as tmp:
             index = build_index(dataset_dir, Path(tmp) / "index", fields=fields, language=language, threads=threads)
             run = search(index, queries, **kwargs)
     write_trec_run(out, run, tag=tag or default_tag(fields, rm3), depth=depth)
