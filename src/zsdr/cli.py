@@ -5,17 +5,26 @@
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
     zsdr doctor [--warm]           check the installation (torch, Java, faiss); warm the numba cache
+
+Every expected failure ends the command with one line on stderr, ``zsdr CMD: error: ...``, naming the
+file or argument and the fix: exit status 2 for a usage error (a bad argument), 1 for bad data or a
+file that cannot be read or written. ``--debug`` (anywhere on the line) or ``ZSDR_DEBUG=1`` also
+prints the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
 
+from zsdr.argtypes import UsageError
 from zsdr.io import DataError
 
 log = logging.getLogger("zsdr")
@@ -138,9 +147,19 @@ def _command_modules(argv: list[str]) -> list[str]:
     return list(dict.fromkeys(MODULE_COMMANDS.values()))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line: ``zsdr CMD: error: argument --x: ... (see `zsdr CMD --help`)``."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit")
+    parser = Parser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit",
+                    epilog="Errors are one line on stderr (exit 2: usage, 1: data); --debug or ZSDR_DEBUG=1 "
+                           "adds the traceback.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (also ZSDR_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _command_modules(sys.argv[1:] if argv is None else argv):
         importlib.import_module(module).register_cli(sub)
@@ -175,19 +194,129 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None:
+    """A model given as a folder must hold ``config.json`` and complete weights; raise
+    :class:`DataError` naming the folder, the problem and the fix otherwise (before any loading)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return  # a Hugging Face id, or a file: the loader decides
+    fix = (f"point {argument} at a folder written by zsdr (save_pretrained + zsdr.json) or a complete "
+           "Hugging Face download, or copy the model again")
+    if not any(folder.iterdir()):
+        raise DataError(folder, None, "the model folder is empty", fix)
+    if not (folder / "config.json").is_file():
+        raise DataError(folder, None, "the model folder has no config.json", fix)
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        raise DataError(folder, None, f"the model folder has no weights ({' or '.join(WEIGHT_FILES[:2])})", fix)
+    for file in weights:
+        problem = _weights_problem(file)
+        if problem:
+            raise DataError(file, None, f"the model weights are incomplete or damaged: {problem}", fix)
+
+
+def _weights_problem(file: Path) -> str | None:
+    """Why a weights file cannot be complete, from its structure alone (no tensors are read), or None."""
+    import struct
+    import zipfile
+
+    size = file.stat().st_size
+    if file.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"the shard index is not readable ({exc.__class__.__name__})"
+        missing = sorted(s for s in shards if not (file.parent / s).is_file())
+        if missing:
+            return f"shard {missing[0]} is missing"
+        for shard in sorted(shards):
+            problem = _weights_problem(file.parent / shard)
+            if problem:
+                return f"{shard}: {problem}"
+        return None
+    if file.suffix == ".safetensors":
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than a safetensors header"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return f"the header says {length} bytes, the file has {size - 8} after it"
+            try:
+                header = json.loads(fh.read(length))
+            except ValueError:
+                return "the safetensors header is not valid JSON"
+        end = max((v["data_offsets"][1] for k, v in header.items()
+                   if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
+        if 8 + length + end > size:
+            return f"the tensors need {8 + length + end} bytes, the file has {size}"
+        return None
+    if file.suffix == ".bin" and not zipfile.is_zipfile(file):
+        return "not a complete PyTorch (zip) archive"
+    return None
+
+
+_ERRNO_FIXES = {
+    errno.ENOSPC: "free space on that file system, or point the output (or `paths:` in the config) at a larger one",
+    errno.EDQUOT: "free space within your quota, or point the output at another file system",
+    errno.EACCES: "check the permissions of the file and its folder",
+    errno.EPERM: "check the permissions of the file and its folder",
+    errno.ENOENT: "check the path",
+    errno.EROFS: "write the output to a writable file system",
+    errno.EISDIR: "pass a file, not a folder",
+    errno.ENOTDIR: "check the path: a part of it is a file",
+}
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
+    """One line for an expected failure, and the exit status."""
+    if isinstance(exc, UsageError):
+        return str(exc), 2
+    if isinstance(exc, KeyError):  # an unknown registry name
+        return str(exc.args[0]) if exc.args else "unknown name", 2
+    if isinstance(exc, DataError):
+        return str(exc), 1
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else None
+        what = exc.strerror or str(exc) or exc.__class__.__name__
+        fix = _ERRNO_FIXES.get(exc.errno, "check the file and the file system")
+        return (f"{where}: {what} (fix: {fix})" if where else f"{what} (fix: {fix})"), 1
+    if isinstance(exc, MemoryError):
+        return "out of memory (fix: a smaller --batch-size, or a machine with more memory)", 1
+    return (f"unexpected {exc.__class__.__name__}: {exc} (fix: rerun with --debug for the traceback and report it)",
+            1)
+
+
 def main(argv: list[str] | None = None) -> int:
     from zsdr.logs import setup_logging
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("ZSDR_DEBUG", "").strip() not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
     args = build_parser(argv).parse_args(argv)
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        if getattr(args, "model", None) is not None:
+            check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
         return args.func(args)
-    except DataError as err:
-        print(f"zsdr {args.command}: error:\n{err}", file=sys.stderr)
-        return 1
-    except KeyError as err:  # unknown registry name
-        print(f"zsdr {args.command}: error: {err.args[0]}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"zsdr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line (the traceback with --debug)
+        if debug:
+            traceback.print_exc()
+        message, status = _describe(exc)
+        lines = message.splitlines() or [""]
+        if len(lines) == 1:
+            print(f"zsdr {args.command}: error: {lines[0]}", file=sys.stderr)
+        else:  # several data errors found in one pass (zsdr validate): one line each
+            print(f"zsdr {args.command}: {len(lines)} errors:", file=sys.stderr)
+            print("\n".join(lines), file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

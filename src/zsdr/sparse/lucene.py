@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from zsdr.argtypes import nonnegative_float, positive_int, unit_float
 from zsdr.data.formats import _find, iter_records, judged_queries, write_trec_run
 from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
 
@@ -474,17 +475,17 @@ def register_cli(subparsers) -> None:
     p.add_argument("--fields", choices=FIELDS, default="flat",
                    help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
     p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
-    p.add_argument("--fb-terms", type=int, default=RM3_DEFAULTS["fb_terms"])
-    p.add_argument("--fb-docs", type=int, default=RM3_DEFAULTS["fb_docs"])
-    p.add_argument("--original-query-weight", type=float, default=RM3_DEFAULTS["original_query_weight"])
-    p.add_argument("--k1", type=float, default=0.9)
-    p.add_argument("--b", type=float, default=0.4)
-    p.add_argument("--depth", type=int, default=1000, help="hits per query (default 1000)")
+    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"])
+    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"])
+    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"])
+    p.add_argument("--k1", type=nonnegative_float, default=0.9)
+    p.add_argument("--b", type=unit_float, default=0.4)
+    p.add_argument("--depth", type=positive_int, default=1000, help="hits per query (default 1000)")
     p.add_argument("--language", choices=LANGUAGES, default="en", help="analyzer: en (Porter) or zh (CJK)")
     p.add_argument("--index", help="Lucene index to search; built there first when missing "
                                    "(default: a temporary index)")
     p.add_argument("--keep-query-hits", dest="remove_query", action="store_false",
                    help="keep hits whose docid equals the query id (default: drop them, as BEIR does)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--tag", help="run tag (default: bm25-<fields>[-rm3])")
     p.set_defaults(func=_cmd_bm25)

@@ -42,6 +42,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zsdr.argtypes import positive_int
+
 log = logging.getLogger(__name__)
 
 KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "generator")
@@ -234,5 +236,5 @@ def register_cli(sub) -> None:
     p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_train)

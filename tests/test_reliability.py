@@ -1,0 +1,126 @@
+"""Issue 24, as a new user meets it through the `zsdr` command: conflicting judgements, repeated and
+empty runs, one clear line per mistake (never a traceback), outputs readable under the umask, and no
+temporaries left by a killed process."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zsdr.cli import main
+
+from .test_formats import make_dataset
+
+
+def zsdr(capsys, *argv) -> tuple[int, str, str]:
+    """Run `zsdr ARGV` in this process: (exit status, stdout, stderr)."""
+    try:
+        code = main([str(a) for a in argv])
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def error_lines(err: str) -> list[str]:
+    """stderr without the log lines (``<date> <time> LEVEL logger: ...``)."""
+    return [line for line in err.splitlines() if line.strip() and " WARNING " not in line and " INFO " not in line]
+
+
+# ------------------------------------------------------------------- 1. silent wrong results
+
+def test_validate_refuses_a_conflicting_duplicate_grade_but_accepts_an_identical_one(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    qrels = ds / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q1\td1\t1\n", encoding="utf-8")   # identical repeat of line 2
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 0 and json.loads(out)["qrels"] == {"test": 4}, err
+    qrels.write_text(qrels.read_text() + "q2\td3\t2\n", encoding="utf-8")   # line 4 said 0
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 1 and out == ""
+    assert error_lines(err) == [f"zsdr validate: error: {qrels}:6: query 'q2', document 'd3' is judged 2 here and 0 "
+                                "on line 4 (fix: keep one grade per (query, document) pair)"]
+    # the evaluator refuses the same qrels instead of keeping the last grade
+    run = tmp_path / "run.trec"
+    run.write_text("q2 Q0 d3 1 2.0 t\nq2 Q0 d2 2 1.0 t\nq1 Q0 d1 1 1.0 t\n", encoding="utf-8")
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", run, "--metrics", "ndcg@10")
+    assert code == 1 and f"{qrels}:6:" in err and "Traceback" not in err
+
+
+def test_trec_qrels_with_a_conflicting_grade_are_refused(tmp_path, capsys):
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d1 1\nq1 0 d2 2\nq1 0 d1 2\n", encoding="utf-8")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 2.0 t\nq1 Q0 d2 2 1.0 t\n", encoding="utf-8")
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", qrels, "--run", run)
+    assert code == 1 and error_lines(err) == [
+        f"zsdr evaluate: error: {qrels}:3: query 'q1', document 'd1' is judged 2 here and 1 on line 1 "
+        "(fix: keep one grade per (query, document) pair)"]
+
+
+@pytest.mark.parametrize("sep", [" ", "\t"])   # the fast (Arrow) and the line-by-line reader
+def test_a_document_repeated_in_a_ranking_is_scored_once_with_a_warning(tmp_path, capsys, sep):
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("q1 0 d1 1\nq1 0 d2 2\n", encoding="utf-8")
+    once, twice = tmp_path / "once.trec", tmp_path / "twice.trec"
+    once.write_text(sep.join("q1 Q0 d2 1 3.0 t".split()) + "\n" + sep.join("q1 Q0 d1 2 0.5 t".split()) + "\n")
+    twice.write_text("\n".join(sep.join(line.split()) for line in
+                               ["q1 Q0 d1 1 9.0 t", "q1 Q0 d2 2 3.0 t", "q1 Q0 d1 3 0.5 t"]) + "\n")
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", qrels, "--run", once, "--metrics", "ndcg@10,recall@10")
+    assert code == 0 and "repeated" not in err
+    expected = json.loads(out)
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", qrels, "--run", twice, "--metrics", "ndcg@10,recall@10")
+    assert code == 0 and json.loads(out) == expected   # d1 keeps the score of its last line, 0.5
+    assert f"{twice}:3: document 'd1' is listed again for query 'q1'" in err and "trec_eval refuses" in err
+
+
+def test_runs_that_miss_queries_warn_and_a_run_sharing_none_is_an_error(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")   # test qrels: q1 -> d1 (1), q2 -> d2 (2), d3 (0)
+    partial, other, empty = tmp_path / "partial.trec", tmp_path / "other.trec", tmp_path / "empty.trec"
+    partial.write_text("q1 Q0 d1 1 1.0 t\n")
+    other.write_text("x1 Q0 d1 1 1.0 t\nx2 Q0 d2 1 1.0 t\n")
+    empty.write_text("")
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", partial, "--metrics", "ndcg@10")
+    assert code == 0 and json.loads(out) == {"ndcg@10": 0.5}
+    assert "the run has no ranking for 1 of the 2 evaluated queries" in err and "each scores 0" in err
+    for run in (other, empty):
+        code, out, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", run, "--metrics", "ndcg@10")
+        assert code == 1 and out == ""
+        assert error_lines(err) == [f"zsdr evaluate: error: {run}: the run answers none of the 2 evaluated queries "
+                                    f"of {ds} (split test) (fix: check that the run was made for this dataset and "
+                                    "split (its first column is the query id))"]
+
+
+def test_a_nan_score_in_a_run_names_its_line(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 d2 1 nan t\n")
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", run)
+    assert code == 1 and len(error_lines(err)) == 1
+    assert f"{run}:2: score 'nan' of document 'd2' is not a finite number" in err
+
+
+# ------------------------------------------------------------------- 2. errors a person can act on
+
+def test_one_bad_corpus_record_is_one_error_not_a_cascade(tmp_path, capsys):
+    ds = make_dataset(tmp_path / "ds")
+    corpus = ds / "corpus.jsonl"
+    lines = corpus.read_text().splitlines()
+    lines[0] = json.dumps({"_id": "d1", "title": 5, "text": "first document"})
+    lines += [json.dumps({"_id": f"x{i}", "title": "", "text": "more"}) for i in range(30)]
+    corpus.write_text("\n".join(lines) + "\n")
+    qrels = ds / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "".join(f"q1\tx{i}\t0\n" for i in range(30)))
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 1
+    assert error_lines(err) == [f"zsdr validate: error: {corpus}:1: \"title\" of 'd1' must be a string "
+                                "(fix: use \"\" for no title)"]
+    # a real unknown id is still reported beside it
+    qrels.write_text(qrels.read_text() + "q1\tnope\t1\n")
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 1 and error_lines(err)[0] == "zsdr validate: 2 errors:"
+    assert error_lines(err)[2] == (f"{qrels}:35: corpus id 'nope' is not in corpus.jsonl "
+                                   "(fix: drop the judgement or add the document)")
