@@ -124,3 +124,140 @@ def test_one_bad_corpus_record_is_one_error_not_a_cascade(tmp_path, capsys):
     assert code == 1 and error_lines(err)[0] == "zsdr validate: 2 errors:"
     assert error_lines(err)[2] == (f"{qrels}:35: corpus id 'nope' is not in corpus.jsonl "
                                    "(fix: drop the judgement or add the document)")
+
+
+def _typed_options():
+    """(command, option, bad value) for every option of every subcommand whose type refuses values."""
+    import argparse
+
+    from zsdr import argtypes
+    from zsdr.cli import build_parser
+
+    bad_values = {argtypes.positive_int: ["0", "-1", "2.5", "many"], argtypes.nonnegative_int: ["-1", "x"],
+                  argtypes.nonnegative_float: ["-0.5", "nan"], argtypes.unit_float: ["1.5", "-1", "inf"]}
+    parser = build_parser([])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    cases = []
+    for command, p in sub.choices.items():
+        required = []
+        for action in p._actions:
+            if not action.option_strings and action.dest != "help":
+                required.append("x")
+            elif action.required:
+                required += [action.option_strings[0], "x"]
+        for action in p._actions:
+            for value in bad_values.get(action.type, []):
+                cases.append((command, [*required, action.option_strings[0], value]))
+    return cases
+
+
+TYPED = _typed_options()
+
+
+def test_the_sweep_covers_the_sizes_users_get_wrong():
+    flat = {(c, argv[-2]) for c, argv in TYPED}
+    assert {("encode-search", "--max-length"), ("encode-search", "--batch-size"), ("encode-search", "--depth"),
+            ("encode-search", "--shards"), ("bm25", "--depth"), ("search", "--depth"), ("mine", "--sample"),
+            ("score-pairs", "--batch-size"), ("encode", "--chunk-size"), ("shift", "--max-docs")} <= flat
+
+
+@pytest.mark.parametrize("command,argv", TYPED, ids=[f"{c} {' '.join(a[-2:])}" for c, a in TYPED])
+def test_every_bad_size_is_one_usage_line_before_any_work(capsys, command, argv):
+    code, out, err = zsdr(capsys, command, *argv)
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"zsdr {command}: error: argument {argv[-2]}") and argv[-1] in lines[0]
+
+
+def _truncated_model(tmp_path: Path) -> Path:
+    import struct
+
+    folder = tmp_path / "truncated-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 1000)
+    return folder
+
+
+def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
+    """(argv, exit status, text the line must hold) for mistakes about files and argument combinations."""
+    ds = make_dataset(tmp_path / "ds")
+    empty_model = tmp_path / "empty-model"
+    empty_model.mkdir()
+    no_weights = tmp_path / "no-weights"
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text("{}")
+    truncated = _truncated_model(tmp_path)
+    missing = tmp_path / "missing"
+    return [
+        (["validate", missing], 1, f"{missing}: dataset folder not found"),
+        (["fetch", "no-such-set"], 2, "unknown dataset 'no-such-set'"),
+        (["mini", "--config", missing], 1, f"{missing}: cannot read config"),
+        (["evaluate", "--qrels", missing, "--run", missing], 1, f"{missing}"),
+        (["evaluate", "--qrels", ds, "--run", missing], 1, f"{missing}: file not found"),
+        (["evaluate", "--qrels", ds, "--run", missing, "--metrics", "ndcg@ten"], 1, "--metrics"),
+        (["evaluate", "--qrels", ds, "--run", missing, "--missing", "drop"], 2, "argument --missing"),
+        (["bm25", "--dataset", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
+        (["stats", missing], 1, f"{missing}"),
+        (["train", missing], 1, f"{missing}: file not found"),
+        (["encode-search", "--model", empty_model, "--dataset", ds, "--out", tmp_path / "r"], 1,
+         f"{empty_model}: the model folder is empty"),
+        (["encode-search", "--model", no_weights, "--dataset", ds, "--out", tmp_path / "r"], 1,
+         f"{no_weights}: the model folder has no weights"),
+        (["encode", "--model", truncated, "--dataset", ds, "--out", tmp_path / "e"], 1,
+         f"{truncated / 'model.safetensors'}: the model weights are incomplete or damaged: the tensors need 4"),
+        (["mine", truncated, ds, tmp_path / "n.jsonl", "--shards", tmp_path], 1, "incomplete or damaged"),
+        (["encode", "--model", "org/never-loaded", "--dataset", ds, "--out", tmp_path / "e", "--shard", "2",
+          "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
+        (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
+    ]
+
+
+def test_file_and_combination_mistakes_are_one_line(tmp_path, capsys):
+    for argv, status, text in _file_mistakes(tmp_path):
+        code, out, err = zsdr(capsys, *argv)
+        lines = error_lines(err)
+        assert (code, len(lines)) == (status, 1), (argv, err)
+        assert lines[0].startswith(f"zsdr {argv[0]}: error: ") and text in lines[0], (argv, err)
+        assert "Traceback" not in err
+
+
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from zsdr.evaluation import metrics
+
+    ds = make_dataset(tmp_path / "ds")
+    run, out = tmp_path / "run.trec", tmp_path / "metrics.json"
+    run.write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 d2 1 1.0 t\n")
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(metrics, "write_metrics", full)
+    code, _, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", run, "--per-query", out)
+    assert code == 1 and error_lines(err) == [
+        f"zsdr evaluate: error: {out}: No space left on device (fix: free space on that file system, or point "
+        "the output (or `paths:` in the config) at a larger one)"]
+    code, _, err = zsdr(capsys, "--debug", "evaluate", "--qrels", ds, "--run", run, "--per-query", out)
+    assert code == 1 and "Traceback (most recent call last)" in err and "OSError" in err
+
+
+def test_the_real_command_prints_one_line_and_debug_shows_the_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    env.pop("ZSDR_DEBUG", None)
+    usage = subprocess.run([sys.executable, "-m", "zsdr", "encode-search", "--model", "m", "--dataset", "d",
+                            "--out", "o", "--max-length", "0"], capture_output=True, text=True, env=env, timeout=120)
+    assert usage.returncode == 2 and usage.stderr == (
+        "zsdr encode-search: error: argument --max-length: must be a positive integer, got '0' "
+        "(see `zsdr encode-search --help`)\n")
+    missing = tmp_path / "missing"
+    data = subprocess.run([sys.executable, "-m", "zsdr", "validate", str(missing)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert data.returncode == 1 and data.stderr.splitlines() == [
+        f"zsdr validate: error: {missing}: dataset folder not found (fix: run the fetch/convert step first)"]
+    debug = subprocess.run([sys.executable, "-m", "zsdr", "validate", str(missing)], capture_output=True, text=True,
+                           env={**env, "ZSDR_DEBUG": "1"}, timeout=120)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.splitlines()[-1] == data.stderr.splitlines()[-1]

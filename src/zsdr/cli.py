@@ -297,7 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ZSDR_DEBUG", "").strip() not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the subcommand, whose --help lists what it takes
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
         if getattr(args, "model", None) is not None:
