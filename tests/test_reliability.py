@@ -261,3 +261,70 @@ def test_the_real_command_prints_one_line_and_debug_shows_the_traceback(tmp_path
                            env={**env, "ZSDR_DEBUG": "1"}, timeout=120)
     assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.splitlines()[-1] == data.stderr.splitlines()[-1]
+
+
+# ------------------------------------------------------------------- config mistakes (Snakemake)
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def plan(configfile: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`snakemake -n results/table1.csv --configfile CONFIGFILE` from the project folder."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", **(env or {})}
+    return subprocess.run([SNAKEMAKE, "-n", "results/table1.csv", "--configfile", str(configfile)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def mini_config(tmp_path: Path, edit) -> Path:
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    edit(cfg)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_an_unknown_config_key_is_named_with_the_nearest_valid_one(tmp_path):
+    path = mini_config(tmp_path, lambda c: c["recipes"]["dpr"]["train"].update(batchsize=8))
+    proc = plan(path)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and len(text.splitlines()) < 15, text   # not the ~4,900 lines of schema
+    assert ("config key recipes.dpr.train.batchsize: unknown key (did you mean 'batch_size'? allowed at "
+            "recipes.dpr.train: adam_eps, batch_size, epochs,") in text
+
+
+def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):
+    from zsdr.workflow import ConfigError, load_yaml
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("offline: true\nmini:\n  seed: [1, 2\n  domains: 3\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}:4:\d+: YAML syntax error: "):
+        load_yaml(bad)
+    code, _, err = zsdr(capsys, "mini", "--config", bad, "--out", tmp_path / "data")
+    assert code == 1 and error_lines(err)[0].startswith(f"zsdr mini: error: {bad}:4:")
+
+
+def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
+    """With `offline: true`, a recipe's init or a system's model that is neither configured, a folder nor
+    in the local Hugging Face cache stops `snakemake -n`; a cached hub id plans."""
+    hub = tmp_path / "hub"
+    snapshot = hub / "models--org--cached-model" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    env = {"HF_HUB_CACHE": str(hub)}
+    typo = plan(mini_config(tmp_path, lambda c: c["recipes"]["dpr"].update(init="tiny-bret")), env)
+    text = typo.stdout + typo.stderr
+    assert typo.returncode != 0 and "config key recipes.dpr.init" in text
+    assert f"model 'tiny-bret' is neither a folder nor a Hugging Face id in the local cache ({hub}) " \
+           "(did you mean 'tiny-bert'?)" in text
+
+    def system(model):
+        return lambda c: c["systems"].update(hub={"kind": "dense", "model": model, "pooling": "mean",
+                                                  "similarity": "cosine"})
+
+    missing = plan(mini_config(tmp_path, system("org/not-cached")), env)
+    assert missing.returncode != 0 and "config key systems.hub.model: model 'org/not-cached'" in missing.stdout + missing.stderr
+    cached = plan(mini_config(tmp_path, system("org/cached-model")), env)
+    assert cached.returncode == 0, cached.stderr[-3000:]

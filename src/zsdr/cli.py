@@ -31,15 +31,16 @@ log = logging.getLogger("zsdr")
 
 
 def _load_config(path: str | None) -> dict:
-    import yaml
+    from zsdr.workflow import ConfigError, load_yaml
 
     if path is None:
         return {}
+    if not Path(path).is_file():
+        raise DataError(path, None, "cannot read config (no such file)", "pass --config PATH")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise DataError(path, None, f"cannot read config ({exc.strerror})", "pass --config PATH") from None
+        return load_yaml(path)
+    except ConfigError as exc:
+        raise DataError(None, None, str(exc)) from None
 
 
 def cmd_validate(args) -> int:
