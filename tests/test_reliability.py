@@ -328,3 +328,84 @@ def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
     assert missing.returncode != 0 and "config key systems.hub.model: model 'org/not-cached'" in missing.stdout + missing.stderr
     cached = plan(mini_config(tmp_path, system("org/cached-model")), env)
     assert cached.returncode == 0, cached.stderr[-3000:]
+
+
+# ------------------------------------------------------------------- 3. outputs a team can share
+
+def test_workflow_outputs_follow_the_umask_and_leave_no_temporaries(tmp_path):
+    """A small slice of the mini DAG (data, a tiny backbone, Lucene indexes, BM25 runs, metrics, table 1)
+    run under umask 022: everything is readable by group and others, as normal files are (atomic writes
+    went through tempfile's 0600 / 0700, safetensors writes 0600)."""
+    import shutil
+
+    for name in ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "profiles", "envs",
+                 "report"):
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
+    config = mini_config(tmp_path, lambda c: c["table1"].update(systems=["bm25-flat"], baselines=["bm25-flat"]))
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([SNAKEMAKE, "--cores", "2", "results/table1.csv", "models/backbones/tiny-bert/config.json",
+                           "--configfile", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env=env, preexec_fn=lambda: os.umask(0o022))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checked, private, temporaries = 0, [], []
+    for top in ("data", "models", "indexes", "runs", "metrics", "stats", "results"):
+        if not (tmp_path / top).exists():
+            continue
+        for path in [tmp_path / top, *(tmp_path / top).rglob("*")]:
+            mode = path.lstat().st_mode
+            want = 0o755 if path.is_dir() else 0o644
+            checked += 1
+            if mode & want != want:
+                private.append(f"{path.relative_to(tmp_path)} {oct(mode & 0o777)}")
+            if path.name.endswith((".tmp", ".part")) or (path.suffix == ".lock" and path.name != "write.lock"):
+                temporaries.append(path)
+    assert checked > 30 and (tmp_path / "results" / "table1.csv").is_file()
+    assert (tmp_path / "models" / "backbones" / "tiny-bert" / "model.safetensors").is_file()
+    assert private == [], private
+    assert temporaries == []   # (Lucene's own write.lock belongs to its index)
+
+
+def test_a_conversion_killed_with_sigkill_leaves_temporaries_the_next_run_removes(tmp_path):
+    """`zsdr fetch` killed during its conversion leaves `data/.<name>.raw.*.tmp` (gigabytes at paper scale);
+    the next fetch of the same dataset removes them, and leaves alone those of a live process."""
+    import signal
+    import time
+    import zipfile
+
+    from zsdr.data import registry
+
+    name = "trec-covid-beir"
+    src = make_dataset(tmp_path / "src" / name)
+    with open(src / "corpus.jsonl", "a", encoding="utf-8") as fh:
+        for i in range(250_000):
+            fh.write(json.dumps({"_id": f"x{i}", "title": "", "text": f"passage number {i}"}) + "\n")
+    remote = registry.get(name).files[0]
+    archive = tmp_path / "mirror" / remote.local_path
+    archive.parent.mkdir(parents=True)
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for p in sorted(src.rglob("*")):
+            zf.write(p, p.relative_to(src.parent).as_posix())
+    data = tmp_path / "data"
+    cmd = [sys.executable, "-m", "zsdr", "fetch", name, "--mirror", str(tmp_path / "mirror"), "--quiet",
+           "--downloads", str(tmp_path / "downloads"), "--data", str(data)]
+    victim = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, left = time.monotonic() + 120, []
+    while time.monotonic() < deadline and victim.poll() is None:
+        left = [p for p in data.glob(f".{name}.*.tmp")] if data.exists() else []
+        if any(p.name.startswith(f".{name}.tmp.") for p in left):   # converting: extracted, now writing
+            break
+        time.sleep(0.01)
+    assert victim.poll() is None, "the conversion finished before it could be killed"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(30)
+    left = sorted(data.glob(f".{name}.*.tmp"))
+    assert left and all(f".{victim.pid}." in p.name for p in left)
+    # a live process's temporary of the same output (this test's own pid) must survive
+    host = left[0].name.split(".")[3]
+    live = data / f".{name}.raw.{host}.{os.getpid()}.abcdefgh.tmp"
+    live.mkdir()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert sorted(data.glob(f".{name}.*.tmp")) == [live]
+    assert "left by a process that no longer runs" in done.stderr
+    assert json.loads(done.stdout)["docs"] == 250_003

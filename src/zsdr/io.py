@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 import zlib
@@ -185,6 +186,33 @@ def default_mode(is_dir: bool) -> int:
     return (0o777 if is_dir else 0o666) & ~current_umask()
 
 
+def share_tree(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a folder and everything in it) at least the permissions a normally
+    created file or folder gets under the umask. Some writers create owner-only files (``tempfile``,
+    safetensors' ``save_file``: 0600); this adds the bits the umask allows and removes none."""
+    path = Path(path)
+    files, dirs = default_mode(False), default_mode(True)
+
+    def fix(p: str, want: int) -> None:
+        try:
+            mode = os.lstat(p).st_mode
+        except OSError:
+            return
+        if stat.S_ISLNK(mode) or (mode & want) == want:
+            return
+        os.chmod(p, stat.S_IMODE(mode) | want)
+
+    if not path.is_dir() or path.is_symlink():
+        fix(str(path), files)
+        return
+    fix(str(path), dirs)
+    for root, dirnames, filenames in os.walk(path):
+        for d in dirnames:
+            fix(os.path.join(root, d), dirs)
+        for f in filenames:
+            fix(os.path.join(root, f), files)
+
+
 def _owner() -> str:
     """``<host>.<pid>``: who owns a temporary (the host's first label, reduced to [A-Za-z0-9-])."""
     host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
@@ -335,13 +363,15 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``path`` when the block succeeds.
 
-    An existing ``path`` is replaced whole. On failure the temporary directory is removed and
+    Before the rename, everything in it gets the umask's permissions (:func:`share_tree`). An
+    existing ``path`` is replaced whole. On failure the temporary directory is removed and
     ``path`` is left untouched.
     """
     path = Path(path)
     tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
         if path.exists():
             old = temp_sibling(path, is_dir=True, kind="old")
             old.rmdir()

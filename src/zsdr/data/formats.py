@@ -538,7 +538,7 @@ def read_trec_run_table(path: str | os.PathLike):
     reader, an order of magnitude faster than line-by-line Python; any other file (tabs, runs of
     spaces, a BOM, a malformed line) goes through :func:`read_trec_run`, which accepts any whitespace
     and reports a bad line as ``FILE:LINE``. Both give the same pairs and scores; a pair listed twice
-    keeps its last score.
+    keeps its last score, with a warning naming the first repeat's line (trec_eval refuses such a run).
     """
     path = Path(path)
     table = _read_single_spaced_run(path) if path.is_file() else None

@@ -247,7 +247,7 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
         docs = _write_collection(corpus, Path(coll), fields, threads)
         if docs == 0:
             raise DataError(corpus, None, "the corpus has no documents", "check the dataset conversion")
-        argv = ["-input", coll, "-index", str(tmp), "-collection", "JsonCollection",
+        argv = ["-input", str(coll), "-index", str(tmp), "-collection", "JsonCollection",
                 "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
                 "-storePositions", "-storeDocvectors", "-language", language]
         if fields == "multifield":
