@@ -209,6 +209,8 @@ def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None
            "Hugging Face download, or copy the model again")
     if not any(folder.iterdir()):
         raise DataError(folder, None, "the model folder is empty", fix)
+    if not (folder / "config.json").is_file() and (folder / "modules.json").is_file():
+        return  # a sentence-transformers folder whose transformer lives in a module subfolder
     if not (folder / "config.json").is_file():
         raise DataError(folder, None, "the model folder has no config.json", fix)
     weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
