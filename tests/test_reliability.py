@@ -198,8 +198,8 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["evaluate", "--qrels", ds, "--run", missing], 1, f"{missing}: file not found"),
         (["evaluate", "--qrels", ds, "--run", missing, "--metrics", "ndcg@ten"], 1, "--metrics"),
         (["evaluate", "--qrels", ds, "--run", missing, "--missing", "drop"], 2, "argument --missing"),
-        (["bm25", "--dataset", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
-        (["stats", missing], 1, f"{missing}"),
+        (["bm25", "--dataset", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}: dataset folder not found"),
+        (["stats", missing], 1, f"{missing}: dataset folder not found"),
         (["train", missing], 1, f"{missing}: file not found"),
         (["encode-search", "--model", empty_model, "--dataset", ds, "--out", tmp_path / "r"], 1,
          f"{empty_model}: the model folder is empty"),
@@ -211,11 +211,27 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["encode", "--model", "org/never-loaded", "--dataset", ds, "--out", tmp_path / "e", "--shard", "2",
           "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
         (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
+        (["datasets", "--all"], 2, "unrecognized arguments: --all"),
+        (["stats", ds, "--doc-fields", "abstract"], 2, "argument --doc-fields: invalid choice"),
+        (["shift", missing, ds], 1, f"{missing}: dataset folder not found"),
+        (["encode-queries", "--model", empty_model, "--dataset", ds, "--out", tmp_path / "q"], 1,
+         "the model folder is empty"),
+        (["score-pairs", no_weights, ds, tmp_path / "negatives.jsonl", tmp_path / "scores.jsonl"], 1,
+         "the model folder has no weights"),
+        (["search", "--queries", missing, "--shards", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
+        (["search-shard", "--queries", missing, "--shard", missing, "--out", tmp_path / "s.npz"], 1, f"{missing}"),
+        (["merge-shards", "--parts", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
+        (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--gpu", "maybe"], 2,
+         "argument --gpu: invalid choice"),
     ]
 
 
 def test_file_and_combination_mistakes_are_one_line(tmp_path, capsys):
-    for argv, status, text in _file_mistakes(tmp_path):
+    from zsdr.cli import BUILTIN_COMMANDS, MODULE_COMMANDS
+
+    mistakes = _file_mistakes(tmp_path)
+    assert {m[0][0] for m in mistakes} == {*BUILTIN_COMMANDS, *MODULE_COMMANDS}   # every subcommand
+    for argv, status, text in mistakes:
         code, out, err = zsdr(capsys, *argv)
         lines = error_lines(err)
         assert (code, len(lines)) == (status, 1), (argv, err)

@@ -285,6 +285,9 @@ def read_qrels(directory_or_file: str | os.PathLike, split: str | None = None) -
     """Qrels as ``{query_id: {corpus_id: grade}}`` from a BEIR folder + split, or a tsv file."""
     path = Path(directory_or_file)
     if split is not None:
+        if not path.is_dir():
+            raise DataError(path, None, "dataset folder not found",
+                            "check the path, or build it (`zsdr fetch NAME`, `snakemake data/NAME/dataset.json`)")
         files = qrels_files(path)
         if split not in files:
             raise DataError(path / "qrels" / f"{split}.tsv", None, f"no qrels for split {split!r}",
