@@ -425,3 +425,19 @@ def test_a_conversion_killed_with_sigkill_leaves_temporaries_the_next_run_remove
     assert sorted(data.glob(f".{name}.*.tmp")) == [live]
     assert "left by a process that no longer runs" in done.stderr
     assert json.loads(done.stdout)["docs"] == 250_003
+
+
+def test_a_downloaded_source_grading_one_pair_twice_is_named_in_a_warning(tmp_path, caplog):
+    """Third-party qrels are converted (the first grade kept, as documented), but never silently."""
+    import logging
+
+    from zsdr.data.convert import convert_beir
+
+    src = make_dataset(tmp_path / "raw" / "set")
+    qrels = src / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q1\td1\t1\nq2\td3\t2\n")
+    with caplog.at_level(logging.WARNING, logger="zsdr"):
+        counts = convert_beir(tmp_path / "raw", tmp_path / "out", subdir="set")
+    assert counts.qrels == {"test": 3}
+    assert f"1 judgements repeat a (query, document) pair with another grade; the first grade is kept (first: " \
+           f"{qrels}:6: query 'q2', document 'd3' graded 2, first graded 0 at {qrels}:4)" in caplog.text
