@@ -134,7 +134,8 @@ def _typed_options():
     from zsdr.cli import build_parser
 
     bad_values = {argtypes.positive_int: ["0", "-1", "2.5", "many"], argtypes.nonnegative_int: ["-1", "x"],
-                  argtypes.nonnegative_float: ["-0.5", "nan"], argtypes.unit_float: ["1.5", "-1", "inf"]}
+                  argtypes.nonnegative_float: ["-0.5", "nan"], argtypes.unit_float: ["1.5", "-1", "inf"],
+                  argtypes.device: ["gpu", "cuda:x"]}
     parser = build_parser([])
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     cases = []
@@ -190,6 +191,8 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
     (no_weights / "config.json").write_text("{}")
     truncated = _truncated_model(tmp_path)
     missing = tmp_path / "missing"
+    empty_spec = tmp_path / "spec.json"
+    empty_spec.write_text("{}")
     return [
         (["validate", missing], 1, f"{missing}: dataset folder not found"),
         (["fetch", "no-such-set"], 2, "unknown dataset 'no-such-set'"),
@@ -211,6 +214,10 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["encode", "--model", "org/never-loaded", "--dataset", ds, "--out", tmp_path / "e", "--shard", "2",
           "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
         (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
+        (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--device", "cuda:99"], 2,
+         "argument --device: cuda:99 is not available, this machine has"),
+        (["train", tmp_path / "ds" / "queries.jsonl"], 1, "not readable as JSON"),
+        (["train", empty_spec], 1, f"{empty_spec}: the spec has no 'init', 'out', 'train'"),
         (["datasets", "--all"], 2, "unrecognized arguments: --all"),
         (["stats", ds, "--doc-fields", "abstract"], 2, "argument --doc-fields: invalid choice"),
         (["shift", missing, ds], 1, f"{missing}: dataset folder not found"),

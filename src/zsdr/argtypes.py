@@ -52,3 +52,31 @@ def unit_float(value: str) -> float:
     if not 0 <= number <= 1:
         raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {value!r}")
     return number
+
+
+def device(value: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (whether it exists is checked before the work starts:
+    :func:`check_device`)."""
+    import re
+
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", value):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda, cuda:N or mps, got {value!r}")
+    return value
+
+
+def check_device(value: str | None, argument: str = "--device") -> None:
+    """Raise :class:`UsageError` when ``value`` names a device this machine does not have."""
+    if not value or value == "cpu":
+        return
+    import torch
+
+    if value == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise UsageError(f"argument {argument}: mps is not available on this machine (fix: --device cpu)")
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = int(value.partition(":")[2] or 0)
+    if index >= count:
+        have = f"{count} CUDA device{'s' if count != 1 else ''}" if count else "no CUDA device"
+        fix = f"--device cuda:0 to cuda:{count - 1}" if count else "--device cpu"
+        raise UsageError(f"argument {argument}: {value} is not available, this machine has {have} (fix: {fix})")

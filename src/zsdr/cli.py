@@ -24,8 +24,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from zsdr.argtypes import UsageError
-from zsdr.io import DataError
+from zsdr.argtypes import UsageError, check_device
+from zsdr.io import DataError, MultiDataError
 
 log = logging.getLogger("zsdr")
 
@@ -279,8 +279,8 @@ def _describe(exc: BaseException) -> tuple[str, int]:
     """One line for an expected failure, and the exit status."""
     if isinstance(exc, UsageError):
         return str(exc), 2
-    if isinstance(exc, KeyError):  # an unknown registry name
-        return str(exc.args[0]) if exc.args else "unknown name", 2
+    if isinstance(exc, KeyError) and exc.args and str(exc.args[0]).startswith("unknown "):
+        return str(exc.args[0]), 2   # an unknown registry name
     if isinstance(exc, DataError):
         return str(exc), 1
     if isinstance(exc, OSError):
@@ -307,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        check_device(getattr(args, "device", None))
         if getattr(args, "model", None) is not None:
             check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
         return args.func(args)
@@ -317,12 +318,13 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         message, status = _describe(exc)
-        lines = message.splitlines() or [""]
-        if len(lines) == 1:
-            print(f"zsdr {args.command}: error: {lines[0]}", file=sys.stderr)
-        else:  # several data errors found in one pass (zsdr validate): one line each
-            print(f"zsdr {args.command}: {len(lines)} errors:", file=sys.stderr)
+        if isinstance(exc, MultiDataError) and len(exc.errors) > 1:
+            # several data errors found in one pass (zsdr validate): one line each
+            lines = message.splitlines()
+            print(f"zsdr {args.command}: {len(exc.errors)} errors:", file=sys.stderr)
             print("\n".join(lines), file=sys.stderr)
+        else:  # one line, whatever a library put into its message
+            print(f"zsdr {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
         return status
 
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from zsdr.argtypes import positive_int
+from zsdr.argtypes import device, positive_int
 from zsdr.data.formats import read_qrels
 from zsdr.training.data import Example, write_negatives
 
@@ -82,6 +82,6 @@ def register_cli(sub) -> None:
     p.add_argument("--sample", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", type=device, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_mine)

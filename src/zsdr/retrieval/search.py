@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from zsdr.argtypes import UsageError, nonnegative_int, positive_int
+from zsdr.argtypes import UsageError, device, nonnegative_int, positive_int
 from zsdr.io import DataError, temp_sibling
 
 log = logging.getLogger(__name__)
@@ -516,7 +516,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query-prefix", default=None)
     p.add_argument("--doc-prefix", default=None)
     p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                    help="autocast on CUDA (auto: bf16 where supported); the CPU always runs fp32")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from zsdr.argtypes import nonnegative_int, positive_int
+from zsdr.argtypes import device, nonnegative_int, positive_int
 from zsdr.data.formats import read_corpus, read_queries
 from zsdr.models.encoder import autocast_dtype, resolve_device
 from zsdr.training.data import read_negatives, write_teacher_scores
@@ -90,6 +90,6 @@ def register_cli(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--max-candidates", type=positive_int, default=None)
     p.add_argument("--random-candidates", type=nonnegative_int, default=0, help="random corpus documents scored per query")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", type=device, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_score_pairs)

@@ -226,9 +226,19 @@ class _outlive_stop_signals:
 def cmd_train(args) -> int:
     from zsdr.io import read_json
 
+    from zsdr.io import DataError
+
     spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes)")
+    missing = [k for k in SPEC_KEYS if k not in spec]
+    if missing:
+        raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
+                        f"(a spec needs {', '.join(SPEC_KEYS)})",
+                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
     return 0
+
+
+SPEC_KEYS = ("init", "out", "train")   # what every recipe spec carries (run_spec)
 
 
 def register_cli(sub) -> None:
