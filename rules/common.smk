@@ -10,7 +10,7 @@ from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
 from zsdr.tables.spec import all_specs, load_systems
-from zsdr.workflow import check_offline_model, code_files
+from zsdr.workflow import check_model_reference, code_files
 
 
 def _wait_for_the_job(signum, frame):
@@ -1288,15 +1288,12 @@ OFFLINE_CHECKED = set()
 
 
 def on_this_machine(ref):
-    """``ref``; with `offline: true`, a model the DAG does not build (a folder or Hugging Face id) must
-    already be here, or planning fails naming its config key (not a job, minutes later).
+    """``ref``; a model the DAG does not build must be usable, or planning fails naming its config key
+    (not a job, minutes later): a folder must hold a complete model, and with `offline: true` a
+    Hugging Face id must be in the local cache.
     """
-    if (
-        config["offline"]
-        and not ref.startswith(f"{MODELS}/")
-        and ref not in OFFLINE_CHECKED
-    ):
-        check_offline_model(ref, config)
+    if not ref.startswith(f"{MODELS}/") and ref not in OFFLINE_CHECKED:
+        check_model_reference(ref, config, config["offline"])
         OFFLINE_CHECKED.add(ref)
     return ref
 

@@ -331,7 +331,7 @@ def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):
 
 def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
     """With `offline: true`, a recipe's init or a system's model that is neither configured, a folder nor
-    in the local Hugging Face cache stops `snakemake -n`; a cached hub id plans."""
+    in the local Hugging Face cache stops `snakemake -n`; a cached hub id plans; a damaged folder stops it."""
     hub = tmp_path / "hub"
     snapshot = hub / "models--org--cached-model" / "snapshots" / "0123abc"
     snapshot.mkdir(parents=True)
@@ -351,6 +351,12 @@ def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
     assert missing.returncode != 0 and "config key systems.hub.model: model 'org/not-cached'" in missing.stdout + missing.stderr
     cached = plan(mini_config(tmp_path, system("org/cached-model")), env)
     assert cached.returncode == 0, cached.stderr[-3000:]
+    # a model folder with truncated weights is named at planning time too
+    truncated = _truncated_model(tmp_path)
+    damaged = plan(mini_config(tmp_path, system(str(truncated))), env)
+    assert damaged.returncode != 0
+    assert (f"config key systems.hub.model: {truncated / 'model.safetensors'}: the model weights are incomplete or "
+            "damaged") in damaged.stdout + damaged.stderr
 
 
 # ------------------------------------------------------------------- 3. outputs a team can share

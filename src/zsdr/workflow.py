@@ -319,3 +319,20 @@ def check_offline_model(ref: str, config: dict, problem_of=offline_model_problem
                       "must be a configured backbone, recipe, pretrained model or cross-encoder, a folder, or a "
                       f"Hugging Face id already downloaded (fix: correct the name, download it once with "
                       f"`huggingface-cli download {ref}`, or set `offline: false`)")
+
+
+def check_model_reference(ref: str, config: dict, offline: bool) -> None:
+    """A model the DAG does not build: a folder must hold a loadable model (``config.json``, complete
+    weights: :func:`zsdr.cli.check_model_folder`); with ``offline`` anything else must be in the local
+    Hugging Face cache (:func:`check_offline_model`). Raises :class:`ConfigError` naming the config key."""
+    from zsdr.cli import check_model_folder
+    from zsdr.io import DataError
+
+    if Path(ref).expanduser().is_dir():
+        try:
+            check_model_folder(Path(ref).expanduser(), "the model")
+        except DataError as err:
+            keys = config_keys_with(config, ref) or ["(a model reference)"]
+            raise ConfigError(f"config key {', '.join(keys[:3])}: {err}") from None
+    elif offline:
+        check_offline_model(ref, config)
