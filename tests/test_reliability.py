@@ -214,6 +214,7 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["encode", "--model", "org/never-loaded", "--dataset", ds, "--out", tmp_path / "e", "--shard", "2",
           "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
         (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
+        (["check-config", missing], 1, f"{missing}: config file not found"),
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--device", "cuda:99"], 2,
          "argument --device: cuda:99 is not available, this machine has"),
         (["train", tmp_path / "ds" / "queries.jsonl"], 1, "not readable as JSON"),
@@ -327,6 +328,28 @@ def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):
         load_yaml(bad)
     code, _, err = zsdr(capsys, "mini", "--config", bad, "--out", tmp_path / "data")
     assert code == 1 and error_lines(err)[0].startswith(f"zsdr mini: error: {bad}:4:")
+    # Snakemake reads --configfile files itself (no line number): `zsdr check-config` shows it
+    code, _, err = zsdr(capsys, "check-config", bad)
+    assert code == 1 and error_lines(err) == [
+        f"zsdr check-config: error: {bad}:4:10: YAML syntax error: while parsing a flow sequence (line 3, column 9), "
+        "expected ',' or ']', but got ':' (fix: correct the line; indent with spaces, close every bracket and "
+        "quote)"]
+
+
+def test_check_config_reads_configs_as_the_workflow_does(tmp_path, capsys):
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("offlien: true\nbm25: {k11: 3}\n")
+    code, out, err = zsdr(capsys, "check-config", unknown)
+    assert code == 1 and error_lines(err) == [
+        "zsdr check-config: 2 errors:",
+        "config key offlien: unknown key (did you mean 'offline'? allowed at the top level: backbones, berm, bm25, "
+        "cluster, cocodr, cross_encoders, datasets, ddr, dense, download, evaluation, mini, mirror, modir, offline, "
+        "paths, readers, recipes, rmsc, scale, seed, statistics, systems, table1, training)",
+        "config key bm25.k11: unknown key (did you mean 'k1'? allowed at bm25: b, depth, k1, remove_query, rm3, "
+        "threads)"]
+    for name in ("small.yaml", "paper.yaml"):
+        code, out, err = zsdr(capsys, "check-config", ROOT / "configs" / name)
+        assert code == 0 and json.loads(out)["ok"], err
 
 
 def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):

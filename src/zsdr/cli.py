@@ -5,6 +5,7 @@
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
     zsdr doctor [--warm]           check the installation (torch, Java, faiss); warm the numba cache
+    zsdr check-config [FILE...]    check config files as the workflow reads them
 
 Every expected failure ends the command with one line on stderr, ``zsdr CMD: error: ...``, naming the
 file or argument and the fix: exit status 2 for a usage error (a bad argument), 1 for bad data or a
@@ -81,6 +82,31 @@ def cmd_mini(args) -> int:
     return 0
 
 
+def cmd_check_config(args) -> int:
+    """Check config files as the workflow reads them: the project's config.yaml, then each file over it."""
+    from zsdr.workflow import SRC, ConfigError, _merge, check_config, expand_recipes, load_yaml
+
+    root = SRC.parent
+    base, schema = root / "config.yaml", root / "schemas" / "config.schema.yaml"
+    if not schema.is_file():
+        raise DataError(schema, None, "the config schema is missing", "run this from a checkout of the project")
+    try:
+        config = load_yaml(base) if args.base else {}
+        for path in args.files:
+            if not Path(path).is_file():
+                raise DataError(path, None, "config file not found", "check the path")
+            config = _merge(config, load_yaml(path))
+        expand_recipes(config)
+        check_config(config, schema)
+    except (ConfigError, ValueError) as exc:
+        lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
+        if len(lines) > 1:
+            raise MultiDataError([DataError(None, None, line) for line in lines]) from None
+        raise DataError(None, None, lines[0] if lines else str(exc)) from None
+    print(json.dumps({"ok": True, "files": [str(base)] * bool(args.base) + [str(f) for f in args.files]}))
+    return 0
+
+
 def cmd_doctor(args) -> int:
     """Report the installation (Python, torch, Java for pyserini, faiss) and warm the numba cache."""
     import platform
@@ -135,7 +161,7 @@ MODULE_COMMANDS = {
 }
 
 
-BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini")
+BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config")
 
 
 def _command_modules(argv: list[str]) -> list[str]:
@@ -187,6 +213,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check the installation; --warm compiles ranx's numba code once")
     p.add_argument("--warm", action="store_true")
     p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser("check-config", help="check config files as the workflow reads them (YAML line and "
+                                            "column, unknown keys with the nearest valid name)")
+    p.add_argument("files", nargs="*", help="config files laid over the project's config.yaml, in order "
+                                            "(as `snakemake --configfile FILES`)")
+    p.add_argument("--no-base", dest="base", action="store_false", help="do not start from config.yaml")
+    p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("mini", help="generate the mini benchmark")
     p.add_argument("--config", default="config.yaml")

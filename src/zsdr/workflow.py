@@ -163,7 +163,10 @@ def load_yaml(path: str | Path) -> dict:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        what = " ".join(filter(None, [exc.context, exc.problem]))
+        context = exc.context
+        if context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
+            context += f" (line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        what = ", ".join(filter(None, [context, exc.problem]))
         raise ConfigError(f"{where}: YAML syntax error: {what} (fix: correct the line; indent with spaces, "
                           "close every bracket and quote)") from None
     except yaml.YAMLError as exc:
