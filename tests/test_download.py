@@ -379,3 +379,18 @@ def test_lock_is_exclusive_and_removed(tmp_path):
     assert done.wait(10)
     thread.join(5)
     assert order == ["first", "second"] and not lock.exists()
+
+
+def test_a_conversion_refuses_an_archive_changed_since_its_download(server, tmp_path):
+    """The converter reads a download long after it was verified (a Snakemake rule of its own): it checks
+    the recorded sha256 first, so a damaged archive is named instead of converted."""
+    from zsdr.data.download import verify_recorded
+
+    dest = download(f"{server.base}/data/file.bin", tmp_path / "f.bin", progress=False, timeout=5)
+    assert verify_recorded(dest) is True
+    assert verify_recorded(tmp_path / "unrecorded.bin") is False
+    with open(dest, "r+b") as fh:
+        fh.write(b"X")
+    with pytest.raises(DownloadError, match=r"f\.bin: the file changed since it was downloaded \(sha256 recorded in "
+                                            r"f\.bin\.sha256: [0-9a-f]{64}, now [0-9a-f]{64}\) \(fix: delete "):
+        verify_recorded(dest)

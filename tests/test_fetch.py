@@ -192,3 +192,21 @@ def test_two_concurrent_fetches_of_one_file_give_one_correct_archive(tmp_path):
     assert sorted(p.name for p in local.parent.iterdir()) == [local.name, local.name + ".sha256"]
     assert json.loads(outs[0][0])["docs"] == json.loads(outs[1][0])["docs"] == 403
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [name]
+
+
+def test_convert_refuses_a_download_damaged_after_it_was_verified(tmp_path, monkeypatch):
+    from zsdr.data.fetch import convert_downloaded
+
+    archive = _beir_zip(tmp_path, "scifact")
+    real = registry.get("scifact")
+    local = dataclasses.replace(real, files=(dataclasses.replace(
+        real.files[0], md5=hashlib.md5(archive.read_bytes()).hexdigest()),))
+    monkeypatch.setitem(registry.REGISTRY, "scifact", local)
+    mirror = _mirror_with(tmp_path, archive, local.files[0])
+    fetch("scifact", downloads=tmp_path / "downloads", data=tmp_path / "data", mirror=mirror.as_uri(), progress=False)
+    downloaded = tmp_path / "downloads" / local.files[0].local_path
+    with open(downloaded, "ab") as fh:
+        fh.write(b"appended later")
+    with pytest.raises(DataError, match="the file changed since it was downloaded"):
+        convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact")
+    assert (tmp_path / "data" / "scifact" / "dataset.json").is_file()  # the earlier conversion is untouched

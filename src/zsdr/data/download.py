@@ -142,6 +142,21 @@ def _read_sidecar(dest: Path) -> str | None:
     return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
 
 
+def verify_recorded(path: str | os.PathLike) -> bool:
+    """Check ``path`` against the sha256 recorded beside it when it was downloaded; True when it matched,
+    False when there is no record. A mismatch raises :class:`DownloadError` (the file changed since)."""
+    path = Path(path)
+    recorded = _read_sidecar(path)
+    if recorded is None:
+        return False
+    actual = _digests(path, ["sha256"])["sha256"]
+    if actual != recorded:
+        raise DownloadError(path, f"the file changed since it was downloaded (sha256 recorded in "
+                            f"{sidecar_path(path).name}: {recorded}, now {actual})",
+                            f"delete {path} and download it again (`zsdr fetch`, or its Snakemake rule)")
+    return True
+
+
 def _write_sidecar(dest: Path, digest: str) -> None:
     with atomic_write(sidecar_path(dest)) as fh:
         fh.write(f"{digest}  {dest.name}\n")

@@ -53,9 +53,10 @@ def _convert_locked(name: str, downloads: str | Path, out: Path, byo: str | Path
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         scratch = temp_sibling(out, is_dir=True, kind="raw")
         try:
-            from zsdr.data.download import extract
+            from zsdr.data.download import extract, verify_recorded
 
             for f in ds.files:
+                verify_recorded(Path(downloads) / f.local_path)   # damaged since it was downloaded: refuse
                 extract(Path(downloads) / f.local_path, scratch / Path(f.local_path).name.split(".")[0], strip=f.strip)
             raw = _single_root(scratch)
             log.info("converting %s with the %s converter", name, ds.converter)
