@@ -43,6 +43,8 @@ COCODR_SWEEPS = expand_cocodr_sweeps(config)
 os.environ.setdefault(
     "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
 )
+# A job that runs the `zsdr` command (a multi-process training) logs the traceback of a failure too.
+os.environ.setdefault("ZSDR_DEBUG", "1")
 if config["offline"]:
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 

@@ -284,7 +284,7 @@ def offline_model_problem(ref: str) -> str | None:
         return None
     cache = hub_cache_dir()
     if ref.count("/") > 1 or ref.startswith((".", "/", "~")) or not ref.strip():
-        return f"not an existing folder (and not a Hugging Face id)"
+        return "not an existing folder (and not a Hugging Face id)"
     snapshots = cache / f"models--{ref.replace('/', '--')}" / "snapshots"
     if snapshots.is_dir() and any(s.is_dir() and any(s.iterdir()) for s in snapshots.iterdir()):
         return None
