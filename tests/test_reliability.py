@@ -256,16 +256,19 @@ def test_a_full_disk_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
     run, out = tmp_path / "run.trec", tmp_path / "metrics.json"
     run.write_text("q1 Q0 d1 1 1.0 t\nq2 Q0 d2 1 1.0 t\n")
 
-    def full(path, *args, **kwargs):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    def full(*args, **kwargs):   # the disk fills while the JSON is written (the error names no file)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(metrics, "write_metrics", full)
+    import types
+
+    monkeypatch.setattr(metrics, "json", types.SimpleNamespace(dump=full, dumps=json.dumps))
     code, _, err = zsdr(capsys, "evaluate", "--qrels", ds, "--run", run, "--per-query", out)
     assert code == 1 and error_lines(err) == [
         f"zsdr evaluate: error: {out}: No space left on device (fix: free space on that file system, or point "
         "the output (or `paths:` in the config) at a larger one)"]
     code, _, err = zsdr(capsys, "--debug", "evaluate", "--qrels", ds, "--run", run, "--per-query", out)
     assert code == 1 and "Traceback (most recent call last)" in err and "OSError" in err
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []   # no half-written temporary
 
 
 def test_the_real_command_prints_one_line_and_debug_shows_the_traceback(tmp_path):

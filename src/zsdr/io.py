@@ -334,6 +334,12 @@ def file_lock(path: str | os.PathLike, what: str | None = None, wait: bool = Tru
         os.close(fd)
 
 
+def _name_the_output(exc: BaseException, path: Path) -> None:
+    """An OSError without a file name (a full disk while a library writes) names the output it was for."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+        exc.filename = str(path)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
     """Write ``path`` through a temporary sibling that is renamed into place only on success.
@@ -354,8 +360,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             with fh:
                 yield fh
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        _name_the_output(exc, path)
         raise
 
 
@@ -380,8 +387,9 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_output(exc, path)
         raise
 
 
