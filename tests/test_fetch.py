@@ -154,7 +154,7 @@ def test_two_concurrent_fetches_of_one_file_give_one_correct_archive(tmp_path):
     remote = registry.get(name).files[0]
     assert not (remote.md5 or remote.sha256)
     src = make_dataset(tmp_path / "src" / name)
-    with open(src / "corpus.jsonl", "a", encoding="utf-8") as fh:   # a few hundred KB: ~1.5 s to serve
+    with open(src / "corpus.jsonl", "a", encoding="utf-8") as fh:   # a few hundred KB, served slowly
         for i in range(400):
             fh.write(json.dumps({"_id": f"x{i}", "title": "", "text": f"filler {i} " * 60}) + "\n")
     archive = tmp_path / f"{name}.zip"
@@ -165,7 +165,7 @@ def test_two_concurrent_fetches_of_one_file_give_one_correct_archive(tmp_path):
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
     srv.daemon_threads = True
     srv.files = {"/" + remote.local_path: payload}   # the mirror layout <host>/<path>
-    srv.requests, srv.pause = [], 1.5 * 4096 / len(payload)
+    srv.requests, srv.pause = [], 4.0 * 4096 / len(payload)   # ~4 s: the second starts well before the end
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
@@ -210,3 +210,23 @@ def test_convert_refuses_a_download_damaged_after_it_was_verified(tmp_path, monk
     with pytest.raises(DataError, match="the file changed since it was downloaded"):
         convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact")
     assert (tmp_path / "data" / "scifact" / "dataset.json").is_file()  # the earlier conversion is untouched
+
+
+def test_a_second_fetch_verifies_an_unchecked_archive_against_its_recorded_sha256(tmp_path):
+    """A source without a published checksum: the archive damaged after the first `zsdr fetch` is not kept
+    as "already present" by the second; it is downloaded again (the sha256 sidecar tells)."""
+    name = "trec-covid-beir"
+    remote = registry.get(name).files[0]
+    archive = _beir_zip(tmp_path, name)
+    mirror = _mirror_with(tmp_path, archive, remote)
+    cmd = [sys.executable, "-m", "zsdr", "fetch", name, "--mirror", str(mirror), "--quiet",
+           "--downloads", str(tmp_path / "downloads"), "--data", str(tmp_path / "data")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    local = tmp_path / "downloads" / remote.local_path
+    with open(local, "ab") as fh:
+        fh.write(b"bytes appended after the download")
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "fails its check (sha256 recorded when it was downloaded" in second.stderr
+    assert local.read_bytes() == archive.read_bytes()
