@@ -214,8 +214,9 @@ def share_tree(path: str | os.PathLike) -> None:
 
 
 def _owner() -> str:
-    """``<host>.<pid>``: who owns a temporary (the host's first label, reduced to [A-Za-z0-9-])."""
-    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0]) or "host"
+    """``<host>.<pid>``: who owns a temporary (the host's first label, reduced to [A-Za-z0-9-] and 24
+    characters, so a temporary's name stays well within the file system's limit)."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:24] or "host"
     return f"{host}.{os.getpid()}"
 
 
