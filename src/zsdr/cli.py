@@ -292,6 +292,9 @@ def _weights_problem(file: Path) -> str | None:
             return f"the tensors need {8 + length + end} bytes, the file has {size}"
         return None
     if file.suffix == ".bin" and not zipfile.is_zipfile(file):
+        with open(file, "rb") as fh:
+            if fh.read(1) == b"\x80":
+                return None   # torch's legacy (pre-1.6) pickle format: no structure to check
         return "not a complete PyTorch (zip) archive"
     return None
 
