@@ -343,7 +343,8 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
     ``test``), ``run`` (TREC run file, or a ``{qid: {docid: score}}`` dict), ``metrics``, optional
     ``out`` (metrics JSON written there), ``ignore_identical_ids`` (default False), ``missing``
     (default ``"zero"``) and ``meta`` (extra keys for the JSON). Returns the results in job order.
-    ``cache`` (a dict) keeps prepared qrels across calls.
+    ``cache`` (a dict) keeps prepared qrels across calls. A run that answers none of the evaluated
+    queries raises :class:`DataError`; one that misses some is scored with a warning (how many).
     """
     from zsdr.data.formats import read_trec_run_table
 
