@@ -282,7 +282,6 @@ def temp_sibling(path: str | os.PathLike, is_dir: bool, kind: str = "tmp") -> Pa
     return Path(name)
 
 
-
 @contextlib.contextmanager
 def scratch_dir(path: str | os.PathLike, kind: str = "scratch") -> Iterator[Path]:
     """A temporary working folder beside output ``path``, removed when the block ends (however it ends)."""
