@@ -393,7 +393,8 @@ def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
                                                   "similarity": "cosine"})
 
     missing = plan(mini_config(tmp_path, system("org/not-cached")), env)
-    assert missing.returncode != 0 and "config key systems.hub.model: model 'org/not-cached'" in missing.stdout + missing.stderr
+    assert missing.returncode != 0
+    assert "config key systems.hub.model: model 'org/not-cached'" in missing.stdout + missing.stderr
     cached = plan(mini_config(tmp_path, system("org/cached-model")), env)
     assert cached.returncode == 0, cached.stderr[-3000:]
     # a model folder with truncated weights is named at planning time too

@@ -620,7 +620,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--shard", type=nonnegative_int, default=0)
     p.add_argument("--num-shards", type=positive_int, default=1)
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
-    p.add_argument("--chunk-size", type=positive_int, default=10_000, help="documents read, encoded and written at a time")
+    p.add_argument("--chunk-size", type=positive_int, default=10_000,
+                   help="documents read, encoded and written at a time")
     p.set_defaults(func=cmd_encode)
 
     p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
