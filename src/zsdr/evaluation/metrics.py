@@ -472,13 +472,24 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _metrics_arg(value: str) -> str:
+    """``--metrics``: checked by argparse, so a typo is a usage error (exit 2) before anything is read."""
+    import argparse
+
+    try:
+        parse_metrics(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. ndcg@10,recall@100,mrr@10,hole@10)") from None
+    return value
+
+
 def register_cli(subparsers) -> None:
     """Add ``evaluate`` to the ``zsdr`` command."""
     p = subparsers.add_parser("evaluate", help="score a TREC run against qrels; print the metrics as JSON")
     p.add_argument("--qrels", required=True,
                    help="BEIR dataset folder (with --split), BEIR qrels tsv, or TREC qrels (detected by content)")
     p.add_argument("--run", required=True, help="TREC run file 'qid Q0 docid rank score tag'")
-    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+    p.add_argument("--metrics", type=_metrics_arg, default=",".join(DEFAULT_METRICS),
                    help=f"comma-separated (default {','.join(DEFAULT_METRICS)})")
     p.add_argument("--split", default="test", help="qrels split of a dataset folder (default: test)")
     p.add_argument("--ignore-identical-ids", action="store_true",
