@@ -212,6 +212,8 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
     missing = tmp_path / "missing"
     empty_spec = tmp_path / "spec.json"
     empty_spec.write_text("{}")
+    negatives = tmp_path / "negatives.jsonl"
+    negatives.write_text("")
     return [
         (["validate", missing], 1, f"{missing}: dataset folder not found"),
         (["fetch", "no-such-set"], 2, "unknown dataset 'no-such-set'"),
@@ -244,11 +246,19 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["shift", missing, ds], 1, f"{missing}: dataset folder not found"),
         (["encode-queries", "--model", empty_model, "--dataset", ds, "--out", tmp_path / "q"], 1,
          "the model folder is empty"),
-        (["score-pairs", no_weights, ds, tmp_path / "negatives.jsonl", tmp_path / "scores.jsonl"], 1,
-         "the model folder has no weights"),
-        (["search", "--queries", missing, "--shards", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
-        (["search-shard", "--queries", missing, "--shard", missing, "--out", tmp_path / "s.npz"], 1, f"{missing}"),
-        (["merge-shards", "--parts", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}"),
+        (["score-pairs", no_weights, ds, negatives, tmp_path / "scores.jsonl"], 1, "the model folder has no weights"),
+        (["score-pairs", no_weights, ds, missing, tmp_path / "scores.jsonl"], 1,
+         f"{missing}: negatives file not found (fix: check the path given to the negatives argument"),
+        (["search", "--queries", missing, "--shards", missing, "--out", tmp_path / "r.trec"], 1,
+         f"{missing}: embeddings folder not found (fix: check the path given to --queries, or build it first)"),
+        (["search-shard", "--queries", missing, "--shard", missing, "--out", tmp_path / "s.npz"], 1,
+         f"{missing}: embeddings folder not found"),
+        (["merge-shards", "--parts", missing, "--out", tmp_path / "r.trec"], 1,
+         f"{missing}: shard top-k file not found (fix: check the path given to --parts"),
+        (["mine", "org/never-loaded", ds, tmp_path / "n.jsonl", "--shards", tmp_path, missing], 1,
+         f"{missing}: embeddings folder not found (fix: check the path given to --shards"),
+        (["encode", "--model", "org/never-loaded", "--dataset", missing, "--out", tmp_path / "e"], 1,
+         f"{missing}: dataset folder not found (fix: check the path given to --dataset"),
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--gpu", "maybe"], 2,
          "argument --gpu: invalid choice"),
     ]

@@ -228,6 +228,31 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Inputs checked before a command starts its slow part (loading a model, starting the JVM), per command:
+# (argument, what it names, its flag for the message).
+INPUT_PATHS = {
+    "encode-search": [("dataset", "dataset folder", "--dataset")],
+    "encode": [("dataset", "dataset folder", "--dataset")],
+    "encode-queries": [("dataset", "dataset folder", "--dataset")],
+    "search": [("queries", "embeddings folder", "--queries"), ("shards", "embeddings folder", "--shards")],
+    "search-shard": [("queries", "embeddings folder", "--queries"), ("shard", "embeddings folder", "--shard")],
+    "merge-shards": [("parts", "shard top-k file", "--parts")],
+    "mine": [("dataset", "dataset folder", "the dataset argument"), ("shards", "embeddings folder", "--shards")],
+    "score-pairs": [("dataset", "dataset folder", "the dataset argument"),
+                    ("negatives", "negatives file", "the negatives argument")],
+    "bm25": [("dataset", "dataset folder", "--dataset")],
+}
+
+
+def check_inputs(args) -> None:
+    """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
+    for attr, what, flag in INPUT_PATHS.get(args.command, ()):
+        value = getattr(args, attr, None)
+        for path in value if isinstance(value, list) else [value]:
+            if path is not None and not Path(path).exists():
+                raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
+
+
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                 "pytorch_model.bin.index.json")
 
@@ -343,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        check_inputs(args)
         check_device(getattr(args, "device", None))
         if getattr(args, "model", None) is not None:
             check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
