@@ -20,19 +20,31 @@ os.environ.update(
 )
 
 
+from zsdr.workflow import (
+    check_config,
+    expand_berm_grid,
+    expand_cocodr_sweeps,
+    expand_recipes,
+    load_yaml,
+)
+
+load_yaml(Path(workflow.basedir) / "config.yaml")  # a syntax error: its line and column
+
+
 configfile: "config.yaml"
 
 
-from zsdr.workflow import expand_berm_grid, expand_cocodr_sweeps, expand_recipes
-
 expand_recipes(config)
-validate(config, "schemas/config.schema.yaml")
+check_config(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
+validate(config, "schemas/config.schema.yaml")  # fills in the schema's defaults
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 
 os.environ.setdefault(
     "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
 )
+# A job that runs the `zsdr` command (a multi-process training) logs the traceback of a failure too.
+os.environ.setdefault("ZSDR_DEBUG", "1")
 if config["offline"]:
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 

@@ -12,7 +12,7 @@ from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
 from zsdr.tables.spec import all_specs, load_systems
-from zsdr.workflow import code_files
+from zsdr.workflow import check_model_reference, code_files
 
 
 def _wait_for_the_job(signum, frame):
@@ -513,7 +513,7 @@ def generator_path(name):
             f"(defined: {', '.join(GENERATORS) or 'none'})"
         )
     g = GENERATORS[name]
-    return g["hf"] if "hf" in g else f"{MODELS}/generators/{name}"
+    return on_this_machine(g["hf"]) if "hf" in g else f"{MODELS}/generators/{name}"
 
 
 def generator_spec(name):
@@ -1084,8 +1084,14 @@ def dense_model(system, dataset=None):
                 f"config key systems.{system}.backbone: {name!r} is not a key of `backbones`"
             )
         backbone = config["backbones"][name]
-        return f"{MODELS}/backbones/{name}" if "build" in backbone else backbone["hf"]
-    return model_ref(spec["model"]) if spec["model"] in RELEASES else spec["model"]
+        return (
+            f"{MODELS}/backbones/{name}"
+            if "build" in backbone
+            else on_this_machine(backbone["hf"])
+        )
+    if spec["model"] in RELEASES:
+        return model_ref(spec["model"])
+    return on_this_machine(spec["model"])
 
 
 def dense_model_input(wc):
@@ -1436,23 +1442,39 @@ EXTRA_EVAL_SYSTEMS = sorted(
 # Training (rules/finetune.smk): what each training job reads, how it is launched, what it runs.
 
 
+OFFLINE_CHECKED = set()
+
+
+def on_this_machine(ref):
+    """``ref``; a model the DAG does not build must be usable, or planning fails naming its config key
+    (not a job, minutes later): a folder must hold a complete model, and with `offline: true` a
+    Hugging Face id must be in the local cache.
+    """
+    if not ref.startswith(f"{MODELS}/") and ref not in OFFLINE_CHECKED:
+        check_model_reference(ref, config, config["offline"])
+        OFFLINE_CHECKED.add(ref)
+    return ref
+
+
 def model_ref(name):
     """What `init` names: a backbone, a recipe's trained model, a cross-encoder, or an HF id/folder."""
     if name in config["backbones"]:
         b = config["backbones"][name]
-        return f"{MODELS}/backbones/{name}" if "build" in b else b["hf"]
+        return (
+            f"{MODELS}/backbones/{name}" if "build" in b else on_this_machine(b["hf"])
+        )
     if name in RECIPES:
         return trained_model(name)
     if name in PRETRAINED:
         p = PRETRAINED[name]
-        return p["hf"] if "hf" in p else f"{MODELS}/pretrained/{name}"
+        return on_this_machine(p["hf"]) if "hf" in p else f"{MODELS}/pretrained/{name}"
     if is_dam(name):
         return dam_path(name, "init")
     if name in CROSS_ENCODERS:
         return f"{MODELS}/cross-encoders/{name}"
     if name in RELEASES:
         return f"{MODELS}/released/{name}"
-    return name
+    return on_this_machine(name)
 
 
 def model_files(ref):
@@ -1715,7 +1737,7 @@ def reader_path(name):
             f"(defined: {', '.join(READERS) or 'none'})"
         )
     r = READERS[name]
-    return r["hf"] if "hf" in r else f"{MODELS}/readers/{name}"
+    return on_this_machine(r["hf"]) if "hf" in r else f"{MODELS}/readers/{name}"
 
 
 def spec_inputs(spec):
@@ -2145,3 +2167,14 @@ def dense_search_inputs(wc):
         root = f"{RUNS}/{wc.dataset}/.shards/{wc.system}"
         return [f"{root}/{s}.npz" for s in shards(wc.dataset)]
     return [f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in shards(wc.dataset)]
+
+
+# With `offline: true`, every model the config names must be on this machine when planning starts,
+# whether or not the requested targets use it (each is checked once).
+if config["offline"]:
+    for _name, _s in config["systems"].items():
+        if isinstance(_s.get("model"), str) and _s["model"] not in RELEASES:
+            on_this_machine(_s["model"])
+    for _name, _r in RECIPES.items():
+        if isinstance(_r.get("init"), str):
+            model_ref(_r["init"])

@@ -107,7 +107,8 @@ def test_plain_download_verified(server, tmp_path):
     got = download(f"{server.base}/data/file.bin", dest, md5=_md5(PAYLOAD), sha256=_sha(PAYLOAD),
                    size=len(PAYLOAD), progress=False, timeout=5)
     assert got == dest and dest.read_bytes() == PAYLOAD
-    assert _files(dest.parent) == [dest]
+    assert _files(dest.parent) == [dest, dest.with_name("file.bin.sha256")]
+    assert dest.with_name("file.bin.sha256").read_text() == f"{_sha(PAYLOAD)}  file.bin\n"
 
 
 def test_retries_on_500(server, tmp_path):
@@ -323,3 +324,73 @@ def test_extract_truncated_archives_fail_cleanly(tmp_path):
     with pytest.raises(DownloadError, match="not a zip/tar"):
         extract(garbage, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------ sidecars and locking
+
+def test_unverified_source_is_checked_against_its_recorded_sha256(server, tmp_path, caplog):
+    """A source without a published checksum is verified against the sha256 recorded when it was
+    downloaded: a copy damaged later (e.g. appended to by a second writer) is fetched again."""
+    dest = tmp_path / "f.bin"
+    download(f"{server.base}/data/file.bin", dest, progress=False, timeout=5)
+    sidecar = tmp_path / "f.bin.sha256"
+    assert sidecar.read_text().split()[0] == _sha(PAYLOAD)
+    download(f"{server.base}/data/file.bin", dest, progress=False, timeout=5)
+    assert len(server.requests) == 1  # intact: reused
+    with open(dest, "ab") as fh:
+        fh.write(b"bytes a slower writer appended after the rename")
+    with caplog.at_level(logging.WARNING, logger="zsdr.download"):
+        download(f"{server.base}/data/file.bin", dest, progress=False, timeout=5)
+    assert "sha256 recorded when it was downloaded" in caplog.text
+    assert dest.read_bytes() == PAYLOAD and len(server.requests) == 2
+    assert sidecar.read_text().split()[0] == _sha(PAYLOAD)
+
+
+def test_file_placed_by_hand_gets_a_sidecar(server, tmp_path):
+    dest = tmp_path / "f.bin"
+    dest.write_bytes(b"placed by hand")
+    download(f"{server.base}/data/file.bin", dest, progress=False)
+    assert server.requests == [] and dest.read_bytes() == b"placed by hand"
+    assert (tmp_path / "f.bin.sha256").read_text() == f"{_sha(b'placed by hand')}  f.bin\n"
+
+
+def test_lock_is_exclusive_and_removed(tmp_path):
+    """file_lock: a second holder is refused (wait=False) or waits; the lock file goes away after."""
+    from zsdr.io import file_lock
+
+    target = tmp_path / "x.bin"
+    done = threading.Event()
+    order = []
+
+    def second():
+        with file_lock(target, what="the download of x.bin"):
+            order.append("second")
+        done.set()
+
+    with file_lock(target, what="the download of x.bin") as lock:
+        assert lock.is_file() and f"pid {__import__('os').getpid()}" in lock.read_text()
+        with pytest.raises(DataError, match="in progress in pid .*wait for it to finish"):
+            with file_lock(target, wait=False):
+                pass
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not done.wait(0.3)  # blocked while we hold it
+        order.append("first")
+    assert done.wait(10)
+    thread.join(5)
+    assert order == ["first", "second"] and not lock.exists()
+
+
+def test_a_conversion_refuses_an_archive_changed_since_its_download(server, tmp_path):
+    """The converter reads a download long after it was verified (a Snakemake rule of its own): it checks
+    the recorded sha256 first, so a damaged archive is named instead of converted."""
+    from zsdr.data.download import verify_recorded
+
+    dest = download(f"{server.base}/data/file.bin", tmp_path / "f.bin", progress=False, timeout=5)
+    assert verify_recorded(dest) is True
+    assert verify_recorded(tmp_path / "unrecorded.bin") is False
+    with open(dest, "r+b") as fh:
+        fh.write(b"X")
+    with pytest.raises(DownloadError, match=r"f\.bin: the file changed since it was downloaded \(sha256 recorded in "
+                                            r"f\.bin\.sha256: [0-9a-f]{64}, now [0-9a-f]{64}\) \(fix: delete "):
+        verify_recorded(dest)

@@ -347,7 +347,7 @@ def test_cli_per_query_and_options(files, capsys):
     assert set(saved["per_query"]) <= set(files["qrels"])
 
 
-def test_cli_errors(files):
+def test_cli_errors(files, capsys):
     bad = files["tmp"] / "bad.tsv"
     bad.write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td2\n")
     with pytest.raises(DataError, match=r"bad.tsv:3: expected 3 tab-separated columns"):
@@ -358,8 +358,9 @@ def test_cli_errors(files):
         run_cli(["--qrels", bad_trec, "--run", files["run_file"]])
     with pytest.raises(DataError, match="no qrels for split 'dev'"):
         run_cli(["--qrels", files["dataset"], "--split", "dev", "--run", files["run_file"]])
-    with pytest.raises(DataError, match="--metrics: unknown metric 'bleu@4'"):
+    with pytest.raises(SystemExit) as usage:   # a usage error, refused by argparse before anything is read
         run_cli(["--qrels", files["tsv"], "--run", files["run_file"], "--metrics", "ndcg@10,bleu@4"])
+    assert usage.value.code == 2 and "argument --metrics: unknown metric 'bleu@4'" in capsys.readouterr().err
     with pytest.raises(DataError, match="file not found"):
         run_cli(["--qrels", files["tmp"] / "nope.tsv", "--run", files["run_file"]])
 

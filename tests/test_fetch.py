@@ -111,3 +111,122 @@ def test_cli_fetch_unknown_and_datasets_listing():
     assert bad.returncode == 2 and "unknown dataset 'no-such-set'" in bad.stderr
     listing = subprocess.run([sys.executable, "-m", "zsdr", "datasets"], capture_output=True, text=True, check=True)
     assert "scifact" in listing.stdout and "5f7d1de60b170fc8027bb7898e2efca1" in listing.stdout
+
+
+class _SlowHandler(__import__("http.server").server.BaseHTTPRequestHandler):
+    """Serves ``server.files`` (path -> bytes) in small pieces with pauses, so downloads overlap."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        import time
+
+        body = self.server.files.get(self.path.split("?")[0])
+        self.server.requests.append((self.path, self.headers.get("Range")))
+        if body is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        start = int(self.headers["Range"].removeprefix("bytes=").split("-")[0]) if self.headers.get("Range") else 0
+        self.send_response(206 if start else 200)
+        self.send_header("Content-Length", str(len(body) - start))
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        self.end_headers()
+        for i in range(start, len(body), 4096):
+            self.wfile.write(body[i:i + 4096])
+            self.wfile.flush()
+            time.sleep(self.server.pause)
+
+
+def test_two_concurrent_fetches_of_one_file_give_one_correct_archive(tmp_path):
+    """Two `zsdr fetch` of a source without a published checksum, started while the first is mid-download:
+    the second waits for the first's lock and reuses its verified archive; both convert the same data."""
+    import threading
+    import time
+    from http.server import ThreadingHTTPServer
+
+    name = "trec-covid-beir"
+    remote = registry.get(name).files[0]
+    assert not (remote.md5 or remote.sha256)
+    src = make_dataset(tmp_path / "src" / name)
+    with open(src / "corpus.jsonl", "a", encoding="utf-8") as fh:   # a few hundred KB, served slowly
+        for i in range(400):
+            fh.write(json.dumps({"_id": f"x{i}", "title": "", "text": f"filler {i} " * 60}) + "\n")
+    archive = tmp_path / f"{name}.zip"
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:
+        for p in sorted(src.rglob("*")):
+            zf.write(p, p.relative_to(src.parent).as_posix())
+    payload = archive.read_bytes()
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
+    srv.daemon_threads = True
+    srv.files = {"/" + remote.local_path: payload}   # the mirror layout <host>/<path>
+    srv.requests, srv.pause = [], 4.0 * 4096 / len(payload)   # ~4 s: the second starts well before the end
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        mirror = f"http://127.0.0.1:{srv.server_address[1]}"
+        cmd = [sys.executable, "-m", "zsdr", "fetch", name, "--mirror", mirror, "--quiet",
+               "--downloads", str(tmp_path / "downloads"), "--data", str(tmp_path / "data")]
+        first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not srv.requests and time.monotonic() < deadline and first.poll() is None:
+            time.sleep(0.02)
+        assert srv.requests, "the first fetch never reached the server"
+        second = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        outs = [p.communicate(timeout=120) for p in (first, second)]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert "waiting for pid" in outs[1][1]  # the second saw the first's lock
+    local = tmp_path / "downloads" / remote.local_path
+    assert local.read_bytes() == payload
+    assert local.with_name(local.name + ".sha256").read_text().split()[0] == hashlib.sha256(payload).hexdigest()
+    assert [r for r in srv.requests if r[1] is None] == [srv.requests[0]]  # one full download, no resumed overlap
+    assert sorted(p.name for p in local.parent.iterdir()) == [local.name, local.name + ".sha256"]
+    assert json.loads(outs[0][0])["docs"] == json.loads(outs[1][0])["docs"] == 403
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [name]
+
+
+def test_convert_refuses_a_download_damaged_after_it_was_verified(tmp_path, monkeypatch):
+    from zsdr.data.fetch import convert_downloaded
+
+    archive = _beir_zip(tmp_path, "scifact")
+    real = registry.get("scifact")
+    local = dataclasses.replace(real, files=(dataclasses.replace(
+        real.files[0], md5=hashlib.md5(archive.read_bytes()).hexdigest()),))
+    monkeypatch.setitem(registry.REGISTRY, "scifact", local)
+    mirror = _mirror_with(tmp_path, archive, local.files[0])
+    fetch("scifact", downloads=tmp_path / "downloads", data=tmp_path / "data", mirror=mirror.as_uri(), progress=False)
+    downloaded = tmp_path / "downloads" / local.files[0].local_path
+    with open(downloaded, "ab") as fh:
+        fh.write(b"appended later")
+    with pytest.raises(DataError, match="the file changed since it was downloaded"):
+        convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact")
+    assert (tmp_path / "data" / "scifact" / "dataset.json").is_file()  # the earlier conversion is untouched
+
+
+def test_a_second_fetch_verifies_an_unchecked_archive_against_its_recorded_sha256(tmp_path):
+    """A source without a published checksum: the archive damaged after the first `zsdr fetch` is not kept
+    as "already present" by the second; it is downloaded again (the sha256 sidecar tells)."""
+    name = "trec-covid-beir"
+    remote = registry.get(name).files[0]
+    archive = _beir_zip(tmp_path, name)
+    mirror = _mirror_with(tmp_path, archive, remote)
+    cmd = [sys.executable, "-m", "zsdr", "fetch", name, "--mirror", str(mirror), "--quiet",
+           "--downloads", str(tmp_path / "downloads"), "--data", str(tmp_path / "data")]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    local = tmp_path / "downloads" / remote.local_path
+    with open(local, "ab") as fh:
+        fh.write(b"bytes appended after the download")
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "fails its check (sha256 recorded when it was downloaded" in second.stderr
+    assert local.read_bytes() == archive.read_bytes()

@@ -5,32 +5,43 @@
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
     zsdr doctor [--warm]           check the installation (torch, Java, faiss); warm the numba cache
+    zsdr check-config [FILE...]    check config files as the workflow reads them
+
+Every expected failure ends the command with one line on stderr, ``zsdr CMD: error: ...``, naming the
+file or argument and the fix: exit status 2 for a usage error (a bad argument), 1 for bad data or a
+file that cannot be read or written. ``--debug`` (anywhere on the line) or ``ZSDR_DEBUG=1`` also
+prints the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from zsdr.io import DataError
+from zsdr.argtypes import UsageError, check_device
+from zsdr.io import DataError, MultiDataError
 
 log = logging.getLogger("zsdr")
 
 
 def _load_config(path: str | None) -> dict:
-    import yaml
+    from zsdr.workflow import ConfigError, load_yaml
 
     if path is None:
         return {}
+    if not Path(path).is_file():
+        raise DataError(path, None, "cannot read config (no such file)", "pass --config PATH")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise DataError(path, None, f"cannot read config ({exc.strerror})", "pass --config PATH") from None
+        return load_yaml(path)
+    except ConfigError as exc:
+        raise DataError(None, None, str(exc)) from None
 
 
 def cmd_validate(args) -> int:
@@ -68,6 +79,31 @@ def cmd_mini(args) -> int:
         raise DataError(args.config, None, "no `mini` section", "use the project's config.yaml")
     described = generate(config["mini"], args.out)
     print(json.dumps({k: v["counts"] for k, v in described["domains"].items()}))
+    return 0
+
+
+def cmd_check_config(args) -> int:
+    """Check config files as the workflow reads them: the project's config.yaml, then each file over it."""
+    from zsdr.workflow import SRC, ConfigError, _merge, check_config, expand_recipes, load_yaml
+
+    root = SRC.parent
+    base, schema = root / "config.yaml", root / "schemas" / "config.schema.yaml"
+    if not schema.is_file():
+        raise DataError(schema, None, "the config schema is missing", "run this from a checkout of the project")
+    try:
+        config = load_yaml(base) if args.base else {}
+        for path in args.files:
+            if not Path(path).is_file():
+                raise DataError(path, None, "config file not found", "check the path")
+            config = _merge(config, load_yaml(path))
+        expand_recipes(config)
+        check_config(config, schema)
+    except (ConfigError, ValueError) as exc:
+        lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
+        if len(lines) > 1:
+            raise MultiDataError([DataError(None, None, line) for line in lines]) from None
+        raise DataError(None, None, lines[0] if lines else str(exc)) from None
+    print(json.dumps({"ok": True, "files": [str(base)] * bool(args.base) + [str(f) for f in args.files]}))
     return 0
 
 
@@ -125,7 +161,7 @@ MODULE_COMMANDS = {
 }
 
 
-BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini")
+BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config")
 
 
 def _command_modules(argv: list[str]) -> list[str]:
@@ -138,9 +174,19 @@ def _command_modules(argv: list[str]) -> list[str]:
     return list(dict.fromkeys(MODULE_COMMANDS.values()))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line: ``zsdr CMD: error: argument --x: ... (see `zsdr CMD --help`)``."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit")
+    parser = Parser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit",
+                    epilog="Errors are one line on stderr (exit 2: usage, 1: data); --debug or ZSDR_DEBUG=1 "
+                           "adds the traceback.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (also ZSDR_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in _command_modules(sys.argv[1:] if argv is None else argv):
         importlib.import_module(module).register_cli(sub)
@@ -168,6 +214,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--warm", action="store_true")
     p.set_defaults(func=cmd_doctor)
 
+    p = sub.add_parser("check-config", help="check config files as the workflow reads them (YAML line and "
+                                            "column, unknown keys with the nearest valid name)")
+    p.add_argument("files", nargs="*", help="config files laid over the project's config.yaml, in order "
+                                            "(as `snakemake --configfile FILES`)")
+    p.add_argument("--no-base", dest="base", action="store_false", help="do not start from config.yaml")
+    p.set_defaults(func=cmd_check_config)
+
     p = sub.add_parser("mini", help="generate the mini benchmark")
     p.add_argument("--config", default="config.yaml")
     p.add_argument("--out", default="data")
@@ -175,19 +228,166 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Inputs checked before a command starts its slow part (loading a model, starting the JVM), per command:
+# (argument, what it names, its flag for the message).
+INPUT_PATHS = {
+    "encode-search": [("dataset", "dataset folder", "--dataset")],
+    "encode": [("dataset", "dataset folder", "--dataset")],
+    "encode-queries": [("dataset", "dataset folder", "--dataset")],
+    "search": [("queries", "embeddings folder", "--queries"), ("shards", "embeddings folder", "--shards")],
+    "search-shard": [("queries", "embeddings folder", "--queries"), ("shard", "embeddings folder", "--shard")],
+    "merge-shards": [("parts", "shard top-k file", "--parts")],
+    "mine": [("dataset", "dataset folder", "the dataset argument"), ("shards", "embeddings folder", "--shards")],
+    "score-pairs": [("dataset", "dataset folder", "the dataset argument"),
+                    ("negatives", "negatives file", "the negatives argument")],
+    "bm25": [("dataset", "dataset folder", "--dataset")],
+}
+
+
+def check_inputs(args) -> None:
+    """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
+    for attr, what, flag in INPUT_PATHS.get(args.command, ()):
+        value = getattr(args, attr, None)
+        for path in value if isinstance(value, list) else [value]:
+            if path is not None and not Path(path).exists():
+                raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
+
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None:
+    """A model given as a folder must hold ``config.json`` and complete weights; raise
+    :class:`DataError` naming the folder, the problem and the fix otherwise (before any loading)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return  # a Hugging Face id, or a file: the loader decides
+    fix = (f"point {argument} at a folder written by zsdr (save_pretrained + zsdr.json) or a complete "
+           "Hugging Face download, or copy the model again")
+    if not any(folder.iterdir()):
+        raise DataError(folder, None, "the model folder is empty", fix)
+    if not (folder / "config.json").is_file() and (folder / "modules.json").is_file():
+        return  # a sentence-transformers folder whose transformer lives in a module subfolder
+    if not (folder / "config.json").is_file():
+        raise DataError(folder, None, "the model folder has no config.json", fix)
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        raise DataError(folder, None, f"the model folder has no weights ({' or '.join(WEIGHT_FILES[:2])})", fix)
+    for file in weights:
+        problem = _weights_problem(file)
+        if problem:
+            raise DataError(file, None, f"the model weights are incomplete or damaged: {problem}", fix)
+
+
+def _weights_problem(file: Path) -> str | None:
+    """Why a weights file cannot be complete, from its structure alone (no tensors are read), or None."""
+    import struct
+    import zipfile
+
+    size = file.stat().st_size
+    if file.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"the shard index is not readable ({exc.__class__.__name__})"
+        missing = sorted(s for s in shards if not (file.parent / s).is_file())
+        if missing:
+            return f"shard {missing[0]} is missing"
+        for shard in sorted(shards):
+            problem = _weights_problem(file.parent / shard)
+            if problem:
+                return f"{shard}: {problem}"
+        return None
+    if file.suffix == ".safetensors":
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than a safetensors header"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return f"the header says {length} bytes, the file has {size - 8} after it"
+            try:
+                header = json.loads(fh.read(length))
+            except ValueError:
+                return "the safetensors header is not valid JSON"
+        end = max((v["data_offsets"][1] for k, v in header.items()
+                   if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
+        if 8 + length + end > size:
+            return f"the tensors need {8 + length + end} bytes, the file has {size}"
+        return None
+    if file.suffix == ".bin" and not zipfile.is_zipfile(file):
+        with open(file, "rb") as fh:
+            if fh.read(1) == b"\x80":
+                return None   # torch's legacy (pre-1.6) pickle format: no structure to check
+        return "not a complete PyTorch (zip) archive"
+    return None
+
+
+_ERRNO_FIXES = {
+    errno.ENOSPC: "free space on that file system, or point the output (or `paths:` in the config) at a larger one",
+    errno.EDQUOT: "free space within your quota, or point the output at another file system",
+    errno.EACCES: "check the permissions of the file and its folder",
+    errno.EPERM: "check the permissions of the file and its folder",
+    errno.ENOENT: "check the path",
+    errno.EROFS: "write the output to a writable file system",
+    errno.EISDIR: "pass a file, not a folder",
+    errno.ENOTDIR: "check the path: a part of it is a file",
+}
+
+
+def _describe(exc: BaseException) -> tuple[str, int]:
+    """One line for an expected failure, and the exit status."""
+    if isinstance(exc, UsageError):
+        return str(exc), 2
+    if isinstance(exc, KeyError) and exc.args and str(exc.args[0]).startswith("unknown "):
+        return str(exc.args[0]), 2   # an unknown registry name
+    if isinstance(exc, DataError):
+        return str(exc), 1
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else None
+        what = exc.strerror or str(exc) or exc.__class__.__name__
+        fix = _ERRNO_FIXES.get(exc.errno, "check the file and the file system")
+        return (f"{where}: {what} (fix: {fix})" if where else f"{what} (fix: {fix})"), 1
+    if isinstance(exc, MemoryError):
+        return "out of memory (fix: a smaller --batch-size, or a machine with more memory)", 1
+    return (f"unexpected {exc.__class__.__name__}: {exc} (fix: rerun with --debug for the traceback and report it)",
+            1)
+
+
 def main(argv: list[str] | None = None) -> int:
     from zsdr.logs import setup_logging
 
-    args = build_parser(argv).parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("ZSDR_DEBUG", "").strip() not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    parser = build_parser(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the subcommand, whose --help lists what it takes
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        check_inputs(args)
+        check_device(getattr(args, "device", None))
+        if getattr(args, "model", None) is not None:
+            check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
         return args.func(args)
-    except DataError as err:
-        print(f"zsdr {args.command}: error:\n{err}", file=sys.stderr)
-        return 1
-    except KeyError as err:  # unknown registry name
-        print(f"zsdr {args.command}: error: {err.args[0]}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"zsdr {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line (the traceback with --debug)
+        if debug:
+            traceback.print_exc()
+        message, status = _describe(exc)
+        if isinstance(exc, MultiDataError) and len(exc.errors) > 1:
+            # several data errors found in one pass (zsdr validate): one line each
+            lines = message.splitlines()
+            print(f"zsdr {args.command}: {len(exc.errors)} errors:", file=sys.stderr)
+            print("\n".join(lines), file=sys.stderr)
+        else:  # one line, whatever a library put into its message
+            print(f"zsdr {args.command}: error: {' '.join(message.split())}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

@@ -5,7 +5,14 @@
 * :func:`open_raw` — the bytes of a plain or gzip file (gzip detected by its magic bytes).
 * :func:`read_json` — a JSON file, every failure a :class:`DataError` naming the file and the fix.
 * :func:`atomic_write` / :func:`atomic_dir` — write to a temporary sibling, rename on success,
-  remove on failure, so a crashed job never leaves a file that looks finished.
+  remove on failure, so a crashed job never leaves a file that looks finished. The result has the
+  permissions of any file the process creates (``0o666`` / ``0o777`` less the umask), not
+  ``tempfile``'s owner-only ``0o600`` / ``0o700``.
+* :func:`scratch_dir` — a temporary working folder beside an output, removed afterwards.
+* Temporaries are named ``.<output>.<kind>.<host>.<pid>.<random>.tmp``; creating one for an output
+  first removes that output's temporaries left by processes of this host that no longer exist (a job
+  killed with SIGKILL), never those of a live process or of another host.
+* :func:`file_lock` — an exclusive ``fcntl`` lock on ``<path>.lock`` (waits for the holder; removed after).
 * :func:`file_digest` — streaming md5/sha256 of a file.
 """
 
@@ -15,14 +22,21 @@ import contextlib
 import gzip
 import hashlib
 import io
+import fcntl
 import json
+import logging
 import os
+import re
 import shutil
+import socket
+import stat
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import IO, Iterator
 
+log = logging.getLogger("zsdr.io")
 
 class DataError(ValueError):
     """Bad input data. ``str(err)`` reads ``FILE:LINE: what is wrong (fix: ...)``."""
@@ -153,13 +167,177 @@ def open_text(path: str | os.PathLike) -> io.TextIOBase:
     return open(path, encoding="utf-8-sig", errors="strict", newline=None)
 
 
-def _tmp_sibling(path: Path, is_dir: bool) -> Path:
+def current_umask() -> int:
+    """The process umask, read without changing it (``/proc/self/status``; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_mode(is_dir: bool) -> int:
+    """The mode ``open()`` / ``mkdir()`` would give a new file or folder under the current umask."""
+    return (0o777 if is_dir else 0o666) & ~current_umask()
+
+
+def share_tree(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a folder and everything in it) at least the permissions a normally
+    created file or folder gets under the umask. Some writers create owner-only files (``tempfile``,
+    safetensors' ``save_file``: 0600); this adds the bits the umask allows and removes none."""
+    path = Path(path)
+    files, dirs = default_mode(False), default_mode(True)
+
+    def fix(p: str, want: int) -> None:
+        try:
+            mode = os.lstat(p).st_mode
+        except OSError:
+            return
+        if stat.S_ISLNK(mode) or (mode & want) == want:
+            return
+        os.chmod(p, stat.S_IMODE(mode) | want)
+
+    if not path.is_dir() or path.is_symlink():
+        fix(str(path), files)
+        return
+    fix(str(path), dirs)
+    for root, dirnames, filenames in os.walk(path):
+        for d in dirnames:
+            fix(os.path.join(root, d), dirs)
+        for f in filenames:
+            fix(os.path.join(root, f), files)
+
+
+def _owner() -> str:
+    """``<host>.<pid>``: who owns a temporary (the host's first label, reduced to [A-Za-z0-9-] and 24
+    characters, so a temporary's name stays well within the file system's limit)."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname().split(".")[0])[:24] or "host"
+    return f"{host}.{os.getpid()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporaries of output ``path`` (``.<name>.<kind>.<host>.<pid>.<random>.tmp``) whose
+    owning process, on this host, no longer exists; return what was removed. Temporaries of live
+    processes and of other hosts are left alone."""
+    path = Path(path)
+    host, _ = _owner().rsplit(".", 1)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[A-Za-z0-9_-]+\.{re.escape(host)}\.(\d+)\.[a-z0-9_]{{8}}\.tmp")
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    prefix = f".{path.name}."
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        match = pattern.fullmatch(entry.name)
+        if match is None or _pid_alive(int(match.group(1))):
+            continue
+        stale = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+        log.warning("removed %s, left by a process that no longer runs (pid %s)", stale, match.group(1))
+        removed.append(stale)
+    return removed
+
+
+def temp_sibling(path: str | os.PathLike, is_dir: bool, kind: str = "tmp") -> Path:
+    """A new temporary file or folder beside ``path``, owned by this process (see the module notes),
+    with the permissions of a normally created one. Stale temporaries of ``path`` are removed first."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
+    prefix = f".{path.name}.{kind}.{_owner()}."
     if is_dir:
-        return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+        tmp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=path.parent))
+        os.chmod(tmp, default_mode(True))
+        return tmp
+    fd, name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, default_mode(False))
+    finally:
+        os.close(fd)
     return Path(name)
+
+
+@contextlib.contextmanager
+def scratch_dir(path: str | os.PathLike, kind: str = "scratch") -> Iterator[Path]:
+    """A temporary working folder beside output ``path``, removed when the block ends (however it ends)."""
+    tmp = temp_sibling(path, is_dir=True, kind=kind)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike, what: str | None = None, wait: bool = True) -> Iterator[Path]:
+    """Hold an exclusive lock on ``<path>.lock`` for the block (``fcntl.flock``: released when the process
+    ends, even by SIGKILL). A second holder waits (logging who holds it) or, with ``wait=False``, fails
+    with :class:`DataError`. The holder removes the lock file when done; a waiter that then holds the
+    lock of a removed file tries again, so two processes never hold two different lock files."""
+    path = Path(path)
+    lock = path.with_name(path.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    waited = None
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
+            if not wait:
+                os.close(fd)
+                raise DataError(path, None, f"{what or 'this file'} is in progress in {holder} (lock {lock})",
+                                "wait for it to finish, then run again") from None
+            if waited is None:
+                log.warning("waiting for %s to finish %s (lock %s)", holder, what or f"writing {path}", lock)
+                waited = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed this file after we opened it: lock the new one
+    if waited is not None:
+        log.info("got the lock on %s after %.1f s", path, time.monotonic() - waited)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)  # while still holding it
+        os.close(fd)
+
+
+def _name_the_output(exc: BaseException, path: Path) -> None:
+    """An OSError without a file name (a full disk while a library writes) names the output it was for."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None:
+        exc.filename = str(path)
 
 
 @contextlib.contextmanager
@@ -170,7 +348,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     gzip-compressed (mtime 0, so identical content gives identical bytes).
     """
     path = Path(path)
-    tmp = _tmp_sibling(path, is_dir=False)
+    tmp = temp_sibling(path, is_dir=False)
     binary = "b" in mode
     try:
         with open(tmp, "wb") as base:
@@ -182,8 +360,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             with fh:
                 yield fh
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        _name_the_output(exc, path)
         raise
 
 
@@ -191,23 +370,26 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``path`` when the block succeeds.
 
-    An existing ``path`` is replaced whole. On failure the temporary directory is removed and
+    Before the rename, everything in it gets the umask's permissions (:func:`share_tree`). An
+    existing ``path`` is replaced whole. On failure the temporary directory is removed and
     ``path`` is left untouched.
     """
     path = Path(path)
-    tmp = _tmp_sibling(path, is_dir=True)
+    tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
         if path.exists():
-            old = _tmp_sibling(path, is_dir=True)
+            old = temp_sibling(path, is_dir=True, kind="old")
             old.rmdir()
             os.replace(path, old)
             os.replace(tmp, path)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        _name_the_output(exc, path)
         raise
 
 

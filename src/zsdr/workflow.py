@@ -139,3 +139,203 @@ def expand_cocodr_sweeps(config: dict) -> dict[tuple[str, float], str]:
                 "dro": {key: value}}))
             points[(sweep, value)] = run
     return points
+
+
+# ---------------------------------------------------------------------------------------------
+# Config errors a person can act on
+
+
+class ConfigError(ValueError):
+    """A config mistake; ``str()`` is one line per problem, each naming the key and the fix."""
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A YAML config file; a syntax error names the file, line and column."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the config ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        context = exc.context
+        if context and exc.context_mark and exc.problem_mark and exc.context_mark.line != exc.problem_mark.line:
+            context += f" (line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1})"
+        what = ", ".join(filter(None, [context, exc.problem]))
+        raise ConfigError(f"{where}: YAML syntax error: {what} (fix: correct the line; indent with spaces, "
+                          "close every bracket and quote)") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: YAML error: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the config must be a mapping of keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def _key_path(parts) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _allowed_keys(schema: dict) -> list[str]:
+    return sorted(schema.get("properties", {}))
+
+
+def _describe_schema_error(error) -> str:
+    import difflib
+    import re
+
+    from jsonschema.exceptions import best_match
+
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        deeper = best_match(error.context)
+        if deeper is not None and deeper.validator == "additionalProperties":
+            error = deeper
+    where = _key_path(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = _allowed_keys(error.schema)
+        patterns = list(error.schema.get("patternProperties", {}))
+        unknown = [k for k in error.instance
+                   if k not in allowed and not any(re.search(p, str(k)) for p in patterns)]
+        lines = []
+        for key in unknown:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            shown = ", ".join(allowed[:60]) + (", ..." if len(allowed) > 60 else "")
+            lines.append(f"config key {_key_path([*error.absolute_path, key])}: unknown key ({hint}allowed "
+                         f"{'at ' + where if where else 'at the top level'}: {shown})")
+        if lines:
+            return "\n".join(lines)
+    message = error.message
+    if len(message) > 300:
+        message = message[:300] + " ..."
+    return f"config key {where or '(top level)'}: {message}"
+
+
+def _fold_inherited(lines: list[str]) -> list[str]:
+    """One line for a mistake that ``extends`` copied into several recipes, naming the others."""
+    import re
+
+    first: dict[str, int] = {}
+    also: dict[int, list[str]] = {}
+    out: list[str] = []
+    for line in lines:
+        m = re.match(r"config key recipes\.([^.:\[]+)", line)
+        if not m:
+            out.append(line)
+            continue
+        name = m.group(1)
+        shape = line.replace(f"recipes.{name}", "recipes.*")
+        if shape in first:
+            also[first[shape]].append(name)
+            continue
+        first[shape] = len(out)
+        also[len(out)] = []
+        out.append(line)
+    for i, names in also.items():
+        if names:
+            out[i] += f" (also in recipes {', '.join(names)}, through `extends`)"
+    return out
+
+
+def check_config(config: dict, schema_path: str | Path) -> None:
+    """Validate ``config`` against the JSON schema; raise :class:`ConfigError` with one short line per
+    problem (the key path, what is wrong, for an unknown key the allowed names and the nearest one),
+    instead of jsonschema's dump of the whole schema."""
+    import yaml
+    from jsonschema import Draft202012Validator
+
+    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        lines = _fold_inherited(list(dict.fromkeys(
+            line for e in errors for line in _describe_schema_error(e).splitlines())))
+        raise ConfigError("invalid config:\n" + "\n".join(lines[:20])
+                          + (f"\n... and {len(lines) - 20} more" if len(lines) > 20 else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# Models that must be on this machine (offline: true)
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache: ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    import os
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    return Path(home).expanduser() / "hub"
+
+
+def offline_model_problem(ref: str) -> str | None:
+    """None when model ``ref`` loads without the network (an existing path, or a Hugging Face id with a
+    snapshot in the local cache); otherwise what is wrong with it."""
+    if Path(ref).expanduser().exists():
+        return None
+    cache = hub_cache_dir()
+    if ref.count("/") > 1 or ref.startswith((".", "/", "~")) or not ref.strip():
+        return "not an existing folder (and not a Hugging Face id)"
+    snapshots = cache / f"models--{ref.replace('/', '--')}" / "snapshots"
+    if snapshots.is_dir() and any(s.is_dir() and any(s.iterdir()) for s in snapshots.iterdir()):
+        return None
+    return f"neither a folder nor a Hugging Face id in the local cache ({cache})"
+
+
+def config_keys_with(config, value, path=()) -> list[str]:
+    """Dotted config keys whose value is ``value`` (to name where a model reference came from)."""
+    found = []
+    if isinstance(config, dict):
+        for k, v in config.items():
+            found += config_keys_with(v, value, (*path, k))
+    elif isinstance(config, list):
+        for i, v in enumerate(config):
+            found += config_keys_with(v, value, (*path, i))
+    elif config == value:
+        found.append(_key_path(path))
+    return found
+
+
+def check_offline_model(ref: str, config: dict, problem_of=offline_model_problem) -> None:
+    """With ``offline: true``, raise :class:`ConfigError` naming the config key of a model reference
+    that is not on this machine (a typo would otherwise fail minutes later inside a job)."""
+    problem = problem_of(ref)
+    if problem is None:
+        return
+    import difflib
+
+    keys = config_keys_with(config, ref) or ["(a model reference)"]
+    names = [*(config.get("backbones") or {}), *(config.get("recipes") or {}), *(config.get("cross_encoders") or {}),
+             *(config.get("readers") or {}), *((config.get("cocodr") or {}).get("pretrained") or {})]
+    close = difflib.get_close_matches(ref, [n for n in names if n != ref], n=1, cutoff=0.75)
+    problem += f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"config key {', '.join(keys[:3])}: model {ref!r} is {problem}; with `offline: true` a model "
+                      "must be a configured backbone, recipe, pretrained model or cross-encoder, a folder, or a "
+                      f"Hugging Face id already downloaded (fix: correct the name, download it once with "
+                      f"`huggingface-cli download {ref}`, or set `offline: false`)")
+
+
+def check_model_reference(ref: str, config: dict, offline: bool) -> None:
+    """A model the DAG does not build: a folder must hold a loadable model (``config.json``, complete
+    weights: :func:`zsdr.cli.check_model_folder`); with ``offline`` anything else must be in the local
+    Hugging Face cache (:func:`check_offline_model`). Raises :class:`ConfigError` naming the config key."""
+    from zsdr.cli import check_model_folder
+    from zsdr.io import DataError
+
+    if Path(ref).expanduser().is_dir():
+        try:
+            check_model_folder(Path(ref).expanduser(), "the model")
+        except DataError as err:
+            keys = config_keys_with(config, ref) or ["(a model reference)"]
+            raise ConfigError(f"config key {', '.join(keys[:3])}: {err}") from None
+    elif offline:
+        check_offline_model(ref, config)

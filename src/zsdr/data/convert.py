@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import unicodedata
 from array import array
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Callable, Iterable, Iterator
 
 from zsdr.data.formats import BeirCounts, BeirWriter, iter_jsonl, iter_qrels_tsv, iter_records, iter_trec_qrels, \
     qrels_files, write_manifest
-from zsdr.io import DataError, open_lines, open_text
+from zsdr.io import DataError, open_lines, open_text, temp_sibling
 
 log = logging.getLogger("zsdr.convert")
 
@@ -163,24 +162,37 @@ class _Queries:
 
 
 class _Qrels:
-    """Writes each ``(split, query, doc)`` judgement once (the first grade wins)."""
+    """Writes each ``(split, query, doc)`` judgement once (the first grade wins). A source that grades
+    one pair twice differently is named in a warning (its first such line), not passed over silently."""
 
     def __init__(self, writer: BeirWriter):
         self.writer = writer
-        self.seen: set[tuple[str, str, str]] = set()
+        self.seen: dict[tuple[str, str, str], tuple[int, str | None]] = {}
         self.repeats = 0
+        self.conflicts = 0
+        self.first_conflict: str | None = None
 
-    def add(self, split: str, qid: str, did: str, score: int) -> bool:
+    def add(self, split: str, qid: str, did: str, score: int, path=None, line: int | None = None) -> bool:
         key = (split, qid, did)
-        if key in self.seen:
+        where = f"{path}:{line}" if path is not None and line else (str(path) if path is not None else None)
+        old = self.seen.get(key)
+        if old is not None:
             self.repeats += 1
+            if old[0] != score:
+                self.conflicts += 1
+                if self.first_conflict is None:
+                    self.first_conflict = (f"{where or split}: query {qid!r}, document {did!r} graded {score}, "
+                                           f"first graded {old[0]}" + (f" at {old[1]}" if old[1] else ""))
             return False
-        self.seen.add(key)
+        self.seen[key] = (score, where)
         self.writer.add_qrel(split, qid, did, score)
         return True
 
 
 def _done(name: str, writer: BeirWriter, qrels: _Qrels | None = None) -> BeirCounts:
+    if qrels is not None and qrels.conflicts:
+        log.warning("%s: %d judgements repeat a (query, document) pair with another grade; the first grade is kept "
+                    "(first: %s)", name, qrels.conflicts, qrels.first_conflict)
     if qrels is not None and qrels.repeats:
         log.info("%s: %d repeated judgements written once", name, qrels.repeats)
     log.info("%s: %s", name, writer.counts.as_dict() if writer.counts else "not validated")
@@ -218,8 +230,8 @@ def convert_beir(raw: str | os.PathLike, out: str | os.PathLike, subdir: str) ->
             qset.add(qid, obj["text"], queries, line)
         qrels = _Qrels(writer)
         for split, path in splits.items():
-            for _line, qid, did, score in iter_qrels_tsv(path):
-                qrels.add(split, qid, did, score)
+            for line, qid, did, score in iter_qrels_tsv(path):
+                qrels.add(split, qid, did, score, path, line)
     return _done(f"beir:{subdir}", writer, qrels)
 
 
@@ -252,8 +264,8 @@ def convert_msmarco(raw: str | os.PathLike, out: str | os.PathLike) -> BeirCount
                 qset.add(qid, text, path, line)
         qrels = _Qrels(writer)
         for split, path in qrel_files.items():
-            for _line, qid, pid, score in iter_trec_qrels(path):
-                qrels.add(split, qid, pid, score)
+            for line, qid, pid, score in iter_trec_qrels(path):
+                qrels.add(split, qid, pid, score, path, line)
     return _done("msmarco", writer, qrels)
 
 
@@ -326,7 +338,7 @@ def triples_to_beir(path: str | os.PathLike, out: str | os.PathLike, limit: int 
         raise DataError(path, None, "triples file not found", "download it (`zsdr fetch msmarco`) or fix the path")
     if path.name.endswith((".tar.gz", ".tgz", ".tar", ".zip")):
         out.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.raw.", dir=out.parent))
+        scratch = temp_sibling(out, is_dir=True, kind="raw")
         try:
             extract(path, scratch)
             found = sorted(p for p in scratch.rglob("*") if p.is_file() and ".tsv" in p.name)
@@ -534,8 +546,8 @@ def convert_trec(raw: str | os.PathLike, out: str | os.PathLike, docs: str, topi
         for qid, text in topic_texts.items():
             writer.add_query(qid, text)
         judged = _Qrels(writer)
-        for _line, qid, did, score in iter_trec_qrels(qrels_path):
-            judged.add(split, qid, did, score)
+        for line, qid, did, score in iter_trec_qrels(qrels_path):
+            judged.add(split, qid, did, score, qrels_path, line)
     return _done(f"trec:{raw.name}", writer, judged)
 
 
@@ -621,8 +633,8 @@ def convert_cpr(raw: str | os.PathLike, out: str | os.PathLike, domain: str) -> 
             for line, qid, text in iter_id_text(path, "qid"):
                 qset.add(qid, text, path, line)
         for split, path in qrel_files.items():
-            for _line, qid, pid, score in iter_trec_qrels(path):
-                qrels.add(split, qid, pid, score)
+            for line, qid, pid, score in iter_trec_qrels(path):
+                qrels.add(split, qid, pid, score, path, line)
     return _done(f"cpr:{domain}", writer, qrels)
 
 
@@ -697,7 +709,7 @@ def convert_cmedqa2(raw: str | os.PathLike, out: str | os.PathLike) -> BeirCount
                                 f"expected {name} or {archive.name}; {_listing(raw)}")
             if scratch is None:
                 out.parent.mkdir(parents=True, exist_ok=True)
-                scratch = Path(tempfile.mkdtemp(prefix=f".{out.name}.cmedqa2.", dir=out.parent))
+                scratch = temp_sibling(out, is_dir=True, kind="cmedqa2")
             from zsdr.data.download import extract
 
             unpacked = extract(archive, scratch / archive.stem)

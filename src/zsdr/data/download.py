@@ -5,7 +5,9 @@
   (or a copy of another site's ``downloads/`` folder) makes a mirror.
 * :func:`download` — http(s), ``file://`` and plain paths; bytes go to ``DEST.part``, which a retry or
   a re-run continues with an HTTP ``Range`` request; size / md5 / sha256 are checked before the
-  atomic rename onto ``DEST``.
+  atomic rename onto ``DEST``. ``DEST.lock`` (``fcntl``) lets one process at a time download a
+  destination; ``DEST.sha256`` records the sha256 of every verified file, so a file whose source
+  publishes no checksum is still checked against itself whenever it is reused.
 * :func:`extract` — zip and tar (plain, gz, bz2, xz; detected from content) into a temporary sibling
   that replaces ``dest_dir`` only on success; unsafe members (absolute paths, ``..``, links that leave
   the folder, devices) are refused.
@@ -35,7 +37,7 @@ import requests
 import urllib3
 from tqdm import tqdm
 
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, atomic_write, file_lock
 
 log = logging.getLogger("zsdr.download")
 
@@ -107,18 +109,57 @@ def _digests(path: Path, algorithms: list[str], chunk: int = 1 << 20) -> dict[st
     return {a: h.hexdigest() for a, h in hashes.items()}
 
 
-def _mismatches(path: Path, md5: str | None, sha256: str | None, size: int | None) -> list[str]:
-    """``["md5: expected X, got Y", ...]`` for every given check that ``path`` fails."""
+def _mismatches(path: Path, md5: str | None, sha256: str | None, size: int | None,
+                recorded: str | None = None) -> tuple[list[str], str | None]:
+    """``(["md5: expected X, got Y", ...], sha256 of path)`` for every given check ``path`` fails;
+    ``recorded`` is the sha256 this module wrote beside the file when it last verified it."""
     bad = []
     actual_size = path.stat().st_size
     if size is not None and actual_size != int(size):
         bad.append(f"size: expected {int(size)} bytes, got {actual_size}")
-        return bad  # no point hashing a file of the wrong length
+        return bad, None  # no point hashing a file of the wrong length
     expected = {a: v.strip().lower() for a, v in (("md5", md5), ("sha256", sha256)) if v}
-    if expected:
-        actual = _digests(path, list(expected))
-        bad += [f"{a}: expected {expected[a]}, got {actual[a]}" for a in expected if actual[a] != expected[a]]
-    return bad
+    actual = _digests(path, sorted({"sha256", *expected}))
+    bad += [f"{a}: expected {expected[a]}, got {actual[a]}" for a in expected if actual[a] != expected[a]]
+    if recorded and actual["sha256"] != recorded:
+        bad.append(f"sha256 recorded when it was downloaded ({sidecar_path(path).name}): "
+                   f"{recorded}, now {actual['sha256']}")
+    return bad, actual["sha256"]
+
+
+def sidecar_path(dest: str | os.PathLike) -> Path:
+    """``DEST.sha256``: the sha256 of ``DEST`` as this module verified it (``sha256sum -c`` reads it)."""
+    dest = Path(dest)
+    return dest.with_name(dest.name + ".sha256")
+
+
+def _read_sidecar(dest: Path) -> str | None:
+    try:
+        words = sidecar_path(dest).read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return None
+    digest = words[0].lower() if words else ""
+    return digest if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest) else None
+
+
+def verify_recorded(path: str | os.PathLike) -> bool:
+    """Check ``path`` against the sha256 recorded beside it when it was downloaded; True when it matched,
+    False when there is no record. A mismatch raises :class:`DownloadError` (the file changed since)."""
+    path = Path(path)
+    recorded = _read_sidecar(path)
+    if recorded is None:
+        return False
+    actual = _digests(path, ["sha256"])["sha256"]
+    if actual != recorded:
+        raise DownloadError(path, f"the file changed since it was downloaded (sha256 recorded in "
+                            f"{sidecar_path(path).name}: {recorded}, now {actual})",
+                            f"delete {path} and download it again (`zsdr fetch`, or its Snakemake rule)")
+    return True
+
+
+def _write_sidecar(dest: Path, digest: str) -> None:
+    with atomic_write(sidecar_path(dest)) as fh:
+        fh.write(f"{digest}  {dest.name}\n")
 
 
 def _content_range(header: str | None) -> tuple[int | None, int | None]:
@@ -216,19 +257,38 @@ def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha25
              progress: bool = True, chunk_size: int = 1 << 20) -> Path:
     """Fetch ``url`` (or its mirror copy) to ``dest``, resumably, and verify it; return ``dest``.
 
-    An existing ``dest`` that passes the given checks (or any existing ``dest`` when none are given)
-    is kept as is. ``retries`` is the number of further tries after the first on connection errors,
-    timeouts, 5xx answers and short reads.
+    One process at a time downloads a destination: ``DEST.lock`` is locked for the whole call, and a
+    second caller (another ``zsdr fetch``, a Snakemake job, another checkout sharing the downloads
+    folder) waits, then finds the finished file. Every file this function verifies gets a
+    ``DEST.sha256`` sidecar; an existing ``dest`` is kept when it passes the given checks and the
+    sidecar's sha256 (a file without a sidecar, e.g. placed by hand, passes on the given checks
+    alone and gets one). ``retries`` is the number of further tries after the first on connection
+    errors, timeouts, 5xx answers and short reads.
     """
     dest = Path(dest)
+    with file_lock(dest, what=f"the download of {dest.name}"):
+        return _download_locked(url, dest, md5=md5, sha256=sha256, size=size, mirror=mirror, retries=retries,
+                                timeout=timeout, progress=progress, chunk_size=chunk_size)
+
+
+def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | None, size: int | None,
+                     mirror: str | None, retries: int, timeout: float, progress: bool, chunk_size: int) -> Path:
     part = dest.with_name(dest.name + ".part")
+    checked = bool(md5 or sha256 or size is not None)
     if dest.is_file():
-        bad = _mismatches(dest, md5, sha256, size)
+        recorded = _read_sidecar(dest)
+        bad, digest = _mismatches(dest, md5, sha256, size, recorded)
         if not bad:
-            log.info("%s already present%s", dest, "" if (md5 or sha256 or size is not None) else " (not verified)")
+            if recorded is None:
+                _write_sidecar(dest, digest)
+                how = "verified" if checked else "not verified: no published checksum; its sha256 is now recorded"
+            else:
+                how = "verified" if checked else "matches the sha256 recorded at download"
+            log.info("%s already present (%s)", dest, how)
             return dest
         log.warning("%s exists but fails its check (%s); downloading again", dest, "; ".join(bad))
         dest.unlink()
+        sidecar_path(dest).unlink(missing_ok=True)
     src = resolve_url(url, mirror)
     via = "" if src == url else f" (mirror copy {src})"
     scheme = urlsplit(src).scheme
@@ -257,14 +317,15 @@ def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha25
                 delay = min(BACKOFF_BASE * 2 ** attempt, MAX_DELAY)
                 log.warning("download of %s failed (%s); retry %d/%d in %.1fs", src, exc, attempt + 1, retries, delay)
                 time.sleep(delay)
-    bad = _mismatches(part, md5, sha256, size)
+    bad, digest = _mismatches(part, md5, sha256, size)
     if bad:
         part.unlink(missing_ok=True)
         raise DownloadError(url, f"downloaded file{via} fails verification ({'; '.join(bad)})",
                             "download again (the partial copy was deleted); if it fails again, the mirror copy "
                             "is damaged or the registry checksum is wrong: replace the copy or fix the checksum")
+    _write_sidecar(dest, digest)   # before the rename: a finished dest always has its sidecar
     os.replace(part, dest)
-    log.info("saved %s (%d bytes)", dest, dest.stat().st_size)
+    log.info("saved %s (%d bytes, sha256 %s)", dest, dest.stat().st_size, digest)
     return dest
 
 

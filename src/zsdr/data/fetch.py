@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
 from zsdr.data import registry
 from zsdr.data.formats import BeirCounts, validate_beir, write_manifest
-from zsdr.io import DataError
+from zsdr.io import DataError, file_lock, temp_sibling
 
 log = logging.getLogger("zsdr.fetch")
 
@@ -29,11 +28,17 @@ def download_all(name: str, downloads: str | Path, mirror: str | None = None, ex
 
 
 def convert_downloaded(name: str, downloads: str | Path, out: str | Path, byo: str | Path = "byo") -> BeirCounts:
-    """Turn the downloaded archive(s) of ``name`` into a validated BEIR folder at ``out``."""
+    """Turn the downloaded archive(s) of ``name`` into a validated BEIR folder at ``out``
+    (one process at a time per output: ``<out>.lock``)."""
+    out = Path(out)
+    with file_lock(out, what=f"the conversion of {name}"):
+        return _convert_locked(name, downloads, out, byo)
+
+
+def _convert_locked(name: str, downloads: str | Path, out: Path, byo: str | Path) -> BeirCounts:
     from zsdr.data.convert import CONVERTERS
 
     ds = registry.get(name)
-    out = Path(out)
     if ds.byo is not None:
         src = Path(byo) / name
         if not (src / "corpus.jsonl").is_file() and not (src / "corpus.jsonl.gz").is_file():
@@ -46,11 +51,12 @@ def convert_downloaded(name: str, downloads: str | Path, out: str | Path, byo: s
             raise DataError(Path(downloads) / missing[0], None, "download missing",
                             f"run `zsdr fetch {name}` or `snakemake data/{name}/dataset.json`")
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{name}.raw.", dir=Path(out).parent))
+        scratch = temp_sibling(out, is_dir=True, kind="raw")
         try:
-            from zsdr.data.download import extract
+            from zsdr.data.download import extract, verify_recorded
 
             for f in ds.files:
+                verify_recorded(Path(downloads) / f.local_path)   # damaged since it was downloaded: refuse
                 extract(Path(downloads) / f.local_path, scratch / Path(f.local_path).name.split(".")[0], strip=f.strip)
             raw = _single_root(scratch)
             log.info("converting %s with the %s converter", name, ds.converter)

@@ -13,6 +13,7 @@ Every problem is reported as ``FILE:LINE: what is wrong (fix: ...)``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from typing import IO, Iterable, Iterator
 import numpy as np
 
 from zsdr.io import DataError, MultiDataError, atomic_dir, atomic_write, open_lines, open_raw
+
+log = logging.getLogger("zsdr.formats")
 
 QRELS_HEADER = ("query-id", "corpus-id", "score")
 MAX_REPORTED_ERRORS = 20
@@ -53,30 +56,42 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
         for text in lines:
             if not text.strip():
                 continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise DataError(path, lines.lineno, f"invalid JSON: {exc.msg} at column {exc.colno}",
-                                "each line must be one complete JSON object") from None
-            if not isinstance(obj, dict):
-                raise DataError(path, lines.lineno, f"expected a JSON object, got {type(obj).__name__}",
-                                "each line must be one JSON object")
-            yield lines.lineno, obj
+            yield lines.lineno, _parse_json_line(text, path, lines.lineno)
+
+
+def _parse_json_line(text: str, path: Path, line: int) -> dict:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, line, f"invalid JSON: {exc.msg} at column {exc.colno}",
+                        "each line must be one complete JSON object") from None
+    if not isinstance(obj, dict):
+        raise DataError(path, line, f"expected a JSON object, got {type(obj).__name__}",
+                        "each line must be one JSON object")
+    return obj
+
+
+def _record_id(obj: dict, path: Path, line: int) -> str:
+    if "_id" not in obj:
+        raise DataError(path, line, 'missing "_id"', 'every record needs an "_id" field')
+    return _id_of(obj["_id"], path, line)
+
+
+def _check_fields(obj: dict, rid: str, path: Path, line: int, kind: str) -> None:
+    if "text" not in obj:
+        raise DataError(path, line, f'record {rid!r} has no "text"', 'every record needs a "text" field')
+    if not isinstance(obj["text"], str):
+        raise DataError(path, line, f'"text" of {rid!r} must be a string', "write the text as a JSON string")
+    if kind == "corpus" and not isinstance(obj.get("title", ""), str):
+        raise DataError(path, line, f'"title" of {rid!r} must be a string', 'use "" for no title')
 
 
 def iter_records(path: str | os.PathLike, kind: str) -> Iterator[tuple[int, str, dict]]:
     """Yield ``(line, id, record)`` for a corpus (``kind="corpus"``) or queries file; checks fields."""
     path = Path(path)
     for line, obj in iter_jsonl(path):
-        if "_id" not in obj:
-            raise DataError(path, line, 'missing "_id"', 'every record needs an "_id" field')
-        rid = _id_of(obj["_id"], path, line)
-        if "text" not in obj:
-            raise DataError(path, line, f'record {rid!r} has no "text"', 'every record needs a "text" field')
-        if not isinstance(obj["text"], str):
-            raise DataError(path, line, f'"text" of {rid!r} must be a string', "write the text as a JSON string")
-        if kind == "corpus" and not isinstance(obj.get("title", ""), str):
-            raise DataError(path, line, f'"title" of {rid!r} must be a string', 'use "" for no title')
+        rid = _record_id(obj, path, line)
+        _check_fields(obj, rid, path, line, kind)
         yield line, rid, obj
 
 
@@ -138,20 +153,57 @@ class _Collector:
             raise MultiDataError(self.errors, self.truncated)
 
 
-def _collect_ids(path: Path, kind: str, errors: _Collector) -> dict[str, int]:
-    """Id -> first line, reporting duplicates; a fatal parse error stops reading this file."""
+def _collect_ids(path: Path, kind: str, errors: _Collector) -> tuple[dict[str, int], bool]:
+    """``(id -> first line, complete)``, reporting duplicates and bad records line by line.
+
+    A bad line (invalid JSON, a missing field, a title that is not a string) is reported and
+    reading goes on; a record whose fields are wrong still counts its id. ``complete`` is False
+    when some line's id could not be read, or the file could not be read to its end (truncated
+    gzip, bytes that are not UTF-8): its ids are then not a basis for checking the qrels.
+    """
     seen: dict[str, int] = {}
+    complete = True
     try:
-        for line, rid, _ in iter_records(path, kind):
-            first = seen.get(rid)
-            if first is not None:
-                errors.add(DataError(path, line, f"duplicate id {rid!r} (first seen on line {first})",
-                                     "ids must be unique; drop or rename the repeat"))
-            else:
-                seen[rid] = line
+        with open_lines(path) as lines:
+            for text in lines:
+                if not text.strip():
+                    continue
+                line = lines.lineno
+                try:
+                    obj = _parse_json_line(text, path, line)
+                    rid = _record_id(obj, path, line)
+                except DataError as err:
+                    errors.add(err)
+                    complete = False
+                    continue
+                first = seen.get(rid)
+                if first is not None:
+                    errors.add(DataError(path, line, f"duplicate id {rid!r} (first seen on line {first})",
+                                         "ids must be unique; drop or rename the repeat"))
+                else:
+                    seen[rid] = line
+                try:
+                    _check_fields(obj, rid, path, line, kind)
+                except DataError as err:
+                    errors.add(err)
     except DataError as err:
         errors.add(err, fatal=True)
-    return seen
+        complete = False
+    return seen, complete
+
+
+def add_judgement(table: dict[str, dict[str, int]], lines: dict[tuple[str, str], int], qid: str, did: str,
+                  grade: int, path: Path, line: int) -> None:
+    """Put ``grade`` into ``table[qid][did]``; a second row for the pair with another grade raises
+    :class:`DataError` naming both lines (an identical repeat is accepted). ``lines``: pair -> first line."""
+    docs = table.setdefault(qid, {})
+    old = docs.get(did)
+    if old is None:
+        docs[did] = grade
+        lines[(qid, did)] = line
+    elif old != grade:
+        raise DataError(path, line, f"query {qid!r}, document {did!r} is judged {grade} here and {old} on line "
+                        f"{lines[(qid, did)]}", "keep one grade per (query, document) pair")
 
 
 def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
@@ -171,8 +223,9 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
     """Check a BEIR-layout dataset; return its counts or raise :class:`MultiDataError`.
 
     Checks: UTF-8, complete gzip streams, valid JSON, ``_id`` and ``text`` present, unique ids,
-    a non-empty corpus, integer relevance grades, and qrels that name only known query and
-    document ids.
+    a non-empty corpus, integer relevance grades, one grade per (query, document) pair, and qrels
+    that name only known query and document ids (checked only against a file whose every id could
+    be read, so one bad record does not make its judgements look unknown).
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -181,8 +234,8 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
     counts = BeirCounts()
     corpus_path = _find(directory, "corpus.jsonl")
     queries_path = _find(directory, "queries.jsonl")
-    docs = _collect_ids(corpus_path, "corpus", errors)
-    queries = _collect_ids(queries_path, "queries", errors)
+    docs, docs_complete = _collect_ids(corpus_path, "corpus", errors)
+    queries, queries_complete = _collect_ids(queries_path, "queries", errors)
     counts.docs, counts.queries = len(docs), len(queries)
     if not docs and not errors.errors:
         errors.add(DataError(corpus_path, None, "the corpus is empty", "a dataset needs at least one document"))
@@ -191,15 +244,19 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
         errors.add(DataError(directory / "qrels", None, "no qrels/<split>.tsv files",
                              "write at least one qrels split"))
     for split, path in files.items():
-        rows, judged = 0, set()
+        rows, judged, table, first_lines = 0, set(), {}, {}
         try:
-            for line, qid, did, _score in iter_qrels_tsv(path):
+            for line, qid, did, score in iter_qrels_tsv(path):
                 rows += 1
                 judged.add(qid)
-                if qid not in queries:
+                try:
+                    add_judgement(table, first_lines, qid, did, score, path, line)
+                except DataError as err:
+                    errors.add(err)
+                if queries_complete and qid not in queries:
                     errors.add(DataError(path, line, f"query id {qid!r} is not in {queries_path.name}",
                                          "drop the judgement or add the query"))
-                if did not in docs:
+                if docs_complete and did not in docs:
                     errors.add(DataError(path, line, f"corpus id {did!r} is not in {corpus_path.name}",
                                          "drop the judgement or add the document"))
         except DataError as err:
@@ -228,14 +285,28 @@ def read_qrels(directory_or_file: str | os.PathLike, split: str | None = None) -
     """Qrels as ``{query_id: {corpus_id: grade}}`` from a BEIR folder + split, or a tsv file."""
     path = Path(directory_or_file)
     if split is not None:
+        if not path.is_dir():
+            raise DataError(path, None, "dataset folder not found",
+                            "check the path, or build it (`zsdr fetch NAME`, `snakemake data/NAME/dataset.json`)")
         files = qrels_files(path)
         if split not in files:
             raise DataError(path / "qrels" / f"{split}.tsv", None, f"no qrels for split {split!r}",
                             f"available splits: {', '.join(files) or 'none'}")
         path = files[split]
     out: dict[str, dict[str, int]] = {}
-    for _, qid, did, score in iter_qrels_tsv(path):
-        out.setdefault(qid, {})[did] = score
+    first_lines: dict[tuple[str, str], int] = {}
+    for line, qid, did, score in iter_qrels_tsv(path):
+        add_judgement(out, first_lines, qid, did, score, path, line)
+    return out
+
+
+def read_trec_qrels(path: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """TREC qrels as ``{query_id: {corpus_id: grade}}``; conflicting repeats raise :class:`DataError`."""
+    path = Path(path)
+    out: dict[str, dict[str, int]] = {}
+    first_lines: dict[tuple[str, str], int] = {}
+    for line, qid, did, grade in iter_trec_qrels(path):
+        add_judgement(out, first_lines, qid, did, grade, path, line)
     return out
 
 
@@ -374,10 +445,38 @@ def iter_trec_qrels(path: str | os.PathLike) -> Iterator[tuple[int, str, str, in
             yield lines.lineno, cols[0], cols[2], _relevance(cols[3], path, lines.lineno)
 
 
+def _warn_repeated(path: Path, repeats: int, line: int | None, qid: str, did: str) -> None:
+    """Log that ``repeats`` (query, document) pairs of a run occur more than once."""
+    where = f"{path}:{line}" if line else str(path)
+    log.warning("%s: document %r is listed again for query %r (%d repeated (query, document) line%s in the run); "
+                "each pair keeps the score of its last line, as a dict would (trec_eval refuses such a run) "
+                "(fix: write each document once per query)", where, did, qid, repeats, "" if repeats == 1 else "s")
+
+
+def _first_repeat_line(path: Path) -> tuple[int, str, str] | None:
+    """``(line, qid, docid)`` of the first line of ``path`` that repeats an earlier (query, document) pair."""
+    seen: set[tuple[str, str]] = set()
+    with open_lines(path) as lines:
+        for text in lines:
+            cols = text.split()
+            if len(cols) < 3:
+                continue
+            pair = (cols[0], cols[2])
+            if pair in seen:
+                return lines.lineno, pair[0], pair[1]
+            seen.add(pair)
+    return None
+
+
 def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
-    """A TREC run ``qid Q0 docid rank score tag`` as ``{qid: {docid: score}}``."""
+    """A TREC run ``qid Q0 docid rank score tag`` as ``{qid: {docid: score}}``.
+
+    A score that is not a finite number raises :class:`DataError` (``FILE:LINE``); a (query,
+    document) pair listed again keeps its last score, with a warning naming the first repeat.
+    """
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
+    repeats, first_repeat = 0, None
     with open_lines(path) as lines:
         for text in lines:
             if not text.strip():
@@ -390,7 +489,16 @@ def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
                 score = float(cols[4])
             except ValueError:
                 raise DataError(path, lines.lineno, f"score {cols[4]!r} is not a number", "fix the run file") from None
-            run.setdefault(cols[0], {})[cols[2]] = score
+            if not math.isfinite(score):
+                raise DataError(path, lines.lineno, f"score {cols[4]!r} of document {cols[2]!r} is not a finite number",
+                                "fix the run's writer (a NaN or infinite score cannot be ranked)")
+            docs = run.setdefault(cols[0], {})
+            if cols[2] in docs:
+                repeats += 1
+                first_repeat = first_repeat or (lines.lineno, cols[0], cols[2])
+            docs[cols[2]] = score
+    if repeats:
+        _warn_repeated(path, repeats, *first_repeat)
     return run
 
 
@@ -407,8 +515,9 @@ def run_table(run: "dict[str, dict[str, float]]"):
     return pa.table({"q": pa.array(qids, pa.string()), "d": pa.array(dids, pa.string()), "s": scores})
 
 
-def _dedupe_run(table):
-    """Keep the last line of each (query, document) pair, as :func:`read_trec_run`'s dict does."""
+def _dedupe_run(table, path: Path | None = None):
+    """Keep the last line of each (query, document) pair, as :func:`read_trec_run`'s dict does, and
+    warn about the repeats (naming the first one's line when ``path`` is given)."""
     import pyarrow.compute as pc
 
     q, d = (pc.dictionary_encode(table[c]).combine_chunks() for c in ("q", "d"))
@@ -417,6 +526,11 @@ def _dedupe_run(table):
     if not (ordered[1:] == ordered[:-1]).any():
         return table
     _, first_from_end = np.unique(key[::-1], return_index=True)
+    repeats = table.num_rows - len(first_from_end)
+    if path is not None:
+        first = _first_repeat_line(path)
+        if first is not None:
+            _warn_repeated(path, repeats, *first)
     return table.take(np.sort(table.num_rows - 1 - first_from_end))
 
 
@@ -427,11 +541,11 @@ def read_trec_run_table(path: str | os.PathLike):
     reader, an order of magnitude faster than line-by-line Python; any other file (tabs, runs of
     spaces, a BOM, a malformed line) goes through :func:`read_trec_run`, which accepts any whitespace
     and reports a bad line as ``FILE:LINE``. Both give the same pairs and scores; a pair listed twice
-    keeps its last score.
+    keeps its last score, with a warning naming the first repeat's line (trec_eval refuses such a run).
     """
     path = Path(path)
     table = _read_single_spaced_run(path) if path.is_file() else None
-    return _dedupe_run(table) if table is not None else run_table(read_trec_run(path))
+    return _dedupe_run(table, path) if table is not None else run_table(read_trec_run(path))
 
 
 def _read_single_spaced_run(path: Path):
@@ -456,6 +570,8 @@ def _read_single_spaced_run(path: Path):
             return None
     if not table.num_rows or table["s"].null_count:
         return None
+    if not pc.all(pc.is_finite(table["s"])).as_py():
+        return None   # NaN or infinite scores: the slow path names the line
     if any(pc.any(pc.equal(pc.binary_length(table[c]), 0)).as_py() for c in ("q", "d")):
         return None   # an empty field: two spaces in a row
     return table.combine_chunks()

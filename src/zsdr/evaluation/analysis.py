@@ -24,7 +24,6 @@ loaded: memory is bounded by the vocabulary (unigram counts), not by the number 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -34,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from zsdr.argtypes import positive_int
 from zsdr.data.formats import _find, iter_records, judged_queries, qrels_files, read_qrels
 from zsdr.io import DataError, atomic_write
 
@@ -249,13 +249,6 @@ def _emit(obj: dict, out: str | None) -> None:
     sys.stdout.write(text)
 
 
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return number
-
-
 def cmd_stats(args) -> int:
     _emit(dataset_statistics(args.directory, split=args.split, doc_fields=args.doc_fields), args.out)
     return 0
@@ -282,6 +275,6 @@ def register_cli(subparsers) -> None:
     p.add_argument("target", help="target dataset folder")
     p.add_argument("--source-split", default="train")
     p.add_argument("--target-split", default="test")
-    p.add_argument("--max-docs", type=_positive_int, default=None, help="use only the first N documents of each corpus")
+    p.add_argument("--max-docs", type=positive_int, default=None, help="use only the first N documents of each corpus")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     p.set_defaults(func=cmd_shift)

@@ -185,17 +185,14 @@ def qrels_format(path: str | os.PathLike) -> str:
 
 def load_qrels(source: str | os.PathLike, split: str | None = "test") -> dict[str, dict[str, int]]:
     """Qrels from a BEIR dataset folder (+ ``split``), a BEIR qrels tsv or a TREC qrels file."""
-    from zsdr.data.formats import iter_trec_qrels, read_qrels
+    from zsdr.data.formats import read_qrels, read_trec_qrels
 
     kind = qrels_format(source)
     if kind == "beir-dir":
         return read_qrels(source, split or "test")
     if kind == "beir-tsv":
         return read_qrels(source)
-    out: dict[str, dict[str, int]] = {}
-    for _, qid, did, grade in iter_trec_qrels(source):
-        out.setdefault(qid, {})[did] = grade
-    return out
+    return read_trec_qrels(source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +367,8 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
     ``test``), ``run`` (TREC run file, or a ``{qid: {docid: score}}`` dict), ``metrics``, optional
     ``out`` (metrics JSON written there), ``ignore_identical_ids`` (default False), ``missing``
     (default ``"zero"``) and ``meta`` (extra keys for the JSON). Returns the results in job order.
-    ``cache`` (a dict) keeps prepared qrels across calls.
+    ``cache`` (a dict) keeps prepared qrels across calls. A run that answers none of the evaluated
+    queries raises :class:`DataError`; one that misses some is scored with a warning (how many).
     """
     from zsdr.data.formats import read_trec_run_table
 
@@ -390,6 +388,7 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
         read = time.perf_counter()
         result = evaluate_prepared(cache[key], run_data, job["metrics"], job.get("ignore_identical_ids", False),
                                    job.get("missing", "zero"))
+        _check_coverage(cache[key], result, job, split)
         if job.get("out"):
             meta = {"qrels": str(job["qrels"]), "split": split,
                     "run": "<in memory>" if isinstance(run, Mapping) else str(run), **job.get("meta", {})}
@@ -399,6 +398,24 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
                  read - start, time.perf_counter() - read)
         results.append(result)
     return results
+
+
+def _check_coverage(qrels: PreparedQrels, result: dict, job: Mapping, split: str | None) -> None:
+    """A run that answers none of the evaluated queries is an error (wrong dataset, split or file); one
+    that misses some is scored (they count 0 under ``missing="zero"``) with a warning saying how many."""
+    total, unanswered = len(qrels), result["unanswered"]
+    if not total or not unanswered:
+        return
+    run = job["run"]
+    where = "the in-memory run" if isinstance(run, Mapping) else str(run)
+    against = f"{job['qrels']}" + (f" (split {split})" if Path(job["qrels"]).is_dir() else "")
+    if unanswered == total:
+        raise DataError(None if isinstance(run, Mapping) else run, None,
+                        f"the run answers none of the {total} evaluated queries of {against}",
+                        "check that the run was made for this dataset and split (its first column is the query id)")
+    effect = "each scores 0 in the mean" if result["missing"] == "zero" else "they are left out of the mean"
+    log.warning("%s: the run has no ranking for %d of the %d evaluated queries of %s; %s", where, unanswered, total,
+                against, effect)
 
 
 def evaluate_files(dataset: str | os.PathLike, split: str, run_file: str | os.PathLike, out: str | os.PathLike,
@@ -479,13 +496,24 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _metrics_arg(value: str) -> str:
+    """``--metrics``: checked by argparse, so a typo is a usage error (exit 2) before anything is read."""
+    import argparse
+
+    try:
+        parse_metrics(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (e.g. ndcg@10,recall@100,mrr@10,hole@10)") from None
+    return value
+
+
 def register_cli(subparsers) -> None:
     """Add ``evaluate`` to the ``zsdr`` command."""
     p = subparsers.add_parser("evaluate", help="score a TREC run against qrels; print the metrics as JSON")
     p.add_argument("--qrels", required=True,
                    help="BEIR dataset folder (with --split), BEIR qrels tsv, or TREC qrels (detected by content)")
     p.add_argument("--run", required=True, help="TREC run file 'qid Q0 docid rank score tag'")
-    p.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
+    p.add_argument("--metrics", type=_metrics_arg, default=",".join(DEFAULT_METRICS),
                    help=f"comma-separated (default {','.join(DEFAULT_METRICS)})")
     p.add_argument("--split", default="test", help="qrels split of a dataset folder (default: test)")
     p.add_argument("--ignore-identical-ids", action="store_true",

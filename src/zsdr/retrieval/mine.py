@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from zsdr.argtypes import device, positive_int
 from zsdr.data.formats import read_qrels
 from zsdr.training.data import Example, write_negatives
 
@@ -77,10 +78,10 @@ def register_cli(sub) -> None:
     p.add_argument("out")
     p.add_argument("--shards", nargs="+", required=True, help="corpus embedding folders of the same model")
     p.add_argument("--split", default="train")
-    p.add_argument("--depth", type=int, default=200)
-    p.add_argument("--sample", type=int, default=20)
+    p.add_argument("--depth", type=positive_int, default=200)
+    p.add_argument("--sample", type=positive_int, default=20)
     p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None)
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--device", type=device, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_mine)

@@ -20,14 +20,14 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from zsdr.io import DataError
+from zsdr.argtypes import UsageError, device, nonnegative_int, positive_int
+from zsdr.io import DataError, temp_sibling
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +472,7 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     out_run.parent.mkdir(parents=True, exist_ok=True)
     temp = None
     if work_dir is None:
-        temp = Path(tempfile.mkdtemp(prefix=f".{out_run.name}.shards.", dir=out_run.parent))
+        temp = temp_sibling(out_run, is_dir=True, kind="shards")
     root = Path(work_dir) if work_dir is not None else temp
     try:
         shard_dirs = [encode_corpus_shard(encoder, dataset_dir, root / f"shard-{s}-of-{num_shards}", s, num_shards,
@@ -508,18 +508,18 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="Hugging Face id or model folder")
     p.add_argument("--pooling", choices=["cls", "mean", "cls_linear_ln"], default=None)
     p.add_argument("--similarity", choices=["dot", "cosine"], default=None)
-    p.add_argument("--max-length", type=int, default=None, help="query and document maximum tokens")
-    p.add_argument("--query-max-length", type=int, default=None)
-    p.add_argument("--doc-max-length", type=int, default=None)
+    p.add_argument("--max-length", type=positive_int, default=None, help="query and document maximum tokens")
+    p.add_argument("--query-max-length", type=positive_int, default=None)
+    p.add_argument("--doc-max-length", type=positive_int, default=None)
     p.add_argument("--doc-format", choices=["title_space_text", "title_sep_text", "lower_title_text", "text"],
                    default=None)
     p.add_argument("--query-prefix", default=None)
     p.add_argument("--doc-prefix", default=None)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                    help="autocast on CUDA (auto: bf16 where supported); the CPU always runs fp32")
-    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch and faiss")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -546,6 +546,10 @@ def cmd_encode_search(args) -> int:
 
 def cmd_encode(args) -> int:
     from zsdr.retrieval.encode import encode_corpus_shard, read_meta
+
+    if args.shard >= args.num_shards:
+        raise UsageError(f"argument --shard: shard {args.shard} does not exist among --num-shards {args.num_shards} "
+                         f"(fix: pass --shard 0 to {args.num_shards - 1})")
 
     _set_threads(args.threads)
     out = encode_corpus_shard(args.model, args.dataset, args.out, args.shard, args.num_shards,
@@ -601,8 +605,8 @@ def register_cli(subparsers) -> None:
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
     p.add_argument("--split", default="test")
     p.add_argument("--out", required=True, help="TREC run to write")
-    p.add_argument("--shards", type=int, default=1, help="encode the corpus in this many shards")
-    p.add_argument("--depth", type=int, default=1000, help="documents per query")
+    p.add_argument("--shards", type=positive_int, default=1, help="encode the corpus in this many shards")
+    p.add_argument("--depth", type=positive_int, default=1000, help="documents per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="stored document embeddings")
     p.add_argument("--work-dir", default=None, help="keep the shard folders here (default: temporary)")
     p.add_argument("--tag", default=None)
@@ -613,10 +617,11 @@ def register_cli(subparsers) -> None:
     _add_model_args(p)
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
     p.add_argument("--out", required=True, help="embeddings folder to write")
-    p.add_argument("--shard", type=int, default=0)
-    p.add_argument("--num-shards", type=int, default=1)
+    p.add_argument("--shard", type=nonnegative_int, default=0)
+    p.add_argument("--num-shards", type=positive_int, default=1)
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
-    p.add_argument("--chunk-size", type=int, default=10_000, help="documents read, encoded and written at a time")
+    p.add_argument("--chunk-size", type=positive_int, default=10_000,
+                   help="documents read, encoded and written at a time")
     p.set_defaults(func=cmd_encode)
 
     p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
@@ -630,10 +635,10 @@ def register_cli(subparsers) -> None:
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
     p.add_argument("--shards", required=True, nargs="+", help="embeddings folders of the corpus")
     p.add_argument("--out", required=True, help="TREC run to write")
-    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--depth", type=positive_int, default=1000)
     p.add_argument("--tag", default="dense")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_search)
 
@@ -641,15 +646,15 @@ def register_cli(subparsers) -> None:
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
     p.add_argument("--shard", required=True, help="embeddings folder of one corpus shard")
     p.add_argument("--out", required=True, help=".npz of the shard's top-k to write")
-    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--depth", type=positive_int, default=1000)
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_search_shard)
 
     p = subparsers.add_parser("merge-shards", help="merge per-shard top-k files (search-shard) into a TREC run")
     p.add_argument("--parts", required=True, nargs="+", help="the shards' .npz files, in shard order")
     p.add_argument("--out", required=True, help="TREC run to write")
-    p.add_argument("--depth", type=int, default=1000)
+    p.add_argument("--depth", type=positive_int, default=1000)
     p.add_argument("--tag", default="dense")
     p.set_defaults(func=cmd_merge_shards)

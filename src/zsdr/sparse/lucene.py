@@ -24,14 +24,14 @@ import logging
 import os
 import re
 import shlex
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from zsdr.argtypes import nonnegative_float, positive_int, unit_float
 from zsdr.data.formats import _find, iter_records, judged_queries, write_trec_run
-from zsdr.io import DataError, atomic_dir, atomic_write, read_json
+from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -243,11 +243,11 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
 
     start = time.perf_counter()
     with atomic_dir(index_dir) as tmp, \
-            tempfile.TemporaryDirectory(prefix=f".{index_dir.name}.collection.", dir=index_dir.parent) as coll:
+            scratch_dir(index_dir, "collection") as coll:
         docs = _write_collection(corpus, Path(coll), fields, threads)
         if docs == 0:
             raise DataError(corpus, None, "the corpus has no documents", "check the dataset conversion")
-        argv = ["-input", coll, "-index", str(tmp), "-collection", "JsonCollection",
+        argv = ["-input", str(coll), "-index", str(tmp), "-collection", "JsonCollection",
                 "-generator", "DefaultLuceneDocumentGenerator", "-threads", str(threads),
                 "-storePositions", "-storeDocvectors", "-language", language]
         if fields == "multifield":
@@ -417,7 +417,7 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
         run = search(index_dir, queries, **kwargs)
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{out.name}.index.", dir=out.parent) as tmp:
+        with scratch_dir(out, "index") as tmp:
             index = build_index(dataset_dir, Path(tmp) / "index", fields=fields, language=language, threads=threads)
             run = search(index, queries, **kwargs)
     write_trec_run(out, run, tag=tag or default_tag(fields, rm3), depth=depth)
@@ -475,17 +475,17 @@ def register_cli(subparsers) -> None:
     p.add_argument("--fields", choices=FIELDS, default="flat",
                    help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
     p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
-    p.add_argument("--fb-terms", type=int, default=RM3_DEFAULTS["fb_terms"])
-    p.add_argument("--fb-docs", type=int, default=RM3_DEFAULTS["fb_docs"])
-    p.add_argument("--original-query-weight", type=float, default=RM3_DEFAULTS["original_query_weight"])
-    p.add_argument("--k1", type=float, default=0.9)
-    p.add_argument("--b", type=float, default=0.4)
-    p.add_argument("--depth", type=int, default=1000, help="hits per query (default 1000)")
+    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"])
+    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"])
+    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"])
+    p.add_argument("--k1", type=nonnegative_float, default=0.9)
+    p.add_argument("--b", type=unit_float, default=0.4)
+    p.add_argument("--depth", type=positive_int, default=1000, help="hits per query (default 1000)")
     p.add_argument("--language", choices=LANGUAGES, default="en", help="analyzer: en (Porter) or zh (CJK)")
     p.add_argument("--index", help="Lucene index to search; built there first when missing "
                                    "(default: a temporary index)")
     p.add_argument("--keep-query-hits", dest="remove_query", action="store_false",
                    help="keep hits whose docid equals the query id (default: drop them, as BEIR does)")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--tag", help="run tag (default: bm25-<fields>[-rm3])")
     p.set_defaults(func=_cmd_bm25)

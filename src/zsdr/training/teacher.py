@@ -15,6 +15,7 @@ import os
 
 import torch
 
+from zsdr.argtypes import device, nonnegative_int, positive_int
 from zsdr.data.formats import read_corpus, read_queries
 from zsdr.models.encoder import autocast_dtype, resolve_device
 from zsdr.training.data import read_negatives, write_teacher_scores
@@ -86,9 +87,9 @@ def register_cli(sub) -> None:
     p.add_argument("dataset", help="BEIR folder with the texts")
     p.add_argument("negatives", help="negatives JSON lines: the candidates of each query")
     p.add_argument("out", help="teacher scores, JSON lines")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-candidates", type=int, default=None)
-    p.add_argument("--random-candidates", type=int, default=0, help="random corpus documents scored per query")
-    p.add_argument("--device", default=None)
+    p.add_argument("--batch-size", type=positive_int, default=64)
+    p.add_argument("--max-candidates", type=positive_int, default=None)
+    p.add_argument("--random-candidates", type=nonnegative_int, default=0, help="random corpus documents scored per query")
+    p.add_argument("--device", type=device, default=None)
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_score_pairs)

@@ -64,7 +64,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.io import atomic_dir, atomic_write
+from zsdr.io import atomic_dir, atomic_write, share_tree
 from zsdr.training.data import epoch_order
 
 log = logging.getLogger(__name__)
@@ -311,6 +311,7 @@ class Trainer:
             (tmp / STATE_FILE).write_text(json.dumps(
                 {"step": step, "fingerprint": self.fingerprint, "world": self.world,
                  "train_seconds": train_seconds}) + "\n")
+            share_tree(tmp)  # safetensors writes 0600: the team may read checkpoints like any output
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
             for old in self._checkpoints():
@@ -360,6 +361,7 @@ class Trainer:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         model_task.save(tmp)
+        share_tree(tmp)
         shutil.rmtree(root / name, ignore_errors=True)
         os.replace(tmp, root / name)
         snapshots.append({"step": step, "train_seconds": train_seconds, "path": f"{SNAPSHOT_DIR}/{name}"})

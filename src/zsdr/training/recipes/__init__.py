@@ -43,6 +43,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zsdr.argtypes import positive_int
+
 log = logging.getLogger(__name__)
 
 KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "generator")
@@ -225,9 +227,19 @@ class _outlive_stop_signals:
 def cmd_train(args) -> int:
     from zsdr.io import read_json
 
+    from zsdr.io import DataError
+
     spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes)")
+    missing = [k for k in SPEC_KEYS if k not in spec]
+    if missing:
+        raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
+                        f"(a spec needs {', '.join(SPEC_KEYS)})",
+                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
     return 0
+
+
+SPEC_KEYS = ("init", "out", "train")   # what every recipe spec carries (run_spec)
 
 
 def register_cli(sub) -> None:
@@ -235,5 +247,5 @@ def register_cli(sub) -> None:
     p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--stop-after", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_train)
