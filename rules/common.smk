@@ -123,7 +123,8 @@ REMOTE = {**registry.remote_files(), **released_files()}
 
 def released_archive(name):
     """The downloaded archive of a release (zsdr.models.released.RELEASES); none for an archive kept in
-    a hub repository, which the job reads through the Hugging Face cache like any hub file."""
+    a hub repository, which the job reads through the Hugging Face cache like any hub file.
+    """
     if RELEASES[name].hub_file:
         return []
     return [f"{DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
@@ -692,7 +693,9 @@ def modir_tsne_models(options=False):
                 if n == 0
                 else f"{modir_label(r)}, step {n}"
             )
-            out[label] = encoder_options(system, d) if options else dense_model(system, d)
+            out[label] = (
+                encoder_options(system, d) if options else dense_model(system, d)
+            )
     return out
 
 
@@ -1479,10 +1482,15 @@ def model_ref(name):
 
 def model_files(ref):
     """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
-    snapshot exists once its DAM is trained; a converted REM release is its rem.json)."""
+    snapshot exists once its DAM is trained; a converted REM release is its rem.json).
+    """
     if not ref.startswith(f"{MODELS}/"):
         return []
-    name = ref[len(f"{MODELS}/released/") :] if ref.startswith(f"{MODELS}/released/") else None
+    name = (
+        ref[len(f"{MODELS}/released/") :]
+        if ref.startswith(f"{MODELS}/released/")
+        else None
+    )
     if name in RELEASES and RELEASES[name].kind == "adapter-rem":
         return [f"{ref}/rem.json"]
     return [f"{ref.split('/snapshots/')[0]}/config.json"]
@@ -1875,7 +1883,9 @@ def recipe_pooling(name):
 def head_summary(spec):
     """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
     info = spec.get("info", {})
-    pooling = spec.get("encoder", {}).get("pooling") or recipe_pooling(info.get("recipe"))
+    pooling = spec.get("encoder", {}).get("pooling") or recipe_pooling(
+        info.get("recipe")
+    )
     if pooling != "cls_linear_ln":
         return ""
     if spec.get("head") == "new":
@@ -1968,11 +1978,7 @@ def spec_summary(spec, launch):
         corpora = ", ".join(
             os.path.basename(os.path.dirname(os.path.dirname(f))) for f in spec["spans"]
         )
-        head = (
-            "new"
-            if spec.get("head") == "new"
-            else f"from checkpoint {spec['init']}"
-        )
+        head = "new" if spec.get("head") == "new" else f"from checkpoint {spec['init']}"
         data = (
             f"{contrastive}Condenser head MLM ({spec['head_layers']} layers from layer "
             f"{spec['skip_from']}; head {head}){backbone} {spec['mlm_probability']:.0%} "
