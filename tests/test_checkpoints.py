@@ -235,10 +235,9 @@ def adapter_transformers_rem(dam_dir, tmp_path, r=4, factor=4, extra=None):
     return folder, tensors, 4.0
 
 
-def test_ddr_adapter_transformers_rem_converts_and_computes_what_adapter_transformers_does(tmp_path):
+def rem_release(tmp_path):
+    """A tiny BERT DAM and a REM of its shape, zipped as DDR publishes it: (data, archive, tensors, scaling)."""
     import zipfile
-
-    from zsdr.models.released import convert_adapter_rem
 
     data = make_dataset(tmp_path / "data")
     build_tiny_backbone("bert", [data], tmp_path / "dam", TINY, vocab_size=300, seed=3)
@@ -247,6 +246,13 @@ def test_ddr_adapter_transformers_rem_converts_and_computes_what_adapter_transfo
     with zipfile.ZipFile(archive, "w") as z:
         for f in folder.iterdir():
             z.write(f, f"lora192-pa4/{f.name}")
+    return data, archive, tensors, scaling
+
+
+def test_ddr_adapter_transformers_rem_converts_and_computes_what_adapter_transformers_does(tmp_path):
+    from zsdr.models.released import convert_adapter_rem
+
+    data, archive, tensors, scaling = rem_release(tmp_path)
     out = convert_adapter_rem(archive, tmp_path / "rem", architecture_from=str(tmp_path / "dam"))
     plugged = Encoder.from_pretrained(tmp_path / "dam", pooling="mean", similarity="dot", rem=out)
     # adapter-transformers' computation, written out on a plain copy of the DAM: W + (alpha/r) B A on the
@@ -292,18 +298,10 @@ def test_a_rem_with_parts_the_project_cannot_reproduce_is_refused(tmp_path):
 def test_ddr_rem_release_converts_by_hub_id_offline(tmp_path, offline_hub):
     """DDR keeps lora192-pa4.zip in hub repositories: the conversion reads it (and the DAM architecture's
     config.json) through the Hugging Face cache, offline."""
-    import zipfile
-
     from zsdr.models.adapters import read_rem_info
     from zsdr.models.released import RELEASES, convert
 
-    data = make_dataset(tmp_path / "data")
-    build_tiny_backbone("bert", [data], tmp_path / "dam", TINY, vocab_size=300, seed=3)
-    folder, _, _ = adapter_transformers_rem(tmp_path / "dam", tmp_path)
-    archive = tmp_path / "lora192-pa4.zip"
-    with zipfile.ZipFile(archive, "w") as z:
-        for f in folder.iterdir():
-            z.write(f, f"lora192-pa4/{f.name}")
+    _, archive, _, _ = rem_release(tmp_path)
     repo, filename = RELEASES["ddr-rem-contrast-msmarco"].hub_file
     assert (repo, filename) == ("jingtao/REM-bert_base-dense-contrast-msmarco", "lora192-pa4.zip")
     with pytest.raises(DataError, match=r"lora192-pa4\.zip: not found in the Hugging Face cache"):

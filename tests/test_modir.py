@@ -153,15 +153,20 @@ def test_classifier_and_encoder_gradients_never_cross(tiny):
     assert len(term.queue) == 1 and all(not v.requires_grad for v in term.queue.entries[0].values())
 
 
+def _train_step(enc, term, step):
+    """One encoder step of the MoDIR term on two queries x two documents (the term's own updates run)."""
+    term.on_step(step, step, True)
+    with torch.no_grad():
+        q = enc(**enc.collate(enc.tokenize_queries(["x", "y"])))
+        d = enc(**enc.collate(enc.tokenize_docs(["a", "b", "c", "d"]))).view(2, 2, -1)
+    term.loss(enc, q, d, term.batch(enc, [step, step + 1], 0, 50))
+
+
 def test_training_modes_fill_the_queue_as_specified(tiny):
     for mode, expected in (("momentum", 4), ("single", 1), ("repeat", 0)):
         enc, term = _term(tiny, mode=mode)
         for step in range(6):
-            term.on_step(step, step, True)
-            with torch.no_grad():
-                q = enc(**enc.collate(enc.tokenize_queries(["x", "y"])))
-                d = enc(**enc.collate(enc.tokenize_docs(["a", "b", "c", "d"]))).view(2, 2, -1)
-            term.loss(enc, q, d, term.batch(enc, [step, step + 1], 0, 50))
+            _train_step(enc, term, step)
         assert len(term.queue) == expected, mode
 
 
@@ -174,11 +179,7 @@ def test_classifier_gets_its_n_over_chunk_steps_while_the_queue_fills(tiny):
     term.optimizer.step = lambda *a, **k: (steps.append(term.step), original(*a, **k))[1]
     tags = []
     for step in range(6):
-        term.on_step(step, step, True)
-        with torch.no_grad():
-            q = enc(**enc.collate(enc.tokenize_queries(["x", "y"])))
-            d = enc(**enc.collate(enc.tokenize_docs(["a", "b", "c", "d"]))).view(2, 2, -1)
-        term.loss(enc, q, d, term.batch(enc, [step, step + 1], 0, 50))
+        _train_step(enc, term, step)
         current = term.queue.entries[-1]
         tags.append([next(i for i, e in enumerate(term.queue.entries) if e is x) for x in term.rehearsal(current)])
     assert steps == [s for s in range(6) for _ in range(2)]
