@@ -134,7 +134,7 @@ def test_hole_at_10_hand_computed():
     qrels = {"q1": {"a": 1, "b": 0, "c": 0},           # b, c judged non-relevant: not holes
              "q2": {"e": 2, "f": 0},
              "q3": {"g": 1},                          # not answered: 0 (BEIR convention)
-             "q4": {"h": 0}}                          # no relevant document: evaluated (x is a hole)
+             "q4": {"h": 0}}                          # no relevant document: outside MoDIR's hole rate
     run = {"q1": {d: 20.0 - i for i, d in enumerate(["a", "u1", "b", "u2", "u3", "u4", "c", "u5", "u6", "u7",
                                                         "u8", "u9"])},    # top 10: a b c judged, 7 holes
            "q2": {"e": 3.0, "u": 2.0, "f": 1.0, "v": 0.5},              # 4 retrieved, 2 holes
@@ -143,8 +143,10 @@ def test_hole_at_10_hand_computed():
     assert result["per_query"]["q1"] == {"hole@10": pytest.approx(0.7), "hole@2": 0.5}
     assert result["per_query"]["q2"] == {"hole@10": 0.5, "hole@2": 0.5}
     assert result["per_query"]["q3"] == {"hole@10": 0.0, "hole@2": 0.0}
-    assert result["per_query"]["q4"] == {"hole@10": 1.0, "hole@2": 1.0}
-    assert result["aggregate"]["hole@10"] == pytest.approx((0.7 + 0.5 + 0.0 + 1.0) / 4)
+    assert result["per_query"]["q4"] == {"hole@10": None, "hole@2": None}  # "does not apply", as tables read it
+    assert result["aggregate"]["hole@10"] == pytest.approx((0.7 + 0.5 + 0.0) / 3)
+    with_ndcg = evaluate_run(qrels, run, ["ndcg@10", "hole@10"])       # while nDCG counts q4 with 0
+    assert with_ndcg["queries"] == 4 and with_ndcg["per_query"]["q4"]["ndcg@10"] == 0.0
 
 
 def test_metric_names_are_checked():

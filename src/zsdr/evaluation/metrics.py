@@ -8,8 +8,9 @@ to 1e-6 (``tests/test_evaluation.py`` checks it on random runs with ties):
   (the grade), like ``trec_eval``'s ``ndcg_cut``.
 * **Queries**: every query of the qrels, including one whose judgements are all non-relevant
   (grade <= 0): it scores 0 on every relevance metric and counts in the mean, as ``trec_eval``
-  (``num_q``), ``pytrec_eval`` and BEIR's ``EvaluateRetrieval`` count it. Its Hole@K is computed as
-  for any other query. Run queries absent from the qrels are ignored (``trec_eval`` ignores them too).
+  (``num_q``), ``pytrec_eval`` and BEIR's ``EvaluateRetrieval`` count it. Hole@K is MoDIR's measure
+  over the queries with at least one relevant document: for the others it is ``null`` per query and
+  left out of its mean. Run queries absent from the qrels are ignored (``trec_eval`` ignores them too).
 * **Missing queries**: ``missing="zero"`` (default, BEIR's convention and ``trec_eval -c``): a query
   of the qrels that the run does not answer scores 0 and counts in the mean. ``missing="skip"``
   averages only over the queries the run has (a key of the run dict, even with an empty ranking:
@@ -327,8 +328,13 @@ def evaluate_prepared(qrels: PreparedQrels, run, metrics: str | Iterable[str], i
         evaluated = list(range(len(qrels)))
     else:
         evaluated = [i for i, q in enumerate(qrels.qids) if q in answered or q in run_keys]
-    per_query = {qrels.qids[i]: {m: float(values[m][i]) for m in values} for i in evaluated}
-    aggregate = {m: float(np.mean(values[m][evaluated])) if evaluated else 0.0 for m in values}
+    holes = {m.name for m in parsed if m.base == "hole"}  # MoDIR: over queries with a relevant document only
+    per_query = {qrels.qids[i]: {m: (None if m in holes and not qrels.relevant[i] else float(values[m][i]))
+                                 for m in values} for i in evaluated}
+    aggregate = {}
+    for m in values:
+        counted = [i for i in evaluated if qrels.relevant[i]] if m in holes else evaluated
+        aggregate[m] = float(np.mean(values[m][counted])) if counted else 0.0
     unanswered = sum(1 for q in qrels.qids if q not in answered)
     without_relevant = int(sum(1 for i in evaluated if not qrels.relevant[i]))
     return {"aggregate": aggregate, "per_query": per_query, "queries": len(evaluated),
