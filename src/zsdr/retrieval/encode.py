@@ -33,7 +33,7 @@ import numpy as np
 
 from zsdr.data.formats import _find, iter_records, judged_queries
 from zsdr.io import DataError, atomic_dir, read_json
-from zsdr.models.encoder import Encoder, load_encoder
+from zsdr.models.encoder import Encoder, Packed, load_encoder, prefetched
 
 log = logging.getLogger(__name__)
 
@@ -166,24 +166,18 @@ def _shard_chunks(corpus: Path, shard: int, num_shards: int, chunk_size: int) ->
         yield ids, docs
 
 
-def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, dict]]:
-    """``(ids, features)`` per chunk; with ``prefetch`` the next chunk is prepared in a worker thread."""
+def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, Packed]]:
+    """``(ids, packed token ids)`` per chunk; with ``prefetch`` the next chunk is read, tokenised and
+    packed in a worker thread while this one is encoded."""
+    def prepare(item: tuple[list, list]) -> tuple[list, Packed]:
+        return item[0], Packed.of(encoder.tokenize_docs(item[1]))
+
     if not prefetch:
-        for ids, docs in chunks:
-            yield ids, encoder.tokenize_docs(docs)
-            del ids, docs  # not alive while the next chunk is read
+        for item in chunks:
+            yield prepare(item)
+            del item  # not alive while the next chunk is read
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    def prepare():
-        item = next(chunks, None)
-        return None if item is None else (item[0], encoder.tokenize_docs(item[1]))
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
-        pending = pool.submit(prepare)
-        while (ready := pending.result()) is not None:
-            pending = pool.submit(prepare)
-            yield ready
+    yield from prefetched(map(prepare, chunks))
 
 
 def precision_meta(encoder: Encoder, device: str | None, precision: str | None) -> dict:
