@@ -8,7 +8,8 @@ An embeddings folder (written atomically: it appears complete or not at all)::
                             "encoder", "dataset", "shard", "num_shards", "assignment": "modulo", ...}
 
 ``precision`` is the requested inference precision (``dense.precision``: fp32, fp16, bf16 or auto)
-and ``compute_dtype`` what the encoder ran in (the autocast dtype on a GPU; float32 on the CPU).
+and ``compute_dtype`` what the encoder ran in (on a GPU the half dtype its weights were cast to;
+float32 on the CPU).
 bf16 keeps 8 mantissa bits to fp16's 11, enough to reorder near-tied documents, which is why the
 small and paper configs encode in fp16 (the papers' inference precision).
 
@@ -16,7 +17,8 @@ Shard ``s`` of ``n`` holds the documents whose 0-based position in ``corpus.json
 ``n``: every document lands in exactly one shard, whatever ``n``, and the shards of one corpus
 stay balanced in length. The corpus is streamed: ``chunk_size`` documents at a time are
 tokenised, length-bucketed, encoded and appended to ``embeddings.npy``, so memory does not grow
-with the corpus.
+with the corpus. ``batch_size`` is a token budget (:meth:`Encoder.encode_tokenized`); on a GPU the
+next chunk is read and tokenised in a worker thread while the current one is encoded.
 """
 
 from __future__ import annotations
@@ -182,8 +184,8 @@ def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: 
 
 def precision_meta(encoder: Encoder, device: str | None, precision: str | None) -> dict:
     """What an embeddings folder records about the arithmetic that made it: the requested
-    ``precision`` (``dense.precision``) and the ``compute_dtype`` it ran in (autocast on a GPU;
-    float32 on the CPU, whatever was asked)."""
+    ``precision`` (``dense.precision``) and the ``compute_dtype`` it ran in (the weights' half dtype
+    on a GPU; float32 on the CPU, whatever was asked)."""
     import torch
 
     from zsdr.models.encoder import autocast_dtype
