@@ -891,7 +891,8 @@ class Encoder(nn.Module):
         count-based batch would, and batches of shorter texts hold more, so memory peaks where it
         did and the GPU sees full batches all the way down the length distribution. On a GPU with
         fp16 / bf16 precision the encoder runs a half-precision copy of its weights (made once and
-        kept until the weights change, :meth:`release_inference_copy` frees it); batches are padded
+        kept until the weights change, :meth:`release_inference_copy` frees it; an encoder in
+        training mode frees it at the end of the call); batches are padded
         on the CPU while the GPU runs the previous one (pinned memory, asynchronous copies, one
         synchronisation per call). On the CPU everything stays float32.
         """
@@ -933,6 +934,8 @@ class Encoder(nn.Module):
         finally:
             bar.close()
             self.train(was_training)
+            if was_training:  # an encoder in training (mining between episodes): its weights move on
+                self.release_inference_copy()
         return out.cpu().numpy()
 
     def _embed(self, backbone: nn.Module, head: nn.Module | None, batch: dict[str, torch.Tensor]) -> torch.Tensor:
