@@ -85,10 +85,12 @@ def label_pairs(dataset: str | os.PathLike, pairs: list[tuple[str, str]], scorer
 
     The reader reads ``batch_size`` pairs at a time; on a GPU it is handed ``64 * batch_size`` pairs
     at once, which it sorts by length into batches (:meth:`~zsdr.models.reader.Reader.start_probabilities`)."""
+    import torch
     from tqdm.auto import tqdm
 
     corpus, queries = read_corpus(dataset), read_queries(dataset)
-    on_gpu = reader is not None and next(reader.parameters()).device.type == "cuda"
+    params = getattr(reader, "parameters", None)  # any object with start_probabilities reads too
+    on_gpu = params is not None and next(iter(params()), torch.empty(0)).device.type == "cuda"
     step = batch_size * (64 if on_gpu else 1)
     bar = tqdm(total=len(pairs), desc="label units", unit="pair", disable=not show_progress)
     with bar, atomic_write(out) as fh:
