@@ -5,7 +5,7 @@ first ``--docs`` of a BEIR corpus, ``title + " " + text``), same maximum length,
 and threads, in this process, interleaved ``--repeat`` times (best of each). zsdr buckets batches by token length; sentence-transformers sorts by
 character length. Prints docs/s of each, the ratio (zsdr / sentence-transformers) and how far the
 embeddings are apart. On a CUDA device (``--device cuda``) both run in fp32 for the ratio, and zsdr's bf16
-autocast (the pipeline's default there) is timed as well.
+(the pipeline's default there: the weights cast to bf16) is timed as well.
 
     .venv/bin/python benchmarks/encode_vs_sentence_transformers.py [DATASET_DIR] [--docs 1000]
         [--model FOLDER] [--device cuda]

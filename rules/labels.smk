@@ -44,6 +44,7 @@ rule label_units_shard:
             "zsdr.data.units",
             "zsdr.data.formats",
             "zsdr.models.reader",
+            "zsdr.models.encoder",
         ),
     output:
         temp(f"{DATA}/{{dataset}}/berm/{{split}}/labels.{{shard}}-of-{{shards}}.jsonl"),
@@ -64,6 +65,8 @@ rule label_units_shard:
         reader=lambda wc: berm_reader(),
         max_pairs=lambda wc: label_max_pairs(wc.split),
         seed=config["seed"],
+        device=config["dense"]["device"],
+        precision=config["dense"]["precision"],
     script:
         "../workflow_scripts/label_units_shard.py"
 

@@ -70,6 +70,7 @@ rule weak_pairs:
             "zsdr.training.weak",
             "zsdr.pretrain.spans",
             "zsdr.models.generator",
+            "zsdr.models.encoder",
             "zsdr.data.formats",
         ),
     output:
@@ -97,6 +98,8 @@ rule weak_pairs:
             generator_path(RMSC_QGEN["generator"]) if wc.method == "qgen" else None
         ),
         seed=config["seed"],
+        device=config["dense"]["device"],
+        precision=config["dense"]["precision"],
         summary=weak_summary,
     message:
         "weak pairs of {wildcards.corpus}: {params.summary}"

@@ -259,3 +259,101 @@ def test_sentence_transformers_folder_defaults_and_agreement():
     texts = ["How do proteins fold?", "Zinc deficiency is common in the elderly.", "a", "x " * 300]
     want = st.SentenceTransformer(str(path), device="cpu").encode(texts, convert_to_numpy=True)
     np.testing.assert_allclose(enc.encode_queries(texts), want, atol=2e-5)
+
+
+# ----------------------------------------------------------------- the packed, token-budget path
+def _old_collate(enc: Encoder, features: dict, rows) -> dict:
+    """The per-row collate the packed one replaced (reference)."""
+    ids = features["input_ids"]
+    pad = enc.tokenizer.pad_token_id if enc.tokenizer.pad_token_id is not None else 0
+    width = max(len(ids[i]) for i in rows)
+    out = {"input_ids": np.full((len(rows), width), pad, dtype=np.int64),
+           "attention_mask": np.zeros((len(rows), width), dtype=np.int64)}
+    types = features.get("token_type_ids")
+    if types is not None:
+        out["token_type_ids"] = np.zeros((len(rows), width), dtype=np.int64)
+    for j, i in enumerate(rows):
+        n = len(ids[i])
+        out["input_ids"][j, :n] = ids[i]
+        out["attention_mask"][j, :n] = 1
+        if types is not None:
+            out["token_type_ids"][j, :n] = types[i]
+    return {k: torch.from_numpy(v) for k, v in out.items()}
+
+
+def _old_encode(enc: Encoder, features: dict, batch_size: int) -> np.ndarray:
+    """The count-batched fp32 encode loop the token-budget one replaced (reference)."""
+    lengths = np.array([len(r) for r in features["input_ids"]])
+    order = np.argsort(-lengths, kind="stable")
+    out = np.zeros((len(lengths), enc.dim), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            idx = order[start:start + batch_size]
+            out[idx] = enc(**_old_collate(enc, features, idx)).numpy()
+    return out
+
+
+@pytest.mark.parametrize("kind,fmt", [("bert", "title_sep_text"), ("bert", "title_space_text"),
+                                      ("roberta", "lower_title_text")])
+def test_packed_collate_and_budget_batches_equal_the_old_path(tiny, kind, fmt):
+    docs = docs_of(tiny["data"])
+    enc = Encoder.from_pretrained(tiny[kind], pooling="mean", similarity="cosine", doc_format=fmt)
+    features = enc.tokenize_docs(docs)
+    rows = list(np.random.default_rng(1).permutation(len(docs))[:17])
+    new, old = enc.collate(features, rows), _old_collate(enc, features, rows)
+    assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in old)
+    assert all(torch.equal(a, b) for a, b in zip(enc.collate(features).values(),
+                                                   _old_collate(enc, features, range(len(docs))).values()))
+    for batch_size in (3, 16):
+        ref = _old_encode(enc, features, batch_size)
+        got = enc.encode_tokenized(features, batch_size=batch_size, device="cpu")
+        cosine = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
+        assert cosine.min() > 1 - 1e-3
+        np.testing.assert_allclose(got, ref, atol=1e-5)  # in practice float noise
+
+
+def test_batches_follow_a_token_budget():
+    from zsdr.models.encoder import batch_bounds
+
+    lengths = np.array([10, 10, 8, 5, 5, 5, 2, 2, 2, 2, 1])
+    bounds = batch_bounds(lengths, 20)
+    assert bounds[0] == (0, 2)  # 2 texts of the longest length: batch_size x longest
+    assert bounds == [(0, 2), (2, 4), (4, 8), (8, 11)]
+    for start, stop in bounds:  # every batch within budget once padded to its first text
+        assert (stop - start) * lengths[start] <= 20
+    assert batch_bounds(np.array([50, 40]), 20) == [(0, 1), (1, 2)]  # never empty
+    assert batch_bounds(np.array([], dtype=int), 20) == []
+
+
+def test_half_inference_copy_is_kept_until_the_weights_change(tiny):
+    enc = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", similarity="dot", head="new")
+    assert enc._inference_modules(None) == (enc.backbone, enc.head)  # fp32: the encoder itself
+    backbone, head = enc._inference_modules(torch.bfloat16)
+    assert backbone is not enc.backbone and next(backbone.parameters()).dtype == torch.bfloat16
+    assert head.linear.weight.dtype == torch.bfloat16 and next(enc.parameters()).dtype == torch.float32
+    assert enc._inference_modules(torch.bfloat16)[0] is backbone  # reused
+    with torch.no_grad():
+        next(enc.backbone.parameters()).add_(1.0)  # an optimiser step changes the weights in place
+    fresh, _ = enc._inference_modules(torch.bfloat16)
+    assert fresh is not backbone
+    assert torch.equal(next(fresh.parameters()), next(enc.backbone.parameters()).to(torch.bfloat16))
+    assert "_half" not in dict(enc.named_modules()) and all(".".join(k.split(".")[:1]) != "_half"
+                                                            for k in enc.state_dict())
+    enc.release_inference_copy()
+    assert enc._half is None
+
+
+def test_encode_docs_in_prefetched_chunks_equals_one_pass(tiny, monkeypatch):
+    docs = docs_of(tiny["data"])
+    enc = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="cosine")
+    whole = enc.encode_docs(docs, batch_size=8)
+    # the chunked path is the GPU's; make the CPU take it
+    monkeypatch.setattr(Encoder, "_target_device", lambda self, device: torch.device("cuda"))
+    monkeypatch.setattr(Encoder, "encode_tokenized",
+                        lambda self, f, *a, **k: _old_encode(self, {"input_ids": [list(f.ids[s:s + n]) for s, n in
+                                                                                  zip(f.starts, f.lengths)],
+                                                                    **({"token_type_ids": [list(f.types[s:s + n])
+                                                                                           for s, n in zip(f.starts, f.lengths)]}
+                                                                       if f.types is not None else {})}, 8))
+    chunked = enc.encode_docs(docs, batch_size=8, chunk_size=7)
+    np.testing.assert_allclose(chunked, whole, atol=1e-5)

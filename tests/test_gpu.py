@@ -126,7 +126,7 @@ def test_encoding_on_the_gpu_matches_the_cpu(tiny):
     np.testing.assert_allclose(fp32, cpu, atol=1e-4)
     cos = np.sum(bf16 * cpu, axis=1)                    # unit vectors
     assert cos.min() > 0.99, cos.min()
-    assert not np.array_equal(bf16, fp32)                # autocast did run in bf16
+    assert not np.array_equal(bf16, fp32)                # the bf16 weight copy did run
 
 
 def test_faiss_search_on_the_gpu_equals_the_cpu(tmp_path):

@@ -135,3 +135,61 @@ def test_bad_units_lines_name_file_and_line(mini, tmp_path):
     f.write_text("\n")
     with pytest.raises(DataError, match="no units"):
         read_units(f)
+
+
+def _reference_start_probabilities(reader, questions, passages, batch_size):
+    """The per-batch CPU loop start_probabilities ran before it learnt the GPU's sorted batches."""
+    import torch
+
+    from zsdr.models.reader import PASSAGE as P
+
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(questions), batch_size):
+            enc = reader._encode(questions[i:i + batch_size], passages[i:i + batch_size])
+            offsets = enc.pop("offset_mapping").tolist()
+            logits = reader.model(**dict(enc)).start_logits.float()
+            for row, off in enumerate(offsets):
+                cols = [j for j, s in enumerate(enc.sequence_ids(row)) if s == P]
+                probs = torch.softmax(logits[row, cols], dim=0).tolist() if cols else []
+                out.append([(off[j][0], off[j][1], p) for j, p in zip(cols, probs)])
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_cpu_probabilities_equal_the_reference_and_the_sorted_path_agrees(mini, kind):
+    import torch
+
+    reader = Reader.from_pretrained(mini / kind, max_length=40).for_inference("cpu", "bf16")
+    assert next(reader.parameters()).dtype == torch.float32  # the CPU keeps float32, whatever is asked
+    long = " ".join([PASSAGE] * 6)
+    questions = [QUESTION, "Quoorsteand", QUESTION, "cilhiel point", QUESTION]
+    passages = [PASSAGE, "Short one.", long, PASSAGE + " More.", "A"]
+    reader.eval()
+    ref = _reference_start_probabilities(reader, questions, passages, 2)
+    assert reader.start_probabilities(questions, passages, batch_size=2) == ref  # identical on the CPU
+    with torch.no_grad():  # the GPU's length-sorted batches, run on the CPU
+        sorted_path = reader._start_probabilities_sorted(questions, passages, 2, torch.device("cpu"), False)
+    assert [[(s, e) for s, e, _ in row] for row in sorted_path] == [[(s, e) for s, e, _ in row] for row in ref]
+    for a, b in zip(sorted_path, ref):
+        assert [p for _, _, p in a] == pytest.approx([p for _, _, p in b], abs=1e-6)
+
+
+def test_label_shard_with_a_reader_writes_what_the_reference_reader_gives(mini, tmp_path, monkeypatch):
+    from zsdr.training import unit_labels
+
+    reader_dir = mini / "bert"
+    dataset = mini / "data" / "src" if (mini / "data" / "src").is_dir() else next(p for p in mini.rglob("qrels")).parent
+    stats = tmp_path / "stats.json"
+    unit_labels.write_statistics(dataset, "train", stats, max_pairs=40)
+    new = tmp_path / "new.jsonl"
+    unit_labels.label_shard(dataset, "train", stats, new, shard=0, shards=1, reader=str(reader_dir), max_pairs=40,
+                            batch_size=8, device="cpu", precision="bf16")
+    monkeypatch.setattr(Reader, "start_probabilities",
+                        lambda self, q, p, batch_size=64, show_progress=False:
+                        _reference_start_probabilities(self.eval(), q, p, batch_size))
+    old = tmp_path / "old.jsonl"
+    unit_labels.label_shard(dataset, "train", stats, old, shard=0, shards=1, reader=str(reader_dir), max_pairs=40,
+                            batch_size=8, device="cpu")
+    assert new.read_bytes() == old.read_bytes()
+    assert sum(1 for line in new.read_text().splitlines() if json.loads(line)["reader"]) > 10

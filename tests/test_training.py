@@ -386,3 +386,24 @@ def test_episodes_at_offsets_follow_one_run_wide_schedule(schedule):
     assert restarted[40] == 0.0 and episodes[40] > 0.9 * (1.0 if schedule == "constant" else 80 / 90)
     with pytest.raises(ValueError, match="schedule_offset"):
         TrainConfig(max_steps=1, schedule_offset=-1)
+
+
+def test_fused_adamw_takes_the_same_steps():
+    """The fused AdamW a CUDA run builds updates the weights as the default one does (checked on the CPU)."""
+    from zsdr.training.trainer import TrainConfig, build_optimizer
+
+    cfg = TrainConfig(batch_size=2, lr=1e-2, max_steps=3, weight_decay=0.01)
+    torch.manual_seed(0)
+    a = torch.nn.Linear(8, 4)
+    b = torch.nn.Linear(8, 4)
+    b.load_state_dict(a.state_dict())
+    opt_a, opt_b = build_optimizer(a.parameters(), cfg), build_optimizer(b.parameters(), cfg, fused=True)
+    assert opt_b.defaults.get("fused") and not opt_a.defaults.get("fused")
+    x = torch.randn(16, 8)
+    for _ in range(3):
+        for model, opt in ((a, opt_a), (b, opt_b)):
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)

@@ -273,3 +273,49 @@ def test_write_qgen_pairs_are_readable_weak_pairs(qgen, tmp_path):
         assert len({p.query for p in ps}) == len(ps)            # a repeated query is written once
     order = [d.id for d in permuted_documents(data, seed=3)]
     assert list(by_doc) == order[:len(by_doc)]                  # the seeded selection of write_weak_pairs
+
+
+def _reference_qgen(gen, data, out, n, max_pairs, seed, batch_size):
+    """The chunked CPU writer write_qgen_pairs was before the GPU's length-sorted pools (reference)."""
+    import itertools
+
+    from zsdr.models.generator import passage_of
+    from zsdr.training.weak import selected_documents, write_pair
+
+    pairs = 0
+    docs = selected_documents(data, seed, max_pairs, n)
+    with open(out, "w", encoding="utf-8") as fh:
+        for c in itertools.count():
+            chunk = list(itertools.islice(docs, batch_size))
+            if not chunk or pairs >= max_pairs:
+                break
+            generated = gen.generate([passage_of({"title": d.title, "text": d.text}) for d in chunk], n,
+                                     batch_size=batch_size, seed=[seed, c])
+            for doc, queries in zip(chunk, generated):
+                queries = list(dict.fromkeys(queries))[:max_pairs - pairs]
+                for k, q in enumerate(queries):
+                    write_pair(fh, "qgen", doc.id, k, q, {"title": doc.title, "text": doc.text})
+                pairs += len(queries)
+                if pairs >= max_pairs:
+                    break
+
+
+def test_qgen_pairs_on_the_cpu_equal_the_reference_writer(qgen, tmp_path):
+    from zsdr.models.generator import _generate_sorted
+
+    root, _ = qgen
+    gen = QueryGenerator.from_pretrained(root / "gen").for_inference("cpu", "bf16")
+    assert next(gen.parameters()).dtype == torch.float32  # the CPU keeps float32, whatever is asked
+    data = root / "data" / "src"
+    new, ref = tmp_path / "new.jsonl", tmp_path / "ref.jsonl"
+    write_qgen_pairs(gen, data, new, queries_per_document=3, max_pairs=25, seed=4, batch_size=3)
+    _reference_qgen(gen, data, ref, 3, 25, 4, 3)
+    assert new.read_bytes() == ref.read_bytes() and len(new.read_text().splitlines()) == 25
+    # the GPU's sorted pools, run on the CPU: batches of similar length, answers in the passages' order
+    passages = [p for p, _ in generator_examples(data, max_examples=7)]
+    out = _generate_sorted(gen, passages, 2, 0, 5, 3, top_k=25, top_p=0.95, max_length=12)
+    lengths = [len(gen.tokenizer(p, max_length=gen.max_length, truncation=True)["input_ids"]) for p in passages]
+    order = sorted(range(7), key=lambda i: -lengths[i])
+    first = gen.generate([passages[i] for i in order[:3]], 2, batch_size=3, seed=[5, 0, 0], top_k=25, top_p=0.95,
+                         max_length=12)
+    assert [out[i] for i in order[:3]] == first and all(out)

@@ -9,12 +9,14 @@ setup_logging(snakemake.log[0])
 claim_for_job(snakemake)
 torch.set_num_threads(max(1, snakemake.threads))
 p = snakemake.params
+# dense.device (auto: CUDA when available) in a job that holds a GPU; a job without one stays on the CPU
+device = p.device if getattr(snakemake.resources, "gpu", 0) else "cpu"
 w, q = p.weak, p.qgen
 out = snakemake.output[0]
 if p.method == "qgen":
     from zsdr.models.generator import QueryGenerator, write_qgen_pairs
 
-    generator = QueryGenerator.from_pretrained(p.generator)
+    generator = QueryGenerator.from_pretrained(p.generator).for_inference(device, p.precision)
     stats = write_qgen_pairs(generator, p.dataset, out, queries_per_document=q.get("queries_per_document", 3),
                              max_pairs=w.get("max_pairs"), seed=p.seed, batch_size=q.get("batch_size", 32),
                              top_k=q.get("top_k", 25), top_p=q.get("top_p", 0.95), max_length=q.get("max_length", 64))

@@ -39,12 +39,14 @@ Document formats (``doc_format``):
 from __future__ import annotations
 
 import contextlib
+import copy
+import itertools
 import json
 import logging
 import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -164,6 +166,89 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     return torch.bfloat16 if precision == "bf16" else torch.float16
 
 
+@dataclass(eq=False)
+class Packed:
+    """Tokenised texts as flat arrays: every row's ids one after the other (``ids``, int64, and
+    ``types`` for token types, or ``None``), with each row's ``starts`` and ``lengths``. Padding a
+    batch of any rows is then a handful of numpy operations (:meth:`pad`), with no loop over rows."""
+
+    ids: np.ndarray
+    types: np.ndarray | None
+    starts: np.ndarray
+    lengths: np.ndarray
+
+    @classmethod
+    def of(cls, features: dict[str, list[list[int]]]) -> "Packed":
+        rows = features["input_ids"]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        total = int(lengths.sum())
+        ids = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
+        types = features.get("token_type_ids")
+        if types is not None:
+            types = np.fromiter(itertools.chain.from_iterable(types), dtype=np.int64, count=total)
+        starts = np.zeros_like(lengths)
+        if len(lengths) > 1:
+            np.cumsum(lengths[:-1], out=starts[1:])
+        return cls(ids, types, starts, lengths)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Packed) or (self.types is None) != (other.types is None):
+            return NotImplemented if not isinstance(other, Packed) else False
+        return all(np.array_equal(a, b) for a, b in zip((self.ids, self.types, self.starts, self.lengths),
+                                                        (other.ids, other.types, other.starts, other.lengths)))
+
+    def pad(self, rows: Sequence[int] | np.ndarray | None, pad_id: int) -> dict[str, np.ndarray]:
+        """``input_ids`` (``pad_id`` after each row's end), ``attention_mask`` (and ``token_type_ids``,
+        0 after the end) of ``rows`` (default: all, in order), right-padded to the longest of them."""
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64)
+        if len(rows) == 0:
+            raise ValueError("no rows to pad")
+        lengths = self.lengths[rows]
+        width = int(lengths.max())
+        mask = np.arange(width)[None, :] < lengths[:, None]
+        out = {"input_ids": np.full((len(rows), width), pad_id, dtype=np.int64),
+               "attention_mask": mask.astype(np.int64)}
+        take = (self.starts[rows][:, None] + np.arange(width)[None, :])[mask]
+        out["input_ids"][mask] = self.ids[take]
+        if self.types is not None:
+            out["token_type_ids"] = np.zeros((len(rows), width), dtype=np.int64)
+            out["token_type_ids"][mask] = self.types[take]
+        return out
+
+
+PREFETCH_CHUNK = 16_384  # documents tokenised ahead of the GPU at a time (Encoder.encode_docs)
+
+
+def prefetched(items: Iterator[Any]) -> Iterator[Any]:
+    """The items of a lazy iterator, each computed in a worker thread while the caller works on the
+    previous one (the tokenizer and numpy release the GIL for most of their work)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = iter(items)
+    done = object()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch") as pool:
+        pending = pool.submit(next, items, done)
+        while (ready := pending.result()) is not done:
+            pending = pool.submit(next, items, done)
+            yield ready
+
+
+def batch_bounds(sorted_lengths: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive batches of texts sorted longest first, each holding at most
+    ``max_tokens`` tokens once padded to its first (longest) text, and at least one text."""
+    out = []
+    start, n = 0, len(sorted_lengths)
+    while start < n:
+        width = max(int(sorted_lengths[start]), 1)
+        stop = min(n, start + max(max_tokens // width, 1))
+        out.append((start, stop))
+        start = stop
+    return out
+
+
 class AnceHead(nn.Module):
     """ANCE's projection: ``LayerNorm(W h + b)`` with a square ``W``."""
 
@@ -273,6 +358,7 @@ class Encoder(nn.Module):
         self.rem: Rem | None = None
         self._special: tuple[list[int], list[int]] | None = None
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
+        self._half: tuple | None = None  # (key, backbone, head): the half-precision inference copy on a GPU
         self._clamp_lengths()
         if self.config.soft_tokens is not None:
             self._soft()  # every soft token must be in the tokenizer and the embeddings
@@ -626,6 +712,9 @@ class Encoder(nn.Module):
     # ------------------------------------------------------------------------------ forward
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Pooled (and, for cosine, L2-normalised) vectors from the last hidden states."""
+        return self._pool(hidden, attention_mask, self.head)
+
+    def _pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor, head: nn.Module | None) -> torch.Tensor:
         if self.config.pooling == "mean":
             skip = self.config.pool_skip
             if skip:
@@ -634,8 +723,8 @@ class Encoder(nn.Module):
             pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         else:
             pooled = hidden[:, 0]
-        if self.head is not None:
-            pooled = self.head(pooled)
+        if head is not None:
+            pooled = head(pooled)
         pooled = pooled.float()
         if self.config.normalize:
             pooled = nn.functional.normalize(pooled, p=2, dim=-1)
@@ -766,63 +855,112 @@ class Encoder(nn.Module):
         return out if soft is None else self._insert_soft(out, soft)
 
     # ------------------------------------------------------------------------------ encoding
-    def collate(self, features: dict[str, list[list[int]]], rows: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+    def pack(self, features: "dict[str, list[list[int]]] | Packed") -> "Packed":
+        """Tokenised ``features`` as flat arrays (:class:`Packed`), the form :meth:`collate` and
+        :meth:`encode_tokenized` pad from; a :class:`Packed` comes back as it is."""
+        return features if isinstance(features, Packed) else Packed.of(features)
+
+    @property
+    def pad_id(self) -> int:
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+
+    def collate(self, features: "dict[str, list[list[int]]] | Packed",
+                rows: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         """Right-padded ``input_ids``, ``attention_mask`` (and ``token_type_ids``) CPU tensors of
         tokenised ``features`` (``rows`` picks and orders a subset), ready for :meth:`forward`."""
-        ids = features["input_ids"]
-        rows = range(len(ids)) if rows is None else rows
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        width = max(len(ids[i]) for i in rows)
-        out = {"input_ids": np.full((len(rows), width), pad_id, dtype=np.int64),
-               "attention_mask": np.zeros((len(rows), width), dtype=np.int64)}
-        types = features.get("token_type_ids")
-        if types is not None:
-            out["token_type_ids"] = np.zeros((len(rows), width), dtype=np.int64)
-        for j, i in enumerate(rows):
-            n = len(ids[i])
-            out["input_ids"][j, :n] = ids[i]
-            out["attention_mask"][j, :n] = 1
-            if types is not None:
-                out["token_type_ids"][j, :n] = types[i]
-        return {k: torch.from_numpy(v) for k, v in out.items()}
+        if isinstance(features, Packed):
+            packed = features
+        elif rows is None:
+            packed = Packed.of(features)
+        else:  # pack only the rows asked for
+            rows = list(rows)
+            packed = Packed.of({k: [features[k][i] for i in rows] for k in ("input_ids", "token_type_ids")
+                                if features.get(k) is not None})
+            rows = None
+        return {k: torch.from_numpy(v) for k, v in packed.pad(rows, self.pad_id).items()}
 
-    def encode_tokenized(self, features: dict[str, list[list[int]]], batch_size: int = 64,
+    def encode_tokenized(self, features: "dict[str, list[list[int]]] | Packed", batch_size: int = 64,
                          device: str | torch.device | None = None, precision: str | None = None,
-                         show_progress: bool = False, desc: str = "encode") -> np.ndarray:
-        """Embed pre-tokenised inputs in length-bucketed batches; rows come back in input order (float32)."""
+                         show_progress: bool = False, desc: str = "encode",
+                         max_tokens: int | None = None) -> np.ndarray:
+        """Embed pre-tokenised inputs in length-bucketed batches; rows come back in input order (float32).
+
+        Texts are sorted by length (longest first) and cut into batches by a token budget: a batch
+        holds at most ``max_tokens`` tokens, padding included (default: ``batch_size`` times the
+        longest text of the call). The first batch therefore holds ``batch_size`` texts, as a
+        count-based batch would, and batches of shorter texts hold more, so memory peaks where it
+        did and the GPU sees full batches all the way down the length distribution. On a GPU with
+        fp16 / bf16 precision the encoder runs a half-precision copy of its weights (made once and
+        kept until the weights change, :meth:`release_inference_copy` frees it; an encoder in
+        training mode frees it at the end of the call); batches are padded
+        on the CPU while the GPU runs the previous one (pinned memory, asynchronous copies, one
+        synchronisation per call). On the CPU everything stays float32.
+        """
         from tqdm.auto import tqdm
 
-        ids = features["input_ids"]
-        n = len(ids)
+        packed = self.pack(features)
+        n = len(packed)
         if n == 0:
             return np.empty((0, self.dim), dtype=np.float32)
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
+        if max_tokens is not None and max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
         target = self._target_device(device)
         if self.device != target:
             self.to(target)
-        amp = autocast_dtype(target, precision or self.precision)
-        lengths = np.fromiter((len(r) for r in ids), dtype=np.int64, count=n)
-        order = np.argsort(-lengths, kind="stable")  # longest first: padding stays within similar lengths
+        half = autocast_dtype(target, precision or self.precision)
+        order = np.argsort(-packed.lengths, kind="stable")  # longest first: padding stays within similar lengths
+        budget = max_tokens or batch_size * max(int(packed.lengths[order[0]]), 1)
+        cuda = target.type == "cuda"
         # Results stay on the device until the end: one transfer, no synchronisation per batch.
         out = torch.empty((n, self.dim), dtype=torch.float32, device=target)
+        order_dev = torch.from_numpy(order).to(target)
         was_training = self.training
         self.eval()
         bar = tqdm(total=n, desc=desc, unit="text", disable=not show_progress, leave=False)
         try:
+            backbone, head = self._inference_modules(half)
             with torch.inference_mode():
-                for start in range(0, n, batch_size):
-                    idx = order[start:start + batch_size]
-                    batch = {k: v.to(target, non_blocking=True) for k, v in self.collate(features, idx).items()}
-                    ctx = torch.autocast(device_type=target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-                    with ctx:
-                        emb = self(**batch)
-                    out[torch.from_numpy(idx).to(target)] = emb.float()
-                    bar.update(len(idx))
+                for start, stop in batch_bounds(packed.lengths[order], budget):
+                    arrays = packed.pad(order[start:stop], self.pad_id)
+                    batch = {}
+                    for k, v in arrays.items():
+                        t = torch.from_numpy(v)
+                        batch[k] = t.pin_memory().to(target, non_blocking=True) if cuda else t
+                    emb = self._embed(backbone, head, batch)
+                    out.index_copy_(0, order_dev[start:stop], emb.float())
+                    bar.update(stop - start)
         finally:
             bar.close()
             self.train(was_training)
+            if was_training:  # an encoder in training (mining between episodes): its weights move on
+                self.release_inference_copy()
         return out.cpu().numpy()
+
+    def _embed(self, backbone: nn.Module, head: nn.Module | None, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """:meth:`forward` with the given backbone and head (the encoder's own or its inference copy)."""
+        hidden = backbone(**batch).last_hidden_state
+        return self._pool(hidden, batch["attention_mask"], head)
+
+    def _inference_modules(self, dtype: torch.dtype | None) -> tuple[nn.Module, nn.Module | None]:
+        """The backbone and head to encode with: the encoder's own (``dtype`` None: float32), else a copy
+        cast to ``dtype``, kept while every parameter is the same tensor at the same version (any
+        in-place update, such as an optimiser step or ``load_state_dict``, makes a new copy)."""
+        if dtype is None:
+            return self.backbone, self.head
+        key = (dtype, tuple((p.data_ptr(), p._version) for p in self.parameters()))
+        if self._half is None or self._half[0] != key:
+            self._half = None  # free the stale copy first
+            with torch.no_grad():
+                backbone = copy.deepcopy(self.backbone).to(dtype).requires_grad_(False).eval()
+                head = None if self.head is None else copy.deepcopy(self.head).to(dtype).requires_grad_(False).eval()
+            self._half = (key, backbone, head)
+        return self._half[1], self._half[2]
+
+    def release_inference_copy(self) -> None:
+        """Free the half-precision copy of the weights :meth:`encode_tokenized` keeps on a GPU."""
+        self._half = None
 
     def _target_device(self, device) -> torch.device:
         if device is not None:
@@ -837,11 +975,29 @@ class Encoder(nn.Module):
                                      precision, show_progress, desc="queries")
 
     def encode_docs(self, docs: Sequence[dict | str], batch_size: int = 64, device: str | torch.device | None = None,
-                    show_progress: bool = False, precision: str | None = None, contexts=None) -> np.ndarray:
+                    show_progress: bool = False, precision: str | None = None, contexts=None,
+                    chunk_size: int = PREFETCH_CHUNK) -> np.ndarray:
         """``(len(docs), dim)`` float32 embeddings of ``{"title", "text"}`` dicts (or bare strings);
-        ``contexts`` as in :meth:`tokenize_queries`."""
-        return self.encode_tokenized(self.tokenize_docs(list(docs), contexts=contexts), batch_size, device,
-                                     precision, show_progress, desc="docs")
+        ``contexts`` as in :meth:`tokenize_queries`. On a GPU, more than ``chunk_size`` documents are
+        tokenised ``chunk_size`` at a time in a worker thread while the GPU encodes the previous chunk;
+        on the CPU they are tokenised at once, in this thread."""
+        docs = list(docs)
+        if self._target_device(device).type != "cuda" or len(docs) <= chunk_size:
+            return self.encode_tokenized(self.tokenize_docs(docs, contexts=contexts), batch_size, device,
+                                         precision, show_progress, desc="docs")
+        many = contexts is not None and not _is_context(contexts)
+        if many and len(contexts) != len(docs):
+            raise ValueError(f"{len(contexts)} contexts for {len(docs)} texts (give one (domain, relevance) pair per "
+                             "text, a single pair, or None)")
+        starts = range(0, len(docs), chunk_size)
+
+        def tokenize(start: int) -> Packed:
+            part = contexts[start:start + chunk_size] if many else contexts
+            return Packed.of(self.tokenize_docs(docs[start:start + chunk_size], contexts=part))
+
+        parts = [self.encode_tokenized(packed, batch_size, device, precision, show_progress, desc="docs")
+                 for packed in prefetched(map(tokenize, starts))]
+        return np.concatenate(parts)
 
     def describe(self) -> dict:
         out = {"model": self.name_or_path, "dim": self.dim, **self.config.to_dict(), "normalize": self.config.normalize}

@@ -135,6 +135,21 @@ class QueryGenerator(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask,
                           decoder_input_ids=prepare(labels=labels)).logits
 
+    def for_inference(self, device=None, precision: str = "auto") -> "QueryGenerator":
+        """Move the generator to ``device`` (default: CUDA when available, else the CPU, as the encoder
+        chooses) for generation; on CUDA its weights are cast to a half dtype: bf16 for ``bf16``,
+        ``auto`` and (where the GPU has bf16) ``fp16``, since T5's activations overflow fp16's range;
+        fp16 only on a GPU without bf16; ``fp32`` keeps float32, as does the CPU always. In place: a
+        job's generator is not trained after."""
+        from zsdr.models.encoder import autocast_dtype, resolve_device
+
+        target = resolve_device(device)
+        half = autocast_dtype(target, precision)
+        if half == torch.float16 and torch.cuda.is_bf16_supported():
+            half = torch.bfloat16
+        self.model.to(device=target, dtype=half or torch.float32)
+        return self
+
     @torch.no_grad()
     def generate(self, passages: Sequence[str], n: int, *, top_k: int = 25, top_p: float = 0.95,
                  max_length: int = 64, batch_size: int = 32, seed: int | Sequence[int] = 0, device=None,
@@ -299,10 +314,31 @@ def build_generator_task(spec: dict) -> GeneratorTask:
 
 
 # ------------------------------------------------------------------------------------- writing
+GPU_POOL = 16  # batches of documents length-sorted together on a GPU (write_qgen_pairs)
+
+
+def _generate_sorted(generator: QueryGenerator, passages: list[str], n: int, pool: int, seed: int, batch_size: int,
+                     **sampling) -> list[list[str]]:
+    """:meth:`QueryGenerator.generate` over ``passages`` in batches of similar token length (longest
+    first), batch ``b`` seeded from ``(seed, pool, b)``; results in the order of ``passages``."""
+    lengths = [len(ids) for ids in generator.tokenizer(passages, max_length=generator.max_length, truncation=True,
+                                                       return_token_type_ids=False,
+                                                       return_attention_mask=False)["input_ids"]]
+    order = sorted(range(len(passages)), key=lambda i: -lengths[i])
+    out: list[list[str]] = [[] for _ in passages]
+    for b, start in enumerate(range(0, len(order), batch_size)):
+        rows = order[start:start + batch_size]
+        texts = generator.generate([passages[i] for i in rows], n, batch_size=batch_size, seed=[seed, pool, b],
+                                   **sampling)
+        for i, queries in zip(rows, texts):
+            out[i] = queries
+    return out
+
+
 def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, out_path: str | os.PathLike, *,
                      queries_per_document: int = 3, max_pairs: int | None = None, seed: int = 0,
                      batch_size: int = 32, device=None, top_k: int = 25, top_p: float = 0.95,
-                     max_length: int = 64) -> dict:
+                     max_length: int = 64, show_progress: bool = False) -> dict:
     """Write ``qgen`` weak pairs of the BEIR corpus in ``dataset_dir`` to ``out_path``.
 
     Documents are visited in the seeded order of :func:`zsdr.training.weak.permuted_documents`
@@ -312,7 +348,13 @@ def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, 
     distinct non-empty queries become pairs ``qgen-<doc_id>-<k>`` whose positive is the whole
     document ``{"title", "text"}``; a document without one is skipped and counted. Writing stops at
     ``max_pairs`` pairs. Returns ``{"documents", "pairs", "skipped"}``.
+
+    On a GPU the documents are taken ``GPU_POOL * batch_size`` at a time, sorted by passage length
+    and generated in batches of ``batch_size`` similar lengths (batch ``b`` of pool ``c`` seeded from
+    ``(seed, c, b)``), then written in the selection order; the CPU keeps the chunks above.
     """
+    from tqdm.auto import tqdm
+
     from zsdr.training.weak import selected_documents, write_pair
 
     if int(queries_per_document) < 1:
@@ -321,14 +363,25 @@ def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, 
         raise ValueError(f"max_pairs {max_pairs} must be >= 0 (or null for every document)")
     stats = {"documents": 0, "pairs": 0, "skipped": 0}
     docs = selected_documents(dataset_dir, seed, max_pairs, queries_per_document)
-    with atomic_write(out_path) as fh:
+    if device is not None:
+        generator.model.to(device)
+    on_gpu = next(generator.model.parameters()).device.type == "cuda"
+    pool_size = batch_size * (GPU_POOL if on_gpu else 1)
+    bar = tqdm(desc="qgen", unit="doc", disable=not show_progress)
+    with bar, atomic_write(out_path) as fh:
         for chunk_index in itertools.count():
-            chunk = list(itertools.islice(docs, batch_size))
+            chunk = list(itertools.islice(docs, pool_size))
             if not chunk:
                 break
-            generated = generator.generate([passage_of({"title": d.title, "text": d.text}) for d in chunk],
-                                           queries_per_document, top_k=top_k, top_p=top_p, max_length=max_length,
-                                           batch_size=batch_size, seed=[seed, chunk_index], device=device)
+            passages = [passage_of({"title": d.title, "text": d.text}) for d in chunk]
+            if on_gpu:
+                generated = _generate_sorted(generator, passages, queries_per_document, chunk_index, seed,
+                                             batch_size, top_k=top_k, top_p=top_p, max_length=max_length)
+            else:
+                generated = generator.generate(passages, queries_per_document, top_k=top_k, top_p=top_p,
+                                               max_length=max_length, batch_size=batch_size,
+                                               seed=[seed, chunk_index])
+            bar.update(len(chunk))
             for doc, queries in zip(chunk, generated):
                 stats["documents"] += 1
                 queries = list(dict.fromkeys(queries))

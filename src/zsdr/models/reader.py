@@ -111,17 +111,40 @@ class Reader(nn.Module):
         return (out.start_logits.float().masked_fill(~allowed, low),
                 out.end_logits.float().masked_fill(~allowed, low))
 
+    def for_inference(self, device=None, precision: str = "auto") -> "Reader":
+        """Move the reader to ``device`` (default: CUDA when available, else the CPU, as the encoder
+        chooses) for labelling; on CUDA its weights are cast to ``precision``'s half dtype (fp16 / bf16;
+        fp32 keeps float32; always float32 on the CPU). In place: a job's reader is not trained after."""
+        from zsdr.models.encoder import autocast_dtype, resolve_device
+
+        target = resolve_device(device)
+        half = autocast_dtype(target, precision)
+        self.model.to(device=target, dtype=half or torch.float32)
+        return self
+
     @torch.no_grad()
-    def start_probabilities(self, questions: Sequence[str], passages: Sequence[str],
-                            batch_size: int = 64) -> list[list[tuple[int, int, float]]]:
+    def start_probabilities(self, questions: Sequence[str], passages: Sequence[str], batch_size: int = 64,
+                            show_progress: bool = False) -> list[list[tuple[int, int, float]]]:
         """Per pair, ``(char_start, char_end, probability)`` of every passage token that survives
-        truncation, in order: the softmax of the start logits over those tokens only."""
+        truncation, in order: the softmax of the start logits over those tokens only.
+
+        On the CPU the pairs are read ``batch_size`` at a time in the order given. On a GPU they are
+        tokenised at once, read in batches of similar length (longest first, padded to the batch's
+        longest) and the masked softmax is taken on the device, one transfer per batch; results come
+        back in the order given either way."""
+        if len(questions) != len(passages):
+            raise ValueError(f"{len(questions)} questions but {len(passages)} passages")
         was_training = self.training
         self.eval()
         device = next(self.model.parameters()).device
-        out: list[list[tuple[int, int, float]]] = []
         try:
-            for i in range(0, len(questions), batch_size):
+            if device.type == "cuda":
+                return self._start_probabilities_sorted(questions, passages, batch_size, device, show_progress)
+            from tqdm.auto import tqdm
+
+            out: list[list[tuple[int, int, float]]] = []
+            for i in tqdm(range(0, len(questions), batch_size), desc="reader", unit="batch",
+                          disable=not show_progress, leave=False):
                 enc = self._encode(questions[i:i + batch_size], passages[i:i + batch_size])
                 offsets = enc.pop("offset_mapping").tolist()
                 kwargs = {k: v.to(device) for k, v in enc.items()}
@@ -130,8 +153,46 @@ class Reader(nn.Module):
                     cols = [j for j, s in enumerate(enc.sequence_ids(row)) if s == PASSAGE]
                     probs = torch.softmax(logits[row, cols], dim=0).tolist() if cols else []
                     out.append([(off[j][0], off[j][1], p) for j, p in zip(cols, probs)])
+            return out
         finally:
             self.train(was_training)
+
+    def _start_probabilities_sorted(self, questions, passages, batch_size: int, device: torch.device,
+                                    show_progress: bool) -> list[list[tuple[int, int, float]]]:
+        import numpy as np
+        from tqdm.auto import tqdm
+
+        enc = self.tokenizer(list(questions), list(passages), truncation="only_second", max_length=self.max_length,
+                             padding=False, return_offsets_mapping=True)
+        n = len(enc["input_ids"])
+        names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
+        pad = {"input_ids": self.tokenizer.pad_token_id or 0, "attention_mask": 0, "token_type_ids": 0}
+        lengths = np.fromiter((len(r) for r in enc["input_ids"]), dtype=np.int64, count=n)
+        order = np.argsort(-lengths, kind="stable")
+        out: list[list[tuple[int, int, float]] | None] = [None] * n
+        bar = tqdm(total=n, desc="reader", unit="pair", disable=not show_progress, leave=False)
+        try:
+            for start in range(0, n, batch_size):
+                rows = order[start:start + batch_size]
+                width = int(lengths[rows[0]])
+                arrays = {k: np.full((len(rows), width), pad[k], dtype=np.int64) for k in names}
+                passage = np.zeros((len(rows), width), dtype=bool)
+                for j, i in enumerate(rows):
+                    m = int(lengths[i])
+                    for k in names:
+                        arrays[k][j, :m] = enc[k][i]
+                    passage[j, :m] = [s == PASSAGE for s in enc.sequence_ids(int(i))]
+                batch = {k: _to(torch.from_numpy(v), device) for k, v in arrays.items()}
+                mask = _to(torch.from_numpy(passage), device)
+                logits = self.model(**batch).start_logits.float().masked_fill(~mask, float("-inf"))
+                probs = torch.softmax(logits, dim=1).nan_to_num_(0.0).cpu().numpy()
+                for j, i in enumerate(rows):
+                    cols = np.flatnonzero(passage[j])
+                    off = enc["offset_mapping"][i]
+                    out[i] = [(off[c][0], off[c][1], float(probs[j, c])) for c in cols]
+                bar.update(len(rows))
+        finally:
+            bar.close()
         return out
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
@@ -140,6 +201,13 @@ class Reader(nn.Module):
             self.tokenizer.save_pretrained(tmp)
             (tmp / META_FILE).write_text(json.dumps({"max_length": self.max_length}) + "\n")
         return Path(directory)
+
+
+def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``: through pinned memory, without waiting, on CUDA."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _answer_tokens(offsets: Sequence[Sequence[int]], seq_ids: Sequence[int | None], start: int,

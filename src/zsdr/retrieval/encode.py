@@ -8,7 +8,8 @@ An embeddings folder (written atomically: it appears complete or not at all)::
                             "encoder", "dataset", "shard", "num_shards", "assignment": "modulo", ...}
 
 ``precision`` is the requested inference precision (``dense.precision``: fp32, fp16, bf16 or auto)
-and ``compute_dtype`` what the encoder ran in (the autocast dtype on a GPU; float32 on the CPU).
+and ``compute_dtype`` what the encoder ran in (on a GPU the half dtype its weights were cast to;
+float32 on the CPU).
 bf16 keeps 8 mantissa bits to fp16's 11, enough to reorder near-tied documents, which is why the
 small and paper configs encode in fp16 (the papers' inference precision).
 
@@ -16,7 +17,8 @@ Shard ``s`` of ``n`` holds the documents whose 0-based position in ``corpus.json
 ``n``: every document lands in exactly one shard, whatever ``n``, and the shards of one corpus
 stay balanced in length. The corpus is streamed: ``chunk_size`` documents at a time are
 tokenised, length-bucketed, encoded and appended to ``embeddings.npy``, so memory does not grow
-with the corpus.
+with the corpus. ``batch_size`` is a token budget (:meth:`Encoder.encode_tokenized`); on a GPU the
+next chunk is read and tokenised in a worker thread while the current one is encoded.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 
 from zsdr.data.formats import _find, iter_records, judged_queries
 from zsdr.io import DataError, atomic_dir, read_json
-from zsdr.models.encoder import Encoder, load_encoder
+from zsdr.models.encoder import Encoder, Packed, load_encoder, prefetched
 
 log = logging.getLogger(__name__)
 
@@ -166,30 +168,24 @@ def _shard_chunks(corpus: Path, shard: int, num_shards: int, chunk_size: int) ->
         yield ids, docs
 
 
-def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, dict]]:
-    """``(ids, features)`` per chunk; with ``prefetch`` the next chunk is prepared in a worker thread."""
+def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, Packed]]:
+    """``(ids, packed token ids)`` per chunk; with ``prefetch`` the next chunk is read, tokenised and
+    packed in a worker thread while this one is encoded."""
+    def prepare(item: tuple[list, list]) -> tuple[list, Packed]:
+        return item[0], Packed.of(encoder.tokenize_docs(item[1]))
+
     if not prefetch:
-        for ids, docs in chunks:
-            yield ids, encoder.tokenize_docs(docs)
-            del ids, docs  # not alive while the next chunk is read
+        for item in chunks:
+            yield prepare(item)
+            del item  # not alive while the next chunk is read
         return
-    from concurrent.futures import ThreadPoolExecutor
-
-    def prepare():
-        item = next(chunks, None)
-        return None if item is None else (item[0], encoder.tokenize_docs(item[1]))
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize") as pool:
-        pending = pool.submit(prepare)
-        while (ready := pending.result()) is not None:
-            pending = pool.submit(prepare)
-            yield ready
+    yield from prefetched(map(prepare, chunks))
 
 
 def precision_meta(encoder: Encoder, device: str | None, precision: str | None) -> dict:
     """What an embeddings folder records about the arithmetic that made it: the requested
-    ``precision`` (``dense.precision``) and the ``compute_dtype`` it ran in (autocast on a GPU;
-    float32 on the CPU, whatever was asked)."""
+    ``precision`` (``dense.precision``) and the ``compute_dtype`` it ran in (the weights' half dtype
+    on a GPU; float32 on the CPU, whatever was asked)."""
     import torch
 
     from zsdr.models.encoder import autocast_dtype

@@ -80,12 +80,23 @@ def unit_statistics(dataset: str | os.PathLike, pairs: Iterable[tuple[str, str]]
 
 
 def label_pairs(dataset: str | os.PathLike, pairs: list[tuple[str, str]], scorer: UnitBM25, out: str | os.PathLike,
-                *, reader=None, delta: float = 0.1, batch_size: int = 64) -> int:
-    """Label ``pairs`` and write them to ``out`` (atomic); returns the number written."""
+                *, reader=None, delta: float = 0.1, batch_size: int = 64, show_progress: bool = False) -> int:
+    """Label ``pairs`` and write them to ``out`` (atomic); returns the number written.
+
+    The reader reads ``batch_size`` pairs at a time; on a GPU it is handed ``64 * batch_size`` pairs
+    at once, which it sorts by length into batches (:meth:`~zsdr.models.reader.Reader.start_probabilities`)."""
+    import torch
+    from tqdm.auto import tqdm
+
     corpus, queries = read_corpus(dataset), read_queries(dataset)
-    with atomic_write(out) as fh:
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start:start + batch_size]
+    params = getattr(reader, "parameters", None)  # any object with start_probabilities reads too
+    on_gpu = params is not None and next(iter(params()), torch.empty(0)).device.type == "cuda"
+    step = batch_size * (64 if on_gpu else 1)
+    bar = tqdm(total=len(pairs), desc="label units", unit="pair", disable=not show_progress)
+    with bar, atomic_write(out) as fh:
+        for start in range(0, len(pairs), step):
+            chunk = pairs[start:start + step]
+            bar.update(len(chunk))
             texts = [corpus[pid].get("text") or "" for _, pid in chunk]
             probs = (reader.start_probabilities([queries[q] for q, _ in chunk], texts, batch_size=batch_size)
                      if reader is not None else [None] * len(chunk))
@@ -144,9 +155,11 @@ def write_statistics(dataset: str | os.PathLike, split: str, out: str | os.PathL
 def label_shard(dataset: str | os.PathLike, split: str, statistics: str | os.PathLike, out: str | os.PathLike, *,
                 shard: int, shards: int, reader: str | None = None, delta: float = 0.1, variant: str = "lucene",
                 k1: float = 0.9, b: float = 0.4, max_pairs: int | None = None, seed: int = 0,
-                batch_size: int = 64) -> int:
+                batch_size: int = 64, device: str | None = None, precision: str = "auto",
+                show_progress: bool = False) -> int:
     """The ``label_units_shard`` job: pairs ``shard, shard + shards, ...`` of ``split``, labelled with the
-    saved statistics and, when ``reader`` names a model, its start probabilities."""
+    saved statistics and, when ``reader`` names a model, its start probabilities (the reader runs on
+    ``device``, default CUDA when available, in ``precision`` there: :meth:`Reader.for_inference`)."""
     pairs = select_pairs(dataset, split, max_pairs, seed)[shard::shards]
     scorer = UnitBM25.load(statistics, variant=variant, k1=k1, b=b)
     model = None
@@ -156,5 +169,6 @@ def label_shard(dataset: str | os.PathLike, split: str, statistics: str | os.Pat
         from zsdr.models.reader import Reader
 
         torch.manual_seed(seed)
-        model = Reader.from_pretrained(reader)
-    return label_pairs(dataset, pairs, scorer, out, reader=model, delta=delta, batch_size=batch_size)
+        model = Reader.from_pretrained(reader).for_inference(device, precision)
+    return label_pairs(dataset, pairs, scorer, out, reader=model, delta=delta, batch_size=batch_size,
+                       show_progress=show_progress)
