@@ -112,16 +112,6 @@ def _read_index(path: Path) -> dict[str, str]:
         raise DataError(path, None, f"unreadable weight index ({exc})", "download the checkpoint again") from None
 
 
-def tensor_names(path: Path) -> list[str]:
-    """Every tensor name in one weight file."""
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            return list(f.keys())
-    return list(_load_pickle(path))
-
-
 def read_tensors(files: list[Path], want: Callable[[str], bool]) -> dict[str, torch.Tensor]:
     """The tensors whose names ``want`` accepts, from the weight files (safetensors or PyTorch pickles)."""
     out: dict[str, torch.Tensor] = {}

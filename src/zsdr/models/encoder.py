@@ -53,7 +53,7 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
-from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, tensor_names, weights_location
+from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, weights_location
 from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
 from zsdr.models.soft_tokens import SoftTokens
 
@@ -321,22 +321,17 @@ def find_head(name: str | os.PathLike) -> tuple[dict[str, torch.Tensor] | None, 
     Returns the head's state dict (or ``None``) and where it was looked for."""
     own = checkpoint_file(name, HEAD_FILE)
     if own is not None:
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(own)), str(own)
-        except Exception as exc:  # a damaged file
-            raise DataError(own, None, f"unreadable head weights ({exc})", _REWRITE) from None
+        return read_tensors([own], lambda k: True), str(own)
     files = weights_location(name)
     where = ", ".join(str(f) for f in files) or f"{name} (no weight file found)"
     for path in files:
-        names = tensor_names(path)
-        prefixes = [k[: -len("embeddingHead.weight")] for k in names if k.endswith("embeddingHead.weight")]
-        for prefix in prefixes:
-            wanted = {prefix + old: new for old, new in _ANCE_NAMES.items()}
-            if set(wanted) <= set(names):
-                tensors = read_tensors([path], wanted.__contains__)
-                return {new: tensors[old] for old, new in wanted.items()}, str(path)
+        # One read of each file: the candidate tensors, then the prefix that has all four.
+        found = read_tensors([path], lambda k: k.endswith(tuple(_ANCE_NAMES)))
+        for key in found:
+            if key.endswith("embeddingHead.weight"):
+                wanted = {key[: -len("embeddingHead.weight")] + old: new for old, new in _ANCE_NAMES.items()}
+                if set(wanted) <= set(found):
+                    return {new: found[old] for old, new in wanted.items()}, str(path)
     return None, where
 
 

@@ -336,17 +336,11 @@ def find_condenser_head(name: str | os.PathLike) -> tuple[dict[str, torch.Tensor
     the ``c_head.{layer}.*`` tensors of ``model.pt``, where the released Condenser / coCondenser
     checkpoints keep it beside the masked LM. Returns ``(state or None, where it was looked for,
     skip_from when recorded)``."""
-    from zsdr.io import DataError
     from zsdr.models.checkpoints import checkpoint_file, read_tensors
 
     own = checkpoint_file(name, HEAD_WEIGHTS)
     if own is not None:
-        from safetensors.torch import load_file
-
-        try:
-            state = load_file(str(own))
-        except Exception as exc:  # a damaged file
-            raise DataError(own, None, f"unreadable head weights ({exc})", "pretrain the model again") from None
+        state = read_tensors([own], lambda k: True)
         settings = checkpoint_file(name, HEAD_CONFIG)
         skip = json.loads(settings.read_text(encoding="utf-8")).get("skip_from") if settings is not None else None
         return state, str(own), skip
