@@ -1,0 +1,104 @@
+"""The full planned job list of a config, for the golden plan tests.
+
+    python tests/plan_golden.py mini|small|paper [--write]
+
+prints (or, with --write, stores under tests/golden/) every job `snakemake -n --forceall` plans for
+`results/all` at that scale: its rule, wildcards, params, resources, inputs, outputs and threads, one
+JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = ROOT / "tests" / "golden"
+CONFIGS = {"mini": [], "small": ["configs/small.yaml"], "paper": ["configs/paper.yaml"]}
+TARGET = "results/all"
+
+
+def _plain(value):
+    """A JSON-able copy of a params/resources value (callables and objects by their type name)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    return f"<{type(value).__name__}>"
+
+
+def _named(namedlist) -> dict:
+    items = dict(namedlist.items())
+    unnamed = [v for i, v in enumerate(namedlist) if v not in items.values()] if not items else []
+    return {**{k: _plain(v) for k, v in items.items()}, **({"_": _plain(unnamed)} if unnamed else {})}
+
+
+def plan(scale: str) -> list[str]:
+    """The planned jobs of one scale, as sorted JSON lines."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+
+    with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+        wf = api.workflow(
+            resource_settings=ResourceSettings(cores=2),
+            config_settings=ConfigSettings(configfiles=[ROOT / c for c in CONFIGS[scale]]),
+            snakefile=ROOT / "Snakefile",
+            workdir=ROOT,
+        )
+        dag_api = wf.dag(DAGSettings(targets={TARGET}, forceall=True))
+        workflow = wf._workflow
+        workflow.dag_settings = dag_api.dag_settings
+        workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+        workflow._build_dag()
+        lines = []
+        for job in workflow.dag.jobs:
+            resources = {
+                k: _plain(v) for k, v in job.resources.items() if k not in ("_cores", "_nodes", "tmpdir")
+            }
+            lines.append(
+                json.dumps(
+                    {
+                        "rule": job.rule.name,
+                        "wildcards": dict(job.wildcards_dict),
+                        "output": sorted(str(f) for f in job.output),
+                        "input": sorted(str(f) for f in job.input),
+                        "params": _named(job.params),
+                        "resources": resources,
+                        "threads": job.threads,
+                    },
+                    sort_keys=True,
+                )
+            )
+    return sorted(lines)
+
+
+def golden_path(scale: str) -> Path:
+    return GOLDEN / f"plan-{scale}.jsonl.gz"
+
+
+def main(argv: list[str]) -> None:
+    scale = argv[0]
+    lines = plan(scale)
+    if "--write" in argv:
+        GOLDEN.mkdir(exist_ok=True)
+        with gzip.open(golden_path(scale), "wt", encoding="utf-8", compresslevel=9) as f:
+            # mtime-free gzip keeps the file's bytes a function of its content
+            f.write("\n".join(lines) + "\n")
+        print(f"{golden_path(scale)}: {len(lines)} jobs")
+    else:
+        sys.stdout.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,51 @@
+"""Golden plans: the full `--forceall` job list of `results/all` at every scale (rule, wildcards,
+params, resources, inputs, outputs, threads) is what tests/golden/ records.
+
+A change that moves planning code must leave these lists unchanged; a change that means to alter the
+plan regenerates them (`python tests/plan_golden.py <scale> --write`) and says why in its commit.
+"""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from plan_golden import golden_path  # noqa: E402
+
+
+def _job_key(line: str) -> str:
+    job = json.loads(line)
+    return job["rule"] + " " + json.dumps(job["wildcards"], sort_keys=True) + " " + " ".join(job["output"])
+
+
+@pytest.mark.parametrize("scale", ["mini", "small", "paper"])
+def test_plan_matches_the_golden_job_list(scale):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "plan_golden.py"), scale],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = proc.stdout.splitlines()
+    with gzip.open(golden_path(scale), "rt", encoding="utf-8") as f:
+        want = f.read().splitlines()
+    if got == want:
+        return
+    got_by, want_by = {_job_key(l): l for l in got}, {_job_key(l): l for l in want}
+    report = [f"{len(got)} jobs planned, {len(want)} in the golden list"]
+    report += [f"new job: {k}" for k in sorted(got_by.keys() - want_by.keys())[:10]]
+    report += [f"job gone: {k}" for k in sorted(want_by.keys() - got_by.keys())[:10]]
+    for k in sorted(got_by.keys() & want_by.keys()):
+        if got_by[k] != want_by[k]:
+            g, w = json.loads(got_by[k]), json.loads(want_by[k])
+            fields = [f for f in g if g[f] != w[f]]
+            report.append(f"changed: {k}: " + "; ".join(f"{f}: {w[f]} -> {g[f]}" for f in fields))
+            if len(report) > 25:
+                break
+    pytest.fail("\n".join(report))
