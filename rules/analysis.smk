@@ -7,10 +7,10 @@
 rule berm_unit_analysis:
     """Unit variance (R1), essential-unit accuracy (R2) and unit similarity of one system on one dataset."""
     input:
-        model=dense_model_input,
-        labels=lambda wc: analysis_labels(wc.dataset),
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code(
+        model=PLAN.dense_model_input,
+        labels=lambda wc: PLAN.analysis_labels(wc.dataset),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code(
             "zsdr.evaluation.unit_analysis",
             "zsdr.training.berm",
             "zsdr.losses.berm",
@@ -24,19 +24,19 @@ rule berm_unit_analysis:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.units.log",
     wildcard_constraints:
         dataset=r"[^/]+",
-        system=alternation(DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
     params:
-        model=lambda wc: dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
         meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
-        scale=lambda wc: system_scale(wc.system),
+        scale=lambda wc: PLAN.system_scale(wc.system),
         dense=config["dense"],
     script:
         "../workflow_scripts/berm_unit_analysis.py"

@@ -6,19 +6,19 @@
 rule coco_spans:
     """A corpus's documents as spans of <= max_tokens word pieces (COCO's pretraining examples)."""
     input:
-        data=lambda wc: dataset_marker(wc.corpus),
-        tokenizer=model_files(model_ref(COCODR["spans"]["tokenizer"])),
-        code=code("zsdr.pretrain.spans", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.corpus),
+        tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
+        code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats"),
     output:
         f"{DATA}/{{corpus}}/coco/spans.jsonl",
     log:
         f"{LOGS}/data/coco_spans_{{corpus}}.log",
     wildcard_constraints:
-        corpus=alternation(SPAN_CORPORA),
+        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=16000,
         runtime=240,
     params:
@@ -26,9 +26,9 @@ rule coco_spans:
         tokenizer=lambda wc, input: (
             os.path.dirname(input.tokenizer[0])
             if input.tokenizer
-            else model_ref(COCODR["spans"]["tokenizer"])
+            else PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])
         ),
-        spans=COCODR["spans"],
+        spans=PLAN.COCODR["spans"],
         seed=config["seed"],
     script:
         "../workflow_scripts/coco_spans.py"
@@ -37,30 +37,30 @@ rule coco_spans:
 rule pretrain_coco:
     """A retrieval-oriented pretrained backbone: span contrastive + Condenser head MLM + backbone MLM."""
     input:
-        lambda wc: spec_inputs(coco_spec(wc.name)),
-        code=code(*TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco"),
+        lambda wc: PLAN.spec_inputs(PLAN.coco_spec(wc.name)),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco"),
     output:
         f"{MODELS}/pretrained/{{name}}/config.json",
         f"{MODELS}/pretrained/{{name}}/training.json",
     log:
         f"{LOGS}/train/pretrained-{{name}}.log",
     wildcard_constraints:
-        name=alternation(TRAINED_PRETRAINED),
+        name=PLAN.alternation(PLAN.TRAINED_PRETRAINED),
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(
-            lambda wc: launch_gpus(launch_settings(PRETRAINED[wc.name]))
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.PRETRAINED[wc.name]))
         ),
         mem_mb=32000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
-        spec=lambda wc: coco_spec(wc.name),
-        summary=lambda wc: spec_summary(
-            coco_spec(wc.name), launch_settings(PRETRAINED[wc.name])
+        spec=lambda wc: PLAN.coco_spec(wc.name),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
         ),
-        launch=lambda wc: launch_settings(PRETRAINED[wc.name]),
+        launch=lambda wc: PLAN.launch_settings(PLAN.PRETRAINED[wc.name]),
     message:
         "pretrain {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
@@ -70,29 +70,35 @@ rule pretrain_coco:
 rule cluster_queries:
     """iDRO's groups: K-means over the training queries' embeddings by the model that mines the episode."""
     input:
-        data=lambda wc: dataset_marker(wc.source),
-        model=lambda wc: model_files(dense_model(previous_system(wc.run), wc.source)),
-        code=code("zsdr.training.idro", "zsdr.models.encoder", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.source),
+        model=lambda wc: PLAN.model_files(
+            PLAN.dense_model(PLAN.previous_system(wc.run), wc.source)
+        ),
+        code=PLAN.code("zsdr.training.idro", "zsdr.models.encoder", "zsdr.data.formats"),
     output:
         f"{DATA}/{{source}}/clusters/{{run}}.jsonl",
     log:
         f"{LOGS}/data/clusters_{{source}}_{{run}}.log",
     wildcard_constraints:
-        run=alternation(DRO_RUNS),
+        run=PLAN.alternation(PLAN.DRO_RUNS),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
     params:
-        model=lambda wc: dense_model(previous_system(wc.run), wc.source),
-        options=lambda wc: mining_options(wc.run, wc.source),  # the mining's query length
+        model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
+        options=lambda wc: PLAN.mining_options(wc.run, wc.source),  # the mining's query length
         dataset=lambda wc, input: os.path.dirname(input.data),
-        clusters=lambda wc: RECIPES[TRAIN_RUNS[wc.run][0]]["dro"].get("clusters", 50),
-        clustering=COCODR.get("clustering", {}),
-        seed=lambda wc: train_settings(RECIPES[TRAIN_RUNS[wc.run][0]])["seed"]
-        + TRAIN_RUNS[wc.run][1],
+        clusters=lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]["dro"].get(
+            "clusters", 50
+        ),
+        clustering=PLAN.COCODR.get("clustering", {}),
+        seed=lambda wc: PLAN.train_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])[
+            "seed"
+        ]
+        + PLAN.TRAIN_RUNS[wc.run][1],
         dense=config["dense"],
     script:
         "../workflow_scripts/cluster_queries.py"
@@ -101,26 +107,26 @@ rule cluster_queries:
 rule cocodr_geometry:
     """COCO loss, alignment and uniformity of one pretrained model's [CLS] on one corpus's spans."""
     input:
-        spans=lambda wc: spans_file(wc.corpus),
-        model=lambda wc: model_files(cocodr_analysis_model(wc.model)),
-        code=code("zsdr.pretrain", "zsdr.losses.coco", "zsdr.evaluation.cocodr"),
+        spans=lambda wc: PLAN.spans_file(wc.corpus),
+        model=lambda wc: PLAN.model_files(PLAN.cocodr_analysis_model(wc.model)),
+        code=PLAN.code("zsdr.pretrain", "zsdr.losses.coco", "zsdr.evaluation.cocodr"),
     output:
         f"{STATS}/cocodr/geometry/{{model}}/{{corpus}}.json",
     log:
         f"{LOGS}/stats/cocodr_geometry_{{model}}_{{corpus}}.log",
     wildcard_constraints:
-        corpus=alternation(SPAN_CORPORA),
-        model=alternation([*PRETRAINED, *config["backbones"]]),
+        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
+        model=PLAN.alternation([*PLAN.PRETRAINED, *config["backbones"]]),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
     params:
-        model=lambda wc: cocodr_analysis_model(wc.model),
-        docs=COCODR_ANALYSIS.get("docs", 1000),
-        batch_size=COCODR_ANALYSIS.get("batch_size", 64),
+        model=lambda wc: PLAN.cocodr_analysis_model(wc.model),
+        docs=PLAN.COCODR_ANALYSIS.get("docs", 1000),
+        batch_size=PLAN.COCODR_ANALYSIS.get("batch_size", 64),
         seed=config["seed"],
         device=config["dense"]["device"],
     script:
@@ -130,9 +136,9 @@ rule cocodr_geometry:
 rule cocodr_figure3:
     """COCO-DR Figure 3: average target nDCG@10 against K and against iDRO's update step."""
     input:
-        metrics=[f for p in cocodr_figure3_points()[0] for f in p["metrics"]],
-        reference=(cocodr_figure3_points()[1] or {}).get("metrics", []),
-        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        metrics=[f for p in PLAN.cocodr_figure3_points()[0] for f in p["metrics"]],
+        reference=(PLAN.cocodr_figure3_points()[1] or {}).get("metrics", []),
+        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure3.png",
@@ -147,12 +153,12 @@ rule cocodr_figure3:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        points=cocodr_figure3_points()[0],
-        reference=cocodr_figure3_points()[1],
+        points=PLAN.cocodr_figure3_points()[0],
+        reference=PLAN.cocodr_figure3_points()[1],
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -162,8 +168,8 @@ rule cocodr_figure3:
 rule cocodr_figure4:
     """COCO-DR Figure 4: nDCG@10 per training episode (warmup, then each ANCE episode) per variant."""
     input:
-        metrics=[p["metrics"] for p in cocodr_figure4_points()],
-        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        metrics=[p["metrics"] for p in PLAN.cocodr_figure4_points()],
+        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure4.png",
@@ -178,11 +184,11 @@ rule cocodr_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        points=cocodr_figure4_points(),
+        points=PLAN.cocodr_figure4_points(),
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -192,71 +198,81 @@ rule cocodr_figure4:
 rule cocodr_clusters:
     """Figure 5c / Table 4: each target's nearest source query cluster and iDRO's effect on it."""
     input:
-        source=dataset_marker(SOURCE),
-        targets=[dataset_marker(d) for d in TARGETS],
+        source=PLAN.dataset_marker(PLAN.SOURCE),
+        targets=[PLAN.dataset_marker(d) for d in PLAN.TARGETS],
         models=lambda wc: [
             f
             for k in ("with_idro", "without_idro")
-            for f in model_files(dense_model(cocodr_analysis_system(k), SOURCE))
+            for f in PLAN.model_files(
+                PLAN.dense_model(PLAN.cocodr_analysis_system(k), PLAN.SOURCE)
+            )
         ],
-        clusters=lambda wc: f"{DATA}/{SOURCE}/clusters/{recipe_run(cocodr_analysis_system('with_idro'))}.jsonl",
-        negatives=lambda wc: training_data(
-            RECIPES[cocodr_analysis_system("with_idro")],
+        clusters=lambda wc: f"{DATA}/{PLAN.SOURCE}/clusters/{PLAN.recipe_run(PLAN.cocodr_analysis_system('with_idro'))}.jsonl",
+        negatives=lambda wc: PLAN.training_data(
+            PLAN.RECIPES[PLAN.cocodr_analysis_system("with_idro")],
             "cocodr.analysis.with_idro",
-            recipe_run(cocodr_analysis_system("with_idro")),
+            PLAN.recipe_run(PLAN.cocodr_analysis_system("with_idro")),
         )[1],
         metrics=lambda wc: [
-            f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
-            for d in TARGETS
+            f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
+            for d in PLAN.TARGETS
             for k in ("with_idro", "without_idro")
         ],
         published="src/zsdr/tables/published/cocodr_table4.csv",
-        code=code(
+        code=PLAN.code(
             "zsdr.evaluation.cocodr",
             "zsdr.training.idro",
             "zsdr.tables.cocodr_figures",
             "zsdr.models.encoder",
         ),
     output:
-        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in TARGETS],
+        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
         csv=f"{RESULTS}/cocodr/table4.csv",
         md=f"{RESULTS}/cocodr/table4.md",
     log:
         f"{LOGS}/stats/cocodr_clusters.log",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
     params:
         source=lambda wc, input: os.path.dirname(input.source),
-        targets={d: f"{DATA}/{d}" for d in TARGETS},
-        splits={d: eval_split(d) for d in TARGETS},
+        targets={d: f"{DATA}/{d}" for d in PLAN.TARGETS},
+        splits={d: PLAN.eval_split(d) for d in PLAN.TARGETS},
         with_idro=lambda wc: {
-            "system": cocodr_analysis_system("with_idro"),
-            "model": dense_model(cocodr_analysis_system("with_idro"), SOURCE),
-            "options": encoder_options(cocodr_analysis_system("with_idro"), SOURCE),
-            "scale": system_scale(cocodr_analysis_system("with_idro")),
+            "system": PLAN.cocodr_analysis_system("with_idro"),
+            "model": PLAN.dense_model(
+                PLAN.cocodr_analysis_system("with_idro"), PLAN.SOURCE
+            ),
+            "options": PLAN.encoder_options(
+                PLAN.cocodr_analysis_system("with_idro"), PLAN.SOURCE
+            ),
+            "scale": PLAN.system_scale(PLAN.cocodr_analysis_system("with_idro")),
         },
         without_idro=lambda wc: {
-            "system": cocodr_analysis_system("without_idro"),
-            "model": dense_model(cocodr_analysis_system("without_idro"), SOURCE),
-            "options": encoder_options(cocodr_analysis_system("without_idro"), SOURCE),
-            "scale": system_scale(cocodr_analysis_system("without_idro")),
+            "system": PLAN.cocodr_analysis_system("without_idro"),
+            "model": PLAN.dense_model(
+                PLAN.cocodr_analysis_system("without_idro"), PLAN.SOURCE
+            ),
+            "options": PLAN.encoder_options(
+                PLAN.cocodr_analysis_system("without_idro"), PLAN.SOURCE
+            ),
+            "scale": PLAN.system_scale(PLAN.cocodr_analysis_system("without_idro")),
         },
         metrics=lambda wc: {
             d: {
-                k: f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
+                k: f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
                 for k in ("with_idro", "without_idro")
             }
-            for d in TARGETS
+            for d in PLAN.TARGETS
         },
-        table4_dataset=lambda wc: check_dataset(
-            COCODR.get("table4", {}).get("dataset") or TARGETS[0]
+        table4_dataset=lambda wc: PLAN.check_dataset(
+            PLAN.COCODR.get("table4", {}).get("dataset") or PLAN.TARGETS[0]
         ),
-        queries=COCODR.get("table4", {}).get("queries", 5),
-        max_source_queries=COCODR_ANALYSIS.get("max_source_queries"),
+        queries=PLAN.COCODR.get("table4", {}).get("queries", 5),
+        max_source_queries=PLAN.COCODR_ANALYSIS.get("max_source_queries"),
         seed=config["seed"],
         dense=config["dense"],
         scale=config["scale"],
@@ -269,22 +285,22 @@ rule cocodr_figure5:
     (c) iDRO's training-loss gain on the nearest source cluster vs its target gain."""
     input:
         geometry=[
-            geometry_file(m, d)
-            for m in COCODR_ANALYSIS.get("models", [])
-            for d in TARGETS
+            PLAN.geometry_file(m, d)
+            for m in PLAN.COCODR_ANALYSIS.get("models", [])
+            for d in PLAN.TARGETS
         ],
         loss=[
-            geometry_file(COCODR_ANALYSIS[k], d)
+            PLAN.geometry_file(PLAN.COCODR_ANALYSIS[k], d)
             for k in ("before", "after")
-            for d in TARGETS
+            for d in PLAN.TARGETS
         ],
         metrics=[
-            f"{METRICS}/{d}/{cocodr_analysis_system(k)}.json"
-            for d in TARGETS
+            f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
+            for d in PLAN.TARGETS
             for k in ("with_coco", "without_coco", "with_idro", "without_idro")
         ],
-        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in TARGETS],
-        code=code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
+        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure5.png",
@@ -299,33 +315,33 @@ rule cocodr_figure5:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
         loss_points=[
             {
                 "dataset": d,
-                "before": geometry_file(COCODR_ANALYSIS["before"], d),
-                "after": geometry_file(COCODR_ANALYSIS["after"], d),
-                "with": f"{METRICS}/{d}/{cocodr_analysis_system('with_coco')}.json",
-                "without": f"{METRICS}/{d}/{cocodr_analysis_system('without_coco')}.json",
+                "before": PLAN.geometry_file(PLAN.COCODR_ANALYSIS["before"], d),
+                "after": PLAN.geometry_file(PLAN.COCODR_ANALYSIS["after"], d),
+                "with": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('with_coco')}.json",
+                "without": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('without_coco')}.json",
             }
-            for d in TARGETS
+            for d in PLAN.TARGETS
         ],
         geometry_points=[
-            {"label": m, "dataset": d, "stats": geometry_file(m, d)}
-            for m in COCODR_ANALYSIS.get("models", [])
-            for d in TARGETS
+            {"label": m, "dataset": d, "stats": PLAN.geometry_file(m, d)}
+            for m in PLAN.COCODR_ANALYSIS.get("models", [])
+            for d in PLAN.TARGETS
         ],
         cluster_points=[
             {
                 "dataset": d,
                 "analysis": f"{STATS}/cocodr/clusters/{d}.json",
-                "with": f"{METRICS}/{d}/{cocodr_analysis_system('with_idro')}.json",
-                "without": f"{METRICS}/{d}/{cocodr_analysis_system('without_idro')}.json",
+                "with": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('with_idro')}.json",
+                "without": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('without_idro')}.json",
             }
-            for d in TARGETS
+            for d in PLAN.TARGETS
         ],
         scale=config["scale"],
     script:
@@ -339,5 +355,5 @@ ruleorder: cocodr_figure3 > cocodr_figure4 > cocodr_figure5 > paper_figure
 rule cocodr:
     """Every COCO-DR table and figure (results/cocodr/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "cocodr"],
-        COCODR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "cocodr"],
+        PLAN.COCODR_FIGURES,

@@ -4,12 +4,12 @@
 rule mini_benchmark:
     """Generate the synthetic source and target domains (zsdr.data.mini)."""
     input:
-        code("zsdr.data.mini", "zsdr.data.formats", "zsdr.sparse.bm25"),
+        PLAN.code("zsdr.data.mini", "zsdr.data.formats", "zsdr.sparse.bm25"),
     output:
         expand(
             "{data}/{name}/{f}",
             data=DATA,
-            name=MINI_DATASETS,
+            name=PLAN.MINI_DATASETS,
             f=["corpus.jsonl", "queries.jsonl", "dataset.json"],
         ),
         training=expand(
@@ -26,7 +26,7 @@ rule mini_benchmark:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
@@ -42,17 +42,17 @@ rule download:
     log:
         f"{LOGS}/download/{{path}}.log",
     wildcard_constraints:
-        path=alternation(REMOTE),
+        path=PLAN.alternation(PLAN.REMOTE),
     retries: 1
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=500,
         runtime=600,
         downloads=1,
     params:
-        spec=lambda wc: REMOTE[wc.path].as_spec(),
+        spec=lambda wc: PLAN.REMOTE[wc.path].as_spec(),
         mirror=config["mirror"],
         retries=config["download"]["retries"],
         timeout=config["download"]["timeout"],
@@ -63,8 +63,8 @@ rule download:
 rule convert:
     """Extract, convert to the BEIR layout and validate one registry dataset."""
     input:
-        files=lambda wc: downloads_of(wc.dataset),
-        code=code(
+        files=lambda wc: PLAN.downloads_of(wc.dataset),
+        code=PLAN.code(
             "zsdr.data.fetch",
             "zsdr.data.convert",
             "zsdr.data.download",
@@ -75,11 +75,11 @@ rule convert:
     log:
         f"{LOGS}/data/convert_{{dataset}}.log",
     wildcard_constraints:
-        dataset=alternation(registry.REGISTRY),
+        dataset=PLAN.alternation(registry.REGISTRY),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
@@ -92,24 +92,24 @@ rule convert:
 rule tiny_backbone:
     """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora."""
     input:
-        data=[dataset_marker(n) for n in MINI_DATASETS],
-        code=code("zsdr.models.tiny"),
+        data=[PLAN.dataset_marker(n) for n in PLAN.MINI_DATASETS],
+        code=PLAN.code("zsdr.models.tiny"),
     output:
         f"{MODELS}/backbones/{{backbone}}/config.json",
         f"{MODELS}/backbones/{{backbone}}/tokenizer.json",
     log:
         f"{LOGS}/models/tiny_backbone_{{backbone}}.log",
     wildcard_constraints:
-        backbone=alternation(BUILT_BACKBONES),
+        backbone=PLAN.alternation(PLAN.BUILT_BACKBONES),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
         build=lambda wc: config["backbones"][wc.backbone]["build"],
-        datasets=[f"{DATA}/{n}" for n in MINI_DATASETS],
+        datasets=[f"{DATA}/{n}" for n in PLAN.MINI_DATASETS],
         seed=config["seed"],
     script:
         "../workflow_scripts/tiny_backbone.py"
@@ -119,11 +119,13 @@ rule data:
     """Every dataset of the config (source, targets, extras) with its training-side downloads."""
     input:
         [
-            dataset_marker(n)
-            for n in dict.fromkeys([SOURCE, *TARGETS, *config["datasets"]["extra"]])
+            PLAN.dataset_marker(n)
+            for n in dict.fromkeys(
+                [PLAN.SOURCE, *PLAN.TARGETS, *config["datasets"]["extra"]]
+            )
         ],
-        [p for n in FETCHED for p in downloads_of(n, extras=True)],
-        [f"{MODELS}/backbones/{b}/config.json" for b in BUILT_BACKBONES],
+        [p for n in PLAN.FETCHED for p in PLAN.downloads_of(n, extras=True)],
+        [f"{MODELS}/backbones/{b}/config.json" for b in PLAN.BUILT_BACKBONES],
 
 
 RELEASED_ENCODERS = [n for n, r in RELEASES.items() if r.kind == "ance"]
@@ -133,18 +135,18 @@ RELEASED_REMS = [n for n, r in RELEASES.items() if r.kind == "adapter-rem"]
 rule released_encoder:
     """A released ANCE-format archive (ANCE warmup, MoDIR's checkpoints) as an encoder folder."""
     input:
-        archive=lambda wc: released_archive(wc.release),
-        code=code("zsdr.models.released"),
+        archive=lambda wc: PLAN.released_archive(wc.release),
+        code=PLAN.code("zsdr.models.released"),
     output:
         f"{MODELS}/released/{{release}}/config.json",
     log:
         f"{LOGS}/models/released_{{release}}.log",
     wildcard_constraints:
-        release=alternation(RELEASED_ENCODERS),
+        release=PLAN.alternation(RELEASED_ENCODERS),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=30,
     script:
@@ -154,18 +156,18 @@ rule released_encoder:
 rule released_rem:
     """One of DDR's released REMs (adapter-transformers archives) in the project's REM format."""
     input:
-        archive=lambda wc: released_archive(wc.release),
-        code=code("zsdr.models.released"),
+        archive=lambda wc: PLAN.released_archive(wc.release),
+        code=PLAN.code("zsdr.models.released"),
     output:
         f"{MODELS}/released/{{release}}/rem.json",
     log:
         f"{LOGS}/models/released_{{release}}.log",
     wildcard_constraints:
-        release=alternation(RELEASED_REMS),
+        release=PLAN.alternation(RELEASED_REMS),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=30,
     script:

@@ -7,22 +7,22 @@
 rule evaluate:
     """Metrics of every table-1 system's run on one dataset's evaluation split."""
     input:
-        runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=EVAL_SYSTEMS),
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.evaluation.metrics", "zsdr.data.formats"),
+        runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.EVAL_SYSTEMS),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.evaluation.metrics", "zsdr.data.formats"),
     output:
-        [f"{METRICS}/{{dataset}}/{s}.json" for s in EVAL_SYSTEMS],
+        [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.EVAL_SYSTEMS],
     log:
         f"{LOGS}/metrics/{{dataset}}.log",
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=30,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: eval_split(wc.dataset),
+        split=lambda wc: PLAN.eval_split(wc.dataset),
         metrics=config["evaluation"]["metrics"],
         ignore_identical_ids=lambda wc: wc.dataset
         in config["evaluation"]["ignore_identical_ids"],
@@ -33,21 +33,21 @@ rule evaluate:
 use rule evaluate as evaluate_system with:
     input:
         runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.evaluation.metrics", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.evaluation.metrics", "zsdr.data.formats"),
     output:
         f"{METRICS}/{{dataset}}/{{system}}.json",
     log:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.log",
     wildcard_constraints:
-        system=alternation(EXTRA_EVAL_SYSTEMS),
+        system=PLAN.alternation(PLAN.EXTRA_EVAL_SYSTEMS),
 
 
 rule dataset_stats:
     """Corpus, query and qrels statistics of every split of a dataset (DDR T1, COCO-DR T5)."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.evaluation.analysis", "zsdr.data.formats"),
     output:
         f"{STATS}/{{dataset}}.json",
     log:
@@ -55,7 +55,7 @@ rule dataset_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=60,
     params:
@@ -68,9 +68,9 @@ rule dataset_stats:
 rule shift_stats:
     """Query-type and unigram weighted Jaccard between the source and a target (COCO-DR T6)."""
     input:
-        source=dataset_marker(SOURCE),
-        target=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+        source=PLAN.dataset_marker(PLAN.SOURCE),
+        target=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.evaluation.analysis", "zsdr.data.formats"),
     output:
         f"{STATS}/shift/{{dataset}}.json",
     log:
@@ -78,14 +78,14 @@ rule shift_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=120,
     params:
         source=lambda wc, input: os.path.dirname(input.source),
         source_split=config["statistics"]["source_split"],
         target=lambda wc: f"{DATA}/{wc.dataset}",
-        target_split=lambda wc: eval_split(wc.dataset),
+        target_split=lambda wc: PLAN.eval_split(wc.dataset),
         max_docs=config["statistics"]["max_docs"],
     script:
         "../workflow_scripts/shift_stats.py"

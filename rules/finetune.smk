@@ -5,19 +5,19 @@
 rule triples_dataset:
     """Text triples -> a BEIR folder with content-hash ids plus negatives.jsonl (system `triples`)."""
     input:
-        triples=lambda wc: side_file(wc.source, "triples", "recipes"),
-        code=code("zsdr.data.convert", "zsdr.data.download", "zsdr.data.formats"),
+        triples=lambda wc: PLAN.side_file(wc.source, "triples", "recipes"),
+        code=PLAN.code("zsdr.data.convert", "zsdr.data.download", "zsdr.data.formats"),
     output:
         negatives=f"{DATA}/{{source}}-triples/negatives.jsonl",
         manifest=f"{DATA}/{{source}}-triples/dataset.json",
     log:
         f"{LOGS}/data/triples_{{source}}.log",
     wildcard_constraints:
-        source=alternation(TRIPLES_SOURCES),
+        source=PLAN.alternation(PLAN.TRIPLES_SOURCES),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=16000,
         runtime=240,
     script:
@@ -27,9 +27,9 @@ rule triples_dataset:
 rule bm25_negatives:
     """BM25 negatives mined with the sparse stage (a dataset without triples)."""
     input:
-        data=lambda wc: dataset_marker(wc.source),
+        data=lambda wc: PLAN.dataset_marker(wc.source),
         index=lambda wc: f"{INDEXES}/{wc.source}/lucene-flat",
-        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
     output:
         f"{DATA}/{{source}}/negatives/bm25.jsonl",
     log:
@@ -38,14 +38,14 @@ rule bm25_negatives:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        depth=TRAINING["bm25_negatives"],
+        depth=PLAN.TRAINING["bm25_negatives"],
         bm25=config["bm25"],
-        language=lambda wc: language(wc.source),
+        language=lambda wc: PLAN.language(wc.source),
     script:
         "../workflow_scripts/bm25_negatives.py"
 
@@ -54,35 +54,39 @@ rule mine_negatives:
     """ANCE refresh: the previous checkpoint retrieves top-k for the training queries at the episode's
     query / document lengths (mining_system, mining_options); sample negatives."""
     input:
-        data=lambda wc: dataset_marker(wc.source),
-        model=lambda wc: model_files(dense_model(previous_system(wc.run), wc.source)),
+        data=lambda wc: PLAN.dataset_marker(wc.source),
+        model=lambda wc: PLAN.model_files(
+            PLAN.dense_model(PLAN.previous_system(wc.run), wc.source)
+        ),
         shards=lambda wc: [
-            f"{EMBEDDINGS}/{wc.source}/{mining_system(wc.run)}/{s}"
-            for s in shards(wc.source)
+            f"{EMBEDDINGS}/{wc.source}/{PLAN.mining_system(wc.run)}/{s}"
+            for s in PLAN.shards(wc.source)
         ],
-        code=code("zsdr.retrieval", "zsdr.training.data", "zsdr.models.encoder"),
+        code=PLAN.code("zsdr.retrieval", "zsdr.training.data", "zsdr.models.encoder"),
     output:
         f"{DATA}/{{source}}/negatives/{{run}}.jsonl",
     log:
         f"{LOGS}/data/mine_{{source}}_{{run}}.log",
     wildcard_constraints:
-        run=alternation(ANCE_RUNS),
+        run=PLAN.alternation(PLAN.ANCE_RUNS),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=32000,
         runtime=240,
     params:
-        model=lambda wc: dense_model(previous_system(wc.run), wc.source),
-        options=lambda wc: mining_options(wc.run, wc.source),
+        model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
+        options=lambda wc: PLAN.mining_options(wc.run, wc.source),
         dataset=lambda wc: f"{DATA}/{wc.source}",
         mine=lambda wc: {
-            **TRAINING["mine"],
-            **RECIPES[MINED[wc.run][0]].get("mine", {}),
+            **PLAN.TRAINING["mine"],
+            **PLAN.RECIPES[PLAN.MINED[wc.run][0]].get("mine", {}),
         },
-        seed=lambda wc: train_settings(RECIPES[MINED[wc.run][0]])["seed"]
-        + MINED[wc.run][1],
+        seed=lambda wc: PLAN.train_settings(PLAN.RECIPES[PLAN.MINED[wc.run][0]])[
+            "seed"
+        ]
+        + PLAN.MINED[wc.run][1],
         dense=config["dense"],
     script:
         "../workflow_scripts/mine_negatives.py"
@@ -91,30 +95,35 @@ rule mine_negatives:
 rule train_cross_encoder:
     """A cross-encoder (teacher) trained with the one trainer."""
     input:
-        lambda wc: spec_inputs(cross_encoder_spec(wc.name)),
-        code=code(*TRAINER_CODE, "zsdr.losses.contrastive", "zsdr.models.cross_encoder"),
+        lambda wc: PLAN.spec_inputs(PLAN.cross_encoder_spec(wc.name)),
+        code=PLAN.code(
+            *PLAN.TRAINER_CODE, "zsdr.losses.contrastive", "zsdr.models.cross_encoder"
+        ),
     output:
         f"{MODELS}/cross-encoders/{{name}}/config.json",
         f"{MODELS}/cross-encoders/{{name}}/training.json",
     log:
         f"{LOGS}/train/cross-encoder-{{name}}.log",
     wildcard_constraints:
-        name=alternation(CROSS_ENCODERS),
+        name=PLAN.alternation(PLAN.CROSS_ENCODERS),
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(
-            lambda wc: launch_gpus(launch_settings(CROSS_ENCODERS[wc.name]))
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(
+                PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name])
+            )
         ),
         mem_mb=32000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
-        spec=lambda wc: cross_encoder_spec(wc.name),
-        summary=lambda wc: spec_summary(
-            cross_encoder_spec(wc.name), launch_settings(CROSS_ENCODERS[wc.name])
+        spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.cross_encoder_spec(wc.name),
+            PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
         ),
-        launch=lambda wc: launch_settings(CROSS_ENCODERS[wc.name]),
+        launch=lambda wc: PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
     message:
         "train cross-encoder {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
@@ -124,28 +133,30 @@ rule train_cross_encoder:
 rule train_reader:
     """An extractive QA reader (the start probabilities of BERM's unit labels), one trainer."""
     input:
-        lambda wc: spec_inputs(reader_spec(wc.name)),
-        code=code(*TRAINER_CODE, "zsdr.models.reader"),
+        lambda wc: PLAN.spec_inputs(PLAN.reader_spec(wc.name)),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.reader"),
     output:
         f"{MODELS}/readers/{{name}}/config.json",
         f"{MODELS}/readers/{{name}}/training.json",
     log:
         f"{LOGS}/train/reader-{{name}}.log",
     wildcard_constraints:
-        name=alternation(TRAINED_READERS),
+        name=PLAN.alternation(PLAN.TRAINED_READERS),
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(lambda wc: launch_gpus(launch_settings(READERS[wc.name]))),
-        mem_mb=32000,
-        runtime=TRAINING["runtime"],
-    params:
-        spec=lambda wc: reader_spec(wc.name),
-        summary=lambda wc: spec_summary(
-            reader_spec(wc.name), launch_settings(READERS[wc.name])
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.READERS[wc.name]))
         ),
-        launch=lambda wc: launch_settings(READERS[wc.name]),
+        mem_mb=32000,
+        runtime=PLAN.TRAINING["runtime"],
+    params:
+        spec=lambda wc: PLAN.reader_spec(wc.name),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
+        ),
+        launch=lambda wc: PLAN.launch_settings(PLAN.READERS[wc.name]),
     message:
         "train reader {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
@@ -156,12 +167,12 @@ rule teacher_scores:
     """Teacher scores of every (query, candidate) pair of the training negatives."""
     input:
         model=f"{MODELS}/cross-encoders/{{name}}/config.json",
-        data=lambda wc: dataset_marker(wc.source),
-        negatives=lambda wc: training_data(
-            CROSS_ENCODERS[wc.name] | {"dataset": wc.source, "negatives": "hard"},
+        data=lambda wc: PLAN.dataset_marker(wc.source),
+        negatives=lambda wc: PLAN.training_data(
+            PLAN.CROSS_ENCODERS[wc.name] | {"dataset": wc.source, "negatives": "hard"},
             f"cross_encoders.{wc.name}",
         )[1],
-        code=code(
+        code=PLAN.code(
             "zsdr.training.teacher",
             "zsdr.training.data",
             "zsdr.training.tasks",
@@ -173,19 +184,21 @@ rule teacher_scores:
     log:
         f"{LOGS}/data/teacher_{{source}}_{{name}}.log",
     wildcard_constraints:
-        name=alternation(CROSS_ENCODERS),
+        name=PLAN.alternation(PLAN.CROSS_ENCODERS),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
         model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        max_candidates=lambda wc: CROSS_ENCODERS[wc.name].get("max_candidates"),
-        random_candidates=lambda wc: CROSS_ENCODERS[wc.name].get("random_candidates", 0),
-        seed=TRAINING["seed"],
+        max_candidates=lambda wc: PLAN.CROSS_ENCODERS[wc.name].get("max_candidates"),
+        random_candidates=lambda wc: PLAN.CROSS_ENCODERS[wc.name].get(
+            "random_candidates", 0
+        ),
+        seed=PLAN.TRAINING["seed"],
         dense=config["dense"],
     script:
         "../workflow_scripts/teacher_scores.py"
@@ -194,8 +207,8 @@ rule teacher_scores:
 rule train:
     """One training run of a recipe (one ANCE episode, or the whole DPR / KD / DR recipe)."""
     input:
-        lambda wc: spec_inputs(train_spec(wc.run)),
-        code=lambda wc: recipe_code(wc.run),
+        lambda wc: PLAN.spec_inputs(PLAN.train_spec(wc.run)),
+        code=lambda wc: PLAN.recipe_code(wc.run),
     output:
         f"{MODELS}/trained/{{run}}/config.json",
         f"{MODELS}/trained/{{run}}/zsdr.json",
@@ -204,22 +217,25 @@ rule train:
     log:
         f"{LOGS}/train/{{run}}.log",
     wildcard_constraints:
-        run=alternation(TRAIN_RUNS),
+        run=PLAN.alternation(PLAN.TRAIN_RUNS),
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(
-            lambda wc: launch_gpus(launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]]))
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(
+                PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])
+            )
         ),
         mem_mb=32000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
-        spec=lambda wc: train_spec(wc.run),
-        summary=lambda wc: spec_summary(
-            train_spec(wc.run), launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]])
+        spec=lambda wc: PLAN.train_spec(wc.run),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.train_spec(wc.run),
+            PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
         ),
-        launch=lambda wc: launch_settings(RECIPES[TRAIN_RUNS[wc.run][0]]),
+        launch=lambda wc: PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
     message:
         "train {wildcards.run} ({resources.gpu} GPU(s)): {params.summary}"
     script:

@@ -6,8 +6,8 @@
 rule unit_stats:
     """Collection statistics of the unit BM25 (config berm.labels.collection), once per split."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code(
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code(
             "zsdr.training.unit_labels",
             "zsdr.sparse.unit_bm25",
             "zsdr.data.units",
@@ -20,13 +20,13 @@ rule unit_stats:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=16000,
         runtime=120,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=BERM_LABELS,
-        max_pairs=lambda wc: label_max_pairs(wc.split),
+        labels=PLAN.BERM_LABELS,
+        max_pairs=lambda wc: PLAN.label_max_pairs(wc.split),
         seed=config["seed"],
     script:
         "../workflow_scripts/unit_stats.py"
@@ -35,10 +35,10 @@ rule unit_stats:
 rule label_units_shard:
     """One shard of the pairs: units, BM25 + delta x reader scores, the essential unit."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
         stats=f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
-        reader=lambda wc: reader_files(),
-        code=code(
+        reader=lambda wc: PLAN.reader_files(),
+        code=PLAN.code(
             "zsdr.training.unit_labels",
             "zsdr.sparse.unit_bm25",
             "zsdr.data.units",
@@ -56,14 +56,14 @@ rule label_units_shard:
     conda:
         "../envs/gpu.yaml"
     resources:
-        **cluster_resources(BERM_LABELS["gpus"]),
+        **PLAN.cluster_resources(PLAN.BERM_LABELS["gpus"]),
         mem_mb=16000,
         runtime=240,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=BERM_LABELS,
-        reader=lambda wc: berm_reader(),
-        max_pairs=lambda wc: label_max_pairs(wc.split),
+        labels=PLAN.BERM_LABELS,
+        reader=lambda wc: PLAN.berm_reader(),
+        max_pairs=lambda wc: PLAN.label_max_pairs(wc.split),
         seed=config["seed"],
         device=config["dense"]["device"],
         precision=config["dense"]["precision"],
@@ -74,9 +74,9 @@ rule label_units_shard:
 rule label_units:
     """All shards of a split joined, with a summary (agreement with the mini generator's truth)."""
     input:
-        shards=lambda wc: label_shards(wc.dataset, wc.split),
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.training.unit_labels", "zsdr.data.formats"),
+        shards=lambda wc: PLAN.label_shards(wc.dataset, wc.split),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.training.unit_labels", "zsdr.data.formats"),
     output:
         labels=f"{DATA}/{{dataset}}/berm/{{split}}/labels.jsonl",
         summary=f"{DATA}/{{dataset}}/berm/{{split}}/summary.json",
@@ -85,11 +85,11 @@ rule label_units:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=30,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        info=lambda wc: {"split": wc.split, **BERM_LABELS},
+        info=lambda wc: {"split": wc.split, **PLAN.BERM_LABELS},
     script:
         "../workflow_scripts/label_units.py"

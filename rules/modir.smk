@@ -6,23 +6,23 @@
 rule modir_triples:
     """A target's unlabelled triples (query, document, document) for MoDIR's domain classifier."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.training.modir", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.training.modir", "zsdr.data.formats"),
     output:
         f"{DATA}/{{dataset}}/modir/triples.tsv",
     log:
         f"{LOGS}/data/modir_triples_{{dataset}}.log",
     wildcard_constraints:
-        dataset=alternation(MODIR_TARGETS),
+        dataset=PLAN.alternation(PLAN.MODIR_TARGETS),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=16000,
         runtime=60,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=MODIR["triples_split"],
+        split=PLAN.MODIR["triples_split"],
     script:
         "../workflow_scripts/modir_triples.py"
 
@@ -30,30 +30,32 @@ rule modir_triples:
 rule modir_domain:
     """Global Domain-Acc (queries, documents) and KNN-Source% of one system between the source and a target."""
     input:
-        model=dense_model_input,
-        source=dataset_marker(SOURCE),
-        target=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.evaluation.domain", "zsdr.models.encoder", "zsdr.data.formats"),
+        model=PLAN.dense_model_input,
+        source=PLAN.dataset_marker(PLAN.SOURCE),
+        target=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code(
+            "zsdr.evaluation.domain", "zsdr.models.encoder", "zsdr.data.formats"
+        ),
     output:
         f"{STATS}/modir/{{dataset}}/{{system}}.json",
     log:
         f"{LOGS}/stats/modir_{{dataset}}_{{system}}.log",
     wildcard_constraints:
-        dataset=alternation(MODIR_CURVE_DATASETS),
-        system=alternation(set(MODIR_STEP_SYSTEMS.values())),
+        dataset=PLAN.alternation(PLAN.MODIR_CURVE_DATASETS),
+        system=PLAN.alternation(set(PLAN.MODIR_STEP_SYSTEMS.values())),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
     params:
-        model=lambda wc: dense_model(wc.system, wc.dataset),
-        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
+        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
         source=lambda wc, input: os.path.dirname(input.source),
         target=lambda wc, input: os.path.dirname(input.target),
-        target_split=lambda wc: eval_split(wc.dataset),
-        analysis=MODIR["analysis"],
+        target_split=lambda wc: PLAN.eval_split(wc.dataset),
+        analysis=PLAN.MODIR["analysis"],
         seed=config["seed"],
         dense=config["dense"],
     script:
@@ -66,15 +68,15 @@ ruleorder: modir_curves > modir_table4 > paper_table
 rule modir_curves:
     """MoDIR Figures 3 and 5 and Table 3: Domain-Acc, KNN-Source% and nDCG@10 over training."""
     input:
-        domain=[p["domain"] for p in modir_points()],
-        metrics=[p["metrics"] for p in modir_points()],
+        domain=[p["domain"] for p in PLAN.modir_points()],
+        metrics=[p["metrics"] for p in PLAN.modir_points()],
         runs=[
             f"{MODELS}/trained/{r}@{d}/training.json"
-            for d, logs in modir_logs().items()
+            for d, logs in PLAN.modir_logs().items()
             for r in logs
         ],
         published="src/zsdr/tables/published/modir_table3.csv",
-        code=code(
+        code=PLAN.code(
             "zsdr.tables.modir_figures",
             "zsdr.tables.figures",
             "zsdr.tables.inputs",
@@ -104,15 +106,15 @@ rule modir_curves:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
-        points=modir_points(),
-        logs=modir_logs(),
-        dataset=modir_dataset("table3"),
-        figure5=modir_figure5(),
-        table3=MODIR["table3"],
+        points=PLAN.modir_points(),
+        logs=PLAN.modir_logs(),
+        dataset=PLAN.modir_dataset("table3"),
+        figure5=PLAN.modir_figure5(),
+        table3=PLAN.MODIR["table3"],
         scale=config["scale"],
     script:
         "../workflow_scripts/modir_curves.py"
@@ -121,9 +123,16 @@ rule modir_curves:
 rule modir_figure4:
     """MoDIR Figure 4: t-SNE of source and target passages after 0 / ... steps, with and without momentum."""
     input:
-        models=[f for m in modir_tsne_models().values() for f in model_files(m)],
-        data=[dataset_marker(SOURCE), dataset_marker(modir_dataset("figure4"))],
-        code=code("zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"),
+        models=[
+            f for m in PLAN.modir_tsne_models().values() for f in PLAN.model_files(m)
+        ],
+        data=[
+            PLAN.dataset_marker(PLAN.SOURCE),
+            PLAN.dataset_marker(PLAN.modir_dataset("figure4")),
+        ],
+        code=PLAN.code(
+            "zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"
+        ),
     output:
         figure=report(
             f"{RESULTS}/modir/figure4.png",
@@ -137,19 +146,19 @@ rule modir_figure4:
     log:
         f"{LOGS}/tables/modir_figure4.log",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
     params:
-        models=modir_tsne_models(),
-        options=modir_tsne_models(options=True),
+        models=PLAN.modir_tsne_models(),
+        options=PLAN.modir_tsne_models(options=True),
         domains={
-            SOURCE: f"{DATA}/{SOURCE}",
-            modir_dataset("figure4"): f"{DATA}/{modir_dataset('figure4')}",
+            PLAN.SOURCE: f"{DATA}/{PLAN.SOURCE}",
+            PLAN.modir_dataset("figure4"): f"{DATA}/{PLAN.modir_dataset('figure4')}",
         },
-        points=MODIR["figure4"]["points"],
+        points=PLAN.MODIR["figure4"]["points"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],
@@ -162,14 +171,19 @@ rule modir_table4:
     input:
         models=[
             f
-            for s in modir_case()
-            for f in model_files(dense_model(s, modir_dataset("table4")))
+            for s in PLAN.modir_case()
+            for f in PLAN.model_files(
+                PLAN.dense_model(s, PLAN.modir_dataset("table4"))
+            )
         ],
-        metrics=[f"{METRICS}/{modir_dataset('table4')}/{s}.json" for s in modir_case()],
-        source=dataset_marker(SOURCE),
-        target=dataset_marker(modir_dataset("table4")),
+        metrics=[
+            f"{METRICS}/{PLAN.modir_dataset('table4')}/{s}.json"
+            for s in PLAN.modir_case()
+        ],
+        source=PLAN.dataset_marker(PLAN.SOURCE),
+        target=PLAN.dataset_marker(PLAN.modir_dataset("table4")),
         published="src/zsdr/tables/published/modir_table4.csv",
-        code=code(
+        code=PLAN.code(
             "zsdr.evaluation.case_study",
             "zsdr.models.encoder",
             "zsdr.tables.inputs",
@@ -181,20 +195,26 @@ rule modir_table4:
     log:
         f"{LOGS}/tables/modir_table4.log",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
     params:
-        models=[dense_model(s, modir_dataset("table4")) for s in modir_case()],
-        options=[encoder_options(s, modir_dataset("table4")) for s in modir_case()],
-        systems=modir_case(),
+        models=[
+            PLAN.dense_model(s, PLAN.modir_dataset("table4"))
+            for s in PLAN.modir_case()
+        ],
+        options=[
+            PLAN.encoder_options(s, PLAN.modir_dataset("table4"))
+            for s in PLAN.modir_case()
+        ],
+        systems=PLAN.modir_case(),
         source=lambda wc, input: os.path.dirname(input.source),
         target=lambda wc, input: os.path.dirname(input.target),
-        split=eval_split(modir_dataset("table4")),
-        neighbours=MODIR["table4"]["neighbours"],
-        max_source_queries=MODIR["table4"]["max_source_queries"],
+        split=PLAN.eval_split(PLAN.modir_dataset("table4")),
+        neighbours=PLAN.MODIR["table4"]["neighbours"],
+        max_source_queries=PLAN.MODIR["table4"]["max_source_queries"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],
@@ -206,5 +226,5 @@ rule modir_table4:
 rule modir:
     """Every MoDIR table and figure (results/modir/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "modir"],
-        MODIR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "modir"],
+        PLAN.MODIR_FIGURES,

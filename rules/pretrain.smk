@@ -5,8 +5,8 @@
 rule train_dam:
     """A DAM: MLM on its last corpus, from the backbone or from the DAM before it in the chain."""
     input:
-        lambda wc: spec_inputs(dam_spec(wc.dam)),
-        code=code(*TRAINER_CODE, "zsdr.pretrain"),
+        lambda wc: PLAN.spec_inputs(PLAN.dam_spec(wc.dam)),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain"),
     output:
         f"{MODELS}/dams/{{dam}}/config.json",
         f"{MODELS}/dams/{{dam}}/training.json",
@@ -15,16 +15,18 @@ rule train_dam:
     wildcard_constraints:
         dam=r"[^/]+--[^/]+",
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(lambda wc: launch_gpus(dam_launch(wc.dam))),
+        **PLAN.cluster_resources(lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam))),
         mem_mb=32000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
-        spec=lambda wc: dam_spec(wc.dam),
-        summary=lambda wc: spec_summary(dam_spec(wc.dam), dam_launch(wc.dam)),
-        launch=lambda wc: dam_launch(wc.dam),
+        spec=lambda wc: PLAN.dam_spec(wc.dam),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam)
+        ),
+        launch=lambda wc: PLAN.dam_launch(wc.dam),
     message:
         "train DAM {wildcards.dam} ({resources.gpu} GPU(s)): {params.summary}"
     script:

@@ -5,27 +5,29 @@
 rule encode_corpus:
     """One shard of a corpus encoded by a dense system, streamed to disk."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        model=dense_model_input,
-        code=code("zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        model=PLAN.dense_model_input,
+        code=PLAN.code(
+            "zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"
+        ),
     output:
         directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
-        system=alternation(DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         shard=r"\d+",
         shards=r"\d+",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=600,
     params:
-        model=lambda wc: dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
     script:
         "../workflow_scripts/encode_corpus.py"
@@ -34,26 +36,28 @@ rule encode_corpus:
 rule encode_queries:
     """The judged queries of a split encoded once by a dense system, for the per-shard searches."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        model=dense_model_input,
-        code=code("zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        model=PLAN.dense_model_input,
+        code=PLAN.code(
+            "zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"
+        ),
     output:
         directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/queries-{{split}}.log",
     wildcard_constraints:
-        system=alternation(DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         split=r"[\w.-]+",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=60,
     params:
-        model=lambda wc: dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
     script:
         "../workflow_scripts/encode_queries.py"
@@ -62,21 +66,21 @@ rule encode_queries:
 rule search_shard:
     """One corpus shard searched exactly for the encoded queries: its top-k ids and scores."""
     input:
-        queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{eval_split(wc.dataset)}",
+        queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{PLAN.eval_split(wc.dataset)}",
         shard=f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}",
-        code=code("zsdr.retrieval", "zsdr.models.encoder", "zsdr.data.formats"),
+        code=PLAN.code("zsdr.retrieval", "zsdr.models.encoder", "zsdr.data.formats"),
     output:
         f"{RUNS}/{{dataset}}/.shards/{{system}}/shard{{shard}}-of-{{shards}}.npz",
     log:
         f"{LOGS}/runs/{{dataset}}/shards/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
-        system=alternation(DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         shard=r"\d+",
         shards=r"\d+",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=120,
     params:
@@ -90,10 +94,10 @@ rule dense_search:
     Scattered (`cluster.scatter_search`, > 1 shard): merge the shards' top-k files (a CPU job).
     """
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        model=dense_model_input,
-        shards=dense_search_inputs,
-        code=code(
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        model=PLAN.dense_model_input,
+        shards=PLAN.dense_search_inputs,
+        code=PLAN.code(
             "zsdr.retrieval",
             "zsdr.models.encoder",
             "zsdr.data.formats",
@@ -103,21 +107,21 @@ rule dense_search:
     log:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
-        system=alternation(DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(
-            lambda wc: 0 if scattered(wc.dataset) else config["dense"]["gpus"]
+        **PLAN.cluster_resources(
+            lambda wc: 0 if PLAN.scattered(wc.dataset) else config["dense"]["gpus"]
         ),
         mem_mb=16000,
         runtime=120,
     params:
-        model=lambda wc: dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: eval_split(wc.dataset),
-        options=lambda wc: encoder_options(wc.system, wc.dataset),
+        split=lambda wc: PLAN.eval_split(wc.dataset),
+        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
         dense=config["dense"],
-        scattered=lambda wc: scattered(wc.dataset),
+        scattered=lambda wc: PLAN.scattered(wc.dataset),
     script:
         "../workflow_scripts/dense_search.py"

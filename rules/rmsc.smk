@@ -6,23 +6,25 @@
 rule build_generator:
     """A randomly initialised tiny T5 query generator over a tiny backbone's tokenizer."""
     input:
-        tokenizer=lambda wc: model_files(model_ref(GENERATORS[wc.name]["tokenizer"])),
-        code=code("zsdr.models.generator"),
+        tokenizer=lambda wc: PLAN.model_files(
+            PLAN.model_ref(PLAN.GENERATORS[wc.name]["tokenizer"])
+        ),
+        code=PLAN.code("zsdr.models.generator"),
     output:
         f"{MODELS}/generators/{{name}}.init/config.json",
     log:
         f"{LOGS}/train/generator-{{name}}-build.log",
     wildcard_constraints:
-        name=alternation(TRAINED_GENERATORS),
+        name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=4000,
         runtime=10,
     params:
         tokenizer=lambda wc, input: os.path.dirname(input.tokenizer[0]),
-        size=lambda wc: GENERATORS[wc.name]["build"],
+        size=lambda wc: PLAN.GENERATORS[wc.name]["build"],
         seed=config["seed"],
     script:
         "../workflow_scripts/build_generator.py"
@@ -31,30 +33,31 @@ rule build_generator:
 rule train_generator:
     """QGen's generator trained on the source's training pairs (passage -> query), one trainer."""
     input:
-        lambda wc: spec_inputs(generator_spec(wc.name)),
-        code=code(*TRAINER_CODE, "zsdr.models.generator"),
+        lambda wc: PLAN.spec_inputs(PLAN.generator_spec(wc.name)),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.generator"),
     output:
         f"{MODELS}/generators/{{name}}/config.json",
         f"{MODELS}/generators/{{name}}/training.json",
     log:
         f"{LOGS}/train/generator-{{name}}.log",
     wildcard_constraints:
-        name=alternation(TRAINED_GENERATORS),
+        name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
     conda:
-        DENSE_ENV
-    threads: TRAINING["threads"]
+        PLAN.DENSE_ENV
+    threads: PLAN.TRAINING["threads"]
     resources:
-        **cluster_resources(
-            lambda wc: launch_gpus(launch_settings(GENERATORS[wc.name]))
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.GENERATORS[wc.name]))
         ),
         mem_mb=16000,
-        runtime=TRAINING["runtime"],
+        runtime=PLAN.TRAINING["runtime"],
     params:
-        spec=lambda wc: generator_spec(wc.name),
-        summary=lambda wc: spec_summary(
-            generator_spec(wc.name), launch_settings(GENERATORS[wc.name])
+        spec=lambda wc: PLAN.generator_spec(wc.name),
+        summary=lambda wc: PLAN.spec_summary(
+            PLAN.generator_spec(wc.name),
+            PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
         ),
-        launch=lambda wc: launch_settings(GENERATORS[wc.name]),
+        launch=lambda wc: PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
     message:
         "train generator {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
     script:
@@ -64,9 +67,9 @@ rule train_generator:
 rule weak_pairs:
     """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen)."""
     input:
-        data=lambda wc: dataset_marker(wc.corpus),
-        model=weak_inputs,
-        code=code(
+        data=lambda wc: PLAN.dataset_marker(wc.corpus),
+        model=PLAN.weak_inputs,
+        code=PLAN.code(
             "zsdr.training.weak",
             "zsdr.pretrain.spans",
             "zsdr.models.generator",
@@ -78,29 +81,31 @@ rule weak_pairs:
     log:
         f"{LOGS}/data/weak_{{corpus}}_{{method}}.log",
     wildcard_constraints:
-        corpus=alternation({c for c, _ in WEAK_PAIRS}),
+        corpus=PLAN.alternation({c for c, _ in PLAN.WEAK_PAIRS}),
         method="scl|ict|qgen",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(
-            lambda wc: RMSC_QGEN.get("gpus", 0) if wc.method == "qgen" else 0
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.RMSC_QGEN.get("gpus", 0) if wc.method == "qgen" else 0
         ),
         mem_mb=16000,
         runtime=240,
     params:
         dataset=lambda wc, input: os.path.dirname(input.data),
         method=lambda wc: wc.method,
-        weak=RMSC_WEAK,
-        qgen=RMSC_QGEN,
-        tokenizer=model_ref(WEAK_TOKENIZER),
+        weak=PLAN.RMSC_WEAK,
+        qgen=PLAN.RMSC_QGEN,
+        tokenizer=PLAN.model_ref(PLAN.WEAK_TOKENIZER),
         generator=lambda wc: (
-            generator_path(RMSC_QGEN["generator"]) if wc.method == "qgen" else None
+            PLAN.generator_path(PLAN.RMSC_QGEN["generator"])
+            if wc.method == "qgen"
+            else None
         ),
         seed=config["seed"],
         device=config["dense"]["device"],
         precision=config["dense"]["precision"],
-        summary=weak_summary,
+        summary=PLAN.weak_summary,
     message:
         "weak pairs of {wildcards.corpus}: {params.summary}"
     script:
@@ -110,8 +115,8 @@ rule weak_pairs:
 rule rmsc_curves:
     """RMSC Figures 2-3: nDCG@10 on the source dev set and the targets at snapshots during training."""
     input:
-        metrics=lambda wc: [p["metrics"] for p in rmsc_curve_points(int(wc.n))],
-        code=code("zsdr.tables.rmsc_figures", "zsdr.tables.figures"),
+        metrics=lambda wc: [p["metrics"] for p in PLAN.rmsc_curve_points(int(wc.n))],
+        code=PLAN.code("zsdr.tables.rmsc_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/rmsc/figure{{n}}.png",
@@ -128,15 +133,15 @@ rule rmsc_curves:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        points=lambda wc: rmsc_curve_points(int(wc.n)),
+        points=lambda wc: PLAN.rmsc_curve_points(int(wc.n)),
         figure=lambda wc: int(wc.n),
         metric=config["table1"]["metric"],
         scale=config["scale"],
-        summary=lambda wc: curves_summary(int(wc.n)),
+        summary=lambda wc: PLAN.curves_summary(int(wc.n)),
     message:
         "RMSC figure {wildcards.n}: {params.summary}"
     script:
@@ -146,5 +151,5 @@ rule rmsc_curves:
 rule rmsc:
     """Every RMSC table and figure (results/rmsc/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "rmsc"],
-        RMSC_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "rmsc"],
+        PLAN.RMSC_FIGURES,

@@ -4,8 +4,8 @@
 rule lucene_index:
     """A Lucene index of a corpus: `flat` (title+text in one field) or `multifield`."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
     output:
         directory(f"{INDEXES}/{{dataset}}/lucene-{{fields}}"),
     log:
@@ -16,12 +16,12 @@ rule lucene_index:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=240,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        language=lambda wc: language(wc.dataset),
+        language=lambda wc: PLAN.language(wc.dataset),
     script:
         "../workflow_scripts/lucene_index.py"
 
@@ -29,28 +29,28 @@ rule lucene_index:
 rule bm25:
     """Top-k BM25 (or BM25+RM3) run of a configured `kind: bm25` system."""
     input:
-        data=lambda wc: dataset_marker(wc.dataset),
-        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{SYSTEMS[wc.system]['fields']}",
-        code=code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.SYSTEMS[wc.system]['fields']}",
+        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",
     log:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
-        system=alternation(BM25_SYSTEMS),
+        system=PLAN.alternation(PLAN.BM25_SYSTEMS),
     conda:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=120,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: eval_split(wc.dataset),
-        fields=lambda wc: SYSTEMS[wc.system]["fields"],
-        rm3=lambda wc: config["bm25"]["rm3"] if SYSTEMS[wc.system]["rm3"] else None,
-        language=lambda wc: language(wc.dataset),
+        split=lambda wc: PLAN.eval_split(wc.dataset),
+        fields=lambda wc: PLAN.SYSTEMS[wc.system]["fields"],
+        rm3=lambda wc: config["bm25"]["rm3"] if PLAN.SYSTEMS[wc.system]["rm3"] else None,
+        language=lambda wc: PLAN.language(wc.dataset),
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],
         depth=config["bm25"]["depth"],

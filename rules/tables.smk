@@ -4,8 +4,10 @@
 rule table1:
     """results/table1.csv: every configured system on the source dev set and every target."""
     input:
-        metrics=expand("{m}/{d}/{s}.json", m=METRICS, d=EVAL_DATASETS, s=TABLE1_SYSTEMS),
-        code=code("zsdr.tables", "zsdr.evaluation.significance"),
+        metrics=expand(
+            "{m}/{d}/{s}.json", m=METRICS, d=PLAN.EVAL_DATASETS, s=PLAN.TABLE1_SYSTEMS
+        ),
+        code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance"),
     output:
         csv=report(
             f"{RESULTS}/table1.csv",
@@ -18,14 +20,14 @@ rule table1:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        systems={s: SYSTEMS[s].get("description", "") for s in TABLE1_SYSTEMS},
-        baselines=TABLE1_BASELINES,
-        datasets=EVAL_DATASETS,
-        source=SOURCE,
+        systems={s: PLAN.SYSTEMS[s].get("description", "") for s in PLAN.TABLE1_SYSTEMS},
+        baselines=PLAN.TABLE1_BASELINES,
+        datasets=PLAN.EVAL_DATASETS,
+        source=PLAN.SOURCE,
         metric=config["table1"]["metric"],
         significance=config["evaluation"]["significance"],
         scale=config["scale"],
@@ -36,19 +38,20 @@ rule table1:
 rule paper_table:
     """One table of one paper, regenerated at this scale beside its published numbers."""
     input:
-        metrics=table_cell_files,
+        metrics=PLAN.table_cell_files,
         stats=lambda wc: [
-            f"{STATS}/{d}.json" for d in TABLE_STATS[(wc.paper, int(wc.n))]["stats"]
+            f"{STATS}/{d}.json"
+            for d in PLAN.TABLE_STATS[(wc.paper, int(wc.n))]["stats"]
         ],
         shift=lambda wc: [
             f"{STATS}/shift/{d}.json"
-            for d in TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
+            for d in PLAN.TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
         ],
-        spec=table_inputs,
+        spec=PLAN.table_inputs,
         rems=lambda wc: [
-            f"{m}/config.json" for m in rem_models((wc.paper, int(wc.n))).values()
+            f"{m}/config.json" for m in PLAN.rem_models((wc.paper, int(wc.n))).values()
         ],
-        code=code("zsdr.tables", "zsdr.evaluation.significance"),
+        code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance"),
     output:
         csv=report(
             f"{RESULTS}/{{paper}}/table{{n}}.csv",
@@ -61,26 +64,26 @@ rule paper_table:
     log:
         f"{LOGS}/tables/{{paper}}_table{{n}}.log",
     wildcard_constraints:
-        paper=alternation({p for p, _ in TABLE_SPECS}),
+        paper=PLAN.alternation({p for p, _ in PLAN.TABLE_SPECS}),
         n=r"\d+",
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=2000,
         runtime=10,
     params:
         paper=lambda wc: wc.paper,
         table=lambda wc: int(wc.n),
         scale=config["scale"],
-        datasets_override=TABLE_DATASETS_OVERRIDE,
-        available_datasets=TABLE_AVAILABLE_DATASETS,
-        produced_systems=sorted(SYSTEMS),
+        datasets_override=PLAN.TABLE_DATASETS_OVERRIDE,
+        available_datasets=PLAN.TABLE_AVAILABLE_DATASETS,
+        produced_systems=sorted(PLAN.SYSTEMS),
         splits=config["datasets"]["eval_splits"],
         significance=config["evaluation"]["significance"],
         rem_files=lambda wc: {
             k: f"{m}/rem/rem.json"
-            for k, m in rem_models((wc.paper, int(wc.n))).items()
+            for k, m in PLAN.rem_models((wc.paper, int(wc.n))).items()
         },
     script:
         "../workflow_scripts/paper_table.py"
@@ -90,7 +93,7 @@ rule paper_figure:
     """A paper figure whose numbers are one of its tables', drawn from that table's CSV."""
     input:
         table=lambda wc: f"{RESULTS}/{wc.paper}/table{FIGURE_SPECS[(wc.paper, int(wc.n))].table}.csv",
-        code=code("zsdr.tables.figures", "zsdr.tables.render"),
+        code=PLAN.code("zsdr.tables.figures", "zsdr.tables.render"),
     output:
         figure=report(
             f"{RESULTS}/{{paper}}/figure{{n}}.png",
@@ -102,12 +105,12 @@ rule paper_figure:
     log:
         f"{LOGS}/tables/{{paper}}_figure{{n}}.log",
     wildcard_constraints:
-        paper=alternation({p for p, _ in FIGURE_SPECS}),
+        paper=PLAN.alternation({p for p, _ in FIGURE_SPECS}),
         n=r"\d+",
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
@@ -122,13 +125,13 @@ rule tables:
     """Every table of every paper (results/<paper>/table<N>.{csv,md}), their figures, and table 1."""
     input:
         f"{RESULTS}/table1.csv",
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS],
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS],
         [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],
-        BERM_FIGURES,
-        DDR_FIGURES,
-        MODIR_FIGURES,
-        COCODR_FIGURES,
-        RMSC_FIGURES,
+        PLAN.BERM_FIGURES,
+        PLAN.DDR_FIGURES,
+        PLAN.MODIR_FIGURES,
+        PLAN.COCODR_FIGURES,
+        PLAN.RMSC_FIGURES,
 
 
 rule all_results:
@@ -143,7 +146,7 @@ rule all_results:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     script:
@@ -153,24 +156,30 @@ rule all_results:
 rule berm:
     """Every BERM table and figure (results/berm/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "berm"],
-        BERM_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "berm"],
+        PLAN.BERM_FIGURES,
 
 
 rule ddr:
     """Every DDR table and figure (results/ddr/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in TABLE_SPECS if p == "ddr"],
-        DDR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "ddr"],
+        PLAN.DDR_FIGURES,
 
 
 rule ddr_figure4:
     """DDR Figure 4: R@1000 on each target vs the target DAM's training time (REM on DAM snapshots)."""
     input:
-        metrics=[p["metrics"] for p in figure4_points()],
-        baseline=[f"{METRICS}/{d}/{FIGURE4['baseline']}.json" for d in FIGURE4_DATASETS],
-        dams=[f"{MODELS}/dams/{figure4_dam(d)}/config.json" for d in FIGURE4_DATASETS],
-        code=code("zsdr.tables.ddr_figures", "zsdr.tables.figures"),
+        metrics=[p["metrics"] for p in PLAN.figure4_points()],
+        baseline=[
+            f"{METRICS}/{d}/{PLAN.FIGURE4['baseline']}.json"
+            for d in PLAN.FIGURE4_DATASETS
+        ],
+        dams=[
+            f"{MODELS}/dams/{PLAN.figure4_dam(d)}/config.json"
+            for d in PLAN.FIGURE4_DATASETS
+        ],
+        code=PLAN.code("zsdr.tables.ddr_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/ddr/figure4.png",
@@ -185,20 +194,22 @@ rule ddr_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        points=figure4_points(),
-        dams={d: f"{MODELS}/dams/{figure4_dam(d)}" for d in FIGURE4_DATASETS},
+        points=PLAN.figure4_points(),
+        dams={d: f"{MODELS}/dams/{PLAN.figure4_dam(d)}" for d in PLAN.FIGURE4_DATASETS},
         baseline={
-            d: f"{METRICS}/{d}/{FIGURE4['baseline']}.json" for d in FIGURE4_DATASETS
+            d: f"{METRICS}/{d}/{PLAN.FIGURE4['baseline']}.json"
+            for d in PLAN.FIGURE4_DATASETS
         },
-        labels={"system": FIGURE4["system"], "baseline": FIGURE4["baseline"]},
-        metric=FIGURE4["metric"],
+        labels={"system": PLAN.FIGURE4["system"], "baseline": PLAN.FIGURE4["baseline"]},
+        metric=PLAN.FIGURE4["metric"],
         devices={
-            d: max(TRAINING["gpus"], 1) * launch_settings(dam_settings(d))["processes"]
-            for d in FIGURE4_DATASETS
+            d: max(PLAN.TRAINING["gpus"], 1)
+            * PLAN.launch_settings(PLAN.dam_settings(d))["processes"]
+            for d in PLAN.FIGURE4_DATASETS
         },
         scale=config["scale"],
     script:
@@ -208,8 +219,8 @@ rule ddr_figure4:
 rule berm_figure4:
     """BERM Figure 4: average target nDCG@10 over the (alpha, beta) grid of loss weights."""
     input:
-        metrics=[f for p in berm_grid_points() for f in p["metrics"]],
-        code=code("zsdr.tables.berm_figures", "zsdr.tables.figures"),
+        metrics=[f for p in PLAN.berm_grid_points() for f in p["metrics"]],
+        code=PLAN.code("zsdr.tables.berm_figures", "zsdr.tables.figures"),
     output:
         figure=report(
             f"{RESULTS}/berm/figure4.png",
@@ -224,11 +235,11 @@ rule berm_figure4:
     conda:
         "../envs/cpu.yaml"
     resources:
-        **cluster_resources(),
+        **PLAN.cluster_resources(),
         mem_mb=1000,
         runtime=5,
     params:
-        points=berm_grid_points(),
+        points=PLAN.berm_grid_points(),
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -239,10 +250,13 @@ rule berm_figure5:
     """BERM Figure 5: t-SNE of source and target passages under DPR and DPR+BERM."""
     input:
         models=[
-            model_files(SYSTEMS[s]["model"]) for s in BERM["analysis"]["tsne_models"]
+            PLAN.model_files(PLAN.SYSTEMS[s]["model"])
+            for s in PLAN.BERM["analysis"]["tsne_models"]
         ],
-        data=[f"{d}/dataset.json" for d in tsne_domains().values()],
-        code=code("zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"),
+        data=[f"{d}/dataset.json" for d in PLAN.tsne_domains().values()],
+        code=PLAN.code(
+            "zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"
+        ),
     output:
         figure=report(
             f"{RESULTS}/berm/figure5.png",
@@ -256,16 +270,20 @@ rule berm_figure5:
     log:
         f"{LOGS}/tables/berm_figure5.log",
     conda:
-        DENSE_ENV
+        PLAN.DENSE_ENV
     resources:
-        **cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=60,
     params:
-        models={s: SYSTEMS[s]["model"] for s in BERM["analysis"]["tsne_models"]},
-        options={s: encoder_options(s) for s in BERM["analysis"]["tsne_models"]},
-        domains=tsne_domains(),
-        points=BERM["analysis"]["tsne_points"],
+        models={
+            s: PLAN.SYSTEMS[s]["model"] for s in PLAN.BERM["analysis"]["tsne_models"]
+        },
+        options={
+            s: PLAN.encoder_options(s) for s in PLAN.BERM["analysis"]["tsne_models"]
+        },
+        domains=PLAN.tsne_domains(),
+        points=PLAN.BERM["analysis"]["tsne_points"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],

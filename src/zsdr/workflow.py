@@ -8,6 +8,8 @@ and an edit to, say, a loss function must re-plan exactly the jobs that use it.
 from __future__ import annotations
 
 import importlib.util
+import signal
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent
@@ -339,3 +341,27 @@ def check_model_reference(ref: str, config: dict, offline: bool) -> None:
             raise ConfigError(f"config key {', '.join(keys[:3])}: {err}") from None
     elif offline:
         check_offline_model(ref, config)
+
+
+def _wait_for_the_job(signum, frame) -> None:
+    print(
+        f"{signal.Signals(signum).name} received: waiting for the running job to checkpoint and stop",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def wait_for_the_job_on_sigusr1() -> None:
+    """Keep this (Snakemake) process alive through SIGUSR1, waiting for the job it runs.
+
+    Inside a SLURM job each rule runs in a Snakemake process under srun. The warning SLURM sends before
+    a time limit (sbatch --signal=USR1@300, profiles/slurm) reaches every process of that step: the
+    Snakemake process would die of it (SIGUSR1's default action) and the step with it, killing the
+    training script before it could write its checkpoint. A handler keeps the process waiting for the
+    script instead; the script checkpoints, exits 128 + 10, the job fails and its retry resumes. (A
+    handler, not SIG_IGN: the scripts started from here must not inherit an ignored SIGUSR1.)
+    """
+    try:
+        signal.signal(signal.SIGUSR1, _wait_for_the_job)
+    except ValueError:  # not the main thread
+        pass

@@ -1,0 +1,78 @@
+"""Datasets: the configured source and targets, their downloads, markers and shards."""
+
+import re
+
+from zsdr.data import registry
+from zsdr.models.released import RELEASES
+from zsdr.models.released import remote_files as released_files
+
+
+class DatasetsPlan:
+    """Datasets: the configured source and targets, their downloads, markers and shards (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    def alternation(self, names):
+        """A wildcard constraint that matches exactly one of ``names``."""
+        return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+    def dataset_marker(self, name):
+        """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
+        return f"{self.DATA}/{name}/dataset.json"
+
+    def eval_split(self, name):
+        return self.config["datasets"]["eval_splits"].get(name, "test")
+
+    def check_dataset(self, name):
+        if name not in self.MINI_DATASETS and name not in registry.REGISTRY:
+            raise ValueError(
+                f"config key datasets: {name!r} is neither a mini domain nor a registry dataset; "
+                f"use one of: {', '.join(self.MINI_DATASETS + sorted(registry.REGISTRY))} "
+                f"(see `zsdr datasets`)"
+            )
+        return name
+
+    def released_archive(self, name):
+        """The downloaded archive of a release (zsdr.models.released.RELEASES); none for an archive kept in
+        a hub repository, which the job reads through the Hugging Face cache like any hub file.
+        """
+        if RELEASES[name].hub_file:
+            return []
+        return [f"{self.DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
+
+    def downloads_of(self, name, extras=False):
+        ds = registry.get(name)
+        files = list(ds.files) + (list(ds.extras) if extras else [])
+        return [f"{self.DOWNLOADS}/{f.local_path}" for f in files]
+
+    def _setup_datasets(self):
+        self.PATHS = self.config["paths"]
+        self.DOWNLOADS = self.PATHS["downloads"]
+        self.DATA = self.PATHS["data"]
+        self.MODELS = self.PATHS["models"]
+        self.INDEXES = self.PATHS["indexes"]
+        self.EMBEDDINGS = self.PATHS["embeddings"]
+        self.RUNS = self.PATHS["runs"]
+        self.METRICS = self.PATHS["metrics"]
+        self.STATS = self.PATHS["stats"]
+        self.RESULTS = self.PATHS["results"]
+        self.LOGS = "logs"
+
+        self.SOURCE = self.config["datasets"]["source"]
+        self.TARGETS = list(self.config["datasets"]["targets"])
+        self.MINI_DATASETS = [d["name"] for d in self.config["mini"]["domains"]]
+        # Tiny backbones are built from the mini corpora, so only a config with mini domains builds them
+        # (Snakemake merges --configfile over config.yaml, so the paper config still lists them).
+        self.BUILT_BACKBONES = [
+            n for n, b in self.config["backbones"].items() if "build" in b and self.MINI_DATASETS
+        ]
+
+    def _setup_datasets_2(self):
+
+        self.EVAL_DATASETS = [self.check_dataset(self.SOURCE)] + [
+            self.check_dataset(t) for t in self.TARGETS
+        ]
+        self.FETCHED = [
+            self.check_dataset(d)
+            for d in dict.fromkeys([self.SOURCE, *self.TARGETS, *self.config["datasets"]["extra"]])
+            if d not in self.MINI_DATASETS
+        ]
+        self.REMOTE = {**registry.remote_files(), **released_files()}

@@ -1,0 +1,48 @@
+"""Resources: what each job asks a cluster for (GPUs, memory, runtime, partition)."""
+
+
+class ResourcesPlan:
+    """Resources: what each job asks a cluster for (GPUs, memory, runtime, partition) (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    def launch_gpus(self, launch):
+        """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
+        return self.TRAINING["gpus"] * launch["processes"] * launch["nodes"]
+
+    def cluster_resources(self, gpus=0):
+        """The scheduler-facing resources every rule adds to its memory and runtime.
+
+        `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
+        resource, which the SLURM executor turns into `--gpus` and `profiles/local-gpu` limits with
+        `--resources gpu=N`. From config `cluster`, when set: the account, the partition (GPU jobs use
+        `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs. Unset keys are left
+        out, so a profile's default-resources still apply.
+        """
+        count = gpus if callable(gpus) else (lambda wc: gpus)
+
+        def pick(gpu_value, cpu_value):
+            return lambda wc: gpu_value if count(wc) else cpu_value
+
+        out = {"gpu": gpus}
+        if self.CLUSTER["account"]:
+            out["slurm_account"] = self.CLUSTER["account"]
+        if self.CLUSTER["partition"] or self.CLUSTER["gpu_partition"]:
+            cpu_partition = self.CLUSTER["partition"] or ""
+            out["slurm_partition"] = pick(
+                self.CLUSTER["gpu_partition"] or cpu_partition, cpu_partition
+            )
+        if self.CLUSTER["gpu_model"]:
+            out["gpu_model"] = pick(self.CLUSTER["gpu_model"], "")
+        if self.CLUSTER["cpus_per_gpu"]:
+            out["cpus_per_gpu"] = self.CLUSTER["cpus_per_gpu"]
+        return out
+
+    def shards(self, dataset):
+        """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
+        n = self.config["dense"]["dataset_shards"].get(dataset, self.config["dense"]["shards"])
+        return [f"shard{i}-of-{n}" for i in range(n)]
+
+    def _setup_resources(self):
+
+        # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
+        self.DENSE_ENV = "../envs/gpu.yaml" if self.config["dense"]["gpus"] else "../envs/cpu.yaml"
+        self.CLUSTER = self.config["cluster"]

@@ -1,0 +1,254 @@
+"""RMSC: weak-pair sets, per-target mixtures, generators and curve points."""
+
+import os
+
+
+class RmscPlan:
+    """RMSC: weak-pair sets, per-target mixtures, generators and curve points (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    def weak_method(self, entry, target, where):
+        """The extraction method of a weak set: its own, else the target's, else rmsc.weak.method."""
+        method = entry.get("method") or self.RMSC_WEAK.get("methods", {}).get(target)
+        method = method or self.RMSC_WEAK.get("method", "scl")
+        if method == "qgen" and self.RMSC_QGEN.get("generator") not in self.GENERATORS:
+            raise ValueError(
+                f"config key {where}: QGen pairs need rmsc.qgen.generator to name a key of "
+                f"rmsc.qgen.generators (defined: {', '.join(self.GENERATORS) or 'none'})"
+            )
+        return method
+
+    def weak_file(self, corpus, method):
+        return f"{self.DATA}/{corpus}/weak/{method}.jsonl"
+
+    def mixture_sets(self, name, target):
+        """The resolved supervision sets (zsdr.training.rmsc) of recipe ``name``'s run on ``target``."""
+        out = []
+        m = self.RECIPES[name]["mixture"]
+        for i, entry in enumerate(m["sets"]):
+            where = f"recipes.{name}.mixture.sets[{i}]"
+            corpus = self.SOURCE if entry["domain"] == "source" else target
+            resolved = {
+                "name": entry.get("name") or f"{entry['domain']}-{entry['relevance']}",
+                "domain": entry["domain"],
+                "relevance": entry["relevance"],
+                "dataset": f"{self.DATA}/{corpus}",
+                "size": entry.get("size"),
+                "negatives": m.get("weak_negatives", "corpus"),
+            }
+            if entry["relevance"] == "weak":
+                resolved["pairs"] = self.weak_file(corpus, self.weak_method(entry, target, where))
+            out.append(resolved)
+        return out
+
+    def soft_context(self, context):
+        """``[T] x [H]`` for ``[target, human]``: a soft-token context as the summaries print it."""
+        return f"[{context[0][0].upper()}] x [{context[1][0].upper()}]"
+
+    def mixture_model(self, name, dataset, step=None):
+        """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
+        run = name
+        if name in self.PER_TARGET_MIXTURES:
+            targets = self.recipe_targets(name)
+            if dataset in (None, self.SOURCE):
+                wanted = self.RMSC.get("source_target")
+                target = wanted if wanted in targets else targets[0]
+            elif dataset in targets:
+                target = dataset
+            else:
+                raise ValueError(
+                    f"config key recipes.{name}.targets: {name} has no model for {dataset!r}; add "
+                    f"the dataset to its targets (an RMSC model is trained per target)"
+                )
+            run = f"{name}@{target}"
+        path = f"{self.MODELS}/trained/{run}"
+        total = self.RECIPES[name]["train"]["max_steps"]
+        if step is None or int(step) == total:
+            return path
+        every = self.RMSC_CURVES.get("snapshot_every", 1000)
+        if name not in self.RMSC_CURVE_RECIPES or int(step) % every or int(step) > total:
+            raise ValueError(
+                f"config key rmsc.curves: the model of {name} after {step} steps is not saved"
+            )
+        return f"{path}/snapshots/step-{int(step):09d}"
+
+    def weak_inputs(self, wc):
+        """What a weak-pair extraction reads besides the corpus: SCL the span tokenizer, QGen its generator."""
+        if wc.method == "scl":
+            return self.model_files(self.model_ref(self.WEAK_TOKENIZER))
+        if wc.method == "qgen":
+            return self.model_files(self.generator_path(self.RMSC_QGEN["generator"]))
+        return []
+
+    def weak_summary(self, wc):
+        """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
+        w, q = self.RMSC_WEAK, self.RMSC_QGEN
+        common = (
+            f"at most {w.get('max_pairs') or 'every document'} pairs [X], "
+            f"{w.get('pairs_per_document', 1)} per document [X], seeded document order"
+        )
+        if wc.method == "scl":
+            return (
+                f"SCL: two random spans of <= {w.get('max_tokens', 30)} {self.WEAK_TOKENIZER} word pieces "
+                f"(new span p {w.get('new_span_probability', 0.1):g}) [X: COCO-DR's spans]; {common}"
+            )
+        if wc.method == "ict":
+            return (
+                f"ICT: a sentence vs the rest of its document, kept in its context with p "
+                f"{w.get('keep_probability', 0.1):g} [X]; {common}"
+            )
+        return (
+            f"QGen: {q.get('queries_per_document', 3)} queries per document by "
+            f"{self.generator_path(q['generator'])} [X: the generator], top-k {q.get('top_k', 25)} top-p "
+            f"{q.get('top_p', 0.95):g}, <= {q.get('max_length', 64)} tokens; {common}"
+        )
+
+    def rmsc_curve_points(self, figure):
+        """RMSC Figure 2 / 3: every evaluated step of each recipe on the source dev set (in-domain)
+        and on each curve target the recipe has a model for."""
+        points = []
+        for name in self.RMSC_CURVES.get(f"figure{figure}", []):
+            targets = [
+                d
+                for d in self.RMSC_CURVE_DATASETS
+                if name not in self.PER_TARGET_MIXTURES or d in self.recipe_targets(name)
+            ]
+            for n in self.rmsc_steps(name):
+                system = self.RMSC_STEP_SYSTEMS[(name, n)]
+                for d in [self.SOURCE, *targets]:
+                    points.append(
+                        {
+                            "recipe": name,
+                            "label": self.SYSTEMS[name].get("description", name),
+                            "step": n,
+                            "dataset": d,
+                            "in_domain": d == self.SOURCE,
+                            "metrics": f"{self.METRICS}/{d}/{system}.json",
+                        }
+                    )
+        return points
+
+    def curves_summary(self, figure):
+        """What a dry run shows of a curve figure: its recipes, datasets and the evaluation interval [X]."""
+        recipes = ", ".join(self.RMSC_CURVES.get(f"figure{figure}", []))
+        return (
+            f"{recipes} evaluated every {self.RMSC_CURVES.get('snapshot_every', 1000)} steps [X] on "
+            f"{self.SOURCE} (in-domain) and {', '.join(self.RMSC_CURVE_DATASETS)} [X]; a per-target model "
+            f"stands on {self.SOURCE} for rmsc.source_target {self.RMSC.get('source_target')} [X], in the "
+            f"soft-token context {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context"
+        )
+
+    def generator_path(self, name):
+        """What a QGen generator loads: its `hf` id / folder or models/generators/<name>."""
+        if name not in self.GENERATORS:
+            raise ValueError(
+                f"config key rmsc.qgen.generator: {name!r} is not a key of rmsc.qgen.generators "
+                f"(defined: {', '.join(self.GENERATORS) or 'none'})"
+            )
+        g = self.GENERATORS[name]
+        return self.on_this_machine(g["hf"]) if "hf" in g else f"{self.MODELS}/generators/{name}"
+
+    def generator_spec(self, name):
+        """The resolved spec (zsdr.models.generator) of a generator the pipeline trains."""
+        g = self.GENERATORS[name]
+        where = f"rmsc.qgen.generators.{name}"
+        if "build" not in g or "train" not in g or "tokenizer" not in g:
+            raise ValueError(
+                f"config key {where}: give `hf` (a released generator) or `build`, `tokenizer` and "
+                f"`train` (a tiny T5 trained by the pipeline)"
+            )
+        if g["tokenizer"] not in self.config["backbones"]:
+            raise ValueError(
+                f"config key {where}.tokenizer: {g['tokenizer']!r} is not a key of `backbones`"
+            )
+        return {
+            "kind": "generator",
+            "init": f"{self.MODELS}/generators/{name}.init",
+            "dataset": f"{self.DATA}/{self.check_dataset(g.get('dataset', self.SOURCE))}",
+            "split": "train",
+            "max_length": g.get("max_length", 256),
+            "query_max_length": g.get("query_max_length", 64),
+            "out": f"{self.MODELS}/generators/{name}",
+            "checkpoint_dir": f"{self.MODELS}/.checkpoints/generator-{name}",
+            "dropout": self.TRAINING["dropout"],
+            "train": self.train_settings(g),
+            "info": {"generator": name, "description": g.get("description", "")},
+        }
+
+    def rmsc_steps(self, name):
+        """The evaluated steps of a curve recipe: every snapshot and the end."""
+        total = self.RECIPES[name]["train"]["max_steps"]
+        every = self.RMSC_CURVES.get("snapshot_every", 1000)
+        return [*range(every, total, every), total]
+
+    def _setup_rmsc(self):
+
+        # RMSC (METHODS.md §5; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
+        # target d, as runs <recipe>@<d> (`targets` limits them); its system on d is that run, on the
+        # source dataset the run of `rmsc.source_target` (else its first target) [X]. Weak pairs are
+        # data/<corpus>/weak/<method>.jsonl; the source's weak set of a run uses its target's method.
+        self.RMSC = self.config["rmsc"]
+        self.RMSC_WEAK = self.RMSC.get("weak", {})
+        self.RMSC_QGEN = self.RMSC.get("qgen", {})
+        # whose word pieces SCL's spans are counted in
+        self.WEAK_TOKENIZER = self.RMSC_WEAK.get("tokenizer") or self.COCODR["spans"]["tokenizer"]
+        self.GENERATORS = self.RMSC_QGEN.get("generators", {})
+        self.TRAINED_GENERATORS = [n for n, g in self.GENERATORS.items() if "hf" not in g]
+        self.MIXTURE_RECIPES = [n for n, r in self.RECIPES.items() if r.get("mixture")]
+        self.PER_TARGET_MIXTURES = [
+            n
+            for n in self.MIXTURE_RECIPES
+            if self.mixture_per_target(self.RECIPES[n])
+            and (self.RECIPES[n].get("targets") is None or self.RECIPES[n]["targets"])
+        ]
+
+        for _name in self.PER_TARGET_MIXTURES:
+            if self.RECIPES[_name].get("episodes", 1) > 1 or self.RECIPES[_name].get("rem"):
+                raise ValueError(
+                    f"config key recipes.{_name}.mixture: a mixture recipe is one run per target "
+                    f"(set episodes: 1, no rem)"
+                )
+            for _d in self.recipe_targets(_name):
+                self.TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
+                self.PER_TARGET[f"{_name}@{_d}"] = _d
+
+        self.RMSC_SOURCE_CONTEXT = list(self.RMSC.get("source_context", ["target", "human"]))
+        self._domain, self._relevance = self.RMSC_SOURCE_CONTEXT
+        if self._domain not in ("source", "target") or self._relevance not in ("human", "weak"):
+            raise ValueError(
+                f"config key rmsc.source_context: {self.RMSC_SOURCE_CONTEXT} must be [domain, relevance], "
+                "domain source or target, relevance human or weak (e.g. [target, human])"
+            )
+
+        self.RMSC_CURVES = self.RMSC.get("curves", {})
+        self.RMSC_CURVE_RECIPES = list(
+            dict.fromkeys(
+                [*self.RMSC_CURVES.get("figure2", []), *self.RMSC_CURVES.get("figure3", [])]
+            )
+        )
+        self.RMSC_CURVE_DATASETS = self.RMSC_CURVES.get("datasets") or self.TARGETS
+        for _name in self.RMSC_CURVE_RECIPES:
+            if _name not in self.MIXTURE_RECIPES:
+                raise ValueError(
+                    f"config key rmsc.curves: {_name!r} is not a recipe with a `mixture` section"
+                )
+
+        self.RMSC_FIGURES = [
+            f"{self.RESULTS}/rmsc/figure{n}.png"
+            for n in (2, 3)
+            if self.RMSC_CURVES.get(f"figure{n}")
+        ]
+
+    def _setup_rmsc_2(self):
+        # Weak-pair files the mixture runs read: (corpus, method).
+        self.WEAK_PAIRS = sorted(
+            {
+                (os.path.basename(x["dataset"]), os.path.basename(x["pairs"])[: -len(".jsonl")])
+                for _run, (_name, _k) in self.TRAIN_RUNS.items()
+                if self.RECIPES[_name].get("mixture")
+                for x in self.mixture_spec(_run)["sets"]
+                if x.get("pairs")
+            }
+        )
+        self.berm_reader()
+        for _name in self.FIGURE4_DATASETS:
+            self.dam_spec(self.figure4_dam(_name))

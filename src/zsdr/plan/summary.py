@@ -1,0 +1,193 @@
+"""The dry-run summary: one readable line per planned training and pretraining."""
+
+import os
+
+
+class SummaryPlan:
+    """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    def head_summary(self, spec):
+        """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
+        info = spec.get("info", {})
+        pooling = spec.get("encoder", {}).get("pooling") or self.recipe_pooling(info.get("recipe"))
+        if pooling != "cls_linear_ln":
+            return ""
+        if spec.get("head") == "new":
+            return f"; ANCE head: new (seed {spec.get('encoder', {}).get('head_seed', 0)})"
+        return f"; ANCE head: from checkpoint {spec['init']}"
+
+    def spec_summary(self, spec, launch):
+        """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
+        t = spec["train"]
+        length = f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
+        b = spec.get("berm")
+        berm = (
+            f"; + BERM R1 x{b['r1_weight']:g} ("
+            + (
+                "KL / units, official code"
+                if b.get("r1_reduction", "sum") == "mean"
+                else "KL, paper"
+            )
+            + f") + R2 x{b['r2_weight']:g} ("
+            + (
+                "double softmax, official code"
+                if b.get("double_softmax")
+                else "cross-entropy, paper"
+            )
+            + "), labels "
+            f"{self.BERM_LABELS['variant']} BM25 + {self.BERM_LABELS['delta']:g} x reader "
+            f"{self.BERM_LABELS['reader']}"
+            if b
+            else ""
+        )
+        enc = spec.get("encoder", {})
+        lengths = (
+            f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
+            if spec["kind"] in ("bi_encoder", "mixture")
+            else (
+                f"{spec['max_length']}"
+                if spec["kind"] in ("mlm", "coco")
+                else f"pair {spec['max_length']}"
+            )
+        )
+        if spec["kind"] == "mixture":
+            sets = ", ".join(
+                "{} ({}{})".format(
+                    x["name"],
+                    os.path.basename(x["pairs"]) if x.get("pairs") else "qrels",
+                    "" if x.get("size") is None else f", size {x['size']}",
+                )
+                for x in spec["sets"]
+            )
+            soft = spec.get("soft_tokens")
+            tokens = (
+                f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H]; on "
+                f"{self.SOURCE} {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context)"
+                if soft
+                else "no soft tokens"
+            )
+            sizes = ", ".join(
+                f"{x['name']} {x['size']}" for x in spec["sets"] if x.get("size") is not None
+            )
+            t = spec["train"]
+            choices = (
+                f"open choices [X]: weak-set sizes ({sizes or 'all pairs'}), weak negatives from "
+                f"the {spec['sets'][0]['negatives']}, temperature {1 / spec['scale']:g}, "
+                f"{t['max_steps']} steps, warmup {t.get('warmup_steps', 0)}, lengths "
+                f"q{spec['encoder'].get('query_max_length', '-')}/d{spec['encoder'].get('doc_max_length', '-')}, "
+                f"{t['precision']}"
+            )
+            data = (
+                f"loss contrastive x{spec['scale']:g} with 1 random negative + in-batch negatives"
+                f"{' of the same (domain, relevance) group' if spec['group_negatives'] else ''} "
+                f"(weak negatives from the {spec['sets'][0]['negatives']}) over sets {sets}; {tokens}; "
+                f"{choices}"
+            )
+        elif spec.get("negatives"):
+            data = (
+                f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
+                f"from {os.path.basename(spec['negatives'])}"
+            )
+        elif spec["kind"] == "coco":
+            co = spec["contrastive_weight"]
+            contrastive = f"span contrastive x{co:g} (global batch, no temperature), " if co else ""
+            backbone = ", backbone MLM" if spec["late_mlm"] else ""
+            corpora = ", ".join(
+                os.path.basename(os.path.dirname(os.path.dirname(f))) for f in spec["spans"]
+            )
+            head = "new" if spec.get("head") == "new" else f"from checkpoint {spec['init']}"
+            data = (
+                f"{contrastive}Condenser head MLM ({spec['head_layers']} layers from layer "
+                f"{spec['skip_from']}; head {head}){backbone} {spec['mlm_probability']:.0%} "
+                f"whole-word, on {len(spec['spans'])} corpora: {corpora}"
+            )
+        elif spec["kind"] == "generator":
+            data = (
+                f"seq2seq token cross-entropy, passage -> query, on the {spec['split']} pairs of "
+                f"{spec['dataset']} (queries <= {spec['query_max_length']} tokens)"
+            )
+        elif spec["kind"] == "mlm":
+            data = (
+                f"MLM {spec['mlm_probability']:.0%} (80/10/10) on the {spec['dataset']} corpus, "
+                f"random crops"
+            )
+        else:
+            data = f"loss start/end cross-entropy on the {spec['units']} answers"
+        mine = spec.get("info", {}).get("mine")
+        if mine:
+            data += (
+                f" (mined: top-{mine['depth']} of {mine.get('system', 'the previous model')} at "
+                f"{mine.get('lengths', 'its lengths')}, {mine['sample']} sampled per query)"
+            )
+        data += self.head_summary(spec) if spec["kind"] == "bi_encoder" else ""
+        rem = spec.get("rem")
+        if rem:
+            parts = [
+                (
+                    f"LoRA r {rem['lora_r']} alpha {rem.get('lora_alpha') or rem['lora_r']:g} on "
+                    + "+".join(rem.get("lora_targets", ["query", "value"]))
+                    if rem.get("lora_r")
+                    else ""
+                ),
+                (
+                    f"parallel adapter {rem['adapter_bottleneck']} x{rem.get('adapter_scaling', 4.0):g}"
+                    if rem.get("adapter_bottleneck")
+                    else ""
+                ),
+            ]
+            data += f"; REM only, DAM frozen: {' + '.join(x for x in parts if x)}"
+        m = spec.get("modir")
+        if m:
+            queue = {
+                "momentum": f"momentum n {m['momentum_steps']}",
+                "single": "single (n 1)",
+                "repeat": f"repeat x{m['momentum_steps']}",
+            }[m["mode"]]
+            halving = (
+                f" halving every {m['lambda_half_life']:g} steps"
+                if m.get("lambda_half_life")
+                else ""
+            )
+            data += (
+                f"; + MoDIR {m['loss']} loss vs {os.path.basename(m['target'])}, {queue} in chunks "
+                f"of {m['chunk']}, lambda0 {m['lambda0']:g}{halving}, classifier lr "
+                f"{m['classifier_lr']:g} (logits clipped at {m['logit_clip']:g})"
+            )
+        d = spec.get("dro")
+        if d:
+            data += (
+                f"; + iDRO over K {d['clusters']} query clusters (beta {d.get('beta', 0.25):g}, rho "
+                f"{d.get('rho', 0.05):g}, gamma {d.get('gamma', 0.1):g}, eps {d.get('eps', 0.01):g}, "
+                f"gradients of the last {d.get('grad_layers', 3)} layers)"
+                if d.get("kind", "idro") == "idro"
+                else f"; + GroupDRO over K {d['clusters']} query clusters (fraction "
+                f"{d.get('fraction')}, ema {d.get('ema')})"
+            )
+        if t.get("snapshot_every"):
+            length += f", a snapshot every {t['snapshot_every']} steps"
+        if t.get("schedule_steps"):
+            offset = (
+                f", this run from step {t['schedule_offset']}" if t.get("schedule_offset") else ""
+            )
+            length += f" (decay over {t['schedule_steps']} steps{offset})"
+        inference = (
+            f"; inference {self.config['dense']['precision']}"
+            if spec["kind"] in ("bi_encoder", "mixture")
+            else ""
+        )
+        dropout = (
+            ""
+            if "dropout" not in spec
+            else (
+                "; dropout as the checkpoint"
+                if spec["dropout"] is None
+                else f"; dropout {spec['dropout']:g}"
+            )
+        )
+        return (
+            f"init {spec['init']}; {data}; batch {t['batch_size']} x "
+            f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
+            f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
+            f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
+            f"{inference}"
+        )

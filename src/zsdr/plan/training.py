@@ -1,0 +1,388 @@
+"""Training: the resolved spec, inputs, code and launch settings of every training job."""
+
+from zsdr.models.released import RELEASES
+from zsdr.workflow import check_model_reference
+
+
+class TrainingPlan:
+    """Training: the resolved spec, inputs, code and launch settings of every training job (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    def on_this_machine(self, ref):
+        """``ref``; a model the DAG does not build must be usable, or planning fails naming its config key
+        (not a job, minutes later): a folder must hold a complete model, and with `offline: true` a
+        Hugging Face id must be in the local cache.
+        """
+        if not ref.startswith(f"{self.MODELS}/") and ref not in self.OFFLINE_CHECKED:
+            check_model_reference(ref, self.config, self.config["offline"])
+            self.OFFLINE_CHECKED.add(ref)
+        return ref
+
+    def model_ref(self, name):
+        """What `init` names: a backbone, a recipe's trained model, a cross-encoder, or an HF id/folder."""
+        if name in self.config["backbones"]:
+            b = self.config["backbones"][name]
+            return (
+                f"{self.MODELS}/backbones/{name}" if "build" in b else self.on_this_machine(b["hf"])
+            )
+        if name in self.RECIPES:
+            return self.trained_model(name)
+        if name in self.PRETRAINED:
+            p = self.PRETRAINED[name]
+            return (
+                self.on_this_machine(p["hf"]) if "hf" in p else f"{self.MODELS}/pretrained/{name}"
+            )
+        if self.is_dam(name):
+            return self.dam_path(name, "init")
+        if name in self.CROSS_ENCODERS:
+            return f"{self.MODELS}/cross-encoders/{name}"
+        if name in RELEASES:
+            return f"{self.MODELS}/released/{name}"
+        return self.on_this_machine(name)
+
+    def model_files(self, ref):
+        """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
+        snapshot exists once its DAM is trained; a converted REM release is its rem.json).
+        """
+        if not ref.startswith(f"{self.MODELS}/"):
+            return []
+        name = (
+            ref[len(f"{self.MODELS}/released/") :]
+            if ref.startswith(f"{self.MODELS}/released/")
+            else None
+        )
+        if name in RELEASES and RELEASES[name].kind == "adapter-rem":
+            return [f"{ref}/rem.json"]
+        return [f"{ref.split('/snapshots/')[0]}/config.json"]
+
+    def train_source(self, item):
+        return self.check_dataset(item.get("dataset", self.SOURCE))
+
+    def side_file(self, source, key, where):
+        path = self.TRAINING["sources"].get(source, {}).get(key)
+        if not path:
+            raise ValueError(
+                f"config key {where} needs training.sources.{source}.{key} (the file is not configured)"
+            )
+        return path
+
+    def training_data(self, item, where, run=None):
+        """``(dataset folder, negatives file)`` an item trains on, by its `negatives` kind."""
+        src = self.train_source(item)
+        kind = item["negatives"]
+        if kind == "triples":
+            self.side_file(src, "triples", where)
+            return f"{self.DATA}/{src}-triples", f"{self.DATA}/{src}-triples/negatives.jsonl"
+        if kind == "hard":
+            return f"{self.DATA}/{src}", self.side_file(src, "hard_negatives", where)
+        if kind == "bm25":
+            return f"{self.DATA}/{src}", f"{self.DATA}/{src}/negatives/bm25.jsonl"
+        if run in self.PER_TARGET and item.get("modir"):
+            run = self.TRAIN_RUNS[run][0]  # mined once by the base system for every target
+        return f"{self.DATA}/{src}", f"{self.DATA}/{src}/negatives/{run}.jsonl"
+
+    def teacher_file(self, item, where):
+        name = item.get("teacher")
+        if name is None:
+            return None
+        src = self.train_source(item)
+        if name == "published":
+            return self.side_file(src, "teacher_scores", where)
+        if name not in self.CROSS_ENCODERS:
+            raise ValueError(
+                f"config key {where}.teacher: {name!r} is neither `published` nor a key of `cross_encoders`"
+            )
+        return f"{self.DATA}/{src}/teacher/{name}.jsonl"
+
+    def train_settings(self, item):
+        """The recipe's `train` section over the shared `training` defaults."""
+        shared = {k: self.TRAINING[k] for k in ("seed", "precision", "save_every", "log_every")}
+        return {**shared, **item["train"]}
+
+    def recipe_dropout(self, item):
+        """The dropout a recipe trains with: its own `dropout`, else `training.dropout` (null: the
+        checkpoint's)."""
+        own = item.get("dropout")
+        return self.TRAINING["dropout"] if own is None else own
+
+    def train_spec(self, run):
+        """The resolved spec (zsdr.training.recipes) of one training run."""
+        name, k = self.TRAIN_RUNS[run]
+        r = self.RECIPES[name]
+        if r.get("mixture"):
+            return self.mixture_spec(run)
+        where = f"recipes.{name}"
+        episodes = r.get("episodes", 1)
+        init = self.model_ref(r["init"]) if k == 1 else f"{self.MODELS}/trained/{name}-ep{k - 1}"
+        if run in self.PER_TARGET and r.get("per_target_init"):
+            init = self.dam_path(
+                f"{r['per_target_init']}{self.DAM_SEP}{self.PER_TARGET[run]}", where
+            )
+        dataset, negatives = self.training_data(r, where, run)
+        train = self.train_settings(r)
+        if r.get("episode_lr_decay") and k > 1:
+            train["lr"] = train["lr"] * max(0.2, 1 - (k - 1) / episodes)
+        if r.get("episode_schedule") == "continuous" and episodes > 1:
+            if not train.get("max_steps"):
+                raise ValueError(
+                    f"config key {where}.episode_schedule: continuous needs train.max_steps "
+                    "(episodes of a fixed number of steps; set it, or use restart)"
+                )
+            if r.get("episode_lr_decay"):
+                raise ValueError(
+                    f"config key {where}.episode_schedule: continuous and episode_lr_decay both decay "
+                    "the lr across episodes (set episode_lr_decay: false, or use restart)"
+                )
+            train["schedule_steps"] = train.get("schedule_steps") or episodes * train["max_steps"]
+            train["schedule_offset"] = (k - 1) * train["max_steps"]
+        modir = self.modir_spec(r, run, train)
+        return {
+            "kind": "bi_encoder",
+            "init": init,
+            "dataset": dataset,
+            "negatives": negatives,
+            "systems": r.get("systems"),
+            "teacher": self.teacher_file(r, where),
+            "out": f"{self.MODELS}/trained/{run}",
+            "checkpoint_dir": f"{self.MODELS}/.checkpoints/{run}",
+            "encoder": r.get("encoder", {}),
+            **({"head": r["head"]} if r.get("head") and k == 1 else {}),
+            "loss": r["loss"],
+            "negatives_per_query": r.get("negatives_per_query", 1),
+            "scale": r.get("scale", 1.0),
+            "dropout": self.recipe_dropout(r),
+            "max_examples": r.get("max_examples"),
+            "berm": self.berm_spec(r, dataset),
+            "rem": r.get("rem"),
+            **({"modir": modir} if modir else {}),
+            **(
+                {
+                    "dro": {
+                        **r["dro"],
+                        "clusters_file": f"{self.DATA}/{self.train_source(r)}/clusters/{run}.jsonl",
+                    }
+                }
+                if r.get("dro")
+                else {}
+            ),
+            "train": train,
+            "info": {
+                "recipe": name,
+                "target": self.PER_TARGET.get(run),
+                "episode": k,
+                "episodes": episodes,
+                "description": r.get("description", ""),
+                "provenance": r.get("provenance", ""),
+                **(
+                    {
+                        "mine": {
+                            **self.TRAINING["mine"],
+                            **r.get("mine", {}),
+                            **self.mine_info(
+                                name if run in self.PER_TARGET and r.get("modir") else run
+                            ),
+                        }
+                    }
+                    if r["negatives"] == "ance"
+                    else {}
+                ),
+            },
+        }
+
+    def mine_info(self, run):
+        """What the summary says about an ANCE run's mining: the system and the lengths it mines at."""
+        if run not in self.MINED:
+            return {}
+        lengths = {**self.system_lengths(self.mining_system(run)), **self.mining_lengths(run)}
+        return {
+            "system": self.mining_system(run),
+            "lengths": "q{}/d{}".format(
+                lengths.get("query_max_length", "-"), lengths.get("doc_max_length", "-")
+            ),
+        }
+
+    def mixture_spec(self, run):
+        """The resolved spec (zsdr.training.rmsc) of a run of a `mixture` recipe."""
+        name = self.TRAIN_RUNS[run][0]
+        r = self.RECIPES[name]
+        m = r["mixture"]
+        target = self.PER_TARGET.get(run)
+        train = self.train_settings(r)
+        if name in self.RMSC_CURVE_RECIPES:
+            train["snapshot_every"] = self.RMSC_CURVES.get("snapshot_every", 1000)
+        k = m.get("soft_tokens")
+        return {
+            "kind": "mixture",
+            "init": self.model_ref(r["init"]),
+            "encoder": r.get("encoder", {}),
+            "sets": self.mixture_sets(name, target),
+            "scale": r.get("scale", 1.0),
+            "group_negatives": m.get("group_negatives", True),
+            "soft_tokens": {"k": k} if k else None,
+            "dropout": self.recipe_dropout(r),
+            "out": f"{self.MODELS}/trained/{run}",
+            "checkpoint_dir": f"{self.MODELS}/.checkpoints/{run}",
+            "train": train,
+            "info": {
+                "recipe": name,
+                "target": target,
+                "description": r.get("description", ""),
+                "provenance": r.get("provenance", ""),
+            },
+        }
+
+    def modir_spec(self, recipe, run, train):
+        """The `modir` term of a MoDIR run (None otherwise); sets the run's length and snapshots."""
+        if not recipe.get("modir"):
+            return None
+        name, target = self.TRAIN_RUNS[run][0], self.PER_TARGET[run]
+        train["max_steps"] = self.modir_total(name, target)
+        if self.is_curve_run(name, target):
+            train["snapshot_every"] = self.MODIR_CURVES["snapshot_every"]
+        return {
+            "seed": train["seed"],
+            **recipe["modir"],
+            "triples": f"{self.DATA}/{target}/modir/triples.tsv",
+            "target": f"{self.DATA}/{target}",
+        }
+
+    def cross_encoder_spec(self, name):
+        c = self.CROSS_ENCODERS[name]
+        dataset, negatives = self.training_data(c, f"cross_encoders.{name}")
+        return {
+            "kind": "cross_encoder",
+            "init": self.model_ref(c["init"]),
+            "dataset": dataset,
+            "negatives": negatives,
+            "systems": None,
+            "teacher": None,
+            "out": f"{self.MODELS}/cross-encoders/{name}",
+            "checkpoint_dir": f"{self.MODELS}/.checkpoints/cross-encoder-{name}",
+            "head": c.get("head", "cls"),
+            "max_length": c.get("max_length", 256),
+            "negatives_per_query": c.get("negatives_per_query", 7),
+            "dropout": self.TRAINING["dropout"],
+            "train": self.train_settings(c),
+            "info": {"cross_encoder": name, "description": c.get("description", "")},
+        }
+
+    def reader_spec(self, name):
+        """The resolved spec of a reader the pipeline trains (the answer spans of the source's training
+        pairs: `units`, by default the dataset's own units.jsonl)."""
+        r = self.READERS[name]
+        dataset = f"{self.DATA}/{self.train_source(r)}"
+        return {
+            "kind": "reader",
+            "init": self.model_ref(r["init"]),
+            "dataset": dataset,
+            "units": r.get("units") or f"{dataset}/units.jsonl",
+            "max_length": r.get("max_length", 384),
+            "out": f"{self.MODELS}/readers/{name}",
+            "checkpoint_dir": f"{self.MODELS}/.checkpoints/reader-{name}",
+            "dropout": self.TRAINING["dropout"],
+            "train": self.train_settings(r),
+            "info": {"reader": name, "description": r.get("description", "")},
+        }
+
+    def reader_path(self, name):
+        """What a reader loads: its trained folder (models/readers/<name>) or its `hf` id / folder."""
+        if name not in self.READERS:
+            raise ValueError(
+                f"config key berm.labels.reader: {name!r} is not a key of `readers` "
+                f"(defined: {', '.join(self.READERS) or 'none'})"
+            )
+        r = self.READERS[name]
+        return self.on_this_machine(r["hf"]) if "hf" in r else f"{self.MODELS}/readers/{name}"
+
+    def spec_inputs(self, spec):
+        """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
+        initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
+        if spec["kind"] == "coco":
+            return [*spec["spans"], *self.model_files(spec["init"])]
+        if spec["kind"] == "mixture":
+            files = [f"{x['dataset']}/dataset.json" for x in spec["sets"]]
+            files += [x["pairs"] for x in spec["sets"] if x.get("pairs")]
+            return list(dict.fromkeys(files)) + self.model_files(spec["init"])
+        files = [f"{spec['dataset']}/dataset.json"]
+        files += [spec["negatives"]] if spec.get("negatives") else []
+        files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []
+        files += self.model_files(spec["init"])
+        files += [spec["teacher"]] if spec.get("teacher") else []
+        if spec.get("units") and spec["units"] != f"{spec['dataset']}/units.jsonl":
+            files.append(spec["units"])
+        if spec.get("modir"):
+            files += [spec["modir"]["triples"], f"{spec['modir']['target']}/dataset.json"]
+        return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
+
+    def recipe_code(self, run):
+        """The library modules a training run executes: the trainer, its loss, its BERM term."""
+        r = self.RECIPES[self.TRAIN_RUNS[run][0]]
+        mods = [*self.TRAINER_CODE, self.LOSS_MODULES[r["loss"]]]
+        if r.get("berm"):
+            mods += ["zsdr.training.berm", "zsdr.losses.berm", "zsdr.data.units"]
+        if r.get("modir"):
+            mods += ["zsdr.training.modir", "zsdr.losses.adversarial", "zsdr.models.heads"]
+        if r.get("dro"):
+            mods += ["zsdr.training.idro"]
+        if r.get("mixture"):
+            mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
+        return self.code(*mods)
+
+    def launch_settings(self, item):
+        """How a training job starts: processes per node, nodes, launcher (a recipe may set its own processes)."""
+        out = {k: self.TRAINING[k] for k in ("processes", "nodes", "launcher")}
+        if item.get("processes"):
+            out["processes"] = item["processes"]
+        return out
+
+    def recipe_pooling(self, name):
+        """A recipe's pooling: its own encoder setting, else its init recipe's (None when it comes from a
+        checkpoint's own zsdr.json or sentence-transformers settings)."""
+        seen = set()
+        while name in self.RECIPES and name not in seen:
+            seen.add(name)
+            r = self.RECIPES[name]
+            if r.get("encoder", {}).get("pooling"):
+                return r["encoder"]["pooling"]
+            name = r.get("init")
+        return None
+
+    def _setup_training(self):
+
+        # Training (rules/finetune.smk): what each training job reads, how it is launched, what it runs.
+
+        self.OFFLINE_CHECKED = set()
+
+    def _setup_training_2(self):
+
+        self.LOSS_MODULES = {
+            "pairwise_nll": "zsdr.losses.contrastive",
+            "contrastive": "zsdr.losses.contrastive",
+            "margin_mse": "zsdr.losses.margin_mse",
+        }
+        self.TRAINER_CODE = (
+            "zsdr.training.trainer",
+            "zsdr.training.data",
+            "zsdr.training.tasks",
+            "zsdr.training.distributed",
+            "zsdr.training.recipes",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+        )
+        self.TRIPLES_SOURCES = sorted(
+            {
+                self.train_source(x)
+                for x in [*self.RECIPES.values(), *self.CROSS_ENCODERS.values()]
+                if x["negatives"] == "triples"
+            }
+        )
+        # Resolve every training spec now, so a config mistake stops any command with the key to fix.
+        for _run in self.TRAIN_RUNS:
+            self.train_spec(_run)
+        for _name in self.CROSS_ENCODERS:
+            self.cross_encoder_spec(_name)
+        for _name in self.TRAINED_READERS:
+            self.reader_spec(_name)
+        for _name in self.TRAINED_PRETRAINED:
+            self.coco_spec(_name)
+        for _name in self.TRAINED_GENERATORS:
+            self.generator_spec(_name)
