@@ -1,0 +1,1 @@
+"""Planning: turning the validated config into jobs (no Snakemake here)."""
