@@ -17,6 +17,7 @@ rule berm_unit_analysis:
             "zsdr.data.units",
             "zsdr.models.encoder",
             "zsdr.data.formats",
+            script="berm_unit_analysis",
         ),
     output:
         f"{METRICS}/{{dataset}}/{{system}}.units.json",

@@ -8,7 +8,7 @@ rule coco_spans:
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
         tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
-        code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats"),
+        code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
     output:
         f"{DATA}/{{corpus}}/coco/spans.jsonl",
     log:
@@ -38,7 +38,9 @@ rule pretrain_coco:
     """A retrieval-oriented pretrained backbone: span contrastive + Condenser head MLM + backbone MLM."""
     input:
         lambda wc: PLAN.spec_inputs(PLAN.coco_spec(wc.name)),
-        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco"),
+        code=PLAN.code(
+            *PLAN.TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco", script="train"
+        ),
     output:
         f"{MODELS}/pretrained/{{name}}/config.json",
         f"{MODELS}/pretrained/{{name}}/training.json",
@@ -74,7 +76,12 @@ rule cluster_queries:
         model=lambda wc: PLAN.model_files(
             PLAN.dense_model(PLAN.previous_system(wc.run), wc.source)
         ),
-        code=PLAN.code("zsdr.training.idro", "zsdr.models.encoder", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.training.idro",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+            script="cluster_queries",
+        ),
     output:
         f"{DATA}/{{source}}/clusters/{{run}}.jsonl",
     log:
@@ -109,7 +116,12 @@ rule cocodr_geometry:
     input:
         spans=lambda wc: PLAN.spans_file(wc.corpus),
         model=lambda wc: PLAN.model_files(PLAN.cocodr_analysis_model(wc.model)),
-        code=PLAN.code("zsdr.pretrain", "zsdr.losses.coco", "zsdr.evaluation.cocodr"),
+        code=PLAN.code(
+            "zsdr.pretrain",
+            "zsdr.losses.coco",
+            "zsdr.evaluation.cocodr",
+            script="cocodr_geometry",
+        ),
     output:
         f"{STATS}/cocodr/geometry/{{model}}/{{corpus}}.json",
     log:
@@ -138,7 +150,11 @@ rule cocodr_figure3:
     input:
         metrics=[f for p in PLAN.cocodr_figure3_points()[0] for f in p["metrics"]],
         reference=(PLAN.cocodr_figure3_points()[1] or {}).get("metrics", []),
-        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.cocodr_figures",
+            "zsdr.tables.figures",
+            script="cocodr_figure3",
+        ),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure3.png",
@@ -169,7 +185,11 @@ rule cocodr_figure4:
     """COCO-DR Figure 4: nDCG@10 per training episode (warmup, then each ANCE episode) per variant."""
     input:
         metrics=[p["metrics"] for p in PLAN.cocodr_figure4_points()],
-        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.cocodr_figures",
+            "zsdr.tables.figures",
+            script="cocodr_figure4",
+        ),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure4.png",
@@ -224,6 +244,7 @@ rule cocodr_clusters:
             "zsdr.training.idro",
             "zsdr.tables.cocodr_figures",
             "zsdr.models.encoder",
+            script="cocodr_clusters",
         ),
     output:
         analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
@@ -300,7 +321,11 @@ rule cocodr_figure5:
             for k in ("with_coco", "without_coco", "with_idro", "without_idro")
         ],
         clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
-        code=PLAN.code("zsdr.tables.cocodr_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.cocodr_figures",
+            "zsdr.tables.figures",
+            script="cocodr_figure5",
+        ),
     output:
         figure=report(
             f"{RESULTS}/cocodr/figure5.png",

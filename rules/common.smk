@@ -9,7 +9,6 @@ from zsdr.plan.core import Plan
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.workflow import wait_for_the_job_on_sigusr1
 
-
 # Inside a SLURM job each rule runs in a Snakemake process under srun: the warning SLURM sends before a
 # time limit must not kill it before the training script it started writes its checkpoint.
 if os.environ.get("SLURM_JOB_ID"):

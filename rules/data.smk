@@ -4,7 +4,12 @@
 rule mini_benchmark:
     """Generate the synthetic source and target domains (zsdr.data.mini)."""
     input:
-        PLAN.code("zsdr.data.mini", "zsdr.data.formats", "zsdr.sparse.bm25"),
+        PLAN.code(
+            "zsdr.data.mini",
+            "zsdr.data.formats",
+            "zsdr.sparse.bm25",
+            script="mini_benchmark",
+        ),
     output:
         expand(
             "{data}/{name}/{f}",
@@ -69,6 +74,7 @@ rule convert:
             "zsdr.data.convert",
             "zsdr.data.download",
             "zsdr.data.formats",
+            script="convert",
         ),
     output:
         f"{DATA}/{{dataset}}/dataset.json",
@@ -93,7 +99,7 @@ rule tiny_backbone:
     """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora."""
     input:
         data=[PLAN.dataset_marker(n) for n in PLAN.MINI_DATASETS],
-        code=PLAN.code("zsdr.models.tiny"),
+        code=PLAN.code("zsdr.models.tiny", script="tiny_backbone"),
     output:
         f"{MODELS}/backbones/{{backbone}}/config.json",
         f"{MODELS}/backbones/{{backbone}}/tokenizer.json",
@@ -136,7 +142,9 @@ rule released_encoder:
     """A released ANCE-format archive (ANCE warmup, MoDIR's checkpoints) as an encoder folder."""
     input:
         archive=lambda wc: PLAN.released_archive(wc.release),
-        code=PLAN.code("zsdr.models.released"),
+        code=PLAN.code(
+            "zsdr.models.released", "zsdr.models.encoder", script="released_model"
+        ),
     output:
         f"{MODELS}/released/{{release}}/config.json",
     log:
@@ -157,7 +165,9 @@ rule released_rem:
     """One of DDR's released REMs (adapter-transformers archives) in the project's REM format."""
     input:
         archive=lambda wc: PLAN.released_archive(wc.release),
-        code=PLAN.code("zsdr.models.released"),
+        code=PLAN.code(
+            "zsdr.models.released", "zsdr.models.encoder", script="released_model"
+        ),
     output:
         f"{MODELS}/released/{{release}}/rem.json",
     log:

@@ -9,7 +9,9 @@ rule evaluate:
     input:
         runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.EVAL_SYSTEMS),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.evaluation.metrics", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
+        ),
     output:
         [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.EVAL_SYSTEMS],
     log:
@@ -34,7 +36,9 @@ use rule evaluate as evaluate_system with:
     input:
         runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.evaluation.metrics", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
+        ),
     output:
         f"{METRICS}/{{dataset}}/{{system}}.json",
     log:
@@ -47,7 +51,9 @@ rule dataset_stats:
     """Corpus, query and qrels statistics of every split of a dataset (DDR T1, COCO-DR T5)."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.evaluation.analysis", "zsdr.data.formats", script="dataset_stats"
+        ),
     output:
         f"{STATS}/{{dataset}}.json",
     log:
@@ -70,7 +76,9 @@ rule shift_stats:
     input:
         source=PLAN.dataset_marker(PLAN.SOURCE),
         target=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.evaluation.analysis", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.evaluation.analysis", "zsdr.data.formats", script="shift_stats"
+        ),
     output:
         f"{STATS}/shift/{{dataset}}.json",
     log:

@@ -6,7 +6,12 @@ rule triples_dataset:
     """Text triples -> a BEIR folder with content-hash ids plus negatives.jsonl (system `triples`)."""
     input:
         triples=lambda wc: PLAN.side_file(wc.source, "triples", "recipes"),
-        code=PLAN.code("zsdr.data.convert", "zsdr.data.download", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.data.convert",
+            "zsdr.data.download",
+            "zsdr.data.formats",
+            script="triples_dataset",
+        ),
     output:
         negatives=f"{DATA}/{{source}}-triples/negatives.jsonl",
         manifest=f"{DATA}/{{source}}-triples/dataset.json",
@@ -29,7 +34,9 @@ rule bm25_negatives:
     input:
         data=lambda wc: PLAN.dataset_marker(wc.source),
         index=lambda wc: f"{INDEXES}/{wc.source}/lucene-flat",
-        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.sparse.lucene", "zsdr.data.formats", script="bm25_negatives"
+        ),
     output:
         f"{DATA}/{{source}}/negatives/bm25.jsonl",
     log:
@@ -62,7 +69,12 @@ rule mine_negatives:
             f"{EMBEDDINGS}/{wc.source}/{PLAN.mining_system(wc.run)}/{s}"
             for s in PLAN.shards(wc.source)
         ],
-        code=PLAN.code("zsdr.retrieval", "zsdr.training.data", "zsdr.models.encoder"),
+        code=PLAN.code(
+            "zsdr.retrieval",
+            "zsdr.training.data",
+            "zsdr.models.encoder",
+            script="mine_negatives",
+        ),
     output:
         f"{DATA}/{{source}}/negatives/{{run}}.jsonl",
     log:
@@ -97,7 +109,10 @@ rule train_cross_encoder:
     input:
         lambda wc: PLAN.spec_inputs(PLAN.cross_encoder_spec(wc.name)),
         code=PLAN.code(
-            *PLAN.TRAINER_CODE, "zsdr.losses.contrastive", "zsdr.models.cross_encoder"
+            *PLAN.TRAINER_CODE,
+            "zsdr.losses.contrastive",
+            "zsdr.models.cross_encoder",
+            script="train",
         ),
     output:
         f"{MODELS}/cross-encoders/{{name}}/config.json",
@@ -134,7 +149,7 @@ rule train_reader:
     """An extractive QA reader (the start probabilities of BERM's unit labels), one trainer."""
     input:
         lambda wc: PLAN.spec_inputs(PLAN.reader_spec(wc.name)),
-        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.reader"),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.reader", script="train"),
     output:
         f"{MODELS}/readers/{{name}}/config.json",
         f"{MODELS}/readers/{{name}}/training.json",
@@ -178,6 +193,7 @@ rule teacher_scores:
             "zsdr.training.tasks",
             "zsdr.models.cross_encoder",
             "zsdr.data.formats",
+            script="teacher_scores",
         ),
     output:
         f"{DATA}/{{source}}/teacher/{{name}}.jsonl",

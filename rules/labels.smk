@@ -12,6 +12,7 @@ rule unit_stats:
             "zsdr.sparse.unit_bm25",
             "zsdr.data.units",
             "zsdr.data.formats",
+            script="unit_stats",
         ),
     output:
         f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
@@ -45,6 +46,7 @@ rule label_units_shard:
             "zsdr.data.formats",
             "zsdr.models.reader",
             "zsdr.models.encoder",
+            script="label_units_shard",
         ),
     output:
         temp(f"{DATA}/{{dataset}}/berm/{{split}}/labels.{{shard}}-of-{{shards}}.jsonl"),
@@ -76,7 +78,9 @@ rule label_units:
     input:
         shards=lambda wc: PLAN.label_shards(wc.dataset, wc.split),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.training.unit_labels", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.training.unit_labels", "zsdr.data.formats", script="label_units"
+        ),
     output:
         labels=f"{DATA}/{{dataset}}/berm/{{split}}/labels.jsonl",
         summary=f"{DATA}/{{dataset}}/berm/{{split}}/summary.json",

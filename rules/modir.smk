@@ -7,7 +7,9 @@ rule modir_triples:
     """A target's unlabelled triples (query, document, document) for MoDIR's domain classifier."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.training.modir", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.training.modir", "zsdr.data.formats", script="modir_triples"
+        ),
     output:
         f"{DATA}/{{dataset}}/modir/triples.tsv",
     log:
@@ -34,7 +36,10 @@ rule modir_domain:
         source=PLAN.dataset_marker(PLAN.SOURCE),
         target=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
-            "zsdr.evaluation.domain", "zsdr.models.encoder", "zsdr.data.formats"
+            "zsdr.evaluation.domain",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+            script="modir_domain",
         ),
     output:
         f"{STATS}/modir/{{dataset}}/{{system}}.json",
@@ -81,6 +86,7 @@ rule modir_curves:
             "zsdr.tables.figures",
             "zsdr.tables.inputs",
             "zsdr.tables.spec",
+            script="modir_curves",
         ),
     output:
         figure3=report(
@@ -131,7 +137,10 @@ rule modir_figure4:
             PLAN.dataset_marker(PLAN.modir_dataset("figure4")),
         ],
         code=PLAN.code(
-            "zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"
+            "zsdr.evaluation.tsne",
+            "zsdr.models.encoder",
+            "zsdr.tables.figures",
+            script="modir_figure4",
         ),
     output:
         figure=report(
@@ -188,6 +197,7 @@ rule modir_table4:
             "zsdr.models.encoder",
             "zsdr.tables.inputs",
             "zsdr.tables.modir_figures",
+            script="modir_table4",
         ),
     output:
         csv=f"{RESULTS}/modir/table4.csv",

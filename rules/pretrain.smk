@@ -6,7 +6,7 @@ rule train_dam:
     """A DAM: MLM on its last corpus, from the backbone or from the DAM before it in the chain."""
     input:
         lambda wc: PLAN.spec_inputs(PLAN.dam_spec(wc.dam)),
-        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain"),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain", script="train"),
     output:
         f"{MODELS}/dams/{{dam}}/config.json",
         f"{MODELS}/dams/{{dam}}/training.json",

@@ -8,7 +8,10 @@ rule encode_corpus:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         model=PLAN.dense_model_input,
         code=PLAN.code(
-            "zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"
+            "zsdr.retrieval.encode",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+            script="encode_corpus",
         ),
     output:
         directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"),
@@ -39,7 +42,10 @@ rule encode_queries:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         model=PLAN.dense_model_input,
         code=PLAN.code(
-            "zsdr.retrieval.encode", "zsdr.models.encoder", "zsdr.data.formats"
+            "zsdr.retrieval.encode",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+            script="encode_queries",
         ),
     output:
         directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
@@ -68,7 +74,12 @@ rule search_shard:
     input:
         queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{PLAN.eval_split(wc.dataset)}",
         shard=f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}",
-        code=PLAN.code("zsdr.retrieval", "zsdr.models.encoder", "zsdr.data.formats"),
+        code=PLAN.code(
+            "zsdr.retrieval",
+            "zsdr.models.encoder",
+            "zsdr.data.formats",
+            script="search_shard",
+        ),
     output:
         f"{RUNS}/{{dataset}}/.shards/{{system}}/shard{{shard}}-of-{{shards}}.npz",
     log:
@@ -101,6 +112,7 @@ rule dense_search:
             "zsdr.retrieval",
             "zsdr.models.encoder",
             "zsdr.data.formats",
+            script="dense_search",
         ),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",

@@ -9,7 +9,7 @@ rule build_generator:
         tokenizer=lambda wc: PLAN.model_files(
             PLAN.model_ref(PLAN.GENERATORS[wc.name]["tokenizer"])
         ),
-        code=PLAN.code("zsdr.models.generator"),
+        code=PLAN.code("zsdr.models.generator", script="build_generator"),
     output:
         f"{MODELS}/generators/{{name}}.init/config.json",
     log:
@@ -34,7 +34,7 @@ rule train_generator:
     """QGen's generator trained on the source's training pairs (passage -> query), one trainer."""
     input:
         lambda wc: PLAN.spec_inputs(PLAN.generator_spec(wc.name)),
-        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.generator"),
+        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.generator", script="train"),
     output:
         f"{MODELS}/generators/{{name}}/config.json",
         f"{MODELS}/generators/{{name}}/training.json",
@@ -75,6 +75,7 @@ rule weak_pairs:
             "zsdr.models.generator",
             "zsdr.models.encoder",
             "zsdr.data.formats",
+            script="weak_pairs",
         ),
     output:
         f"{DATA}/{{corpus}}/weak/{{method}}.jsonl",
@@ -116,7 +117,9 @@ rule rmsc_curves:
     """RMSC Figures 2-3: nDCG@10 on the source dev set and the targets at snapshots during training."""
     input:
         metrics=lambda wc: [p["metrics"] for p in PLAN.rmsc_curve_points(int(wc.n))],
-        code=PLAN.code("zsdr.tables.rmsc_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.rmsc_figures", "zsdr.tables.figures", script="rmsc_curves"
+        ),
     output:
         figure=report(
             f"{RESULTS}/rmsc/figure{{n}}.png",

@@ -5,7 +5,7 @@ rule lucene_index:
     """A Lucene index of a corpus: `flat` (title+text in one field) or `multifield`."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats", script="lucene_index"),
     output:
         directory(f"{INDEXES}/{{dataset}}/lucene-{{fields}}"),
     log:
@@ -31,7 +31,7 @@ rule bm25:
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.SYSTEMS[wc.system]['fields']}",
-        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats"),
+        code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats", script="bm25"),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",
     log:

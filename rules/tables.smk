@@ -7,7 +7,7 @@ rule table1:
         metrics=expand(
             "{m}/{d}/{s}.json", m=METRICS, d=PLAN.EVAL_DATASETS, s=PLAN.TABLE1_SYSTEMS
         ),
-        code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance"),
+        code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance", script="table1"),
     output:
         csv=report(
             f"{RESULTS}/table1.csv",
@@ -51,7 +51,9 @@ rule paper_table:
         rems=lambda wc: [
             f"{m}/config.json" for m in PLAN.rem_models((wc.paper, int(wc.n))).values()
         ],
-        code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance"),
+        code=PLAN.code(
+            "zsdr.tables", "zsdr.evaluation.significance", script="paper_table"
+        ),
     output:
         csv=report(
             f"{RESULTS}/{{paper}}/table{{n}}.csv",
@@ -93,7 +95,9 @@ rule paper_figure:
     """A paper figure whose numbers are one of its tables', drawn from that table's CSV."""
     input:
         table=lambda wc: f"{RESULTS}/{wc.paper}/table{FIGURE_SPECS[(wc.paper, int(wc.n))].table}.csv",
-        code=PLAN.code("zsdr.tables.figures", "zsdr.tables.render"),
+        code=PLAN.code(
+            "zsdr.tables.figures", "zsdr.tables.render", script="paper_figure"
+        ),
     output:
         figure=report(
             f"{RESULTS}/{{paper}}/figure{{n}}.png",
@@ -179,7 +183,9 @@ rule ddr_figure4:
             f"{MODELS}/dams/{PLAN.figure4_dam(d)}/config.json"
             for d in PLAN.FIGURE4_DATASETS
         ],
-        code=PLAN.code("zsdr.tables.ddr_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.ddr_figures", "zsdr.tables.figures", script="ddr_figure4"
+        ),
     output:
         figure=report(
             f"{RESULTS}/ddr/figure4.png",
@@ -220,7 +226,9 @@ rule berm_figure4:
     """BERM Figure 4: average target nDCG@10 over the (alpha, beta) grid of loss weights."""
     input:
         metrics=[f for p in PLAN.berm_grid_points() for f in p["metrics"]],
-        code=PLAN.code("zsdr.tables.berm_figures", "zsdr.tables.figures"),
+        code=PLAN.code(
+            "zsdr.tables.berm_figures", "zsdr.tables.figures", script="berm_figure4"
+        ),
     output:
         figure=report(
             f"{RESULTS}/berm/figure4.png",
@@ -255,7 +263,10 @@ rule berm_figure5:
         ],
         data=[f"{d}/dataset.json" for d in PLAN.tsne_domains().values()],
         code=PLAN.code(
-            "zsdr.evaluation.tsne", "zsdr.models.encoder", "zsdr.tables.figures"
+            "zsdr.evaluation.tsne",
+            "zsdr.models.encoder",
+            "zsdr.tables.figures",
+            script="berm_figure5",
         ),
     output:
         figure=report(

@@ -682,6 +682,28 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
 
 
+def test_a_new_import_replans_the_importers_jobs_without_editing_any_list(workdir):
+    """Code inputs are the import closure of what a job runs: a module that Margin-MSE starts to import
+    becomes an input of exactly the distilled trainings, with no list in the workflow edited."""
+    helper = workdir / "src" / "zsdr" / "losses" / "scaling.py"
+    loss = workdir / "src" / "zsdr" / "losses" / "margin_mse.py"
+    original = loss.read_text()
+    helper.write_text('"""A module nothing imported before."""\n')
+    loss.write_text(original.replace("import torch", "import torch\n\nfrom zsdr.losses import scaling  # noqa: F401", 1))
+    assert loss.read_text() != original
+    try:
+        proc = snakemake("-n", "results/table1.csv", cwd=workdir)
+        # each planned training: "Job N: train <run> (G GPU(s)): ..." then "Reason: ..." naming the new input
+        trainings = re.findall(r"Job \d+: train ([\w.@-]+) \(\d+ GPU\(s\)\): .*\nReason: ([^\n]*)", proc.stdout)
+        assert sorted(run for run, _ in trainings) == ["ddr-distill", "ddr-dr-distill", "kd", "kd-berm"], trainings
+        for run, reason in trainings:
+            assert "src/zsdr/losses/scaling.py" in reason, (run, reason)
+    finally:
+        loss.write_text(original)
+        helper.unlink()
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
+
+
 def test_library_edit_replans_its_jobs(workdir):
     """Rules list the zsdr modules they run: editing one re-plans exactly its jobs and their downstream.
 

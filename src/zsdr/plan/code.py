@@ -1,38 +1,347 @@
-"""Code inputs: the library source files a job runs, so that a code edit re-plans it."""
+"""The library source a job runs, read from the code itself.
 
-from zsdr.workflow import code_files
+A rule lists the ``zsdr`` modules its job runs; :func:`import_closure` adds every ``zsdr`` module
+those import when they are loaded, so the job's code inputs are exactly the files whose edit can
+change what it computes, and an edit to any of them re-plans the job.
+
+Only imports executed at module level are followed: the top-level statements of a file, the
+branches of top-level ``if`` / ``try`` / ``with`` / loop statements and class bodies (all run at
+import), but not ``if TYPE_CHECKING:`` blocks and not function bodies. A function-level import is
+how the library keeps a rule precise: the trainer imports the loss module a recipe names when it
+runs, and the planner lists that loss module only for the trainings that use it.
+
+Loading ``a.b.c`` also runs the ``__init__.py`` of ``a`` and ``a.b``. Such a parent is part of the
+closure only when it imports something itself (a docstring-only ``__init__.py`` cannot change a
+result); a package that is imported for its own names (``from a.b import name`` with ``name`` not a
+submodule) is always part of it.
+
+Each source file is parsed once per process (re-parsed when its modification time or size
+changes), and closures are memoised by the tuple of module names, re-checked against the files and
+folders they were computed from, so planning thousands of jobs costs a few ``stat`` calls each.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2]
+"""The folder that holds the ``zsdr`` package (``src``)."""
+
+PACKAGE = "zsdr"
+"""The package whose modules are followed; imports of anything else are ignored."""
+
+_Stamp = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class _ImportStatement:
+    """One module-level import: ``import module`` (``names`` empty, ``level`` 0) or
+    ``from <level dots>module import names``."""
+
+    level: int
+    module: str
+    names: tuple[str, ...]
+    is_from: bool
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What planning needs from a source file: its module-level imports."""
+
+    imports: tuple[_ImportStatement, ...]
+
+    @property
+    def imports_anything(self) -> bool:
+        """Whether the file imports any module at load time (``__future__`` does not count)."""
+        return any(not (i.is_from and i.level == 0 and i.module == "__future__") for i in self.imports)
+
+
+_parsed: dict[str, tuple[_Stamp, _Parsed]] = {}
+_closures: dict[tuple[tuple[str, ...], str, str, str], tuple[tuple[str, ...], tuple[tuple[str, _Stamp], ...]]] = {}
+"""Memoised closures: (modules, root, source, package) -> (files, stamps of what they were computed from)."""
+
+
+def _stamp(path: str) -> _Stamp | None:
+    """The modification time and size of ``path`` (None when it does not exist)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``<module>.TYPE_CHECKING``: a block only static type checkers run."""
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+def _load_time_imports(body: Sequence[ast.stmt]) -> Iterator[_ImportStatement]:
+    """The import statements of ``body`` that run when the module is loaded."""
+    for node in body:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield _ImportStatement(0, alias.name, (), False)
+        elif isinstance(node, ast.ImportFrom):
+            names = tuple(alias.name for alias in node.names)
+            yield _ImportStatement(node.level, node.module or "", names, True)
+        elif isinstance(node, ast.If):
+            if not _is_type_checking(node.test):
+                yield from _load_time_imports(node.body)
+            yield from _load_time_imports(node.orelse)
+        elif isinstance(node, (ast.Try, ast.TryStar)):
+            yield from _load_time_imports(node.body)
+            for handler in node.handlers:
+                yield from _load_time_imports(handler.body)
+            yield from _load_time_imports(node.orelse)
+            yield from _load_time_imports(node.finalbody)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            yield from _load_time_imports(node.body)
+        elif isinstance(node, (ast.For, ast.While)):
+            yield from _load_time_imports(node.body)
+            yield from _load_time_imports(node.orelse)
+        elif isinstance(node, ast.Match):
+            for case in node.cases:
+                yield from _load_time_imports(case.body)
+
+
+def _parse(path: str) -> tuple[_Stamp, _Parsed]:
+    """The module-level imports of the source file at ``path``, parsed once per version of it."""
+    st = os.stat(path)
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _parsed.get(path)
+    if cached is not None and cached[0] == stamp:
+        return cached
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read(), filename=path)
+    entry = (stamp, _Parsed(tuple(_load_time_imports(tree.body))))
+    _parsed[path] = entry
+    return entry
+
+
+class _Closure:
+    """One closure computation: the files reached and the stamps of everything it looked at."""
+
+    def __init__(self, source: Path, package: str) -> None:
+        self.source = str(source)
+        self.package = package
+        self.files: set[str] = set()
+        self.stamps: dict[str, _Stamp] = {}
+        self.pending: list[tuple[str, str, bool]] = []  # (module, file, is a package) to follow
+
+    def ours(self, name: str) -> bool:
+        """Whether ``name`` is the followed package or one of its modules."""
+        return name == self.package or name.startswith(self.package + ".")
+
+    def locate(self, name: str) -> tuple[str, bool] | None:
+        """The source file of module ``name`` and whether it is a package (None: no such module).
+
+        The folder looked in is stamped, so a module created there later is seen on the next call.
+        """
+        base = os.path.join(self.source, *name.split("."))
+        parent = os.path.dirname(base)
+        if parent not in self.stamps:
+            # A folder that does not exist is not stamped: creating it changes its own parent folder,
+            # stamped when the package above was located.
+            stamp = _stamp(parent)
+            if stamp is not None:
+                self.stamps[parent] = stamp
+        init = os.path.join(base, "__init__.py")
+        if os.path.isfile(init):
+            return init, True
+        if base not in self.stamps:
+            stamp = _stamp(base)  # a folder without __init__.py: one may be added to it
+            if stamp is not None:
+                self.stamps[base] = stamp
+        if os.path.isfile(base + ".py"):
+            return base + ".py", False
+        return None
+
+    def parsed(self, path: str) -> _Parsed:
+        """The parsed file at ``path``, stamped so an edit to it is seen on the next call."""
+        stamp, parsed = _parse(path)
+        self.stamps[path] = stamp
+        return parsed
+
+    def add(self, name: str) -> None:
+        """Module ``name`` is loaded: its file, its parents and what it imports are in the closure."""
+        found = self.locate(name)
+        if found is None:
+            return
+        path, is_package = found
+        if path not in self.files:
+            self.files.add(path)
+            self.pending.append((name, path, is_package))
+        self.add_parents(name)
+
+    def add_parents(self, name: str) -> None:
+        """The packages above ``name``, each where its ``__init__.py`` imports something."""
+        parts = name.split(".")
+        for i in range(1, len(parts)):
+            parent = ".".join(parts[:i])
+            found = self.locate(parent)
+            if found is None or found[0] in self.files:
+                continue
+            if self.parsed(found[0]).imports_anything:
+                self.files.add(found[0])
+                self.pending.append((parent, found[0], True))
+
+    def add_package(self, name: str, folder: str) -> None:
+        """Every source file under a package named explicitly, with what each imports."""
+        for top, dirs, names in os.walk(folder):
+            dirs.sort()
+            if top not in self.stamps:
+                st = os.stat(top)
+                self.stamps[top] = (st.st_mtime_ns, st.st_size)
+            rel = os.path.relpath(top, self.source)
+            prefix = ".".join(rel.split(os.sep))
+            for file in sorted(names):
+                if not file.endswith(".py"):
+                    continue
+                path = os.path.join(top, file)
+                module = prefix if file == "__init__.py" else f"{prefix}.{file[:-3]}"
+                if path not in self.files:
+                    self.files.add(path)
+                    self.pending.append((module, path, file == "__init__.py"))
+        self.add_parents(name)
+
+    def follow(self) -> None:
+        """Add the ``zsdr`` modules imported at load time by every file added, transitively."""
+        while self.pending:
+            name, path, is_package = self.pending.pop()
+            here = name if is_package else name.rpartition(".")[0]
+            for statement in self.parsed(path).imports:
+                base = self.absolute(statement, here)
+                if base is None or not self.ours(base):
+                    continue
+                if not statement.is_from:
+                    self.add(base)
+                    continue
+                for item in statement.names:
+                    if item != "*" and self.locate(f"{base}.{item}") is not None:
+                        self.add(f"{base}.{item}")
+                    else:
+                        self.add(base)
+
+    @staticmethod
+    def absolute(statement: _ImportStatement, here: str) -> str | None:
+        """The absolute name a (possibly relative) import names; None when it climbs above the top."""
+        if statement.level == 0:
+            return statement.module
+        parts = here.split(".") if here else []
+        if statement.level - 1 > len(parts) - 1:
+            return None
+        parts = parts[: len(parts) - (statement.level - 1)]
+        return ".".join([*parts, statement.module] if statement.module else parts) or None
+
+
+def _compute(modules: tuple[str, ...], source: Path, package: str) -> _Closure:
+    """The closure of ``modules`` computed from the files (parsed ones from the per-file cache)."""
+    walk = _Closure(source, package)
+    for name in modules:
+        if not walk.ours(name):
+            raise ValueError(f"{name!r} is not a module of the {package!r} package")
+        found = walk.locate(name)
+        if found is None:
+            where = os.path.join(str(source), *name.split("."))
+            raise ValueError(f"no module named {name!r} (neither {where}.py nor {where}/__init__.py exists)")
+        path, is_package = found
+        if is_package:
+            walk.add_package(name, os.path.dirname(path))
+        else:
+            walk.add(name)
+    walk.follow()
+    return walk
+
+
+def import_closure(
+    modules: Iterable[str],
+    root: str | Path | None,
+    *,
+    source: str | Path = SRC,
+    package: str = PACKAGE,
+) -> list[str]:
+    """The sorted source files of ``modules`` and of every ``package`` module they import at load time.
+
+    A module name stands for its file; a package name stands for all the files under it (as in
+    :func:`zsdr.workflow.code_files`), each with its imports. Imports are followed transitively
+    through module-level statements (relative ones resolved; ``from pkg import sub`` with ``sub`` a
+    submodule imports ``sub``); imports inside functions and ``if TYPE_CHECKING:`` blocks are not, and
+    neither is anything outside ``package``. A parent package's ``__init__.py`` is included (and
+    followed) when it imports something.
+
+    Paths are relative to ``root`` (the workflow folder) when given, else absolute. ``source`` is the
+    folder that holds ``package``. Raises ValueError naming a module that does not exist.
+    """
+    names = tuple(modules)
+    source_path = Path(source).resolve()
+    root_path = Path(root).resolve() if root is not None else None
+    key = (names, str(root_path), str(source_path), package)
+    cached = _closures.get(key)
+    if cached is not None:
+        files, stamps = cached
+        stat = os.stat
+        try:
+            for path, (mtime, size) in stamps:
+                st = stat(path)
+                if st.st_mtime_ns != mtime or st.st_size != size:
+                    break
+            else:
+                return list(files)
+        except OSError:  # a file or folder it was computed from is gone
+            pass
+    walk = _compute(names, source_path, package)
+    out = []
+    for path in sorted(Path(f) for f in walk.files):
+        out.append(str(path.relative_to(root_path)) if root_path is not None else str(path))
+    _closures[key] = (tuple(out), tuple(walk.stamps.items()))
+    return out
+
+
+def script_modules(script: str | Path, *, source: str | Path = SRC, package: str = PACKAGE) -> list[str]:
+    """The ``package`` modules a workflow script imports, wherever in the script (it runs top to
+    bottom, so a function-level import of a script is as much part of its job as a top-level one).
+
+    ``from package.a import b`` names ``package.a.b`` when that is a submodule, else ``package.a``.
+    """
+    path = Path(script)
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read the workflow script ({e.strerror})") from None
+    src = Path(source)
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.split(".")[0] == package]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != package:
+                continue
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                folder = src.joinpath(*sub.split("."))
+                is_sub = folder.with_suffix(".py").is_file() or (folder / "__init__.py").is_file()
+                out.append(sub if is_sub else node.module)
+    return sorted(set(out))
 
 
 class CodePlan:
-    """Code inputs: the library source files a job runs, so that a code edit re-plans it (a part of :class:`zsdr.plan.core.Plan`)."""
+    """Code inputs: the library source files a job runs, so that a code edit re-plans it (a part of
+    :class:`zsdr.plan.core.Plan`)."""
 
-    def code(self, *modules):
-        """The source files of the zsdr modules a rule runs (as inputs, so code edits re-plan it)."""
-        modules = [m for name in modules for m in (name, *self.CODE_IMPORTS.get(name, ()))]
-        return code_files("zsdr.io", *modules, root=self.root)
+    root: str
 
-    def _setup_code(self):
-
-        # Library modules that others import at module level: listing the importer lists them too.
-        self.CODE_IMPORTS = {
-            "zsdr.models.encoder": (
-                "zsdr.models.adapters",
-                "zsdr.models.soft_tokens",
-                "zsdr.models.checkpoints",
-            ),
-            "zsdr.models.released": (
-                "zsdr.models.encoder",
-                "zsdr.models.adapters",
-                "zsdr.models.soft_tokens",
-                "zsdr.models.checkpoints",
-            ),
-            "zsdr.pretrain.coco": ("zsdr.models.checkpoints",),
-            "zsdr.training.berm": ("zsdr.training.sections",),
-            "zsdr.training.modir": ("zsdr.training.sections",),
-            "zsdr.training.idro": ("zsdr.training.sections",),
-            "zsdr.evaluation.cocodr": ("zsdr.evaluation.domain", "zsdr.evaluation.case_study"),
-            "zsdr.tables.rmsc_figures": (
-                "zsdr.tables.cocodr_figures",
-                "zsdr.tables.modir_figures",
-            ),
-        }
+    def code(self, *modules: str, script: str | None = None) -> list[str]:
+        """The source files a job runs, as job inputs (paths relative to the workflow folder): the
+        load-time import closure of ``modules`` (what the job's script calls into; a module imported
+        lazily by the library, such as a recipe's loss, is named here by the rule or the planner) and
+        of every ``zsdr`` module its workflow script ``workflow_scripts/<script>.py`` imports."""
+        names = ["zsdr.io", *modules]
+        if script is not None:
+            names += script_modules(Path(self.root) / "workflow_scripts" / f"{script}.py")
+        return import_closure(dict.fromkeys(names), root=self.root)

@@ -58,7 +58,6 @@ class Plan(
         self.BERM_GRID = berm_grid or {}
         self.COCODR_SWEEPS = cocodr_sweeps or {}
         self._setup_datasets()
-        self._setup_code()
         self._setup_datasets_2()
         self._setup_recipes()
         self._setup_modir()

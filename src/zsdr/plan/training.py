@@ -325,7 +325,7 @@ class TrainingPlan:
             mods += ["zsdr.training.idro"]
         if r.get("mixture"):
             mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
-        return self.code(*mods)
+        return self.code(*mods, script="train")
 
     def launch_settings(self, item):
         """How a training job starts: processes per node, nodes, launcher (a recipe may set its own processes)."""

@@ -1,0 +1,169 @@
+"""zsdr.plan.code: a job's code inputs are the modules it runs and what they import at load time."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from zsdr.plan.code import import_closure
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# A small package tree: each key is a file under src/, each value its source.
+TREE = {
+    "fake/__init__.py": '"""The top package: a docstring only."""\n',
+    "fake/core/__init__.py": '"""A package whose __init__ imports nothing."""\nVERSION = 1\n',
+    "fake/core/base.py": "import os\n\nfrom fake.core import util\n",
+    "fake/core/util.py": "import json\n",
+    "fake/core/lazy.py": "def load():\n    import fake.core.heavy\n    return fake.core.heavy\n",
+    "fake/core/heavy.py": "X = 1\n",
+    "fake/models/__init__.py": "from fake.models import registry\n",
+    "fake/models/registry.py": "NAMES = ()\n",
+    "fake/models/encoder.py": textwrap.dedent(
+        """\
+        from __future__ import annotations
+
+        from typing import TYPE_CHECKING
+
+        from . import layers
+        from ..core.base import thing
+
+        if TYPE_CHECKING:
+            from fake.core import heavy
+        try:
+            import fake.core.util
+        except ImportError:
+            pass
+
+
+        def run():
+            from fake.core import lazy
+            return lazy
+        """
+    ),
+    "fake/models/layers.py": "import numpy\n",
+    "fake/models/empty.py": "",
+    "fake/cli.py": "from fake.models import NAMES, encoder\n",
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """The fake package under ``tmp_path/src``; the workflow root is ``tmp_path``."""
+    for name, text in TREE.items():
+        path = tmp_path / "src" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def closure(root: Path, *modules: str) -> list[str]:
+    files = import_closure(modules, root, source=root / "src", package="fake")
+    return [f.removeprefix("src/fake/") for f in files]
+
+
+def test_module_level_imports_are_followed_transitively(tree):
+    # encoder -> core.base -> core.util (through `from fake.core import util`, a submodule)
+    assert closure(tree, "fake.models.encoder") == [
+        "core/base.py",
+        "core/util.py",
+        "models/__init__.py",
+        "models/encoder.py",
+        "models/layers.py",
+        "models/registry.py",
+    ]
+
+
+def test_function_level_imports_are_not_followed(tree):
+    assert closure(tree, "fake.core.lazy") == ["core/lazy.py"]
+    assert "core/lazy.py" not in closure(tree, "fake.models.encoder")
+
+
+def test_relative_imports_resolve(tree):
+    files = closure(tree, "fake.models.encoder")
+    assert "models/layers.py" in files  # from . import layers
+    assert "core/base.py" in files  # from ..core.base import thing
+
+
+def test_type_checking_imports_are_skipped(tree):
+    assert "core/heavy.py" not in closure(tree, "fake.models.encoder")
+
+
+def test_from_package_import_submodule_follows_the_submodule(tree):
+    assert closure(tree, "fake.core.base") == ["core/base.py", "core/util.py"]
+
+
+def test_parent_init_is_included_only_when_it_imports(tree):
+    # fake.models' __init__ imports its registry: loading any fake.models module runs it
+    assert closure(tree, "fake.models.empty") == ["models/__init__.py", "models/empty.py", "models/registry.py"]
+    # fake and fake.core have no imports in their __init__
+    assert closure(tree, "fake.core.util") == ["core/util.py"]
+
+
+def test_package_imported_for_its_names_is_included(tree):
+    # `from fake.models import NAMES`: NAMES lives in fake.models' __init__
+    files = closure(tree, "fake.cli")
+    assert "models/__init__.py" in files and "models/encoder.py" in files and "cli.py" in files
+
+
+def test_a_named_package_stands_for_all_its_files(tree):
+    files = closure(tree, "fake.core")
+    assert files == ["core/__init__.py", "core/base.py", "core/heavy.py", "core/lazy.py", "core/util.py"]
+
+
+def test_paths_are_relative_to_the_root_and_sorted(tree):
+    files = import_closure(["fake.core.base"], tree, source=tree / "src", package="fake")
+    assert files == ["src/fake/core/base.py", "src/fake/core/util.py"]
+    absolute = import_closure(["fake.core.base"], None, source=tree / "src", package="fake")
+    assert absolute == [str(tree.resolve() / "src" / f) for f in ("fake/core/base.py", "fake/core/util.py")]
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Edit a file and move its modification time on (a write within the clock's resolution may not)."""
+    before = path.stat().st_mtime_ns
+    path.write_text(text)
+    os.utime(path, ns=(before + 10**9, before + 10**9))
+
+
+def test_an_added_import_appears_on_the_next_call(tree):
+    assert closure(tree, "fake.core.util") == ["core/util.py"]
+    _rewrite(tree / "src/fake/core/util.py", "import json\nimport fake.core.heavy\n")
+    assert closure(tree, "fake.core.util") == ["core/heavy.py", "core/util.py"]
+    # an __init__ that starts importing joins the closures below it
+    _rewrite(tree / "src/fake/core/__init__.py", "import logging\n")
+    assert closure(tree, "fake.core.util") == ["core/__init__.py", "core/heavy.py", "core/util.py"]
+
+
+def test_a_new_submodule_is_seen_on_the_next_call(tree):
+    # `from fake.models import NAMES` names an attribute until a module of that name appears
+    assert "models/NAMES.py" not in closure(tree, "fake.cli")
+    folder = tree / "src/fake/models"
+    before = folder.stat().st_mtime_ns
+    (folder / "NAMES.py").write_text("")
+    os.utime(folder, ns=(before + 10**9, before + 10**9))  # as a later edit would, past the clock's resolution
+    assert "models/NAMES.py" in closure(tree, "fake.cli")
+
+
+def test_unknown_module_is_an_error_naming_it(tree):
+    with pytest.raises(ValueError, match="fake.models.missing"):
+        closure(tree, "fake.models.missing")
+    with pytest.raises(ValueError, match="'other.module'"):
+        closure(tree, "other.module")
+
+
+def test_real_tree_coco_loss_imports_the_distributed_gather():
+    assert "src/zsdr/training/distributed.py" in import_closure(["zsdr.losses.coco"], ROOT)
+
+
+def test_real_tree_margin_mse_loss_brings_no_other_loss():
+    files = import_closure(["zsdr.losses.margin_mse"], ROOT)
+    assert "src/zsdr/losses/margin_mse.py" in files
+    assert [f for f in files if f.startswith("src/zsdr/losses/")] == ["src/zsdr/losses/margin_mse.py"]
+
+
+def test_real_tree_every_file_exists():
+    files = import_closure(["zsdr.training.trainer", "zsdr.retrieval"], ROOT)
+    assert files and all((ROOT / f).is_file() for f in files)
