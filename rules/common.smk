@@ -2087,7 +2087,7 @@ TRAINER_CODE = (
     "zsdr.training.trainer",
     "zsdr.training.data",
     "zsdr.training.tasks",
-    "zsdr.training.distributed",
+    "zsdr.distributed",
     "zsdr.training.recipes",
     "zsdr.models.encoder",
     "zsdr.data.formats",

@@ -251,7 +251,7 @@ class MixtureTask(nn.Module):
         import torch.nn.functional as F
 
         from zsdr.losses.contrastive import MASKED, relevance_mask
-        from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
+        from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 
         q = self.encoder(**batch["q"])
         d = self.encoder(**batch["d"])

@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 from zsdr.models.encoder import Encoder
 from zsdr.training.data import ReaderExample, TrainingSet
-from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
 
 LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
 
