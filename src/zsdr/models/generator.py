@@ -87,13 +87,13 @@ class QueryGenerator(nn.Module):
         that cannot be loaded as seq2seq raises :class:`DataError`."""
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from zsdr.models.encoder import _quiet_transformers
+        from zsdr.models.encoder import quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-            with _quiet_transformers():
+            with quiet_transformers():
                 model = AutoModelForSeq2SeqLM.from_pretrained(str(name_or_path))
         except (OSError, ValueError) as exc:
             raise DataError(name_or_path, None, f"cannot load a seq2seq query generator ({exc})",
@@ -297,7 +297,7 @@ def build_generator_task(spec: dict) -> GeneratorTask:
     ``dataset`` (BEIR folder), ``split`` ("train"), ``max_length`` (passage tokens, 256),
     ``query_max_length`` (64), ``max_examples`` (null: every positive pair), ``dropout`` (null keeps
     the checkpoint's) and ``train.seed``."""
-    from zsdr.training.tasks import set_dropout
+    from zsdr.models.encoder import set_dropout
 
     torch.manual_seed(int(spec.get("train", {}).get("seed", 42)))
     generator = QueryGenerator.from_pretrained(spec["init"], max_length=spec.get("max_length", DEFAULT_MAX_LENGTH),

@@ -75,8 +75,9 @@ def build_task(spec: dict):
     """The task (``nn.Module``) a spec trains."""
     import torch
 
+    from zsdr.models.encoder import set_dropout
     from zsdr.training.data import TrainingSet
-    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask, set_dropout
+    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask
 
     kind = spec.get("kind", "bi_encoder")
     if kind not in KINDS:
