@@ -32,7 +32,7 @@ rule train_generator:
     """QGen's generator trained on the source's training pairs (passage -> query), one trainer."""
     input:
         lambda wc: spec_inputs(generator_spec(wc.name)),
-        code=code(*TRAINER_CODE, "zsdr.models.generator"),
+        code=code(*TRAINER_CODE, "zsdr.models.generator", "zsdr.training.qgen"),
     output:
         f"{MODELS}/generators/{{name}}/config.json",
         f"{MODELS}/generators/{{name}}/training.json",
