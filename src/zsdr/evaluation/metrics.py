@@ -436,9 +436,9 @@ def evaluate_files(dataset: str | os.PathLike, split: str, run_file: str | os.Pa
 
 
 def _cqadupstack() -> tuple[str, ...]:
-    from zsdr.data.registry import _CQA_FORUMS
+    from zsdr.data.registry import CQA_FORUMS
 
-    return tuple(f"cqadupstack-{f}" for f in _CQA_FORUMS)
+    return tuple(f"cqadupstack-{f}" for f in CQA_FORUMS)
 
 
 def average_metrics(parts: Mapping[str, Mapping | str | os.PathLike]) -> dict:

@@ -170,9 +170,9 @@ def scl_pairs(spans: Sequence[str] | None, count: int, seed: int, index: int) ->
 # ---------------------------------------------------------------------------- document selection
 def corpus_records(dataset_dir: str | os.PathLike) -> Iterator[CorpusDocument]:
     """The documents of a BEIR corpus in file order (title ``""`` when missing)."""
-    from zsdr.data.formats import _find, iter_records
+    from zsdr.data.formats import find_file, iter_records
 
-    path = _find(Path(dataset_dir), "corpus.jsonl")
+    path = find_file(Path(dataset_dir), "corpus.jsonl")
     for index, (_, rid, obj) in enumerate(iter_records(path, "corpus")):
         yield CorpusDocument(index, rid, obj.get("title") or "", obj["text"])
 
