@@ -4,7 +4,7 @@
 rule mini_benchmark:
     """Generate the synthetic source and target domains (zsdr.data.mini)."""
     input:
-        code("zsdr.data.mini", "zsdr.data.formats", "zsdr.sparse.bm25"),
+        code("zsdr.data.mini", "zsdr.data.formats", "zsdr.data.bm25"),
     output:
         expand(
             "{data}/{name}/{f}",
