@@ -1,4 +1,4 @@
-"""Lucene BM25 (``zsdr.sparse.lucene``, Anserini in-process) against the in-memory BM25 (``zsdr.sparse.bm25``).
+"""Lucene BM25 (``zsdr.sparse.lucene``, Anserini in-process) against the in-memory BM25 (``zsdr.data.bm25``).
 
 Both index ``title + " " + text`` of every document with k1=0.9, b=0.4 and return the top 1000 for
 the judged queries of the split, dropping a hit whose id is the query id (BEIR's convention). Lucene
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytrec_eval
 
+from zsdr.data.bm25 import BM25
 from zsdr.data.formats import judged_queries, read_corpus, read_qrels
 from zsdr.sparse import lucene
-from zsdr.sparse.bm25 import BM25
 
 DEPTH = 1000
 

@@ -238,7 +238,8 @@ def qgen(vocab: Path, quick: bool, dataset: Path, out: Path, device: torch.devic
          docs: int) -> None:
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from zsdr.models.generator import QueryGenerator, write_qgen_pairs
+    from zsdr.models.generator import QueryGenerator
+    from zsdr.training.weak import write_qgen_pairs
 
     tok = syn.tokenizer(vocab)
     size = dict(d_model=64, d_ff=128, num_layers=2, num_heads=2, d_kv=32) if quick else \

@@ -7,7 +7,7 @@ rule mini_benchmark:
         PLAN.code(
             "zsdr.data.mini",
             "zsdr.data.formats",
-            "zsdr.sparse.bm25",
+            "zsdr.data.bm25",
             script="mini_benchmark",
         ),
     output:

@@ -34,7 +34,12 @@ rule train_generator:
     """QGen's generator trained on the source's training pairs (passage -> query), one trainer."""
     input:
         lambda wc: PLAN.spec_inputs(PLAN.generator_spec(wc.name)),
-        code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.generator", script="train"),
+        code=PLAN.code(
+            *PLAN.TRAINER_CODE,
+            "zsdr.models.generator",
+            "zsdr.training.qgen",
+            script="train",
+        ),
     output:
         f"{MODELS}/generators/{{name}}/config.json",
         f"{MODELS}/generators/{{name}}/training.json",

@@ -9,6 +9,7 @@ import torch
 from zsdr.data.formats import read_corpus, read_queries
 from zsdr.data.mini import generate
 from zsdr.data.units import tokenize_with_units
+from zsdr.evaluation.metrics import read_metrics
 from zsdr.evaluation.unit_analysis import MEASURES, unit_analysis, unit_measures, write_unit_analysis
 from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
@@ -103,7 +104,7 @@ def test_tiny_encoder_matches_a_direct_computation_and_is_deterministic(mini, tm
     got = out["per_query"][f"{row['qid']}\t{row['pid']}"]
     assert got["units"] == n and all(got[k] == pytest.approx(v, abs=1e-5) for k, v in want.items())
     # the aggregates are the means over the pairs, and the table reader takes the file as it is
-    data = inputs.read_metrics(tmp_path / "a.units.json")
+    data = read_metrics(tmp_path / "a.units.json")
     for measure in MEASURES:
         value, per_pair = inputs.metric_scores(data, tmp_path / "a.units.json", measure)
         assert len(per_pair) == out["counts"][measure] == 30

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import yaml
 
+from zsdr.data.bm25 import BM25, simple_tokenize
 from zsdr.data.formats import read_corpus, read_qrels, read_queries, validate_beir
 from zsdr.data import mini as mini_module
 from zsdr.data.mini import generate
 from zsdr.evaluation.metrics import evaluate_run
-from zsdr.sparse.bm25 import BM25, simple_tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
-"""RMSC's weak supervision: SCL and ICT pairs (zsdr.training.weak) and QGen (zsdr.models.generator:
-a tiny T5 trained through the one trainer, sampling, pairs)."""
+"""RMSC's weak supervision: SCL and ICT pairs (zsdr.training.weak) and QGen (zsdr.models.generator,
+zsdr.training.qgen and zsdr.training.weak: a tiny T5 trained through the one trainer, sampling, pairs)."""
 
 import json
 
@@ -10,10 +10,11 @@ import torch
 from tests.conftest import mini_with_backbones
 from zsdr.data.formats import read_corpus, write_beir
 from zsdr.io import DataError
-from zsdr.models.generator import QueryGenerator, build_tiny_generator, generator_examples, write_qgen_pairs
+from zsdr.models.generator import QueryGenerator, build_tiny_generator
 from zsdr.pretrain.spans import document_spans, split_sentences
+from zsdr.training.qgen import generator_examples
 from zsdr.training.weak import (WeakPair, ict_pair, pair_rng, permuted_documents, read_weak_pairs, scl_pair,
-                                write_weak_pairs)
+                                write_qgen_pairs, write_weak_pairs)
 
 # Documents of 1 to 5 sentences; "solo" has one sentence and gives no pair.
 SENTENCES = {
@@ -301,7 +302,7 @@ def _reference_qgen(gen, data, out, n, max_pairs, seed, batch_size):
 
 
 def test_qgen_pairs_on_the_cpu_equal_the_reference_writer(qgen, tmp_path):
-    from zsdr.models.generator import _generate_sorted
+    from zsdr.training.weak import _generate_sorted
 
     root, _ = qgen
     gen = QueryGenerator.from_pretrained(root / "gen").for_inference("cpu", "bf16")

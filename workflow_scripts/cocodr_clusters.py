@@ -17,11 +17,12 @@ from zsdr.data.formats import judged_queries
 from zsdr.devices import claim_for_job
 from zsdr.evaluation.cocodr import (by_cluster, by_query, cluster_centroids, example_losses, nearest_clusters,
                                    nearest_source, pick_gains)
+from zsdr.evaluation.metrics import read_metrics
 from zsdr.io import atomic_write
 from zsdr.logs import setup_logging
 from zsdr.models.encoder import load_encoder
 from zsdr.tables.cocodr_figures import write_table4
-from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.tables.inputs import metric_scores
 from zsdr.training.idro import read_clusters
 
 setup_logging(snakemake.log[0])

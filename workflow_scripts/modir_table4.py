@@ -1,7 +1,8 @@
 from zsdr.devices import claim_for_job
 from zsdr.evaluation.case_study import case_study
+from zsdr.evaluation.metrics import read_metrics
 from zsdr.logs import setup_logging
-from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.tables.inputs import metric_scores
 from zsdr.tables.modir_figures import write_table4
 
 setup_logging(snakemake.log[0])

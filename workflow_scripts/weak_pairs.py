@@ -14,7 +14,8 @@ device = p.device if getattr(snakemake.resources, "gpu", 0) else "cpu"
 w, q = p.weak, p.qgen
 out = snakemake.output[0]
 if p.method == "qgen":
-    from zsdr.models.generator import QueryGenerator, write_qgen_pairs
+    from zsdr.models.generator import QueryGenerator
+    from zsdr.training.weak import write_qgen_pairs
 
     generator = QueryGenerator.from_pretrained(p.generator).for_inference(device, p.precision)
     stats = write_qgen_pairs(generator, p.dataset, out, queries_per_document=q.get("queries_per_document", 3),

@@ -84,7 +84,7 @@ def cmd_mini(args) -> int:
 
 def cmd_check_config(args) -> int:
     """Check config files as the workflow reads them: the project's config.yaml, then each file over it."""
-    from zsdr.workflow import SRC, ConfigError, _merge, check_config, expand_recipes, load_yaml
+    from zsdr.workflow import SRC, ConfigError, check_config, expand_recipes, load_yaml, merge_config
 
     root = SRC.parent
     base, schema = root / "config.yaml", root / "schemas" / "config.schema.yaml"
@@ -95,7 +95,7 @@ def cmd_check_config(args) -> int:
         for path in args.files:
             if not Path(path).is_file():
                 raise DataError(path, None, "config file not found", "check the path")
-            config = _merge(config, load_yaml(path))
+            config = merge_config(config, load_yaml(path))
         expand_recipes(config)
         check_config(config, schema)
     except (ConfigError, ValueError) as exc:

@@ -14,6 +14,7 @@
   killed with SIGKILL), never those of a live process or of another host.
 * :func:`file_lock` — an exclusive ``fcntl`` lock on ``<path>.lock`` (waits for the holder; removed after).
 * :func:`file_digest` — streaming md5/sha256 of a file.
+* :func:`save_figure` — a matplotlib figure written atomically, the same numbers giving the same bytes.
 """
 
 from __future__ import annotations
@@ -400,3 +401,18 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int =
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def save_figure(fig, out: str | os.PathLike) -> None:
+    """Write a matplotlib figure to ``out`` (PNG, SVG or PDF by suffix) atomically and close it."""
+    import matplotlib.pyplot as plt
+
+    fmt = os.fspath(out).rsplit(".", 1)[-1].lower()
+    if fmt not in ("png", "svg", "pdf"):
+        plt.close(fig)
+        raise ValueError(f"{out}: figures are written as .png, .svg or .pdf")
+    with atomic_write(out, "wb", encoding=None) as fh:
+        # No creation date or software version in the file: the same numbers give the same bytes.
+        fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
+                    {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
+    plt.close(fig)

@@ -36,10 +36,11 @@ def code_files(*modules: str, root: str | Path | None = None) -> list[str]:
     return out
 
 
-def _merge(base: dict, over: dict) -> dict:
+def merge_config(base: dict, over: dict) -> dict:
+    """``base`` with ``over`` merged in: nested mappings key by key, any other value replaced."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        out[k] = merge_config(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
     return out
 
 
@@ -70,7 +71,7 @@ def expand_recipes(config: dict) -> None:
         base = own.pop("extends", None)
         if base:
             inherited = {k: v for k, v in resolve(base, chain + (name,)).items() if k not in OWN_KEYS}
-            done[name] = _merge(inherited, own)
+            done[name] = merge_config(inherited, own)
         else:
             done[name] = own
         return done[name]
@@ -104,7 +105,7 @@ def expand_berm_grid(config: dict) -> dict[tuple[float, float], str]:
                 points[(alpha, beta)] = name
                 continue
             run = grid_recipe(name, alpha, beta)
-            recipes.setdefault(run, _merge(recipes[name], {
+            recipes.setdefault(run, merge_config(recipes[name], {
                 "description": f"BERM Figure 4 grid: {name} with R2 x{alpha:g}, R1 x{beta:g}",
                 "berm": {"r1_weight": beta, "r2_weight": alpha}}))
             points[(alpha, beta)] = run
@@ -136,7 +137,7 @@ def expand_cocodr_sweeps(config: dict) -> dict[tuple[str, float], str]:
                 points[(sweep, value)] = name
                 continue
             run = sweep_recipe(name, sweep, value)
-            recipes.setdefault(run, _merge(recipes[name], {
+            recipes.setdefault(run, merge_config(recipes[name], {
                 "description": f"COCO-DR Figure 3: {name} with {key} {value:g}",
                 "dro": {key: value}}))
             points[(sweep, value)] = run

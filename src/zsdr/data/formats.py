@@ -30,7 +30,7 @@ QRELS_HEADER = ("query-id", "corpus-id", "score")
 MAX_REPORTED_ERRORS = 20
 
 
-def _find(directory: Path, name: str) -> Path:
+def find_file(directory: Path, name: str) -> Path:
     """``name`` or ``name.gz`` inside ``directory``."""
     for candidate in (directory / name, directory / f"{name}.gz"):
         if candidate.is_file():
@@ -232,8 +232,8 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
         raise DataError(directory, None, "dataset folder not found", "run the fetch/convert step first")
     errors = _Collector()
     counts = BeirCounts()
-    corpus_path = _find(directory, "corpus.jsonl")
-    queries_path = _find(directory, "queries.jsonl")
+    corpus_path = find_file(directory, "corpus.jsonl")
+    queries_path = find_file(directory, "queries.jsonl")
     docs, docs_complete = _collect_ids(corpus_path, "corpus", errors)
     queries, queries_complete = _collect_ids(queries_path, "queries", errors)
     counts.docs, counts.queries = len(docs), len(queries)
@@ -272,12 +272,12 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
 
 
 def read_corpus(directory: str | os.PathLike) -> dict[str, dict]:
-    path = _find(Path(directory), "corpus.jsonl")
+    path = find_file(Path(directory), "corpus.jsonl")
     return {rid: {"title": obj.get("title", "") or "", "text": obj["text"]} for _, rid, obj in iter_records(path, "corpus")}
 
 
 def read_queries(directory: str | os.PathLike) -> dict[str, str]:
-    path = _find(Path(directory), "queries.jsonl")
+    path = find_file(Path(directory), "queries.jsonl")
     return {rid: obj["text"] for _, rid, obj in iter_records(path, "queries")}
 
 

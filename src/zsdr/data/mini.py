@@ -42,9 +42,9 @@ from pathlib import Path
 
 import numpy as np
 
+from zsdr.data.bm25 import BM25
 from zsdr.data.formats import BeirCounts, BeirWriter, write_manifest
 from zsdr.io import atomic_write
-from zsdr.sparse.bm25 import BM25
 
 FUNCTION_WORDS = ["the", "of", "and", "in", "is", "for", "with", "to", "on", "by", "was", "that", "as", "at"]
 GENERAL_WORDS = [

@@ -76,8 +76,8 @@ def _beir(name: str, md5: str, splits: tuple[str, ...], size: str, used_by: tupl
 
 
 _ALL_EN = ("BERM", "MoDIR", "COCO-DR", "RMSC")
-_CQA_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats", "tex",
-               "unix", "webmasters", "wordpress")
+CQA_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats", "tex",
+              "unix", "webmasters", "wordpress")
 
 DATASETS: list[Dataset] = [
     Dataset(
@@ -112,7 +112,7 @@ DATASETS: list[Dataset] = [
           "Touché-2020 argument retrieval"),
     *[_beir("cqadupstack", "4e41456d7df8ee7760a7f866133bda78", ("test",), "437 MB (all forums)", _ALL_EN,
             "Apache 2.0", f"CQADupStack {forum} forum (duplicate questions)", subdir=f"cqadupstack/{forum}",
-            dataset_name=f"cqadupstack-{forum}") for forum in _CQA_FORUMS],
+            dataset_name=f"cqadupstack-{forum}") for forum in CQA_FORUMS],
     _beir("quora", "18fb154900ba42a600f84b839c173167", ("dev", "test"), "15 MB", _ALL_EN,
           "Quora terms (non-commercial)", "Quora duplicate questions (query ids may equal doc ids)"),
     _beir("dbpedia-entity", "c2a39eb420a3164af735795df012ac2c", ("dev", "test"), "653 MB", _ALL_EN, "CC BY-SA 3.0",

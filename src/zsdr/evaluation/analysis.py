@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from zsdr.argtypes import positive_int
-from zsdr.data.formats import _find, iter_records, judged_queries, qrels_files, read_qrels
+from zsdr.data.formats import find_file, iter_records, judged_queries, qrels_files, read_qrels
 from zsdr.io import DataError, atomic_write
 
 WH_TYPES = ("what", "when", "who", "how", "where", "why", "which")
@@ -87,7 +87,7 @@ def _check_max_docs(max_docs: int | None) -> None:
 
 def _iter_docs(dataset_dir: str | os.PathLike, max_docs: int | None = None) -> Iterator[dict]:
     """Stream the corpus records (validated by ``iter_records``), the first ``max_docs`` if given."""
-    path = _find(Path(dataset_dir), "corpus.jsonl")
+    path = find_file(Path(dataset_dir), "corpus.jsonl")
     for n, (_, _, record) in enumerate(iter_records(path, "corpus"), start=1):
         yield record
         if max_docs is not None and n >= max_docs:
@@ -123,7 +123,7 @@ def dataset_statistics(dataset_dir: str | os.PathLike, split: str = "test", doc_
         docs += 1
         doc_words += len(words(_doc_text(record, doc_fields)))
     if docs == 0:
-        raise DataError(_find(Path(dataset_dir), "corpus.jsonl"), None, "the corpus is empty",
+        raise DataError(find_file(Path(dataset_dir), "corpus.jsonl"), None, "the corpus is empty",
                         "a dataset needs at least one document")
     relevant = sum(1 for judged in qrels.values() for grade in judged.values() if grade >= 1)
     return {
@@ -184,7 +184,7 @@ def unigram_distribution(dataset_dir: str | os.PathLike, max_docs: int | None = 
         counts.update(words(_doc_text(record, doc_fields), lowercase=lowercase, strip=True))
     total = sum(counts.values())
     if total == 0:
-        raise DataError(_find(Path(dataset_dir), "corpus.jsonl"), None, "the corpus has no words",
+        raise DataError(find_file(Path(dataset_dir), "corpus.jsonl"), None, "the corpus has no words",
                         "a dataset needs documents with text")
     return {term: n / total for term, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 

@@ -39,7 +39,7 @@ def source_queries(source: str | os.PathLike, max_queries: int | None = None, se
     return texts
 
 
-def _nearest(queries: np.ndarray, pool: np.ndarray, k: int) -> list[list[int]]:
+def nearest_rows(queries: np.ndarray, pool: np.ndarray, k: int) -> list[list[int]]:
     """Indices of the ``k`` rows of ``pool`` with the largest inner product with each query (ties: lower
     index first)."""
     scores = queries.astype(np.float64) @ pool.astype(np.float64).T
@@ -87,7 +87,7 @@ def case_study(before: str, after: str, options_before: dict, options_after: dic
         encoder = load_encoder(model, device=device, **(options or {}))
         q = encoder.encode_queries([texts[qid] for qid in picked], batch_size=batch_size, device=device)
         s = encoder.encode_queries(pool, batch_size=batch_size, device=device)
-        lists[side] = [[pool[i] for i in idx] for idx in _nearest(q, s, neighbours)]
+        lists[side] = [[pool[i] for i in idx] for idx in nearest_rows(q, s, neighbours)]
         del encoder
     return [{"target_query": texts[qid], "qid": qid, "gain": float(gains[qid]), "before": lists["before"][i],
              "after": lists["after"][i], "metric": metric} for i, qid in enumerate(picked)]

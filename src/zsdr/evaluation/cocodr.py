@@ -26,8 +26,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from zsdr.evaluation.case_study import _nearest
-from zsdr.evaluation.domain import _matrix as finite_matrix
+from zsdr.evaluation.case_study import nearest_rows
+from zsdr.evaluation.domain import finite_matrix
 
 log = logging.getLogger(__name__)
 
@@ -286,4 +286,4 @@ def nearest_source(query_emb, source_emb) -> list[int]:
         raise ValueError(f"dims differ: query_emb {query_emb.shape[1]}, source_emb {source_emb.shape[1]}")
     if not len(source_emb):
         raise ValueError("nearest_source needs at least one source embedding")
-    return [int(row[0]) for row in _nearest(query_emb, source_emb, 1)]
+    return [int(row[0]) for row in nearest_rows(query_emb, source_emb, 1)]

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from zsdr.data.formats import _find, iter_records, judged_queries
+from zsdr.data.formats import find_file, iter_records, judged_queries
 from zsdr.io import atomic_write
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 MIN_ROWS = 4
 
 
-def _matrix(x: np.ndarray, name: str, dtype=np.float32) -> np.ndarray:
+def finite_matrix(x: np.ndarray, name: str, dtype=np.float32) -> np.ndarray:
     """``x`` as a C-contiguous matrix of finite values (float32 unless ``dtype`` says otherwise)."""
     x = np.ascontiguousarray(x, dtype=dtype)
     if x.ndim != 2:
@@ -92,7 +92,7 @@ def global_domain_accuracy(source: np.ndarray, target: np.ndarray, *, seed: int,
     tiny: more threads only wait on each other), so a seed gives the same result whatever the thread
     setting; the global random state and thread count are left as they were.
     """
-    source, target = _matrix(source, "source"), _matrix(target, "target")
+    source, target = finite_matrix(source, "source"), finite_matrix(target, "target")
     if min(len(source), len(target)) < MIN_ROWS:
         raise ValueError(f"Domain-Acc needs at least {MIN_ROWS} rows per domain, got {len(source)} source and "
                          f"{len(target)} target rows")
@@ -127,8 +127,8 @@ def knn_source_share(source_docs: np.ndarray, target_docs: np.ndarray, target_qu
     """Mean over ``target_queries`` of the share of source documents among each one's ``k`` nearest
     documents (exact inner product over source and target documents together; ``k`` is capped at
     the number of documents)."""
-    source_docs, target_docs = _matrix(source_docs, "source_docs"), _matrix(target_docs, "target_docs")
-    target_queries = _matrix(target_queries, "target_queries")
+    source_docs, target_docs = finite_matrix(source_docs, "source_docs"), finite_matrix(target_docs, "target_docs")
+    target_queries = finite_matrix(target_queries, "target_queries")
     if len({source_docs.shape[1], target_docs.shape[1], target_queries.shape[1]}) != 1:
         raise ValueError(f"dims differ: source_docs {source_docs.shape[1]}, target_docs {target_docs.shape[1]}, "
                          f"target_queries {target_queries.shape[1]}")
@@ -147,7 +147,7 @@ def knn_source_share(source_docs: np.ndarray, target_docs: np.ndarray, target_qu
 
 
 def _corpus_size(dataset: str | os.PathLike) -> int:
-    return sum(1 for _ in iter_records(_find(Path(dataset), "corpus.jsonl"), "corpus"))
+    return sum(1 for _ in iter_records(find_file(Path(dataset), "corpus.jsonl"), "corpus"))
 
 
 def _encode_corpus_rows(encoder, dataset: str | os.PathLike, picks: list[np.ndarray], batch_size: int,
@@ -156,7 +156,7 @@ def _encode_corpus_rows(encoder, dataset: str | os.PathLike, picks: list[np.ndar
     rows = np.unique(np.concatenate(picks))
     wanted = set(rows.tolist())
     docs = [{"title": obj.get("title", "") or "", "text": obj["text"]}
-            for i, (_, _, obj) in enumerate(iter_records(_find(Path(dataset), "corpus.jsonl"), "corpus"))
+            for i, (_, _, obj) in enumerate(iter_records(find_file(Path(dataset), "corpus.jsonl"), "corpus"))
             if i in wanted]
     emb = encoder.encode_docs(docs, batch_size=batch_size, device=device)
     return [emb[np.searchsorted(rows, p)] for p in picks]

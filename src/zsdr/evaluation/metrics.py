@@ -49,7 +49,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_write
+from zsdr.io import DataError, atomic_write, read_json
 
 log = logging.getLogger(__name__)
 
@@ -436,9 +436,18 @@ def evaluate_files(dataset: str | os.PathLike, split: str, run_file: str | os.Pa
 
 
 def _cqadupstack() -> tuple[str, ...]:
-    from zsdr.data.registry import _CQA_FORUMS
+    from zsdr.data.registry import CQA_FORUMS
 
-    return tuple(f"cqadupstack-{f}" for f in _CQA_FORUMS)
+    return tuple(f"cqadupstack-{f}" for f in CQA_FORUMS)
+
+
+def read_metrics(path: str | os.PathLike) -> dict:
+    """A metrics file, checked for ``aggregate`` and ``per_query`` mappings."""
+    data = read_json(path, "re-run the evaluate rule that writes it")
+    for key in ("aggregate", "per_query"):
+        if not isinstance(data.get(key), dict):
+            raise DataError(path, None, f"no {key!r} mapping", "re-run the evaluate rule that writes it")
+    return data
 
 
 def average_metrics(parts: Mapping[str, Mapping | str | os.PathLike]) -> dict:
@@ -450,8 +459,6 @@ def average_metrics(parts: Mapping[str, Mapping | str | os.PathLike]) -> dict:
     size and so differs from ``aggregate``); ``queries``: their total; ``parts``: each part's
     aggregate and query count. Every part must have the same metrics.
     """
-    from zsdr.tables.inputs import read_metrics
-
     if not parts:
         raise ValueError("average_metrics needs at least one part")
     loaded = {name: (read_metrics(p) if isinstance(p, (str, os.PathLike)) else p) for name, p in parts.items()}

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from zsdr.data.formats import read_corpus
-from zsdr.io import atomic_write
+from zsdr.io import atomic_write, save_figure
 
 
 def sample_passages(dataset: str | os.PathLike, n: int, seed: int) -> list[dict]:
@@ -51,7 +51,6 @@ def tsne_map(models: dict[str, str], domains: dict[str, str], n: int, out_png: s
     from sklearn.manifold import TSNE
 
     from zsdr.models.encoder import load_encoder
-    from zsdr.tables.figures import save_figure
 
     texts, labels = [], []
     for d, (name, folder) in enumerate(domains.items()):

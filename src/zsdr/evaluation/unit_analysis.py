@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from zsdr.data.formats import _find, iter_records, read_queries
+from zsdr.data.formats import find_file, iter_records, read_queries
 from zsdr.io import DataError, atomic_write
 from zsdr.losses.berm import matching_representation, unit_scores
 from zsdr.models.encoder import Encoder, load_encoder, resolve_device
@@ -74,7 +74,7 @@ def unit_measures(queries: torch.Tensor, passages: torch.Tensor, units: torch.Te
 def _passages(dataset: Path, pids: set[str]) -> dict[str, dict]:
     """The corpus records of ``pids`` only (the corpus is streamed, never loaded whole)."""
     out = {}
-    for _, rid, obj in iter_records(_find(dataset, "corpus.jsonl"), "corpus"):
+    for _, rid, obj in iter_records(find_file(dataset, "corpus.jsonl"), "corpus"):
         if rid in pids:
             out[rid] = {"title": obj.get("title", "") or "", "text": obj["text"]}
     return out

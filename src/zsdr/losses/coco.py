@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from zsdr.training.distributed import gather_with_grad, rank_offset
+from zsdr.distributed import gather_with_grad, rank_offset
 
 
 def span_logits(local: torch.Tensor, gather: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -43,7 +43,7 @@ def span_contrastive(local: torch.Tensor, gather: bool = True) -> torch.Tensor:
     The official code multiplies this loss by the world size: its gather puts the local tensor
     back into the gathered list but does not route the gradients of the other processes' copies
     home, so each process sees only its own share of the gradient of its rows.
-    :func:`~zsdr.training.distributed.gather_with_grad` sums those gradients over processes in its
+    :func:`~zsdr.distributed.gather_with_grad` sums those gradients over processes in its
     backward (an all-reduce), so with DDP averaging the per-process means the update already
     equals the one of a single process holding the global batch, and no scale is needed (the
     two-process test of ``tests/test_coco.py`` checks the equality of losses and gradients).

@@ -48,18 +48,18 @@ class CrossEncoder(nn.Module):
                         max_length: int | None = None) -> "CrossEncoder":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from zsdr.models.encoder import _load_backbone, _quiet_transformers
+        from zsdr.models.encoder import load_backbone, quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         head = head or meta.get("head", "cls")
         max_length = max_length or meta.get("max_length", 512)
         tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-        with _quiet_transformers():
+        with quiet_transformers():
             if head == "cls":
                 model = AutoModelForSequenceClassification.from_pretrained(str(name_or_path), num_labels=1)
             else:  # without the (unused) pooler, so DDP sees no parameter without a gradient
-                model = _load_backbone(str(name_or_path))
+                model = load_backbone(str(name_or_path))
         encoder = cls(model, tokenizer, head, max_length)
         if encoder.score is not None and (folder / HEAD_FILE).is_file():
             from safetensors.torch import load_file

@@ -448,7 +448,7 @@ class Encoder(nn.Module):
         ids = self.tokenizer.convert_tokens_to_ids(strings)
         # Never shrink: some checkpoints have more embedding rows than tokenizer entries.
         rows = max(len(self.tokenizer), old.num_embeddings, max(ids) + 1)
-        with _quiet_transformers():
+        with quiet_transformers():
             emb = self.backbone.resize_token_embeddings(rows, mean_resizing=False)
         std = float(getattr(getattr(self.backbone, "config", None), "initializer_range", 0.02) or 0.02)
         generator = torch.Generator().manual_seed(int(seed))
@@ -643,7 +643,7 @@ class Encoder(nn.Module):
         except (OSError, ValueError) as exc:
             raise DataError(name, None, f"cannot load a tokenizer ({exc})",
                             "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
-        backbone = _load_backbone(name)
+        backbone = load_backbone(name)
         if config.soft_tokens is not None:
             try:
                 _soft_token_ids(tokenizer, backbone, config.soft)
@@ -1005,7 +1005,7 @@ class Encoder(nn.Module):
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """Silence transformers' load report and progress bars (missing weights are logged by us)."""
     from transformers.utils import logging as hf_logging
 
@@ -1021,12 +1021,12 @@ def _quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def _load_backbone(name: str) -> nn.Module:
+def load_backbone(name: str) -> nn.Module:
     """``AutoModel`` without its pooler (unused); warns about weights the checkpoint lacks."""
     from transformers import AutoModel
 
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             try:
                 backbone, info = AutoModel.from_pretrained(name, add_pooling_layer=False, output_loading_info=True)
             except TypeError:  # architectures without a pooler take no such argument
@@ -1042,6 +1042,21 @@ def _load_backbone(name: str) -> nn.Module:
     if unexpected:
         log.debug("%s: %d checkpoint weights unused (e.g. %s)", name, len(unexpected), unexpected[0])
     return backbone
+
+
+def set_dropout(model: nn.Module, p: float | None) -> None:
+    """Override every dropout probability of ``model`` (``None`` keeps the checkpoint's)."""
+    if p is None:
+        return
+    cfg = getattr(model, "config", None)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+        if cfg is not None and hasattr(cfg, name):
+            setattr(cfg, name, p)
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = p
+        elif hasattr(m, "dropout_prob") and isinstance(m.dropout_prob, float):
+            m.dropout_prob = p
 
 
 def _is_context(value) -> bool:

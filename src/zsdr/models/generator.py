@@ -9,11 +9,11 @@ positive. The generator reads ``title + " " + text``.
   a folder written by :meth:`QueryGenerator.save_pretrained` (model, tokenizer and ``generator.json``
   with the passage and query lengths).
 * :func:`build_tiny_generator` builds a randomly initialised T5 on the tokenizer of a tiny
-  backbone, for the mini scale where no checkpoint can be downloaded; :class:`GeneratorTask`
-  fine-tunes a generator on the (passage, query) pairs of a dataset's qrels with the one
-  :class:`~zsdr.training.trainer.Trainer` (recipe kind ``generator``, :func:`build_generator_task`).
-* :func:`write_qgen_pairs` writes the generated pairs in the weak-pair format of
-  :mod:`zsdr.training.weak`, with that module's seeded document selection.
+  backbone, for the mini scale where no checkpoint can be downloaded.
+
+Fine-tuning a generator on the (passage, query) pairs of a dataset's qrels is
+:mod:`zsdr.training.qgen` (recipe kind ``generator``); writing the generated pairs in the weak-pair
+format is :func:`zsdr.training.weak.write_qgen_pairs`.
 
 Labels follow the tokenizer's own target convention (``tokenizer(text_target=...)``): a T5
 tokenizer gives ``query </s>``; the tiny backbones' tokenizers frame the query as ``[CLS] q [SEP]`` /
@@ -26,14 +26,12 @@ caller's random state is left as it was. Generations are stripped and empty ones
 passage left with fewer than ``n`` queries is sampled again (``retries`` more rounds, two by
 default) and then accepts fewer, so a list may hold fewer than ``n`` queries but never an empty
 one. Repeated queries are kept by :meth:`QueryGenerator.generate` and written once per document
-by :func:`write_qgen_pairs`.
+by :func:`~zsdr.training.weak.write_qgen_pairs`.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import logging
 import os
 from pathlib import Path
 from typing import Sequence
@@ -42,9 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.io import DataError, atomic_dir, atomic_write
-
-log = logging.getLogger(__name__)
+from zsdr.io import DataError, atomic_dir
 
 META_FILE = "generator.json"
 BUILD_FILE = "backbone.json"  # what build_tiny_generator built (as zsdr.models.tiny writes for backbones)
@@ -87,13 +83,13 @@ class QueryGenerator(nn.Module):
         that cannot be loaded as seq2seq raises :class:`DataError`."""
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from zsdr.models.encoder import _quiet_transformers
+        from zsdr.models.encoder import quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-            with _quiet_transformers():
+            with quiet_transformers():
                 model = AutoModelForSeq2SeqLM.from_pretrained(str(name_or_path))
         except (OSError, ValueError) as exc:
             raise DataError(name_or_path, None, f"cannot load a seq2seq query generator ({exc})",
@@ -234,168 +230,3 @@ def build_tiny_generator(tokenizer_dir: str | os.PathLike, out: str | os.PathLik
         tokenizer.save_pretrained(tmp)
         (tmp / BUILD_FILE).write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     return summary
-
-
-# ------------------------------------------------------------------------------------ training
-def generator_examples(dataset: str | os.PathLike, split: str = "train",
-                       max_examples: int | None = None) -> list[tuple[str, str]]:
-    """``(passage, query)`` of every positive pair (grade > 0) of ``split``'s qrels of a BEIR
-    folder, in qrels order (``max_examples``: the first N). A pair naming an unknown query or
-    document raises :class:`DataError` naming the qrels file."""
-    from zsdr.data.formats import qrels_files, read_corpus, read_qrels, read_queries
-
-    qrels = read_qrels(dataset, split)
-    queries, corpus = read_queries(dataset), read_corpus(dataset)
-    path = qrels_files(dataset)[split]
-    out = []
-    for qid, docs in qrels.items():
-        for did, grade in docs.items():
-            if grade <= 0:
-                continue
-            if qid not in queries or did not in corpus:
-                raise DataError(path, None, f"pair ({qid!r}, {did!r}) names a query or document not in {dataset}",
-                                "drop the judgement or add the query / document")
-            out.append((passage_of(corpus[did]), queries[qid]))
-    if not out:
-        raise DataError(path, None, f"no positive pair in the {split} qrels", "train on a split with judgements")
-    return out[:max_examples] if max_examples else out
-
-
-class GeneratorTask(nn.Module):
-    """A :class:`QueryGenerator` fine-tuned on (passage, query) pairs for the Trainer: the mean
-    token cross-entropy of the queries; ``accuracy`` is the fraction of label tokens predicted."""
-
-    def __init__(self, generator: QueryGenerator, examples: Sequence[tuple[str, str]]):
-        super().__init__()
-        if not examples:
-            raise ValueError("no (passage, query) pairs to train the generator on")
-        self.generator = generator
-        self.examples = list(examples)
-
-    @property
-    def num_examples(self) -> int:
-        return len(self.examples)
-
-    def make_batch(self, indices: list[int], epoch: int) -> dict:
-        exs = [self.examples[i] for i in indices]
-        return self.generator.features([p for p, _ in exs], [q for _, q in exs])
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        labels = batch["labels"]
-        logits = self.generator(batch["input_ids"], batch["attention_mask"], labels)
-        selected = labels != IGNORE
-        logits, targets = logits[selected].float(), labels[selected]
-        loss = nn.functional.cross_entropy(logits, targets)
-        return loss, {"accuracy": float((logits.detach().argmax(dim=-1) == targets).float().mean())}
-
-    def save(self, directory: str | os.PathLike) -> Path:
-        return self.generator.save_pretrained(directory)
-
-
-def build_generator_task(spec: dict) -> GeneratorTask:
-    """The task of a ``generator`` recipe spec: ``init`` (generator folder or Hugging Face id),
-    ``dataset`` (BEIR folder), ``split`` ("train"), ``max_length`` (passage tokens, 256),
-    ``query_max_length`` (64), ``max_examples`` (null: every positive pair), ``dropout`` (null keeps
-    the checkpoint's) and ``train.seed``."""
-    from zsdr.training.tasks import set_dropout
-
-    torch.manual_seed(int(spec.get("train", {}).get("seed", 42)))
-    generator = QueryGenerator.from_pretrained(spec["init"], max_length=spec.get("max_length", DEFAULT_MAX_LENGTH),
-                                               query_max_length=spec.get("query_max_length", DEFAULT_QUERY_MAX_LENGTH))
-    dropout = spec.get("dropout")
-    set_dropout(generator.model, dropout)
-    if dropout is not None and hasattr(generator.model.config, "dropout_rate"):
-        generator.model.config.dropout_rate = float(dropout)  # T5's name for it, saved with the model
-    generator.train()
-    max_examples = spec.get("max_examples")
-    examples = generator_examples(spec["dataset"], spec.get("split", "train"),
-                                  None if max_examples is None else int(max_examples))
-    return GeneratorTask(generator, examples)
-
-
-# ------------------------------------------------------------------------------------- writing
-GPU_POOL = 16  # batches of documents length-sorted together on a GPU (write_qgen_pairs)
-
-
-def _generate_sorted(generator: QueryGenerator, passages: list[str], n: int, pool: int, seed: int, batch_size: int,
-                     **sampling) -> list[list[str]]:
-    """:meth:`QueryGenerator.generate` over ``passages`` in batches of similar token length (longest
-    first), batch ``b`` seeded from ``(seed, pool, b)``; results in the order of ``passages``."""
-    lengths = [len(ids) for ids in generator.tokenizer(passages, max_length=generator.max_length, truncation=True,
-                                                       return_token_type_ids=False,
-                                                       return_attention_mask=False)["input_ids"]]
-    order = sorted(range(len(passages)), key=lambda i: -lengths[i])
-    out: list[list[str]] = [[] for _ in passages]
-    for b, start in enumerate(range(0, len(order), batch_size)):
-        rows = order[start:start + batch_size]
-        texts = generator.generate([passages[i] for i in rows], n, batch_size=batch_size, seed=[seed, pool, b],
-                                   **sampling)
-        for i, queries in zip(rows, texts):
-            out[i] = queries
-    return out
-
-
-def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, out_path: str | os.PathLike, *,
-                     queries_per_document: int = 3, max_pairs: int | None = None, seed: int = 0,
-                     batch_size: int = 32, device=None, top_k: int = 25, top_p: float = 0.95,
-                     max_length: int = 64, show_progress: bool = False) -> dict:
-    """Write ``qgen`` weak pairs of the BEIR corpus in ``dataset_dir`` to ``out_path``.
-
-    Documents are visited in the seeded order of :func:`zsdr.training.weak.permuted_documents`
-    (the selection rule of :func:`~zsdr.training.weak.write_weak_pairs`) in chunks of
-    ``batch_size``; chunk ``c`` is generated with seed ``(seed, c)``
-    (:meth:`QueryGenerator.generate`, ``queries_per_document`` per document). A document's
-    distinct non-empty queries become pairs ``qgen-<doc_id>-<k>`` whose positive is the whole
-    document ``{"title", "text"}``; a document without one is skipped and counted. Writing stops at
-    ``max_pairs`` pairs. Returns ``{"documents", "pairs", "skipped"}``.
-
-    On a GPU the documents are taken ``GPU_POOL * batch_size`` at a time, sorted by passage length
-    and generated in batches of ``batch_size`` similar lengths (batch ``b`` of pool ``c`` seeded from
-    ``(seed, c, b)``), then written in the selection order; the CPU keeps the chunks above.
-    """
-    from tqdm.auto import tqdm
-
-    from zsdr.training.weak import selected_documents, write_pair
-
-    if int(queries_per_document) < 1:
-        raise ValueError(f"queries_per_document {queries_per_document} must be >= 1")
-    if max_pairs is not None and int(max_pairs) < 0:
-        raise ValueError(f"max_pairs {max_pairs} must be >= 0 (or null for every document)")
-    stats = {"documents": 0, "pairs": 0, "skipped": 0}
-    docs = selected_documents(dataset_dir, seed, max_pairs, queries_per_document)
-    if device is not None:
-        generator.model.to(device)
-    on_gpu = next(generator.model.parameters()).device.type == "cuda"
-    pool_size = batch_size * (GPU_POOL if on_gpu else 1)
-    bar = tqdm(desc="qgen", unit="doc", disable=not show_progress)
-    with bar, atomic_write(out_path) as fh:
-        for chunk_index in itertools.count():
-            chunk = list(itertools.islice(docs, pool_size))
-            if not chunk:
-                break
-            passages = [passage_of({"title": d.title, "text": d.text}) for d in chunk]
-            if on_gpu:
-                generated = _generate_sorted(generator, passages, queries_per_document, chunk_index, seed,
-                                             batch_size, top_k=top_k, top_p=top_p, max_length=max_length)
-            else:
-                generated = generator.generate(passages, queries_per_document, top_k=top_k, top_p=top_p,
-                                               max_length=max_length, batch_size=batch_size,
-                                               seed=[seed, chunk_index])
-            bar.update(len(chunk))
-            for doc, queries in zip(chunk, generated):
-                stats["documents"] += 1
-                queries = list(dict.fromkeys(queries))
-                if max_pairs is not None:
-                    queries = queries[:max_pairs - stats["pairs"]]
-                if not queries:
-                    stats["skipped"] += 1
-                for k, query in enumerate(queries):
-                    write_pair(fh, "qgen", doc.id, k, query, {"title": doc.title, "text": doc.text})
-                stats["pairs"] += len(queries)
-                if max_pairs is not None and stats["pairs"] >= max_pairs:
-                    break
-            if max_pairs is not None and stats["pairs"] >= max_pairs:
-                break
-    log.info("qgen pairs of %s: %d from %d documents (%d skipped)", dataset_dir, stats["pairs"],
-             stats["documents"], stats["skipped"])
-    return stats

@@ -50,13 +50,13 @@ class Reader(nn.Module):
         """
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-        from zsdr.models.encoder import _quiet_transformers
+        from zsdr.models.encoder import quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
-            with _quiet_transformers():
+            with quiet_transformers():
                 model, info = AutoModelForQuestionAnswering.from_pretrained(str(name_or_path),
                                                                             output_loading_info=True)
         except OSError as exc:

@@ -113,7 +113,7 @@ def convert_ance(source: str | os.PathLike, out: str | os.PathLike, tokenizer: s
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import Encoder, EncoderConfig, _quiet_transformers
+    from zsdr.models.encoder import Encoder, EncoderConfig, quiet_transformers
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -135,7 +135,7 @@ def convert_ance(source: str | os.PathLike, out: str | os.PathLike, tokenizer: s
         body = f"{prefix}roberta."
         backbone_state = {k[len(body):]: v for k, v in state.items() if k.startswith(body)}
         config = AutoConfig.from_pretrained(str(config_file.parent))
-        with _quiet_transformers():
+        with quiet_transformers():
             backbone = AutoModel.from_config(config, add_pooling_layer=False)
         own = backbone.state_dict()
         missing = sorted(k for k in own if k not in backbone_state and not k.endswith("position_ids"))
@@ -195,7 +195,7 @@ def convert_adapter_rem(source: str | os.PathLike, out: str | os.PathLike, archi
 
     from zsdr.models.adapters import RemConfig, attach_rem
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import _quiet_transformers
+    from zsdr.models.encoder import quiet_transformers
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -242,7 +242,7 @@ def convert_adapter_rem(source: str | os.PathLike, out: str | os.PathLike, archi
                                lora_targets=targets or ("query", "value"), lora_dropout=float((lora or {}).get("dropout", 0.0)),
                                adapter_bottleneck=bottleneck,
                                adapter_scaling=float((parallel or {}).get("scaling", 4.0)))
-        with _quiet_transformers():
+        with quiet_transformers():
             backbone = AutoModel.from_config(arch, add_pooling_layer=False)
         rem = attach_rem(backbone, rem_config)
         tensors = read_tensors([found], lambda k: True)

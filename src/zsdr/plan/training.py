@@ -363,7 +363,7 @@ class TrainingPlan:
             "zsdr.training.trainer",
             "zsdr.training.data",
             "zsdr.training.tasks",
-            "zsdr.training.distributed",
+            "zsdr.distributed",
             "zsdr.training.recipes",
             "zsdr.models.encoder",
             "zsdr.data.formats",

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.pretrain.mlm import (IGNORE, _head_split, mask_tokens, masked_lm_frame, masked_lm_of_spec, model_name,
+from zsdr.pretrain.mlm import (IGNORE, head_split, mask_tokens, masked_lm_frame, masked_lm_of_spec, model_name,
                               pad_masked)
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class CocoTask(nn.Module):
         if short is not None:
             raise ValueError(f"document {short} has {len(self.documents[short])} span(s); every document needs two "
                              "(write the spans with zsdr.pretrain.spans.write_spans, which drops the others)")
-        split = _head_split(model)
+        split = head_split(model)
         if split is None:
             raise ValueError(f"{name}: {type(model).__name__} is not a BERT-/RoBERTa-style masked LM with a base "
                              "model and a cls / lm_head prediction head")
@@ -270,7 +270,7 @@ class CocoTask(nn.Module):
         """``(last, head)``: the backbone's last hidden states and the Condenser head's output, both
         ``(n, length, hidden)``. The head reads the last layer's [CLS] state followed by
         ``hidden_states[skip_from]`` at positions ``1..``, under the batch's attention mask."""
-        base, _ = _head_split(self.model)
+        base, _ = head_split(self.model)
         # The official forward calls self.lm.eval(): no dropout in the backbone; the head keeps its own.
         self.model.train(self.training and self.backbone_dropout)
         out = base(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
@@ -284,7 +284,7 @@ class CocoTask(nn.Module):
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
         from zsdr.losses.coco import span_logits
 
-        _, lm_head = _head_split(self.model)
+        _, lm_head = head_split(self.model)
         last, hidden = self.encode(batch["input_ids"], batch["attention_mask"])
         labels = batch["labels"]
         selected = labels != IGNORE
@@ -425,7 +425,7 @@ def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLik
     the folder may be any backbone, with or without a Condenser head."""
     from transformers import AutoTokenizer
 
-    from zsdr.models.encoder import _load_backbone
+    from zsdr.models.encoder import load_backbone
     from zsdr.pretrain.spans import read_spans
 
     documents = read_spans(spans_path)
@@ -436,7 +436,7 @@ def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLik
     limit = getattr(tokenizer, "model_max_length", None)
     if limit is not None and limit < 1_000_000:
         max_length = min(int(max_length), int(limit))
-    model = _load_backbone(str(model_dir)).to(device).eval()
+    model = load_backbone(str(model_dir)).to(device).eval()
     out = []
     with torch.no_grad():
         for start in range(0, len(texts), 2 * int(batch_size)):

@@ -137,7 +137,7 @@ def masked_lm_frame(model: nn.Module, tokenizer, max_length: int, name: str) -> 
     return prefix, suffix, content, vocab
 
 
-def _head_split(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+def head_split(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """``(encoder, head)`` of a BERT-/RoBERTa-style masked LM, so that only selected positions reach
     the vocabulary projection; ``None`` for other architectures (the full forward is used)."""
     base = getattr(model, "base_model", None)
@@ -196,7 +196,7 @@ class MlmTask(nn.Module):
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
         labels = batch["labels"]
         selected = labels != IGNORE
-        split = _head_split(self.model)
+        split = head_split(self.model)
         if split is not None:
             base, head = split
             hidden = base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
@@ -254,7 +254,7 @@ def masked_lm_of_spec(spec: dict) -> tuple[int, str, object, nn.Module]:
     and its masked LM (``tie_embeddings``, :func:`load_masked_lm`; ``dropout``) in training mode."""
     from transformers import AutoTokenizer
 
-    from zsdr.training.tasks import set_dropout
+    from zsdr.models.encoder import set_dropout
 
     seed = int(spec.get("train", {}).get("seed", 42))
     torch.manual_seed(seed)

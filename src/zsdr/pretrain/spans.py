@@ -129,9 +129,9 @@ def document_spans(text: str, tokenizer, max_tokens: int = 30, new_span_probabil
 
 def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None) -> Iterable[tuple[int, str, str]]:
     """``(index, id, title + " " + text)`` of a BEIR corpus in file order (``max_docs``: the first N)."""
-    from zsdr.data.formats import _find, iter_records
+    from zsdr.data.formats import find_file, iter_records
 
-    path = _find(Path(dataset_dir), "corpus.jsonl")
+    path = find_file(Path(dataset_dir), "corpus.jsonl")
     for index, (_, rid, obj) in enumerate(iter_records(path, "corpus")):
         if max_docs is not None and index >= max_docs:
             return

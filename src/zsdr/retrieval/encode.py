@@ -33,7 +33,7 @@ from typing import IO, Iterator, Sequence
 
 import numpy as np
 
-from zsdr.data.formats import _find, iter_records, judged_queries
+from zsdr.data.formats import find_file, iter_records, judged_queries
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.encoder import Encoder, Packed, load_encoder, prefetched
 
@@ -214,7 +214,7 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     if chunk_size < 1:
         raise ValueError("chunk_size must be >= 1")
     dataset_dir, out_dir = Path(dataset_dir), Path(out_dir)
-    corpus = _find(dataset_dir, "corpus.jsonl")
+    corpus = find_file(dataset_dir, "corpus.jsonl")
     encoder = load_encoder(model_dir_or_encoder, device=device, precision=precision, **encoder_overrides)
     start = time.perf_counter()
     bar = tqdm(total=_shard_total(dataset_dir, shard, num_shards), desc=f"encode shard {shard}/{num_shards}",

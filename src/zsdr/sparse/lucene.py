@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from zsdr.argtypes import nonnegative_float, positive_int, unit_float
-from zsdr.data.formats import _find, iter_records, judged_queries, write_trec_run
+from zsdr.data.formats import find_file, iter_records, judged_queries, write_trec_run
 from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
 
 log = logging.getLogger(__name__)
@@ -236,7 +236,7 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
     """Build a Lucene index of ``dataset_dir``'s corpus at ``index_dir`` (replaced whole, atomically)."""
     _check(fields, language)
     dataset_dir, index_dir = Path(dataset_dir), Path(index_dir)
-    corpus = _find(dataset_dir, "corpus.jsonl")
+    corpus = find_file(dataset_dir, "corpus.jsonl")
     threads = max(1, int(threads))
     start_jvm()
     from jnius import autoclass

@@ -18,7 +18,7 @@ Two formulas (``variant``):
   (1 - b + b |u| / 100)`` with ``idf(w) = ln(N / (df(w) + 1))``, 15 for an unseen token, no term-frequency
   saturation (k1 1.5, b 0.75).
 
-Tokens are lower-cased ``\\w+`` words (:func:`zsdr.sparse.bm25.simple_tokenize`), or any
+Tokens are lower-cased ``\\w+`` words (:func:`zsdr.data.bm25.simple_tokenize`), or any
 callable (the code counted the encoder tokenizer's word pieces).
 """
 
@@ -30,8 +30,8 @@ import os
 from collections import Counter
 from typing import Callable, Iterable, Sequence
 
+from zsdr.data.bm25 import simple_tokenize
 from zsdr.io import atomic_write, read_json
-from zsdr.sparse.bm25 import simple_tokenize
 
 VARIANTS = ("lucene", "approximate")
 COLLECTIONS = ("units", "passages", "pairs")

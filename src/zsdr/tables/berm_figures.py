@@ -14,9 +14,9 @@ from typing import Sequence
 
 import numpy as np
 
-from zsdr.io import atomic_write
-from zsdr.tables.figures import save_figure
-from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.evaluation.metrics import read_metrics
+from zsdr.io import atomic_write, save_figure
+from zsdr.tables.inputs import metric_scores
 
 
 def render_weight_grid(points: Sequence[dict], metric: str, out_png: str | os.PathLike, out_csv: str | os.PathLike,

@@ -26,16 +26,15 @@ Table 2 gives BioASQ 0.429 with COCO vs 0.353 without, +21.5 % relative (+0.076 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 from pathlib import Path
 from typing import Sequence
 
-from zsdr.io import DataError, atomic_write, read_json
-from zsdr.tables.figures import figure_legend, save_figure
-from zsdr.tables.inputs import metric_scores, read_metrics
-from zsdr.tables.modir_figures import metric_label
+from zsdr.evaluation.metrics import read_metrics
+from zsdr.io import DataError, atomic_write, read_json, save_figure
+from zsdr.tables.figures import figure_legend, metric_label, pyplot, scaled_title, write_csv
+from zsdr.tables.inputs import metric_scores
 from zsdr.tables.render import format_value
 from zsdr.tables.spec import read_published
 
@@ -116,27 +115,6 @@ def _relative(new: float, old: float, path) -> float:
     return (new - old) / abs(old)
 
 
-def _write_csv(out_csv, fieldnames: list[str], rows: list[dict]) -> None:
-    with atomic_write(out_csv) as fh:
-        w = csv.DictWriter(fh, fieldnames=fieldnames)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _scaled(title: str, scale: str) -> str:
-    return title + (f" ({scale} scale)" if scale else "")
-
-
 def _not_produced(ax, scale: str) -> None:
     ax.text(0.5, 0.5, "not produced" + (f" at {scale} scale" if scale else ""), ha="center", va="center",
             transform=ax.transAxes, fontsize=9, color="tab:gray")
@@ -189,7 +167,7 @@ def render_figure3(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
                             f"{sorted(datasets)}: the averages would not compare", FIX)
         ref = {"sweep": "reference", "value": None, "system": str(reference.get("label", "reference")),
                "datasets": len(names), "average": average}
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8), squeeze=False)
     shown = metric_label(metric)
     for ax, sweep in zip(axes[0], SWEEPS):
@@ -206,12 +184,12 @@ def render_figure3(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
             ax.legend(fontsize=8, loc="best")
         ax.set_title(SWEEP_TITLES[sweep], fontsize=10)
     n = rows[0]["datasets"] if rows else (ref["datasets"] if ref else 0)
-    fig.suptitle(_scaled(f"COCO-DR Figure 3: average {shown} over {n} target datasets against iDRO's K and "
+    fig.suptitle(scaled_title(f"COCO-DR Figure 3: average {shown} over {n} target datasets against iDRO's K and "
                          "temperature", scale), fontsize=10)
     fig.tight_layout()
     save_figure(fig, out_png)
     out = rows + ([ref] if ref else [])
-    _write_csv(out_csv, ["sweep", "value", "system", "datasets", "average"], out)
+    write_csv(out_csv, ["sweep", "value", "system", "datasets", "average"], out)
     return out
 
 
@@ -240,7 +218,7 @@ def render_figure4(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
     variants = list(dict.fromkeys(r["variant"] for r in rows))
     rows.sort(key=lambda r: (datasets.index(r["dataset"]), variants.index(r["variant"]), r["episode"]))
     episodes = sorted({r["episode"] for r in rows})
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(len(datasets), 3)
     nrows = math.ceil(len(datasets) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.8 * cols + 0.6, 3.2 * nrows + 0.7), squeeze=False)
@@ -259,11 +237,11 @@ def render_figure4(points: Sequence[dict], out_png: str | os.PathLike, out_csv: 
     for ax in list(axes.flat)[len(datasets):]:
         ax.set_visible(False)
     figure_legend(fig, axes)
-    fig.suptitle(_scaled(f"COCO-DR Figure 4: {shown} per training episode (Epi-1 = BM25 warmup, then ANCE)",
+    fig.suptitle(scaled_title(f"COCO-DR Figure 4: {shown} per training episode (Epi-1 = BM25 warmup, then ANCE)",
                          scale), fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     save_figure(fig, out_png)
-    _write_csv(out_csv, ["dataset", "variant", "episode", "label", metric], rows)
+    write_csv(out_csv, ["dataset", "variant", "episode", "label", metric], rows)
     return rows
 
 
@@ -322,7 +300,7 @@ def render_figure5(loss_points: Sequence[dict], geometry_points: Sequence[dict],
                      "x": (data["loss_without"] - data["loss_with"]) / data["loss_without"],
                      "y": _relative(_metric(p["with"], metric), without, p["without"])})
     shown = metric_label(metric)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(14.0, 4.4), squeeze=False)
     titles = {"a": "(a) COCO: loss reduction vs zero-shot gain", "b": "(b) alignment vs uniformity",
               "c": "(c) iDRO: nearest-cluster loss gain vs target gain"}
@@ -357,10 +335,10 @@ def render_figure5(loss_points: Sequence[dict], geometry_points: Sequence[dict],
                       for i, d in enumerate(datasets)])
         ax.legend(handles=handles, fontsize=7, loc="best")
         ax.grid(alpha=0.3)
-    fig.suptitle(_scaled("COCO-DR Figure 5: COCO and iDRO against distribution shift", scale), fontsize=11)
+    fig.suptitle(scaled_title("COCO-DR Figure 5: COCO and iDRO against distribution shift", scale), fontsize=11)
     fig.tight_layout()
     save_figure(fig, out_png)
-    _write_csv(out_csv, ["panel", "label", "dataset", "x", "y"], rows)
+    write_csv(out_csv, ["panel", "label", "dataset", "x", "y"], rows)
     return rows
 
 
@@ -402,7 +380,7 @@ def write_table4(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: li
             "source_gain": format_value(r.get("source_gain"), "+d3")} for r in rows]
     out += [{"source": "published", "qid": "", **{ours: p[theirs] for ours, theirs in PUBLISHED4.items()}}
             for p in paper]
-    _write_csv(out_csv, TABLE4_COLUMNS, out)
+    write_csv(out_csv, TABLE4_COLUMNS, out)
     lines = ["# COCO-DR Table 4: case study", "",
              f"Scale: {scale or 'unspecified'}. The target queries with the largest {shown} gain from iDRO (with − "
              "without iDRO), the nearest source training query to each by the inner product of query embeddings, "

@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from zsdr.io import DataError, atomic_write, read_json
-from zsdr.tables.figures import save_figure
-from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.evaluation.metrics import read_metrics
+from zsdr.io import DataError, atomic_write, read_json, save_figure
+from zsdr.tables.inputs import metric_scores
 
 SNAPSHOTS = "snapshots/snapshots.json"
 

@@ -12,6 +12,7 @@ the method stages that produce those numbers; :data:`FIGURES` lists the ones thi
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import textwrap
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from zsdr.io import DataError, atomic_write
+from zsdr.io import DataError, atomic_write, save_figure
 from zsdr.tables.render import parse_published
 
 AVERAGE_LABELS = ("avg", "average", "mean")
@@ -176,19 +177,33 @@ def render_figure(spec: FigureSpec, table_csv: str | os.PathLike, out: str | os.
     return summary
 
 
-def save_figure(fig, out: str | os.PathLike) -> None:
-    """Write a matplotlib figure to ``out`` (PNG, SVG or PDF by suffix) atomically and close it."""
+def write_csv(out_csv: str | os.PathLike, fieldnames: list[str], rows: list[dict]) -> None:
+    """A figure's numbers as CSV, atomically: floats to 6 significant digits, ``None`` as an empty cell."""
+    with atomic_write(out_csv) as fh:
+        w = csv.DictWriter(fh, fieldnames=fieldnames)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else ("" if v is None else v)) for k, v in r.items()})
+
+
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fmt = os.fspath(out).rsplit(".", 1)[-1].lower()
-    if fmt not in ("png", "svg", "pdf"):
-        plt.close(fig)
-        raise ValueError(f"{out}: figures are written as .png, .svg or .pdf")
-    with atomic_write(out, "wb", encoding=None) as fh:
-        # No creation date or software version in the file: the same numbers give the same bytes.
-        fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
-                    {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
-    plt.close(fig)
+    return plt
+
+
+def scaled_title(title: str, scale: str) -> str:
+    """A figure title with the scale it was drawn at, when one is given."""
+    return title + (f" ({scale} scale)" if scale else "")
+
+
+def metric_label(metric: str) -> str:
+    """``ndcg@10`` -> ``nDCG@10`` (other metrics as named)."""
+    return "nDCG" + metric[4:] if metric.lower().startswith("ndcg") else metric
 
 
 def figure_legend(fig, axes, max_columns: int | None = 4) -> None:

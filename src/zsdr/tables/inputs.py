@@ -11,6 +11,7 @@
 * ``shift/<target>.json``: :func:`zsdr.evaluation.analysis.shift_statistics` of one target
   (``query_jaccard``, ``doc_jaccard``).
 
+Metrics files are read by :func:`zsdr.evaluation.metrics.read_metrics`, the format's own module.
 Every reader raises :class:`zsdr.io.DataError` naming the file and what is wrong.
 """
 
@@ -25,17 +26,9 @@ STAT_KEYS = ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "re
 CELL_SUFFIXES = {"metrics": ".json", "units": ".units.json"}   # by a metric table's `source`
 
 
-def read_metrics(path: str | os.PathLike) -> dict:
-    """A metrics file, checked for ``aggregate`` and ``per_query`` mappings."""
-    data = read_json(path, "re-run the evaluate rule that writes it")
-    for key in ("aggregate", "per_query"):
-        if not isinstance(data.get(key), dict):
-            raise DataError(path, None, f"no {key!r} mapping", "re-run the evaluate rule that writes it")
-    return data
-
-
 def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[float | None, dict[str, float]]:
-    """(aggregate value, per-query values) of ``metric`` in a metrics file read by :func:`read_metrics`;
+    """(aggregate value, per-query values) of ``metric`` in a metrics file read by
+    :func:`zsdr.evaluation.metrics.read_metrics`;
     ``null`` values (a measure that does not apply) give ``None`` / are left out of the per-query values."""
     if metric not in data["aggregate"]:
         raise DataError(path, None, f"metric {metric!r} was not computed (has: {', '.join(sorted(data['aggregate']))})",

@@ -21,16 +21,16 @@ file}``; step 0 is the model before MoDIR training. A domain file holds
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
 import re
 from typing import Sequence
 
-from zsdr.io import DataError, atomic_write, open_lines, read_json
-from zsdr.tables.figures import figure_legend, save_figure
-from zsdr.tables.inputs import metric_scores, read_metrics
+from zsdr.evaluation.metrics import read_metrics
+from zsdr.io import DataError, atomic_write, open_lines, read_json, save_figure
+from zsdr.tables.figures import figure_legend, metric_label, pyplot, scaled_title, write_csv
+from zsdr.tables.inputs import metric_scores
 from zsdr.tables.render import format_value
 from zsdr.tables.spec import read_published
 
@@ -102,32 +102,6 @@ def _index(points: Sequence[dict]) -> dict[tuple[str, str, int], dict]:
     return out
 
 
-def _write_csv(out_csv, fieldnames: list[str], rows: list[dict]) -> None:
-    with atomic_write(out_csv) as fh:
-        w = csv.DictWriter(fh, fieldnames=fieldnames)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _scaled(title: str, scale: str) -> str:
-    return title + (f" ({scale} scale)" if scale else "")
-
-
-def metric_label(metric: str) -> str:
-    """``ndcg@10`` -> ``nDCG@10`` (other metrics as named)."""
-    return "nDCG" + metric[4:] if metric.lower().startswith("ndcg") else metric
-
-
 # ---------------------------------------------------------------------------------------------
 # Figure 3
 
@@ -160,7 +134,7 @@ def render_domain_acc(points: Sequence[dict], logs: dict, out_png: str | os.Path
         for side in SIDES:
             rows += [{**base, "kind": "local", "side": side, "step": step, "value": value}
                      for step, value in local[side]]
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(recipes), 2, figsize=(8.0, 2.8 * len(recipes) + 0.8), squeeze=False, sharey=True)
     low = min(0.4, math.floor(min(r["value"] for r in rows) * 20) / 20)
     for i, recipe in enumerate(recipes):
@@ -180,11 +154,11 @@ def render_domain_acc(points: Sequence[dict], logs: dict, out_png: str | os.Path
                 ax.set_ylabel("Domain-Acc")
             ax.grid(alpha=0.3)
     figure_legend(fig, axes, max_columns=None)
-    fig.suptitle(_scaled(f"MoDIR Figure 3: Global and Local Domain-Acc over training, {dataset}", scale),
+    fig.suptitle(scaled_title(f"MoDIR Figure 3: Global and Local Domain-Acc over training, {dataset}", scale),
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     save_figure(fig, out_png)
-    _write_csv(out_csv, ["recipe", "label", "dataset", "kind", "side", "step", "value"], rows)
+    write_csv(out_csv, ["recipe", "label", "dataset", "kind", "side", "step", "value"], rows)
     return rows
 
 
@@ -213,7 +187,7 @@ def render_acc_and_quality(points: Sequence[dict], out_png: str | os.PathLike, o
         rows += [{"dataset": dataset, "step": int(p["step"]),
                   "global_domain_acc_docs": float(read_domain(p["domain"])["global_domain_acc"]["docs"]),
                   metric: _metric(p["metrics"], metric)} for p in own]
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.9 * len(datasets) + 0.6, 3.6), squeeze=False)
     low = min(0.4, math.floor(min(r["global_domain_acc_docs"] for r in rows) * 20) / 20)
     for ax, dataset in zip(axes[0], datasets):
@@ -232,11 +206,11 @@ def render_acc_and_quality(points: Sequence[dict], out_png: str | os.PathLike, o
         twin.set_ylabel(metric_label(metric))
     lines = acc_line + metric_line
     fig.legend(lines, [line.get_label() for line in lines], loc="lower center", ncol=2, fontsize=8)
-    fig.suptitle(_scaled(f"MoDIR Figure 5: Global Domain-Acc and {metric_label(metric)} over training, {label}",
+    fig.suptitle(scaled_title(f"MoDIR Figure 5: Global Domain-Acc and {metric_label(metric)} over training, {label}",
                          scale), fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     save_figure(fig, out_png)
-    _write_csv(out_csv, ["dataset", "step", "global_domain_acc_docs", metric], rows)
+    write_csv(out_csv, ["dataset", "step", "global_domain_acc_docs", metric], rows)
     return rows
 
 
@@ -294,7 +268,7 @@ def write_table3(points: Sequence[dict], out_csv: str | os.PathLike, out_md: str
                 pub[mcol] = paper[label][f"ndcg10_{p}"] if metric == "ndcg@10" else ""
             rows.append(pub)
     fields = ["setting", "source"] + knn_cols + metric_cols
-    _write_csv(out_csv, fields, rows)
+    write_csv(out_csv, fields, rows)
 
     shown = metric_label(metric)
     head = (["Setting"] + [f"KNN-Source% {p} (step {s})" for p, s in zip(PAPER_STEPS, steps)]
@@ -346,7 +320,7 @@ def write_table4(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: li
             "nearest_source_queries_before": JOIN.join(r["before"]),
             "nearest_source_queries_after": JOIN.join(r["after"])} for r in rows]
     out += [{"source": "published", "qid": "", **{c: p[c] for c in PUBLISHED4_COLUMNS}} for p in paper]
-    _write_csv(out_csv, TABLE4_COLUMNS, out)
+    write_csv(out_csv, TABLE4_COLUMNS, out)
     lines = ["# MoDIR Table 4: case study", "",
              f"Scale: {scale or 'unspecified'}. The target queries with the largest gain and the largest loss in "
              f"{shown} (after − before MoDIR training) and their nearest source training queries by the inner "

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from zsdr.evaluation.metrics import read_metrics
 from zsdr.evaluation.significance import compare, holm, marker
 from zsdr.io import DataError, atomic_write
 from zsdr.tables import inputs
@@ -360,7 +361,7 @@ class _Table:
                             "no metrics file given for this cell",
                             "list every file of required_cells() among the table rule's inputs")
         if path not in self._read_cache:
-            self._read_cache[path] = inputs.read_metrics(path)
+            self._read_cache[path] = read_metrics(path)
         value, per_query = inputs.metric_scores(self._read_cache[path], path, metric)
         if value is None:
             return Cell(reason=f"{metric} applies to no query of {dataset}", system=system)

@@ -20,9 +20,9 @@ import math
 import os
 from typing import Sequence
 
-from zsdr.tables.cocodr_figures import _pyplot, _scaled, _write_csv, collect_points
-from zsdr.tables.figures import figure_legend, save_figure
-from zsdr.tables.modir_figures import metric_label
+from zsdr.io import save_figure
+from zsdr.tables.cocodr_figures import collect_points
+from zsdr.tables.figures import figure_legend, metric_label, pyplot, scaled_title, write_csv
 
 TITLES = {2: "Condenser, COCO and QGen fine-tuning", 3: "RMSC(CD) and RMSC(CO)"}
 
@@ -48,7 +48,7 @@ def render_curves(points: Sequence[dict], out_png: str | os.PathLike, out_csv: s
     rows = curve_rows(points, metric)
     recipes = list(dict.fromkeys(r["recipe"] for r in rows))
     targets = list(dict.fromkeys(r["dataset"] for r in rows if not r["in_domain"]))
-    plt = _pyplot()
+    plt = pyplot()
     cols = min(len(recipes), 3)
     nrows = math.ceil(len(recipes) / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(3.9 * cols + 0.6, 3.2 * nrows + 0.8), squeeze=False)
@@ -73,8 +73,8 @@ def render_curves(points: Sequence[dict], out_png: str | os.PathLike, out_csv: s
         ax.set_visible(False)
     figure_legend(fig, axes)
     title = TITLES.get(figure, "learning curves")
-    fig.suptitle(_scaled(f"RMSC Figure {figure}: {shown} during training, {title}", scale), fontsize=10)
+    fig.suptitle(scaled_title(f"RMSC Figure {figure}: {shown} during training, {title}", scale), fontsize=10)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
     save_figure(fig, out_png)
-    _write_csv(out_csv, ["recipe", "label", "dataset", "in_domain", "step", metric], rows)
+    write_csv(out_csv, ["recipe", "label", "dataset", "in_domain", "step", metric], rows)
     return rows

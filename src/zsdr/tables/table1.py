@@ -17,6 +17,7 @@ import os
 import pandas as pd
 
 from zsdr.evaluation import significance
+from zsdr.evaluation.metrics import read_metrics
 from zsdr.io import DataError
 from zsdr.tables import inputs
 from zsdr.tables.render import (emphasis_ranks, format_value, md_escape, md_table, md_value, paired_test, rounded,
@@ -56,7 +57,7 @@ def build_table1(metric_files: list[str | os.PathLike], systems: dict[str, str] 
             if path is None:
                 raise DataError(f"{d}/{system}.json", None, "no metrics file given for this cell",
                                 "list it among the table rule's inputs")
-            value, per_query[(d, system)] = inputs.metric_scores(inputs.read_metrics(path), path, metric)
+            value, per_query[(d, system)] = inputs.metric_scores(read_metrics(path), path, metric)
             row[column[d]] = round(value, DIGITS)
         if targets:
             row["target mean"] = round(sum(row[column[d]] for d in targets) / len(targets), DIGITS)

@@ -299,7 +299,7 @@ class _ClusterTerm:
 
     def state_dict(self) -> dict:
         """The state, with every process's copy (a collective: call it on every process)."""
-        from zsdr.training.distributed import gather_objects
+        from zsdr.distributed import gather_objects
 
         mine = {name: getattr(self, name).detach().cpu().clone() for name in self.state_names}
         return {**mine, "by_rank": gather_objects([mine])}
@@ -307,7 +307,7 @@ class _ClusterTerm:
     def load_state_dict(self, state: dict) -> None:
         import torch.distributed as dist
 
-        from zsdr.training.distributed import is_distributed
+        from zsdr.distributed import is_distributed
 
         rank = dist.get_rank() if is_distributed() else 0
         by_rank = state.get("by_rank") or [state]
@@ -347,7 +347,7 @@ class IdroTerm(_ClusterTerm):
             parts = torch.autograd.grad(losses[k], params, retain_graph=True, allow_unused=True)
             grads[k] = torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1).to(grads.dtype)
                                   for g, p in zip(parts, params)])
-        from zsdr.training.distributed import is_distributed
+        from zsdr.distributed import is_distributed
 
         if is_distributed():
             import torch.distributed as dist
@@ -388,7 +388,7 @@ class GroupDroTerm(_ClusterTerm):
         robust = (sums * self.h.to(sums.device)).sum() / per_query.shape[0]
         present = int(torch.unique(clusters).numel())
         if update:
-            from zsdr.training.distributed import gather_with_grad
+            from zsdr.distributed import gather_with_grad
 
             with torch.no_grad():
                 all_losses, all_clusters = gather_with_grad(per_query.detach()), gather_with_grad(clusters)

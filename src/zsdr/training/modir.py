@@ -47,10 +47,10 @@ import numpy as np
 import torch
 
 from zsdr.data.formats import read_corpus, read_qrels, read_queries
+from zsdr.distributed import gather_with_grad
 from zsdr.io import DataError, atomic_write
 from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
 from zsdr.models.heads import SOURCE, TARGET, DomainClassifier
-from zsdr.training.distributed import gather_with_grad
 from zsdr.training.sections import section_from_dict
 
 MODES = ("momentum", "single", "repeat")

@@ -251,7 +251,7 @@ class MixtureTask(nn.Module):
         import torch.nn.functional as F
 
         from zsdr.losses.contrastive import MASKED, relevance_mask
-        from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
+        from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 
         q = self.encoder(**batch["q"])
         d = self.encoder(**batch["d"])
@@ -288,8 +288,7 @@ def build_mixture_task(spec: dict) -> MixtureTask:
     """The task of a ``mixture`` spec: ``init``, ``encoder`` overrides, ``sets``, ``scale``,
     ``group_negatives`` (default true), ``soft_tokens`` (``null``, or ``{k, seed}``: tokens added
     when the init model has none), ``dropout``, ``train.seed``."""
-    from zsdr.models.encoder import Encoder
-    from zsdr.training.tasks import set_dropout
+    from zsdr.models.encoder import Encoder, set_dropout
 
     seed = int(spec["train"].get("seed", 42))
     encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))

@@ -32,26 +32,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 from zsdr.models.encoder import Encoder
 from zsdr.training.data import ReaderExample, TrainingSet
-from zsdr.training.distributed import gather_objects, gather_with_grad, rank_offset
 
 LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
-
-
-def set_dropout(model: nn.Module, p: float | None) -> None:
-    """Override every dropout probability of ``model`` (``None`` keeps the checkpoint's)."""
-    if p is None:
-        return
-    cfg = getattr(model, "config", None)
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
-        if cfg is not None and hasattr(cfg, name):
-            setattr(cfg, name, p)
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = p
-        elif hasattr(m, "dropout_prob") and isinstance(m.dropout_prob, float):
-            m.dropout_prob = p
 
 
 class Task(nn.Module):

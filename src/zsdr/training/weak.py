@@ -12,7 +12,7 @@ pairs extracted from the source and target corpora by three methods:
   document's title); with probability ``keep_probability`` (10 % in Lee et al.) the sentence is
   left in the context, so the model also learns to match words.
 * ``qgen``: a seq2seq query generator writes queries for the document, which is the positive
-  (:func:`zsdr.models.generator.write_qgen_pairs`; BEIR's QGen setup).
+  (:func:`write_qgen_pairs`; BEIR's QGen setup).
 
 Selection. :func:`permuted_documents` visits the documents of ``corpus.jsonl`` in a permutation
 seeded by ``seed`` (not in file order), so ``max_pairs`` takes a random subset of documents, and
@@ -43,23 +43,28 @@ File format (JSON lines, one pair a line, ``.gz`` compresses)::
 
 (``k`` counts the pairs of one document from 0.)
 
-:func:`write_weak_pairs` writes SCL and ICT files, :func:`read_weak_pairs` reads any of them back.
-This module does not import torch.
+:func:`write_weak_pairs` writes SCL and ICT files, :func:`write_qgen_pairs` QGen files with a
+:class:`~zsdr.models.generator.QueryGenerator`, :func:`read_weak_pairs` reads any of them back.
+This module does not import torch (a QGen writer's generator brings it).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
 
 import numpy as np
 
 from zsdr.io import DataError, atomic_write
+
+if TYPE_CHECKING:
+    from zsdr.models.generator import QueryGenerator
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,7 @@ METHODS = ("scl", "ict", "qgen")
 _PAIR_STREAM = 1   # fourth seed word of the pair generators (see the module docstring)
 _ORDER_STREAM = 2  # fourth seed word of the document permutation
 _FIX = "regenerate the file with zsdr.training.weak.write_weak_pairs (or write_qgen_pairs for qgen)"
+GPU_POOL = 16  # batches of documents length-sorted together on a GPU (write_qgen_pairs)
 
 
 @dataclass(frozen=True)
@@ -164,9 +170,9 @@ def scl_pairs(spans: Sequence[str] | None, count: int, seed: int, index: int) ->
 # ---------------------------------------------------------------------------- document selection
 def corpus_records(dataset_dir: str | os.PathLike) -> Iterator[CorpusDocument]:
     """The documents of a BEIR corpus in file order (title ``""`` when missing)."""
-    from zsdr.data.formats import _find, iter_records
+    from zsdr.data.formats import find_file, iter_records
 
-    path = _find(Path(dataset_dir), "corpus.jsonl")
+    path = find_file(Path(dataset_dir), "corpus.jsonl")
     for index, (_, rid, obj) in enumerate(iter_records(path, "corpus")):
         yield CorpusDocument(index, rid, obj.get("title") or "", obj["text"])
 
@@ -251,7 +257,7 @@ def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike
 
     if method not in ("scl", "ict"):
         raise ValueError(f"weak-pair method {method!r}: expected 'scl' or 'ict' (qgen: "
-                         "zsdr.models.generator.write_qgen_pairs)")
+                         "write_qgen_pairs)")
     if method == "scl" and tokenizer is None:
         raise ValueError("scl pairs need the tokenizer that counts span tokens")
     if int(pairs_per_document) < 1:
@@ -284,6 +290,89 @@ def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike
             if max_pairs is not None and stats["pairs"] >= max_pairs:
                 break  # before the next document is fetched: that may read another window of the corpus
     log.info("%s pairs of %s: %d from %d documents (%d skipped)", method, dataset_dir, stats["pairs"],
+             stats["documents"], stats["skipped"])
+    return stats
+
+
+def _generate_sorted(generator: QueryGenerator, passages: list[str], n: int, pool: int, seed: int, batch_size: int,
+                     **sampling) -> list[list[str]]:
+    """:meth:`QueryGenerator.generate` over ``passages`` in batches of similar token length (longest
+    first), batch ``b`` seeded from ``(seed, pool, b)``; results in the order of ``passages``."""
+    lengths = [len(ids) for ids in generator.tokenizer(passages, max_length=generator.max_length, truncation=True,
+                                                       return_token_type_ids=False,
+                                                       return_attention_mask=False)["input_ids"]]
+    order = sorted(range(len(passages)), key=lambda i: -lengths[i])
+    out: list[list[str]] = [[] for _ in passages]
+    for b, start in enumerate(range(0, len(order), batch_size)):
+        rows = order[start:start + batch_size]
+        texts = generator.generate([passages[i] for i in rows], n, batch_size=batch_size, seed=[seed, pool, b],
+                                   **sampling)
+        for i, queries in zip(rows, texts):
+            out[i] = queries
+    return out
+
+
+def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, out_path: str | os.PathLike, *,
+                     queries_per_document: int = 3, max_pairs: int | None = None, seed: int = 0,
+                     batch_size: int = 32, device=None, top_k: int = 25, top_p: float = 0.95,
+                     max_length: int = 64, show_progress: bool = False) -> dict:
+    """Write ``qgen`` weak pairs of the BEIR corpus in ``dataset_dir`` to ``out_path``.
+
+    Documents are visited in the seeded order of :func:`permuted_documents` (the selection rule of
+    :func:`write_weak_pairs`) in chunks of ``batch_size``; chunk ``c`` is generated with seed
+    ``(seed, c)`` (:meth:`QueryGenerator.generate`, ``queries_per_document`` per document). A document's
+    distinct non-empty queries become pairs ``qgen-<doc_id>-<k>`` whose positive is the whole
+    document ``{"title", "text"}``; a document without one is skipped and counted. Writing stops at
+    ``max_pairs`` pairs. Returns ``{"documents", "pairs", "skipped"}``.
+
+    On a GPU the documents are taken ``GPU_POOL * batch_size`` at a time, sorted by passage length
+    and generated in batches of ``batch_size`` similar lengths (batch ``b`` of pool ``c`` seeded from
+    ``(seed, c, b)``), then written in the selection order; the CPU keeps the chunks above.
+    """
+    from tqdm.auto import tqdm
+
+    from zsdr.models.generator import passage_of
+
+    if int(queries_per_document) < 1:
+        raise ValueError(f"queries_per_document {queries_per_document} must be >= 1")
+    if max_pairs is not None and int(max_pairs) < 0:
+        raise ValueError(f"max_pairs {max_pairs} must be >= 0 (or null for every document)")
+    stats = {"documents": 0, "pairs": 0, "skipped": 0}
+    docs = selected_documents(dataset_dir, seed, max_pairs, queries_per_document)
+    if device is not None:
+        generator.model.to(device)
+    on_gpu = next(generator.model.parameters()).device.type == "cuda"
+    pool_size = batch_size * (GPU_POOL if on_gpu else 1)
+    bar = tqdm(desc="qgen", unit="doc", disable=not show_progress)
+    with bar, atomic_write(out_path) as fh:
+        for chunk_index in itertools.count():
+            chunk = list(itertools.islice(docs, pool_size))
+            if not chunk:
+                break
+            passages = [passage_of({"title": d.title, "text": d.text}) for d in chunk]
+            if on_gpu:
+                generated = _generate_sorted(generator, passages, queries_per_document, chunk_index, seed,
+                                             batch_size, top_k=top_k, top_p=top_p, max_length=max_length)
+            else:
+                generated = generator.generate(passages, queries_per_document, top_k=top_k, top_p=top_p,
+                                               max_length=max_length, batch_size=batch_size,
+                                               seed=[seed, chunk_index])
+            bar.update(len(chunk))
+            for doc, queries in zip(chunk, generated):
+                stats["documents"] += 1
+                queries = list(dict.fromkeys(queries))
+                if max_pairs is not None:
+                    queries = queries[:max_pairs - stats["pairs"]]
+                if not queries:
+                    stats["skipped"] += 1
+                for k, query in enumerate(queries):
+                    write_pair(fh, "qgen", doc.id, k, query, {"title": doc.title, "text": doc.text})
+                stats["pairs"] += len(queries)
+                if max_pairs is not None and stats["pairs"] >= max_pairs:
+                    break
+            if max_pairs is not None and stats["pairs"] >= max_pairs:
+                break
+    log.info("qgen pairs of %s: %d from %d documents (%d skipped)", dataset_dir, stats["pairs"],
              stats["documents"], stats["skipped"])
     return stats
 

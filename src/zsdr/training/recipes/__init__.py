@@ -27,7 +27,7 @@ joint training (``mixture``) has ``sets`` (supervision sets, no ``dataset``), ``
 ``group_negatives`` and ``soft_tokens`` (:func:`zsdr.training.rmsc.build_mixture_task`); cross-encoders ``max_length`` and
 ``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
 which only the pairs of the dataset's ``train`` qrels are used); query generators (``generator``, RMSC's QGen:
-a seq2seq model trained on passage -> query, :func:`zsdr.models.generator.build_generator_task`) ``split`` (whose
+a seq2seq model trained on passage -> query, :func:`zsdr.training.qgen.build_generator_task`) ``split`` (whose
 qrels give the positive pairs, default ``train``), ``max_length`` (passage tokens, 256) and ``query_max_length``
 (64), with ``init`` a seq2seq folder (:func:`zsdr.models.generator.build_tiny_generator`) or Hugging Face id.
 """
@@ -75,8 +75,9 @@ def build_task(spec: dict):
     """The task (``nn.Module``) a spec trains."""
     import torch
 
+    from zsdr.models.encoder import set_dropout
     from zsdr.training.data import TrainingSet
-    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask, set_dropout
+    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask
 
     kind = spec.get("kind", "bi_encoder")
     if kind not in KINDS:
@@ -96,7 +97,7 @@ def build_task(spec: dict):
 
         return build_mixture_task(spec)
     if kind == "generator":
-        from zsdr.models.generator import build_generator_task
+        from zsdr.training.qgen import build_generator_task
 
         return build_generator_task(spec)
     if kind == "reader":

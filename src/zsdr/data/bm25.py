@@ -1,7 +1,8 @@
 """An in-memory BM25 over small collections (sparse matrices, no JVM).
 
 Used where a full Lucene index is overkill: mining hard negatives inside the mini benchmark
-generator, and scoring sentence units of a single passage. Scores follow Lucene's BM25
+generator (hence its place among the data modules, below the retrieval layers) and scoring sentence
+units of a single passage (:mod:`zsdr.sparse.unit_bm25`). Scores follow Lucene's BM25
 (``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``, term weight ``tf / (tf + k1 (1 - b + b dl/avgdl))``),
 the formula Anserini uses; the large-scale runs of the pipeline go through pyserini.
 """
