@@ -1,16 +1,24 @@
 """Loss terms of the bi-encoder task: the built-in terms (BERM, MoDIR, iDRO / GroupDRO) give the
-losses, logs and gradients they gave when the task special-cased each of them."""
+losses, logs and gradients they gave when the task special-cased each of them; a term defined
+outside the library (one class, one section) trains through the trainer; at most one reducing term."""
 
+import json
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from torch import nn
 
 from tests.conftest import mini_with_backbones
 from tests.test_idro import write_query_clusters
 from zsdr.training.modir import build_target_triples
 from zsdr.training.recipes import build_task
-from zsdr.training.trainer import TrainConfig
+from zsdr.training.tasks import BiEncoderTask
+from zsdr.training.terms import (TERMS, AdditiveTerm, Encoded, ReducingTerm, Sampled, term_class,
+                                 term_input_files)
+from zsdr.training.trainer import TrainConfig, Trainer
 from zsdr.training.unit_labels import label_pairs, select_pairs, unit_statistics
 
 MINI = {
@@ -151,3 +159,139 @@ def test_built_in_terms_give_the_pinned_losses(tiny, name):
     for g, p in zip(got, pinned):
         for key, value in p.items():
             assert g[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (name, key)
+
+
+# --------------------------------------------------------------------------------- a new term
+@dataclass
+class ToyConfig:
+    """The ``toy`` section: one key."""
+
+    weight: float = 1.0
+
+
+class ToyTerm(AdditiveTerm):
+    """A term defined outside the library: ``weight`` times the mean squared distance of each query
+    vector's norm from a learned target norm (a parameter the encoder's optimiser trains); its part
+    of the batch is each query's length in characters."""
+
+    name = "toy"
+    config_class = ToyConfig
+
+    def __init__(self, config: ToyConfig):
+        self.config = config
+        self.target = nn.Linear(1, 1, bias=False)
+        nn.init.constant_(self.target.weight, 3.0)
+        self.steps: list[tuple[int, int, bool]] = []
+
+    def batch_of(self, sampled: Sampled) -> torch.Tensor:
+        return torch.tensor([float(len(sampled.data.queries[q])) for q in sampled.qids])
+
+    def loss_of(self, encoded: Encoded, data: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        assert data.shape == (encoded.queries.shape[0],)
+        norms = encoded.queries.float().norm(dim=1)
+        toy = (norms - self.target.weight[0, 0]).pow(2).mean()
+        return self.config.weight * toy, {"toy": float(toy.detach())}
+
+    def on_step(self, step: int, micro: int, last: bool) -> None:
+        self.steps.append((step, micro, last))
+
+    def trained_modules(self) -> list[nn.Module]:
+        return [self.target]
+
+
+class ToyMaxTerm(ReducingTerm):
+    """A reducing term defined outside the library: the batch loss is the largest per-query loss."""
+
+    name = "toymax"
+    config_class = ToyConfig
+
+    def __init__(self, config: ToyConfig):
+        self.config = config
+
+    def reduce(self, per_query: torch.Tensor, encoded: Encoded, data: None) -> tuple[torch.Tensor, dict]:
+        return self.config.weight * per_query.max(), {"toymax_share": float(per_query.detach().argmax()) / len(per_query)}
+
+
+@pytest.fixture
+def toy_terms(monkeypatch):
+    monkeypatch.setitem(TERMS, "toy", f"{__name__}:ToyTerm")
+    monkeypatch.setitem(TERMS, "toymax", f"{__name__}:ToyMaxTerm")
+
+
+def train(tiny, name: str, **terms) -> tuple[BiEncoderTask, dict, list[dict]]:
+    """Train ``task_spec(**terms)`` for 3 steps of 2 micro-batches with the trainer; the task, the
+    model's weights and the training log."""
+    spec = task_spec(tiny, **terms)
+    cfg = TrainConfig(batch_size=8, grad_accum=2, max_steps=3, lr=1e-2, seed=3, log_every=1)
+    task = build_task(spec)
+    out = tiny / "toy" / name
+    Trainer(task, cfg, out, cpu=True, progress=False).train()
+    log = [json.loads(x) for x in (out / "train_log.jsonl").read_text().splitlines()]
+    return task, load_file(str(out / "model.safetensors")), log
+
+
+def test_a_new_term_trains_through_the_trainer_from_its_section(tiny, toy_terms):
+    task, weighted, log = train(tiny, "weighted", toy={"weight": 0.5})
+    assert isinstance(task.toy, ToyTerm) and task.terms == [task.toy]
+    # its hooks ran: on_step before each micro-batch, and its parameter trained with the encoder's optimiser
+    assert task.toy.steps == [(s, 2 * s + m, m == 1) for s in range(3) for m in range(2)]
+    assert float(task.toy.target.weight.detach()) != 3.0
+    # its loss enters the logged loss (each micro-batch's task_loss + weight x toy, averaged over the step)
+    assert all({"toy", "task_loss", "accuracy"} <= set(r) for r in log)
+    for r in log:
+        assert r["last_loss"] == pytest.approx(r["task_loss"] + 0.5 * r["toy"], rel=1e-5)
+    assert log[-1]["toy"] < log[0]["toy"]  # the toy loss is learned
+    # ... and the gradients: weight 0 trains the model of a spec without the term, weight 0.5 another one
+    _, zero, _ = train(tiny, "zero", toy={"weight": 0.0})
+    _, plain, plain_log = train(tiny, "plain")
+    assert zero.keys() == plain.keys() == weighted.keys()
+    assert all(torch.equal(zero[k], plain[k]) for k in plain)
+    assert any(not torch.equal(weighted[k], plain[k]) for k in plain)
+    assert "toy" not in plain_log[0] and "task_loss" not in plain_log[0]
+
+
+def test_a_new_reducing_term_replaces_the_mean(tiny, toy_terms):
+    from zsdr.losses.contrastive import pairwise_nll
+
+    task = build_task(task_spec(tiny, toymax={"weight": 2.0}))
+    batch = task.make_batch(list(range(8)), 0)
+    assert "toymax" not in batch  # no part of the batch
+    loss, logs = task(batch)
+    with torch.no_grad():
+        q, d = task.encoder(**batch["q"]), task.encoder(**batch["d"]).view(8, 2, -1)
+    own = torch.einsum("nd,nkd->nk", q, d)
+    per_query = pairwise_nll(own[:, 0], own[:, 1:], reduction="none")
+    assert float(loss.detach()) == pytest.approx(2.0 * float(per_query.max()), rel=1e-5)
+    assert logs["task_loss"] == pytest.approx(float(per_query.mean()), rel=1e-5) and "toymax_share" in logs
+
+
+def test_two_reducing_terms_are_refused(tiny, toy_terms):
+    s = sections(tiny)
+    with pytest.raises(ValueError, match="dro and toymax both replace the mean .* at most one reducing term"):
+        build_task(task_spec(tiny, dro=s["dro"], toymax={"weight": 1.0}))
+    with pytest.raises(ValueError, match=r"toymax weights per-query losses and supports loss pairwise_nll only"):
+        build_task(task_spec(tiny, loss="contrastive", toymax={"weight": 1.0}))
+
+
+def test_sections_and_the_registry(tiny, toy_terms, monkeypatch):
+    # an unknown key names the section and the keys it has
+    with pytest.raises(ValueError, match="toy: unknown key.*wieght; expected weight"):
+        build_task(task_spec(tiny, toy={"wieght": 1.0}))
+    # an empty or null section is no term (the workflow writes null for a recipe without it)
+    assert build_task(task_spec(tiny, toy=None, berm={})).terms == []
+    # every built-in section resolves to its class, in the order the losses run
+    assert list(TERMS)[:3] == ["berm", "modir", "dro"]
+    assert [term_class(n).name for n in TERMS] == list(TERMS)
+    # the terms' input files enter the training fingerprint
+    s = sections(tiny)
+    assert term_input_files(task_spec(tiny, berm=s["berm"], modir=s["modir"], dro=s["dro"])) == [
+        s["berm"]["labels"], s["modir"]["triples"], s["dro"]["clusters_file"]]
+    monkeypatch.setitem(TERMS, "wrong", f"{__name__}:ToyTerm")
+    with pytest.raises(ValueError, match="declares the section 'toy'"):
+        term_class("wrong")
+    monkeypatch.setitem(TERMS, "missing", f"{__name__}:NoSuchTerm")
+    with pytest.raises(ImportError, match="cannot load"):
+        term_class("missing")
+    plain = build_task(task_spec(tiny))
+    with pytest.raises(ValueError, match="toy given twice"):
+        BiEncoderTask(plain.encoder, plain.data, "pairwise_nll", terms=[ToyTerm(ToyConfig()), ToyTerm(ToyConfig())])
