@@ -29,6 +29,7 @@ from zsdr.data.units import tokenize_with_units
 from zsdr.data.formats import iter_jsonl
 from zsdr.io import DataError
 from zsdr.training.sections import section_from_dict
+from zsdr.training.terms import AdditiveTerm, Encoded, Sampled
 
 
 @dataclass
@@ -72,12 +73,33 @@ def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[lis
     return out
 
 
-class BermTerm:
-    """The R1 / R2 losses of the positives of a batch (see the module docstring)."""
+class BermTerm(AdditiveTerm):
+    """The R1 / R2 losses of the positives of a batch (see the module docstring): the recipe's
+    ``berm`` section, a :class:`~zsdr.training.terms.AdditiveTerm` that needs the documents' token
+    states."""
+
+    name = "berm"
+    config_class = BermConfig
+    summary = "BERM's unit losses"
+    needs_token_states = True
 
     def __init__(self, config: BermConfig):
         self.config = config
         self.labels = read_unit_labels(config.labels) if config.labels else {}
+
+    @classmethod
+    def input_files(cls, section: dict) -> list[str]:
+        return [section["labels"]] if section.get("labels") else []
+
+    def batch_of(self, sampled: Sampled) -> dict:
+        """:meth:`batch` of the batch's positives, padded to the document batch's width."""
+        pids = sampled.positives
+        return self.batch(sampled.encoder, sampled.qids, pids, [sampled.data.corpus[p] for p in pids],
+                          width=sampled.docs["input_ids"].shape[1])
+
+    def loss_of(self, encoded: Encoded, data: dict) -> tuple[torch.Tensor, dict]:
+        """:meth:`loss` of the queries, their positives and the positives' token states."""
+        return self.loss(encoded.queries, encoded.docs[:, 0], encoded.doc_states[:, 0], data)
 
     def batch(self, encoder, qids: Sequence[str], pids: Sequence[str], docs: Sequence[dict], width: int) -> dict:
         """Unit pooling weights ``(n, u, width)``, unit mask ``(n, u)`` and targets ``(n,)`` of the positives

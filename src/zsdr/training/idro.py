@@ -14,9 +14,10 @@ Code names -> ours: ``alpha`` -> ``beta`` (iDRO) / ``fraction`` (GroupDRO), ``em
 * :func:`groupdro_update`: the greedy GroupDRO update (Sagawa et al.'s "greedy" variant as the
   official ``DROGreedyLoss`` runs it by default, i.e. without weight EMA).
 * :class:`IdroTerm` / :class:`GroupDroTerm`: the robust loss of a bi-encoder batch from its
-  per-query losses and query clusters; :class:`~zsdr.training.tasks.BiEncoderTask` uses one in
-  place of the mean ``pairwise_nll`` (``dro=``) and hands it to the trainer's ``attach`` hook, which
-  checkpoints the weights with the model.
+  per-query losses and query clusters. Both are the recipe's ``dro`` section
+  (:class:`DroTerm`, a :class:`~zsdr.training.terms.ReducingTerm`): the bi-encoder task uses the
+  one ``dro.kind`` names in place of the mean ``pairwise_nll`` and hands it to the trainer's
+  ``attach`` hook, which checkpoints the weights with the model.
 
 Per process, as in the official code: cluster losses and counts are those of the *local* batch;
 iDRO's cluster gradients are summed over processes (all-reduce), GroupDRO's running losses and
@@ -37,6 +38,7 @@ faiss's result depends on it (1 and 2 threads give different centroids on the sa
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ import torch
 
 from zsdr.io import DataError, atomic_write
 from zsdr.training.sections import section_from_dict
+from zsdr.training.terms import Encoded, ReducingTerm, Sampled
 
 DRO_KINDS = ("idro", "groupdro")
 CLUSTERS_FIX = "write the file with the query clustering step (zsdr.training.idro.write_clusters)"
@@ -270,9 +273,16 @@ def _weight_logs(h: torch.Tensor, present: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------- terms
-class _ClusterTerm:
-    """What both DRO terms share: the query clusters and the checkpointed state."""
+class DroTerm(ReducingTerm):
+    """What both DRO terms share: the ``dro`` section, the query clusters (the batch's part:
+    ``batch["clusters"]``) and the checkpointed state; :meth:`from_spec` builds the kind the section
+    names."""
 
+    name = "dro"
+    config_class = DroConfig
+    summary = "iDRO / GroupDRO"
+    checkpointed = True
+    batch_key = "clusters"
     state_names: tuple[str, ...] = ()
 
     def __init__(self, config: DroConfig):
@@ -284,9 +294,32 @@ class _ClusterTerm:
             raise DataError(config.clusters_file, None, f"query {qid!r} is in cluster {top}, but dro.clusters is "
                             f"{config.clusters}", "set dro.clusters to the number of clusters the file was made with")
 
-    def attach(self, device: torch.device) -> None:
+    @classmethod
+    def from_spec(cls, section: dict, encoder) -> "IdroTerm | GroupDroTerm":
+        return build_dro_term(cls.config_from(section), encoder)
+
+    @classmethod
+    def input_files(cls, section: dict) -> list[str]:
+        return [section["clusters_file"]] if section.get("clusters_file") else []
+
+    def attach(self, train_config, total_steps: int, device: torch.device) -> None:
+        """Move the weights (and running statistics) to the training device."""
         for name in self.state_names:
             setattr(self, name, getattr(self, name).to(device))
+
+    def batch_of(self, sampled: Sampled) -> torch.Tensor:
+        """The clusters of the batch's queries."""
+        return self.cluster_ids(sampled.qids)
+
+    @abc.abstractmethod
+    def loss(self, per_query: torch.Tensor, clusters: torch.Tensor, update: bool = True) -> tuple[torch.Tensor, dict]:
+        """``(robust loss, logs)`` of per-query losses ``(n,)`` and their clusters ``(n,)``; the weights
+        move only with ``update``."""
+
+    def reduce(self, per_query: torch.Tensor, encoded: Encoded, data: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """:meth:`loss` of the step's per-query losses; the weights move only in training forwards
+        with gradients (never under ``no_grad`` or in eval mode)."""
+        return self.loss(per_query, data, update=encoded.update)
 
     def cluster_ids(self, qids: Sequence[str]) -> torch.Tensor:
         """The clusters of a batch's queries (``LongTensor``)."""
@@ -317,7 +350,7 @@ class _ClusterTerm:
             setattr(self, name, mine[name].to(device=current.device, dtype=current.dtype))
 
 
-class IdroTerm(_ClusterTerm):
+class IdroTerm(DroTerm):
     """COCO-DR's iDRO: the batch loss is ``Σ_k h_k L_k`` with the weights ``h`` of the previous step
     (all ones at the first), after which ``h`` moves by :func:`idro_update` (only in training with
     gradients enabled)."""
@@ -367,7 +400,7 @@ class IdroTerm(_ClusterTerm):
         return robust, _weight_logs(self.h, int((counts > 0).sum()))
 
 
-class GroupDroTerm(_ClusterTerm):
+class GroupDroTerm(DroTerm):
     """The greedy GroupDRO baseline: the batch loss is ``Σ_k (sum of cluster k's losses) h_k / n``
     with the weights before this step's :func:`groupdro_update` (only in training with gradients
     enabled; the running statistics come from the global batch)."""

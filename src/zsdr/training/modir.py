@@ -52,6 +52,7 @@ from zsdr.io import DataError, atomic_write
 from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
 from zsdr.models.heads import SOURCE, TARGET, DomainClassifier
 from zsdr.training.sections import section_from_dict
+from zsdr.training.terms import AdditiveTerm, Encoded, Sampled
 
 MODES = ("momentum", "single", "repeat")
 SETS = {"source_queries": SOURCE, "source_docs": SOURCE, "target_queries": TARGET, "target_docs": TARGET}
@@ -149,8 +150,22 @@ class MomentumQueue:
 
 
 # --------------------------------------------------------------------------------------- term
-class ModirTerm:
-    """The MoDIR part of a bi-encoder training step (see the module docstring)."""
+class ModirTerm(AdditiveTerm):
+    """The MoDIR part of a bi-encoder training step (see the module docstring): the recipe's ``modir``
+    section, a checkpointed :class:`~zsdr.training.terms.AdditiveTerm`."""
+
+    name = "modir"
+    config_class = ModirConfig
+    summary = "MoDIR's adversarial loss"
+    checkpointed = True
+
+    @classmethod
+    def from_spec(cls, section: dict, encoder) -> "ModirTerm":
+        return cls(cls.config_from(section), encoder.dim)
+
+    @classmethod
+    def input_files(cls, section: dict) -> list[str]:
+        return [section["triples"]] if section.get("triples") else []
 
     def __init__(self, config: ModirConfig, dim: int):
         self.config = config
@@ -200,6 +215,10 @@ class ModirTerm:
         return {"q": encoder.collate(encoder.tokenize_queries([self.queries[q] for q, _, _ in picks])),
                 "d0": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, d, _ in picks])),
                 "d1": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, _, d in picks]))}
+
+    def batch_of(self, sampled: Sampled) -> dict:
+        """:meth:`batch` of the micro-batch's examples."""
+        return self.batch(sampled.encoder, sampled.indices, sampled.epoch, len(sampled.data))
 
     # ---- the step
     def rehearsal(self, current: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
@@ -256,3 +275,7 @@ class ModirTerm:
         lam = lambda_at(self.step, self.config.lambda0, self.config.lambda_half_life)
         logs.update(adversarial_loss=float(adv.detach()), adversarial_lambda=lam)
         return lam * adv, logs
+
+    def loss_of(self, encoded: Encoded, data: dict) -> tuple[torch.Tensor, dict]:
+        """:meth:`loss` of the step's queries and documents."""
+        return self.loss(encoded.encoder, encoded.queries, encoded.docs, data)

@@ -12,13 +12,16 @@ A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises
   relevant to the query masked (DDR's REM/DR contrastive loss);
 * ``margin_mse``: Margin-MSE against teacher scores of the positive and each negative (KD).
 
-A :class:`~zsdr.training.berm.BermTerm` (BERM) or :class:`~zsdr.training.modir.ModirTerm` (MoDIR)
-adds its loss to any of them; MoDIR's domain classifier trains beside the encoder through the
-trainer's hooks (``attach``: its optimizer and checkpointed state; ``on_step``: the step count).
-A :class:`~zsdr.training.idro.IdroTerm` (COCO-DR's iDRO) or
-:class:`~zsdr.training.idro.GroupDroTerm` (``dro``, ``pairwise_nll`` only) replaces the mean over
-the queries by a weighted sum over their clusters (``task_loss`` logs the plain mean); its cluster
-weights are checkpointed through ``attach``.
+Loss terms (:mod:`zsdr.training.terms`) compose with any of them, in the order given: an
+additive term (BERM's :class:`~zsdr.training.berm.BermTerm`, MoDIR's
+:class:`~zsdr.training.modir.ModirTerm`) adds its loss, and each logs ``task_loss``, the loss before
+its addition; at most one reducing term (COCO-DR's iDRO or GroupDRO,
+:class:`~zsdr.training.idro.DroTerm`, ``pairwise_nll`` only) replaces the mean over the queries
+(``task_loss`` logs the plain mean). Each term adds its part to the batch (``make_batch``), and
+takes part in the trainer's hooks (``attach``: its own optimiser, the device, the checkpointed
+state; ``on_step``: the step count); a term's trained modules are submodules of the task. The
+task holds no term-specific code; a term is reachable as the attribute named after its section
+(``task.dro``).
 
 ``scale`` multiplies the student's similarities into logits for every loss (1 for dot products;
 cosine similarities need a temperature, e.g. DDR's 20).
@@ -35,6 +38,7 @@ from torch import nn
 from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 from zsdr.models.encoder import Encoder
 from zsdr.training.data import ReaderExample, TrainingSet
+from zsdr.training.terms import AdditiveTerm, Encoded, ReducingTerm, Sampled, Term
 
 LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
 
@@ -54,9 +58,15 @@ class Task(nn.Module):
         return len(self.data)
 
 
+PER_QUERY_LOSSES = ("pairwise_nll",)  # the losses with per-query values a reducing term can weight
+BATCH_KEYS = ("q", "d", "qids", "doc_ids", "teacher")  # the task's own batch entries
+
+
 class BiEncoderTask(Task):
+    """A bi-encoder trained with one of :data:`LOSSES` and any loss terms (see the module docstring)."""
+
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
-                 seed: int = 42, berm=None, modir=None, dro=None):
+                 seed: int = 42, terms: list[Term] | tuple[Term, ...] = ()):
         super().__init__(data, negatives, seed)
         if loss not in LOSSES:
             raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -64,31 +74,39 @@ class BiEncoderTask(Task):
             raise ValueError(f"loss {loss} needs at least one negative per query")
         if loss == "margin_mse" and data.teacher is None:
             raise ValueError("margin_mse needs teacher scores")
-        if dro is not None and loss != "pairwise_nll":
-            raise ValueError(f"dro (iDRO / GroupDRO) weights per-query losses and supports loss pairwise_nll only, "
-                             f"not {loss}")
+        terms = list(terms)
+        check_terms(terms, loss)
         self.encoder = encoder
         self.loss_name = loss
         self.scale = float(scale)
-        self.berm = berm  # a zsdr.training.berm.BermTerm added to the loss, or None
-        self.modir = modir  # a zsdr.training.modir.ModirTerm (not a submodule: its classifier trains apart)
-        self.dro = dro  # a zsdr.training.idro.IdroTerm / GroupDroTerm (not a submodule: its weights are no parameters)
+        # the terms are no submodules (MoDIR's classifier trains apart, iDRO's weights are no parameters);
+        # what a term trains with the encoder is, under the term's name
+        self.terms = terms
+        self.reducer = next((t for t in terms if isinstance(t, ReducingTerm)), None)
+        self.additive = [t for t in terms if isinstance(t, AdditiveTerm)]
+        trained = {t.name: t.trained_modules() for t in terms}
+        self.term_modules = nn.ModuleDict({name: nn.ModuleList(mods) for name, mods in trained.items() if mods})
+        self._token_states = any(t.needs_token_states for t in terms)
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            for term in self.__dict__.get("terms", ()):
+                if term.name == name:
+                    return term
+            raise
 
     def attach(self, train_config, total_steps: int, device) -> list:
-        """Trainer hook: the stateful parts besides the encoder (checkpointed with it)."""
-        parts = []
-        if self.modir is not None:
-            self.modir.attach(train_config, total_steps, device)
-            parts.append(self.modir)
-        if self.dro is not None:
-            self.dro.attach(device)
-            parts.append(self.dro)
-        return parts
+        """Trainer hook: attach every term; the checkpointed ones are returned (saved with the model)."""
+        for term in self.terms:
+            term.attach(train_config, total_steps, device)
+        return [term for term in self.terms if term.checkpointed]
 
     def on_step(self, step: int, micro: int, last: bool) -> None:
         """Trainer hook, before each micro-batch: the optimizer step it belongs to."""
-        if self.modir is not None:
-            self.modir.on_step(step, micro, last)
+        for term in self.terms:
+            term.on_step(step, micro, last)
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
@@ -101,42 +119,42 @@ class BiEncoderTask(Task):
         batch = {"q": enc.collate(enc.tokenize_queries(queries)),
                  "d": enc.collate(enc.tokenize_docs([data.corpus[did] for did in doc_ids])),
                  "qids": qids, "doc_ids": doc_ids}
+        group = 1 + self.negatives
         if self.loss_name == "margin_mse":
-            group = 1 + self.negatives
             batch["teacher"] = torch.tensor(
                 [[data.teacher[q][doc_ids[j * group + c]] for c in range(group)] for j, q in enumerate(qids)],
                 dtype=torch.float32)
-        if self.berm is not None:
-            group = 1 + self.negatives
-            pids = doc_ids[::group]
-            batch["berm"] = self.berm.batch(enc, qids, pids, [data.corpus[p] for p in pids],
-                                            width=batch["d"]["input_ids"].shape[1])
-        if self.modir is not None:
-            batch["modir"] = self.modir.batch(enc, indices, epoch, len(data))
-        if self.dro is not None:
-            batch["clusters"] = self.dro.cluster_ids(qids)
+        if self.terms:
+            sampled = Sampled(enc, data, list(indices), epoch, qids, doc_ids, group, batch["d"])
+            for term in self.terms:
+                part = term.batch_of(sampled)
+                if part is not None:
+                    batch[term.key] = part
         return batch
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
         q = self.encoder(**batch["q"])
         n, group = q.shape[0], 1 + self.negatives
-        if self.berm is None:
-            d = self.encoder(**batch["d"])
-        else:
+        states = None
+        if self._token_states:
             d, hidden = self.encoder(**batch["d"], return_hidden=True)
+            states = hidden.unflatten(0, (n, group))
+        else:
+            d = self.encoder(**batch["d"])
         own = torch.einsum("nd,nkd->nk", q.float(), d.float().view(n, group, -1))
         logs = {"accuracy": float((own.argmax(dim=1) == 0).float().mean())}
+        # state a term moves per step (iDRO's weights) moves only in training steps (never under no_grad / eval)
+        encoded = Encoded(self.encoder, q, d.view(n, group, -1), states,
+                          update=self.training and torch.is_grad_enabled())
         if self.loss_name == "pairwise_nll":
             from zsdr.losses.contrastive import pairwise_nll
 
-            if self.dro is None:
+            if self.reducer is None:
                 loss = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:])
             else:
                 per_query = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:], reduction="none")
-                # the cluster weights move only in training steps (never under no_grad / eval)
-                loss, dro_logs = self.dro.loss(per_query, batch["clusters"],
-                                               update=self.training and torch.is_grad_enabled())
-                logs.update(dro_logs, task_loss=float(per_query.detach().mean()))
+                loss, term_logs = self.reducer.reduce(per_query, encoded, batch.get(self.reducer.key))
+                logs.update(term_logs, task_loss=float(per_query.detach().mean()))
         elif self.loss_name == "margin_mse":
             from zsdr.losses.margin_mse import margin_mse
 
@@ -151,18 +169,41 @@ class BiEncoderTask(Task):
             targets = offset + torch.arange(n, device=q.device) * group
             mask = relevance_mask([self.data.relevant.get(qid, set()) for qid in batch["qids"]], all_ids).to(q.device)
             loss = contrastive(q, all_d, targets, mask, self.scale)
-        if self.berm is not None:
-            extra, berm_logs = self.berm.loss(q, d[::group], hidden[::group], batch["berm"])
-            logs.update(berm_logs, task_loss=float(loss.detach()))
-            loss = loss + extra
-        if self.modir is not None:
-            extra, modir_logs = self.modir.loss(self.encoder, q, d.view(n, group, -1), batch["modir"])
-            logs.update(modir_logs, task_loss=float(loss.detach()))
+        for term in self.additive:
+            extra, term_logs = term.loss_of(encoded, batch.get(term.key))
+            logs.update(term_logs, task_loss=float(loss.detach()))
             loss = loss + extra
         return loss, logs
 
     def save(self, directory: str | os.PathLike) -> Path:
         return self.encoder.save_pretrained(directory)
+
+
+def check_terms(terms: list[Term], loss: str) -> None:
+    """Terms a bi-encoder task with ``loss`` can hold: distinct sections and batch keys, at most one
+    reducing term, and that one only with a loss that has per-query values."""
+    other = [t for t in terms if not isinstance(t, (AdditiveTerm, ReducingTerm))]
+    if other:
+        raise TypeError(f"loss term {other[0]!r}: neither an AdditiveTerm nor a ReducingTerm "
+                        "(zsdr.training.terms)")
+    names = [t.name for t in terms]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"loss term(s) {', '.join(twice)} given twice")
+    keys = [t.key for t in terms]
+    clash = sorted({k for k in keys if keys.count(k) > 1 or k in BATCH_KEYS})
+    if clash:
+        raise ValueError(f"loss terms: batch key(s) {', '.join(clash)} taken twice (the task's own: "
+                         f"{', '.join(BATCH_KEYS)})")
+    reducing = [t for t in terms if isinstance(t, ReducingTerm)]
+    if len(reducing) > 1:
+        raise ValueError(f"loss terms {' and '.join(t.name for t in reducing)} both replace the mean over the "
+                         "per-query losses; a task takes at most one reducing term (keep one of these sections)")
+    if reducing and loss not in PER_QUERY_LOSSES:
+        t = reducing[0]
+        what = f"{t.name} ({t.summary})" if t.summary else t.name
+        raise ValueError(f"{what} weights per-query losses and supports loss "
+                         f"{', '.join(PER_QUERY_LOSSES)} only, not {loss}")
 
 
 class CrossEncoderTask(Task):

@@ -18,7 +18,8 @@ term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``
 ``double_softmax``, ``r1_reduction``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
 ``triples`` and ``target`` plus the classifier and loss settings), ``dro`` (COCO-DR's iDRO or the
 GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.training.idro.DroConfig`:
-``kind``, ``clusters_file``, ``clusters`` and the weight-update settings) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
+``kind``, ``clusters_file``, ``clusters`` and the weight-update settings; these three are the loss terms
+registered in :data:`zsdr.training.terms.TERMS`, and any registered term's section is read the same way) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
 frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
 ``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); COCO pretraining (``coco``, COCO-DR) has
 ``spans`` (span files, no ``dataset``), ``max_length``, ``mlm_probability``, ``head_layers``, ``skip_from``,
@@ -51,12 +52,11 @@ KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "gen
 
 
 def _fingerprint(spec: dict) -> str:
+    from zsdr.training.terms import term_input_files
     from zsdr.training.trainer import fingerprint_of
 
     files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
-    files += [spec["berm"]["labels"]] if (spec.get("berm") or {}).get("labels") else []
-    files += [spec["modir"]["triples"]] if (spec.get("modir") or {}).get("triples") else []
-    files += [spec["dro"]["clusters_file"]] if (spec.get("dro") or {}).get("clusters_file") else []
+    files += term_input_files(spec)
     if spec.get("kind") == "coco":
         files += [spec["spans"]] if isinstance(spec["spans"], str) else list(spec["spans"])
     elif spec.get("kind") == "mixture":
@@ -129,23 +129,10 @@ def build_task(spec: dict):
 
         encoder.add_rem(RemConfig.from_dict(spec["rem"]))  # freezes the DAM: only the REM trains
     encoder.train()
-    berm = None
-    if spec.get("berm"):
-        from zsdr.training.berm import BermConfig, BermTerm
+    from zsdr.training.terms import build_terms
 
-        berm = BermTerm(BermConfig.from_dict(spec["berm"]))
-    modir = None
-    if spec.get("modir"):
-        from zsdr.training.modir import ModirConfig, ModirTerm
-
-        modir = ModirTerm(ModirConfig.from_dict(spec["modir"]), encoder.dim)
-    dro = None
-    if spec.get("dro"):
-        from zsdr.training.idro import DroConfig, build_dro_term
-
-        dro = build_dro_term(DroConfig.from_dict(spec["dro"]), encoder)
     return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed, berm=berm, modir=modir, dro=dro)
+                         scale=spec.get("scale", 1.0), seed=seed, terms=build_terms(spec, encoder))
 
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
