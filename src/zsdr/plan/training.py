@@ -1,7 +1,12 @@
 """Training: the resolved spec, inputs, code and launch settings of every training job."""
 
 from zsdr.models.released import RELEASES
+from zsdr.training.term_registry import TERMS
 from zsdr.workflow import check_model_reference
+
+# Loss terms whose sections the planner resolves (their label, triples and cluster files are job
+# inputs); every other registered term's section goes into the spec as the recipe gives it.
+PLANNED_TERMS = ("berm", "modir", "dro")
 
 
 class TrainingPlan:
@@ -164,6 +169,8 @@ class TrainingPlan:
                 if r.get("dro")
                 else {}
             ),
+            # any other registered term: its section as the recipe gives it
+            **{t: r[t] for t in TERMS if t not in PLANNED_TERMS and r.get(t)},
             "train": train,
             "info": {
                 "recipe": name,
@@ -325,6 +332,7 @@ class TrainingPlan:
             mods += ["zsdr.training.idro"]
         if r.get("mixture"):
             mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
+        mods += [TERMS[t].split(":")[0] for t in TERMS if t not in PLANNED_TERMS and r.get(t)]
         return self.code(*mods, script="train")
 
     def launch_settings(self, item):

@@ -41,18 +41,13 @@ import torch
 from torch import nn
 
 from zsdr.training.sections import section_from_dict
+from zsdr.training.term_registry import TERMS  # noqa: F401 (section name -> "module:Class")
 
 if TYPE_CHECKING:
     from zsdr.models.encoder import Encoder
     from zsdr.training.data import TrainingSet
     from zsdr.training.trainer import TrainConfig
 
-# Section name -> "module:Class"; the order of the table is the order the terms run in.
-TERMS: dict[str, str] = {
-    "berm": "zsdr.training.berm:BermTerm",
-    "modir": "zsdr.training.modir:ModirTerm",
-    "dro": "zsdr.training.idro:DroTerm",
-}
 
 
 @dataclass(frozen=True)
