@@ -21,6 +21,7 @@ os.environ.update(
 
 
 from zsdr.workflow import (
+    add_paper_configs,
     check_config,
     expand_berm_grid,
     expand_cocodr_sweeps,
@@ -31,11 +32,21 @@ from zsdr.workflow import (
 load_yaml(Path(workflow.basedir) / "config.yaml")  # a syntax error: its line and column
 
 
+# config.yaml: what the papers share; configs/papers/<paper>.yaml: each paper's recipes and method
+# section, with its small- and paper-scale values under `by_scale` (configs/small.yaml and
+# configs/paper.yaml set `scale`). --configfile / --config override all of them.
 configfile: "config.yaml"
 
 
+CONFIG_SOURCES = {}
+if not workflow.config_settings.replace_workflow_config:
+    CONFIG_SOURCES = add_paper_configs(
+        config, workflow.basedir, workflow.config_settings.overwrite_config
+    )
 expand_recipes(config)
-check_config(config, Path(workflow.basedir) / "schemas" / "config.schema.yaml")
+check_config(
+    config, Path(workflow.basedir) / "schemas" / "config.schema.yaml", CONFIG_SOURCES
+)
 validate(config, "schemas/config.schema.yaml")  # fills in the schema's defaults
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)

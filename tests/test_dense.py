@@ -353,7 +353,8 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
     """A real run of a small target, mini-alpha in 3 shards: scattered over jobs, then in one job."""
     from tests.test_workflow import ROOT, planned_jobs, snakemake
 
-    for name in ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "profiles", "envs"):
+    for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "profiles",
+                 "envs"):
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
     target = "runs/mini-alpha/tiny-bert-untrained.trec"
     on = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, True)), cwd=tmp_path)

@@ -336,7 +336,9 @@ def plan(configfile: Path, env: dict | None = None) -> subprocess.CompletedProce
 def mini_config(tmp_path: Path, edit) -> Path:
     import yaml
 
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    from zsdr.workflow import read_config
+
+    cfg = read_config(ROOT)
     edit(cfg)
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -377,12 +379,63 @@ def test_check_config_reads_configs_as_the_workflow_does(tmp_path, capsys):
         "zsdr check-config: 2 errors:",
         "config key offlien: unknown key (did you mean 'offline'? allowed at the top level: backbones, berm, bm25, "
         "cluster, cocodr, cross_encoders, datasets, ddr, dense, download, evaluation, mini, mirror, modir, offline, "
-        "paths, readers, recipes, rmsc, scale, seed, statistics, systems, table1, training)",
+        f"paths, readers, recipes, rmsc, scale, seed, statistics, systems, table1, training) (set in {unknown})",
         "config key bm25.k11: unknown key (did you mean 'k1'? allowed at bm25: b, depth, k1, remove_query, rm3, "
-        "threads)"]
+        f"threads) (set in {unknown})"]
     for name in ("small.yaml", "paper.yaml"):
         code, out, err = zsdr(capsys, "check-config", ROOT / "configs" / name)
         assert code == 0 and json.loads(out)["ok"], err
+
+
+def test_config_errors_name_the_paper_file_and_a_users_overlay_wins(tmp_path):
+    """Settings live in config.yaml and one file per paper (configs/papers/); a mistake names the file that
+    set the key (with its `by_scale` section at small and paper scale), and a --configfile overrides all."""
+    import shutil
+
+    import yaml
+
+    from zsdr.workflow import (
+        ConfigError,
+        add_paper_configs,
+        check_config,
+        expand_recipes,
+        load_yaml,
+        read_config,
+        update_config,
+    )
+
+    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    cocodr = tmp_path / "configs" / "papers" / "cocodr.yaml"
+    text = cocodr.read_text()
+    for line in ("  clustering: {niter: 100, nredo: 5}\n", "      clustering: {niter: 500, nredo: 5}\n"):
+        assert text.count(line) == 1
+        text = text.replace(line, line.replace("nredo:", "nredos:"))
+    cocodr.write_text(text)
+    schema = ROOT / "schemas" / "config.schema.yaml"
+    for scale, where in (("mini", "configs/papers/cocodr.yaml"), ("paper", "configs/papers/cocodr.yaml by_scale.paper")):
+        command_line = load_yaml(tmp_path / "configs" / "paper.yaml") if scale == "paper" else {}
+        config = update_config(load_yaml(tmp_path / "config.yaml"), command_line)
+        sources = add_paper_configs(config, tmp_path, command_line)
+        expand_recipes(config)
+        with pytest.raises(ConfigError) as err:
+            check_config(config, schema, sources)
+        assert str(err.value).splitlines()[1:] == [
+            "config key cocodr.clustering.nredos: unknown key (did you mean 'nredo'? allowed at cocodr.clustering: "
+            f"niter, nredo) (set in {where})"]
+    cocodr.write_text(text.replace("by_scale:\n  small:", "by_scale:\n  smal:"))
+    with pytest.raises(ConfigError, match=rf"^{cocodr}: config key by_scale.smal: not a scale"):
+        read_config(tmp_path)
+    cocodr.write_text(text.replace("by_scale:\n", "by_scale: [\n"))
+    with pytest.raises(ConfigError, match=rf"^{cocodr}:\d+:\d+: YAML syntax error"):
+        read_config(tmp_path)
+    # a user's --configfile overrides a paper file's scale section (and merges key by key)
+    overlay = tmp_path / "mine.yaml"
+    overlay.write_text(yaml.safe_dump({"recipes": {"cocodr-base": {"dro": {"clusters": 7}}}}))
+    config = read_config(ROOT, ROOT / "configs" / "paper.yaml", overlay)
+    assert config["recipes"]["cocodr-base"]["dro"]["clusters"] == 7
+    assert config["recipes"]["cocodr-base"]["dro"]["grad_layers"] == 3            # by_scale.paper's, kept
+    assert read_config(ROOT, ROOT / "configs" / "paper.yaml")["recipes"]["cocodr-base"]["dro"]["clusters"] == 50
 
 
 def test_offline_model_typos_fail_at_planning_naming_the_key(tmp_path):
@@ -424,8 +477,8 @@ def test_workflow_outputs_follow_the_umask_and_leave_no_temporaries(tmp_path):
     went through tempfile's 0600 / 0700, safetensors writes 0600)."""
     import shutil
 
-    for name in ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "profiles", "envs",
-                 "report"):
+    for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "profiles",
+                 "envs", "report"):
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
     config = mini_config(tmp_path, lambda c: c["table1"].update(systems=["bm25-flat"], baselines=["bm25-flat"]))
     env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}

@@ -31,7 +31,8 @@ from tests.test_training import checkpoint_steps
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-WORKFLOW = ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "report", "profiles", "envs")
+WORKFLOW = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
+            "profiles", "envs")
 # Data, a tiny backbone, BM25 (index + search), a training, corpus shards encoded in two jobs, dense search,
 # and two small statistics jobs that the profile groups into one SLURM job.
 TARGETS = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "stats/mini-alpha.json",

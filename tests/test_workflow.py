@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from zsdr.data import registry
-from zsdr.workflow import expand_recipes
+from zsdr.workflow import expand_recipes, read_config
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -397,7 +397,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
 
 
 def test_bm25_negatives_and_config_errors_of_recipes(tmp_path):
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg = read_config(ROOT)
     cfg["recipes"]["dpr"]["negatives"] = "bm25"          # a source without triples: mine with the sparse stage
     path = tmp_path / "bm25.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -435,7 +435,7 @@ def test_paper_config_lists_every_registry_dataset():
     ({"rmsc": {"source_context": ["human", "target"]}}, "rmsc.source_context: ['human', 'target'] must be"),
 ])
 def test_invalid_config_is_rejected(tmp_path, bad, words):
-    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg = read_config(ROOT)
     for k, v in bad.items():
         cfg[k] = {**cfg[k], **v} if isinstance(v, dict) and isinstance(cfg.get(k), dict) else v
     path = tmp_path / "bad.yaml"
@@ -475,7 +475,8 @@ def test_dataset_shards_plan_one_encode_job_per_shard_and_name_unknown_datasets(
 def workdir(tmp_path_factory):
     """A copy of the workflow (code and config only) to run for real."""
     work = tmp_path_factory.mktemp("work")
-    for name in ("Snakefile", "config.yaml", "rules", "workflow_scripts", "schemas", "src", "report", "profiles", "envs"):
+    for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
+                 "profiles", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
     return work
@@ -666,7 +667,7 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     loss = workdir / "src" / "zsdr" / "losses" / "margin_mse.py"
     original = loss.read_text()
     edit(loss)
-    cfg = yaml.safe_load((workdir / "config.yaml").read_text())
+    cfg = read_config(workdir)
     expand_recipes(cfg)
     distilled = [n for n, r in cfg["recipes"].items() if r["loss"] == "margin_mse" and n in cfg["table1"]["systems"]]
     assert sorted(distilled) == ["ddr-distill", "ddr-dr-distill", "kd", "kd-berm"]

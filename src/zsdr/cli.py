@@ -83,27 +83,46 @@ def cmd_mini(args) -> int:
 
 
 def cmd_check_config(args) -> int:
-    """Check config files as the workflow reads them: the project's config.yaml, then each file over it."""
-    from zsdr.workflow import SRC, ConfigError, check_config, expand_recipes, load_yaml, merge_config
+    """Check config files as the workflow reads them: the project's config.yaml and paper files
+    (configs/papers/), with each given file over them as a --configfile."""
+    from zsdr.workflow import (
+        SRC,
+        ConfigError,
+        add_paper_configs,
+        check_config,
+        expand_recipes,
+        load_yaml,
+        paper_config_files,
+        update_config,
+    )
 
     root = SRC.parent
     base, schema = root / "config.yaml", root / "schemas" / "config.schema.yaml"
     if not schema.is_file():
         raise DataError(schema, None, "the config schema is missing", "run this from a checkout of the project")
     try:
-        config = load_yaml(base) if args.base else {}
+        command_line: dict = {}
         for path in args.files:
             if not Path(path).is_file():
                 raise DataError(path, None, "config file not found", "check the path")
-            config = merge_config(config, load_yaml(path))
+            update_config(command_line, load_yaml(path))
+        sources = None
+        if args.base:
+            config = update_config(load_yaml(base), command_line)
+            sources = add_paper_configs(config, root, command_line)
+            for path in args.files:                       # name the given file that set a key last
+                update_config({}, load_yaml(path), sources, str(path))
+        else:
+            config = command_line
         expand_recipes(config)
-        check_config(config, schema)
+        check_config(config, schema, sources)
     except (ConfigError, ValueError) as exc:
         lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
         if len(lines) > 1:
             raise MultiDataError([DataError(None, None, line) for line in lines]) from None
         raise DataError(None, None, lines[0] if lines else str(exc)) from None
-    print(json.dumps({"ok": True, "files": [str(base)] * bool(args.base) + [str(f) for f in args.files]}))
+    read = [base, *paper_config_files(root)] if args.base else []
+    print(json.dumps({"ok": True, "files": [str(f) for f in [*read, *args.files]]}))
     return 0
 
 
@@ -216,9 +235,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-config", help="check config files as the workflow reads them (YAML line and "
                                             "column, unknown keys with the nearest valid name)")
-    p.add_argument("files", nargs="*", help="config files laid over the project's config.yaml, in order "
-                                            "(as `snakemake --configfile FILES`)")
-    p.add_argument("--no-base", dest="base", action="store_false", help="do not start from config.yaml")
+    p.add_argument("files", nargs="*", help="config files laid over the project's config.yaml and paper files, "
+                                            "in order (as `snakemake --configfile FILES`)")
+    p.add_argument("--no-base", dest="base", action="store_false",
+                   help="do not start from config.yaml and configs/papers/")
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("mini", help="generate the mini benchmark")

@@ -181,6 +181,86 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+# The config files: config.yaml (what the papers share), then one file per paper (its recipes and
+# method section at mini scale, its small- and paper-scale values under `by_scale`), in this order.
+PAPERS = ("baselines", "berm", "ddr", "modir", "cocodr", "rmsc")
+SCALE_SECTIONS = ("small", "paper")
+COMMAND_LINE = "--configfile/--config"
+
+
+def paper_config_files(root: str | Path) -> list[Path]:
+    """The paper files under ``root`` (the workflow folder), in the order the workflow reads them."""
+    return [Path(root) / "configs" / "papers" / f"{name}.yaml" for name in PAPERS]
+
+
+def update_config(config: dict, over: dict, sources: dict | None = None, label: str = "",
+                  _path: tuple = ()) -> dict:
+    """Merge ``over`` into ``config`` in place, as Snakemake merges config files (a mapping key by key,
+    anything else, a list too, replaces); with ``sources``, record ``label`` for every key it sets."""
+    for key, value in over.items():
+        if sources is not None:
+            sources[(*_path, key)] = label
+        if isinstance(value, dict):
+            if not isinstance(config.get(key), dict):
+                config[key] = {}
+            update_config(config[key], value, sources, label, (*_path, key))
+        else:
+            config[key] = value
+    return config
+
+
+def _scale_sections(path: Path, data: dict) -> dict:
+    by_scale = data.pop("by_scale", None) or {}
+    if not isinstance(by_scale, dict):
+        raise ConfigError(f"{path}: config key by_scale: must map {' and '.join(SCALE_SECTIONS)} to settings")
+    for scale, section in by_scale.items():
+        if scale not in SCALE_SECTIONS:
+            raise ConfigError(f"{path}: config key by_scale.{scale}: not a scale (by_scale holds "
+                              f"{', '.join(SCALE_SECTIONS)}; the mini settings are the file's top level)")
+        if not isinstance(section, dict):
+            raise ConfigError(f"{path}: config key by_scale.{scale}: must be a mapping of config keys")
+    return by_scale
+
+
+def add_paper_configs(config: dict, root: str | Path, command_line: dict | None = None,
+                      command_line_label: str = COMMAND_LINE) -> dict[tuple, str]:
+    """Lay the paper files over ``config`` in place: ``config`` is config.yaml with the command line's
+    ``--configfile``/``--config`` settings (``command_line``) over it, as Snakemake's ``configfile:``
+    leaves it. Each paper file's top level goes on first, then, for the scale the config names, each
+    file's ``by_scale.<scale>`` section, then the command line again, so the result is config.yaml, the
+    paper files, their scale sections and the command line merged in that order: a user's overlay still
+    overrides anything. Returns {key path: the file that set it last}, for :func:`check_config`."""
+    root = Path(root)
+    sources: dict[tuple, str] = {}
+    base = root / "config.yaml"
+    if base.is_file():
+        update_config({}, load_yaml(base), sources, "config.yaml")
+    layers = []
+    for path in paper_config_files(root):
+        data = load_yaml(path)
+        name = str(path.relative_to(root))
+        layers.append((name, _scale_sections(path, data)))
+        update_config(config, data, sources, name)
+    update_config(config, command_line or {}, sources, command_line_label)
+    scale = config.get("scale")
+    for name, by_scale in layers:
+        if scale in by_scale:
+            update_config(config, by_scale[scale], sources, f"{name} by_scale.{scale}")
+    update_config(config, command_line or {}, sources, command_line_label)
+    return sources
+
+
+def read_config(root: str | Path, *files: str | Path) -> dict:
+    """The config the workflow under ``root`` reads with ``--configfile FILES`` (before ``extends`` is
+    resolved and the schema's defaults are filled): config.yaml, the paper files, ``files`` over them."""
+    command_line: dict = {}
+    for path in files:
+        update_config(command_line, load_yaml(path))
+    config = update_config(load_yaml(Path(root) / "config.yaml"), command_line)
+    add_paper_configs(config, root, command_line)
+    return config
+
+
 def _key_path(parts) -> str:
     out = ""
     for p in parts:
@@ -192,7 +272,8 @@ def _allowed_keys(schema: dict) -> list[str]:
     return sorted(schema.get("properties", {}))
 
 
-def _describe_schema_error(error) -> str:
+def _describe_schema_error(error) -> list[tuple[str, tuple]]:
+    """One (line, key path) per problem of a jsonschema error."""
     import difflib
     import re
 
@@ -213,14 +294,14 @@ def _describe_schema_error(error) -> str:
             close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
             hint = f"did you mean {close[0]!r}? " if close else ""
             shown = ", ".join(allowed[:60]) + (", ..." if len(allowed) > 60 else "")
-            lines.append(f"config key {_key_path([*error.absolute_path, key])}: unknown key ({hint}allowed "
-                         f"{'at ' + where if where else 'at the top level'}: {shown})")
+            lines.append((f"config key {_key_path([*error.absolute_path, key])}: unknown key ({hint}allowed "
+                          f"{'at ' + where if where else 'at the top level'}: {shown})", (*error.absolute_path, key)))
         if lines:
-            return "\n".join(lines)
+            return lines
     message = error.message
     if len(message) > 300:
         message = message[:300] + " ..."
-    return f"config key {where or '(top level)'}: {message}"
+    return [(f"config key {where or '(top level)'}: {message}", tuple(error.absolute_path))]
 
 
 def _fold_inherited(lines: list[str]) -> list[str]:
@@ -249,10 +330,21 @@ def _fold_inherited(lines: list[str]) -> list[str]:
     return out
 
 
-def check_config(config: dict, schema_path: str | Path) -> None:
+def _set_in(parts, sources: dict[tuple, str]) -> str:
+    """`` (set in FILE)`` for the file that set config key ``parts`` (or the nearest key above it)."""
+    parts = tuple(parts)
+    for n in range(len(parts), 0, -1):
+        if parts[:n] in sources:
+            above = "" if n == len(parts) else f"{_key_path(parts[:n])} "
+            return f" ({above}set in {sources[parts[:n]]})"
+    return ""
+
+
+def check_config(config: dict, schema_path: str | Path, sources: dict[tuple, str] | None = None) -> None:
     """Validate ``config`` against the JSON schema; raise :class:`ConfigError` with one short line per
     problem (the key path, what is wrong, for an unknown key the allowed names and the nearest one),
-    instead of jsonschema's dump of the whole schema."""
+    instead of jsonschema's dump of the whole schema. With ``sources`` (:func:`add_paper_configs`), each
+    line ends with the file that set the key."""
     import yaml
     from jsonschema import Draft202012Validator
 
@@ -260,8 +352,13 @@ def check_config(config: dict, schema_path: str | Path) -> None:
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
-        lines = _fold_inherited(list(dict.fromkeys(
-            line for e in errors for line in _describe_schema_error(e).splitlines())))
+        keys: dict[str, tuple] = {}   # each line and the key it names
+        for e in errors:
+            for line, parts in _describe_schema_error(e):
+                keys.setdefault(line, parts)
+        lines = _fold_inherited(list(keys))
+        if sources:
+            lines = [line + _set_in(keys.get(line.split(" (also in recipes ")[0], ()), sources) for line in lines]
         raise ConfigError("invalid config:\n" + "\n".join(lines[:20])
                           + (f"\n... and {len(lines) - 20} more" if len(lines) > 20 else ""))
 
