@@ -3,8 +3,8 @@
     python tests/plan_golden.py mini|small|paper [--write]
 
 prints (or, with --write, stores under tests/golden/) every job `snakemake -n --forceall` plans for
-`results/all` at that scale: its rule, wildcards, params, resources, inputs, outputs and threads, one
-JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
+`results/all` at that scale: its rule, wildcards, params, resources, inputs (a code stamp as the source
+files it lists), outputs and threads, one JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
 """
 
 from __future__ import annotations
@@ -37,6 +37,16 @@ def _named(namedlist) -> dict:
     items = dict(namedlist.items())
     unnamed = [v for i, v in enumerate(namedlist) if v not in items.values()] if not items else []
     return {**{k: _plain(v) for k, v in items.items()}, **({"_": _plain(unnamed)} if unnamed else {})}
+
+
+def _code_expanded(inputs) -> list[str]:
+    """A job's inputs with each code stamp replaced by the source files it lists (what the job runs)."""
+    from zsdr.plan.code import STAMPS, stamp_files
+
+    out = []
+    for f in map(str, inputs):
+        out += stamp_files(ROOT / f) if f.startswith(STAMPS + "/") else [f]
+    return out
 
 
 def plan(scale: str) -> list[str]:
@@ -72,7 +82,7 @@ def plan(scale: str) -> list[str]:
                         "rule": job.rule.name,
                         "wildcards": dict(job.wildcards_dict),
                         "output": sorted(str(f) for f in job.output),
-                        "input": sorted(str(f) for f in job.input),
+                        "input": sorted(_code_expanded(job.input)),
                         "params": _named(job.params),
                         "resources": resources,
                         "threads": job.threads,

@@ -685,20 +685,28 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
 
 def test_a_new_import_replans_the_importers_jobs_without_editing_any_list(workdir):
     """Code inputs are the import closure of what a job runs: a module that Margin-MSE starts to import
-    becomes an input of exactly the distilled trainings, with no list in the workflow edited."""
+    becomes part of the code of exactly the distilled trainings, with no list in the workflow edited."""
+    from zsdr.plan.code import STAMPS, stamp_files
+
     helper = workdir / "src" / "zsdr" / "losses" / "scaling.py"
     loss = workdir / "src" / "zsdr" / "losses" / "margin_mse.py"
     original = loss.read_text()
     helper.write_text('"""A module nothing imported before."""\n')
     loss.write_text(original.replace("import torch", "import torch\n\nfrom zsdr.losses import scaling  # noqa: F401", 1))
     assert loss.read_text() != original
+    distilled = ["ddr-distill", "ddr-dr-distill", "kd", "kd-berm"]
     try:
         proc = snakemake("-n", "results/table1.csv", cwd=workdir)
-        # each planned training: "Job N: train <run> (G GPU(s)): ..." then "Reason: ..." naming the new input
-        trainings = re.findall(r"Job \d+: train ([\w.@-]+) \(\d+ GPU\(s\)\): .*\nReason: ([^\n]*)", proc.stdout)
-        assert sorted(run for run, _ in trainings) == ["ddr-distill", "ddr-dr-distill", "kd", "kd-berm"], trainings
-        for run, reason in trainings:
-            assert "src/zsdr/losses/scaling.py" in reason, (run, reason)
+        assert sorted(training_plan(proc.stdout)) == distilled, proc.stdout[-3000:]
+        # the set of inputs changed for the distilled trainings only (their code stamp is a new one)
+        changed = snakemake("--list-changes", "input", cwd=workdir).stdout
+        trained = sorted(set(re.findall(r"models/trained/([\w.@-]+)/", changed)))
+        assert trained == distilled, changed[-3000:]
+        # every code stamp that lists Margin-MSE now lists the module it imports
+        stamps = [f for f in (workdir / STAMPS).glob("train-*.sha256")
+                  if "src/zsdr/losses/margin_mse.py" in stamp_files(f)]
+        fresh = [f for f in stamps if "src/zsdr/losses/scaling.py" in stamp_files(f)]
+        assert fresh, stamps
     finally:
         loss.write_text(original)
         helper.unlink()
