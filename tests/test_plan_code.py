@@ -167,3 +167,29 @@ def test_real_tree_margin_mse_loss_brings_no_other_loss():
 def test_real_tree_every_file_exists():
     files = import_closure(["zsdr.training.trainer", "zsdr.retrieval"], ROOT)
     assert files and all((ROOT / f).is_file() for f in files)
+
+
+def test_code_stamp_changes_only_with_the_code(tmp_path):
+    from zsdr.plan.code import code_stamp, stamp_files
+
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "b.py").write_text("y = 2\n")
+    rel = code_stamp(["a.py", "b.py"], tmp_path, "job")
+    stamp = tmp_path / rel
+    assert rel.startswith(".code/job-") and stamp_files(stamp) == ["a.py", "b.py"]
+    # sha256sum's format: "<hex>  <path>"
+    import hashlib
+
+    first = stamp.read_text()
+    assert first.splitlines()[0] == hashlib.sha256(b"x = 1\n").hexdigest() + "  a.py"
+    # planning again without an edit leaves the stamp untouched (its time too)
+    os.utime(stamp, ns=(1, 1))
+    assert code_stamp(["a.py", "b.py"], tmp_path, "job") == rel and stamp.stat().st_mtime_ns == 1
+    # an edit keeps the name and rewrites the content
+    (tmp_path / "a.py").write_text("x = 3\n")
+    os.utime(tmp_path / "a.py", ns=(10**18, 10**18))
+    assert code_stamp(["a.py", "b.py"], tmp_path, "job") == rel and stamp.read_text() != first
+    # another closure (a new import) is another stamp
+    (tmp_path / "c.py").write_text("")
+    assert code_stamp(["a.py", "b.py", "c.py"], tmp_path, "job") != rel
+    assert not list((tmp_path / ".code").glob(".*.tmp"))

@@ -392,10 +392,12 @@ class CodePlan:
         closure of ``modules`` (what the job's script calls into; a module imported lazily by the
         library, such as a recipe's loss, is named here by the rule or the planner) and of every
         ``zsdr`` module its workflow script ``workflow_scripts/<script>.py`` imports."""
+        source = Path(self.root) / "src"  # the workflow's own copy of the library
         names = ["zsdr.io", *modules]
         if script is not None:
-            names += script_modules(Path(self.root) / "workflow_scripts" / f"{script}.py")
-        return import_closure(dict.fromkeys(names), root=self.root)
+            script_path = Path(self.root) / "workflow_scripts" / f"{script}.py"
+            names += script_modules(script_path, source=source)
+        return import_closure(dict.fromkeys(names), root=self.root, source=source)
 
     def code(self, *modules: str, script: str | None = None) -> str:
         """A job's code input: the stamp (:func:`code_stamp`) of :meth:`code_files`, so that editing

@@ -8,6 +8,7 @@ call into it through thin wildcard adapters; nothing here imports Snakemake.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from zsdr.plan.berm import BermPlan
 from zsdr.plan.cocodr import CocodrPlan
@@ -74,3 +75,45 @@ class Plan(
         self._setup_training_2()
         self._setup_rmsc_2()
         self._setup_ddr_2()
+
+
+def with_schema_defaults(config: dict, schema_path: str | os.PathLike) -> dict:
+    """``config`` validated against the JSON schema (Draft 2020-12) with every ``default`` the schema
+    gives filled in, in place: the defaults live in the schema only, and the planner reads keys."""
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
+    base = jsonschema.Draft202012Validator
+    check_properties = base.VALIDATORS["properties"]
+
+    def properties_with_defaults(validator, properties, instance, schema):
+        for key, sub in properties.items():
+            if "default" in sub and isinstance(instance, dict):
+                instance.setdefault(key, sub["default"])
+        yield from check_properties(validator, properties, instance, schema)
+
+    validator = jsonschema.validators.extend(base, {"properties": properties_with_defaults})
+    validator(schema).validate(config)
+    return config
+
+
+def load_plan(root: str | os.PathLike, *configfiles: str | os.PathLike) -> Plan:
+    """The plan of the workflow under ``root`` with ``--configfile configfiles``, read as the Snakefile
+    reads it (config.yaml, the paper files, the given files over them; recipe ``extends``, BERM's grid
+    and COCO-DR's sweeps expanded; checked and completed by the schema), without Snakemake."""
+    from zsdr.workflow import (
+        check_config,
+        expand_berm_grid,
+        expand_cocodr_sweeps,
+        expand_recipes,
+        read_config,
+    )
+
+    root = Path(root)
+    schema = root / "schemas" / "config.schema.yaml"
+    config = read_config(root, *configfiles)
+    expand_recipes(config)
+    check_config(config, schema)
+    with_schema_defaults(config, schema)
+    return Plan(config, root, expand_berm_grid(config), expand_cocodr_sweeps(config))

@@ -1,0 +1,128 @@
+"""zsdr.plan without Snakemake: the plan of a config, read as the Snakefile reads it."""
+
+import copy
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from zsdr.plan.code import STAMPS, stamp_files
+from zsdr.plan.core import load_plan, with_schema_defaults
+from zsdr.workflow import expand_recipes, read_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A copy of the workflow's code and config (planning writes its code stamps there)."""
+    work = tmp_path_factory.mktemp("plan")
+    for name in ("config.yaml", "configs", "schemas", "src", "workflow_scripts"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    return work
+
+
+@pytest.fixture(scope="module")
+def mini(tree):
+    return load_plan(tree)
+
+
+@pytest.fixture(scope="module")
+def paper(tree):
+    return load_plan(tree, tree / "configs" / "paper.yaml")
+
+
+def test_schema_defaults_equal_snakemakes_validate(tree):
+    from snakemake.utils import validate
+
+    config = read_config(tree, tree / "configs" / "paper.yaml")
+    expand_recipes(config)
+    ours, theirs = copy.deepcopy(config), copy.deepcopy(config)
+    with_schema_defaults(ours, tree / "schemas" / "config.schema.yaml")
+    validate(theirs, str(tree / "schemas" / "config.schema.yaml"))
+    assert ours == theirs
+
+
+def test_recipes_resolve_into_runs_and_episodes(mini, paper):
+    # an ANCE recipe with E episodes trains runs <name>-ep1..E; its system is the last one
+    assert mini.TRAIN_RUNS["ance-ep1"] == ("ance", 1) and mini.TRAIN_RUNS["ance-ep2"] == ("ance", 2)
+    assert mini.recipe_run("ance") == "ance-ep2" and mini.trained_model("ance").endswith("/trained/ance-ep2")
+    assert paper.recipe_run("ance") == "ance-ep3"
+    # episode k starts from episode k-1 and mines with it
+    spec = mini.train_spec("ance-ep2")
+    assert spec["init"] == f"{mini.MODELS}/trained/ance-ep1"
+    assert mini.previous_system("ance-ep2") == "ance-ep1"
+    # MoDIR trains once per target; per-target runs are <recipe>@<dataset>
+    modir_runs = [r for r, (n, _) in mini.TRAIN_RUNS.items() if n == "dpr-modir"]
+    assert sorted(modir_runs) == [f"dpr-modir@{d}" for d in sorted(mini.MODIR_TARGETS)]
+
+
+def test_training_specs_carry_the_recipe_settings(mini, paper):
+    kd = paper.train_spec("kd")
+    assert kd["loss"] == "margin_mse" and kd["teacher"] and kd["negatives_per_query"] == 1
+    dpr = paper.train_spec("dpr")
+    assert dpr["train"]["batch_size"] == 32 and dpr["train"]["max_steps"] == 300000
+    assert dpr["head"] == "new"
+    # the spec's inputs: its dataset, negatives and starting model
+    files = paper.spec_inputs(paper.train_spec("ance-ep2"))
+    assert f"{paper.MODELS}/trained/ance-ep1/config.json" in files
+    # the dry-run line names the loss, the batch shape and the steps
+    summary = paper.spec_summary(dpr, paper.launch_settings(paper.RECIPES["dpr"]))
+    assert "pairwise_nll with 1 negative" in summary and "300000 steps" in summary
+
+
+def test_systems_route_to_their_model_per_dataset(mini):
+    dataset = mini.TARGETS[0]
+    assert mini.dense_model("dpr", dataset) == f"{mini.MODELS}/trained/dpr"
+    assert mini.dense_model_input(SimpleNamespace(system="dpr", dataset=dataset)) == [
+        f"{mini.MODELS}/trained/dpr/config.json"
+    ]
+    # a MoDIR system is its run on each target
+    assert mini.dense_model("dpr-modir", dataset).startswith(f"{mini.MODELS}/trained/dpr-modir@{dataset}")
+    assert set(mini.BM25_SYSTEMS) <= set(mini.SYSTEMS) and "dpr" in mini.DENSE_SYSTEMS
+
+
+def test_resources_follow_the_cluster_config(tree):
+    cfg = tree / "cluster.yaml"
+    cfg.write_text(yaml.safe_dump({"cluster": {"account": "lab", "gpu_partition": "gpu", "partition": "cpu"}}))
+    plan = load_plan(tree, cfg)
+    res = plan.cluster_resources(gpus=2)
+    assert res["gpu"] == 2 and res["slurm_account"] == "lab"
+    assert res["slurm_partition"](None) == "gpu"
+    assert plan.cluster_resources()["slurm_partition"](None) == "cpu"
+
+
+def test_config_mistakes_name_the_key(tree):
+    cfg = tree / "bad.yaml"
+    cfg.write_text(yaml.safe_dump({"recipes": {"dpr": {"episodes": 2}}}))
+    with pytest.raises(ValueError, match=r"recipes\.dpr\.episodes: 2 episodes need `negatives: ance`"):
+        load_plan(tree, cfg)
+
+
+def test_code_inputs_follow_a_recipes_terms(mini, tree):
+    def files(run):
+        return stamp_files(tree / mini.recipe_code(run))
+
+    assert "src/zsdr/losses/margin_mse.py" in files("kd")
+    assert "src/zsdr/losses/margin_mse.py" not in files("dpr")
+    assert "src/zsdr/losses/berm.py" in files("kd-berm") and "src/zsdr/losses/berm.py" not in files("kd")
+    assert mini.recipe_code("kd").startswith(f"{STAMPS}/train-")
+
+
+def test_a_new_loss_terms_section_reaches_its_spec_and_code(tree, monkeypatch):
+    """A new term is its module, one registry line and its recipe section: the planner passes the section
+    into the training spec and lists the module among the training's code."""
+    from zsdr.training import term_registry
+
+    monkeypatch.setitem(term_registry.TERMS, "toy", "zsdr.losses.contrastive:ToyTerm")
+    plan = load_plan(tree)
+    plan.RECIPES["dpr"]["toy"] = {"weight": 0.5}
+    try:
+        assert plan.train_spec("dpr")["toy"] == {"weight": 0.5}
+        assert "toy" not in plan.train_spec("kd")
+        assert "src/zsdr/losses/contrastive.py" in stamp_files(tree / plan.recipe_code("dpr"))
+    finally:
+        del plan.RECIPES["dpr"]["toy"]
