@@ -407,3 +407,47 @@ def test_fused_adamw_takes_the_same_steps():
             opt.zero_grad()
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+
+
+def test_torchrun_command_one_node_standalone_several_nodes_through_srun():
+    from zsdr.training.recipes import first_host, torchrun_command
+
+    one = torchrun_command(4, 1, env={})
+    # --standalone: a free local rendezvous port, so two 4-process trainings share an 8-GPU node
+    assert "--standalone" in one and one[one.index("--nproc_per_node") + 1] == "4"
+    assert "--rdzv_endpoint" not in one and "--master_port" not in one
+    env = {"SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    two = torchrun_command(8, 2, env=env)
+    assert two[:2] == ["srun", "--overlap"] and "--nodes=2" in two and "--ntasks-per-node=1" in two
+    assert two[two.index("--rdzv_endpoint") + 1] == "gpu07:23456" and two[two.index("--rdzv_id") + 1] == "123456"
+    assert two[two.index("--nnodes") + 1] == "2" and "--standalone" not in two
+    assert first_host("node1,node2") == "node1" and first_host("a[3,5-7],b") == "a3"
+    with pytest.raises(ValueError, match="needs a SLURM allocation of 2 nodes"):
+        torchrun_command(8, 2, env={})
+
+
+def test_two_multi_process_trainings_run_side_by_side(tiny):
+    """Two 2-process trainings at once on one machine (two DDR jobs on one node, or profiles/local-gpu):
+    each finds its own rendezvous port and both finish with the same weights."""
+    import threading
+
+    runs, errors = [], []
+    for name in ("side-a", "side-b"):
+        s, _ = spec(tiny, name, train={"batch_size": 4})
+        runs.append(s)
+
+    def run(s):
+        try:
+            launch(s, processes=2, spec_path=tiny / f"{Path(s['out']).name}.json",
+                   log_file=tiny / f"{Path(s['out']).name}.log")
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in runs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    wa, wb = weights(runs[0]["out"]), weights(runs[1]["out"])
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

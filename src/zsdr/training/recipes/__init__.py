@@ -39,6 +39,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -152,13 +153,47 @@ def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop
     return trainer.train()
 
 
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``gpu[01-04],cpu7`` -> ``gpu01``), without ``scontrol``."""
+    head = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not head or not head.group(1):
+        raise ValueError(f"SLURM_JOB_NODELIST {nodelist!r}: no host in it")
+    if not head.group(2):
+        return head.group(1)
+    first = head.group(2).split(",")[0].split("-")[0]
+    return head.group(1) + first
+
+
+def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = None) -> list[str]:
+    """The command that starts ``processes`` training processes on each of ``nodes`` nodes.
+
+    One node: ``torchrun --standalone``, whose rendezvous takes a free local port, so several
+    multi-process trainings share a machine without colliding on a port. Several nodes (inside a SLURM
+    allocation of that many nodes): one ``srun`` step that starts one torchrun agent per node, the
+    agents meeting through a c10d rendezvous on the allocation's first host, on a port derived from
+    the job id.
+    """
+    env = os.environ if env is None else env
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
+    if nodes <= 1:
+        return [*torchrun, "--standalone", "--nnodes", "1"]
+    job, nodelist = env.get("SLURM_JOB_ID"), env.get("SLURM_JOB_NODELIST")
+    if not job or not nodelist:
+        raise ValueError(f"training on {nodes} nodes needs a SLURM allocation of {nodes} nodes (run it with "
+                         f"--profile profiles/slurm), or config training.launcher naming a multi-node launcher")
+    port = 20000 + int(job) % 20000
+    return ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+            *torchrun, "--nnodes", str(nodes), "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", f"{first_host(nodelist)}:{port}", "--rdzv_id", str(job)]
+
+
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
            log_file: str | os.PathLike | None = None) -> None:
     """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
 
-    ``launcher`` replaces the default ``python -m torch.distributed.run --nproc_per_node N`` (e.g.
-    ``accelerate launch --multi_gpu ...`` or a multi-node torchrun with a rendezvous endpoint).
+    ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
+    --multi_gpu ...``.
     """
     if processes <= 1 and nodes <= 1 and not launcher:
         run_spec(spec, progress=progress)
@@ -166,8 +201,7 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     spec_path = Path(spec_path or Path(spec["out"]).parent / f".{Path(spec['out']).name}.spec.json")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
-    cmd = list(launcher) if launcher else [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
-                                           "--nproc_per_node", str(processes)]
+    cmd = list(launcher) if launcher else torchrun_command(processes, nodes)
     cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet"]
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent forwards these to its workers; SIGUSR1 (sbatch --signal=USR1@...) would otherwise
