@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -259,3 +261,17 @@ def test_bm25_negatives_are_top_hits_minus_every_judged_positive(tiny, flat, tmp
     q2 = rows["q2"]
     assert q2["pos"] == ["s1", "p1"] and "s2" in q2["neg"]["bm25"]          # s2 mentions solar, not judged
     assert not {"s1", "p1"} & set(q2["neg"]["bm25"]) and len(q2["neg"]["bm25"]) <= 5
+
+
+def test_the_jvm_heap_follows_the_jobs_memory():
+    """A job with 2,000 MB gets a 1,500 MB heap (not the JVM's share of the node's RAM); an -Xmx of the
+    user's in $ZSDR_JAVA_OPTIONS wins."""
+    code = ("from zsdr.sparse.lucene import size_jvm, start_jvm; size_jvm(2000); start_jvm(); "
+            "from jnius import autoclass; print(autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20)")
+    env = {k: v for k, v in os.environ.items() if k != "ZSDR_JAVA_OPTIONS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 1300 <= int(out.stdout.split()[-1]) <= 1500, out.stdout
+    env["ZSDR_JAVA_OPTIONS"] = "-Xmx600m"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0 and 500 <= int(out.stdout.split()[-1]) <= 600, out.stdout + out.stderr[-2000:]

@@ -53,6 +53,25 @@ class LuceneUnavailable(RuntimeError):
 
 _lock = threading.Lock()
 _started = False
+_heap_mb: int | None = None
+
+HEAP_SHARE = 0.75
+"""The share of a job's memory the JVM heap may take: the rest is Python, the JVM's own native memory
+and Lucene's memory-mapped index files."""
+
+
+def jvm_heap_mb(job_mem_mb: int | float) -> int:
+    """The JVM heap (MB) for a job with ``job_mem_mb`` of memory: :data:`HEAP_SHARE` of it, at least 256."""
+    return max(256, int(float(job_mem_mb) * HEAP_SHARE))
+
+
+def size_jvm(job_mem_mb: int | float | None) -> None:
+    """Size the heap of the JVM this process will start from its job's memory (``-Xmx``), so that the
+    JVM neither runs out of heap on a large corpus nor sizes itself from the node's RAM and gets the
+    job killed. An ``-Xmx`` in ``$ZSDR_JAVA_OPTIONS`` wins; without a job memory the JVM's own default
+    applies."""
+    global _heap_mb
+    _heap_mb = jvm_heap_mb(job_mem_mb) if job_mem_mb else None
 _keep: list = []  # Java objects that must outlive this call (java.util.logging holds loggers weakly)
 
 
@@ -121,7 +140,8 @@ def anserini_jar() -> Path:
 def start_jvm() -> None:
     """Start the JVM with Anserini on the classpath (once per process; later calls return at once).
 
-    ``$ZSDR_JAVA_OPTIONS`` adds JVM options (e.g. ``-Xmx16g``). If another library already started
+    ``$ZSDR_JAVA_OPTIONS`` adds JVM options (e.g. ``-Xmx16g``); :func:`size_jvm` sets the heap from the
+    job's memory. If another library already started
     a JVM in this process, it is used when Anserini's classes load from it, else this raises.
     """
     global _started
@@ -142,7 +162,10 @@ def start_jvm() -> None:
                                                       and not set(o.split("=", 1)[-1].split(",")) <= modules)]
             if _major(info.get("JAVA_VERSION", "")) >= 24:  # Lucene 9 still calls sun.misc.Unsafe; keep it quiet
                 options.append("--sun-misc-unsafe-memory-access=allow")
-            options += shlex.split(os.environ.get("ZSDR_JAVA_OPTIONS", ""))
+            user = shlex.split(os.environ.get("ZSDR_JAVA_OPTIONS", ""))
+            if _heap_mb and not any(o.startswith("-Xmx") for o in options + user):
+                options.append(f"-Xmx{_heap_mb}m")
+            options += user
             jnius_config.set_options(*dict.fromkeys(options))
             jnius_config.set_classpath(str(jar))
             saved = os.environ.get("JAVA_HOME")
