@@ -11,7 +11,7 @@ class BermPlan:
             return None
         return {
             "labels": f"{dataset}/berm/train/labels.jsonl",
-            "scale": recipe.get("scale", 1.0),
+            "scale": recipe["scale"],
             **b,
         }
 

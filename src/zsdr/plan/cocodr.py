@@ -38,13 +38,13 @@ class CocodrPlan:
             "kind": "coco",
             "init": self.model_ref(p["init"]),
             "spans": [self.spans_file(c) for c in self.pretrained_corpora(name)],
-            "max_length": p.get("max_length", 128),
-            "mlm_probability": p.get("mlm_probability", 0.15),
-            "head_layers": p.get("head_layers", 2),
-            "skip_from": p.get("skip_from", 6),
-            "late_mlm": p.get("late_mlm", True),
-            "contrastive_weight": p.get("contrastive_weight", 1.0),
-            "backbone_dropout": p.get("backbone_dropout", False),
+            "max_length": p["max_length"],
+            "mlm_probability": p["mlm_probability"],
+            "head_layers": p["head_layers"],
+            "skip_from": p["skip_from"],
+            "late_mlm": p["late_mlm"],
+            "contrastive_weight": p["contrastive_weight"],
+            "backbone_dropout": p["backbone_dropout"],
             **({"head": p["head"]} if p.get("head") else {}),
             "tie_embeddings": p.get("tie_embeddings"),
             "max_examples": p.get("max_examples"),
@@ -68,7 +68,7 @@ class CocodrPlan:
             raise ValueError(
                 f"config key {where}: the init of {recipe!r} must be its warmup recipe"
             )
-        episodes = range(1, self.RECIPES[recipe].get("episodes", 1) + 1)
+        episodes = range(1, self.RECIPES[recipe]["episodes"] + 1)
         return [warmup, *(self.recipe_run(recipe, k) for k in episodes)]
 
     def cocodr_figure4_points(self):
@@ -88,7 +88,7 @@ class CocodrPlan:
         ]
 
     def cocodr_figure3_points(self):
-        ref = self.COCODR.get("sweeps", {}).get("reference")
+        ref = self.COCODR["sweeps"]["reference"]
         points = [
             {
                 "sweep": "temperature" if sweep == "rho" else "clusters",
@@ -126,7 +126,7 @@ class CocodrPlan:
 
         # COCO-DR (METHODS.md §4; rules/cocodr.smk): span files per corpus, pretraining specs, the query
         # clusters of every ANCE run with a `dro` term, and the systems its figures evaluate.
-        self.COCODR_ANALYSIS = self.COCODR.get("analysis", {})
+        self.COCODR_ANALYSIS = self.COCODR["analysis"]
 
         self.SPAN_CORPORA = sorted(
             {c for n in self.TRAINED_PRETRAINED for c in self.pretrained_corpora(n)}

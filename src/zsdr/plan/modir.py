@@ -182,7 +182,7 @@ class ModirPlan:
         self.MODIR_CURVES = self.MODIR["curves"]
         self.MODIR_CURVE_DATASETS = self.MODIR_CURVES.get("datasets") or self.TARGETS
         for _name in self.MODIR_RECIPES:
-            if self.RECIPES[_name].get("episodes", 1) > 1 or self.RECIPES[_name].get("rem"):
+            if self.RECIPES[_name]["episodes"] > 1 or self.RECIPES[_name].get("rem"):
                 raise ValueError(
                     f"config key recipes.{_name}.modir: MoDIR continues one model per target "
                     f"(set episodes: 1, no rem)"

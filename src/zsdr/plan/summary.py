@@ -25,7 +25,7 @@ class SummaryPlan:
             f"; + BERM R1 x{b['r1_weight']:g} ("
             + (
                 "KL / units, official code"
-                if b.get("r1_reduction", "sum") == "mean"
+                if b["r1_reduction"] == "mean"
                 else "KL, paper"
             )
             + f") + R2 x{b['r2_weight']:g} ("
@@ -125,12 +125,12 @@ class SummaryPlan:
             parts = [
                 (
                     f"LoRA r {rem['lora_r']} alpha {rem.get('lora_alpha') or rem['lora_r']:g} on "
-                    + "+".join(rem.get("lora_targets", ["query", "value"]))
+                    + "+".join(rem["lora_targets"])
                     if rem.get("lora_r")
                     else ""
                 ),
                 (
-                    f"parallel adapter {rem['adapter_bottleneck']} x{rem.get('adapter_scaling', 4.0):g}"
+                    f"parallel adapter {rem['adapter_bottleneck']} x{rem['adapter_scaling']:g}"
                     if rem.get("adapter_bottleneck")
                     else ""
                 ),
@@ -156,10 +156,10 @@ class SummaryPlan:
         d = spec.get("dro")
         if d:
             data += (
-                f"; + iDRO over K {d['clusters']} query clusters (beta {d.get('beta', 0.25):g}, rho "
-                f"{d.get('rho', 0.05):g}, gamma {d.get('gamma', 0.1):g}, eps {d.get('eps', 0.01):g}, "
-                f"gradients of the last {d.get('grad_layers', 3)} layers)"
-                if d.get("kind", "idro") == "idro"
+                f"; + iDRO over K {d['clusters']} query clusters (beta {d['beta']:g}, rho "
+                f"{d['rho']:g}, gamma {d['gamma']:g}, eps {d['eps']:g}, "
+                f"gradients of the last {d['grad_layers']} layers)"
+                if d["kind"] == "idro"
                 else f"; + GroupDRO over K {d['clusters']} query clusters (fraction "
                 f"{d.get('fraction')}, ema {d.get('ema')})"
             )

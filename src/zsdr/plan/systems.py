@@ -30,7 +30,7 @@ class SystemsPlan:
         out, seen = {}, set()
         while name in self.RECIPES and name not in seen:
             seen.add(name)
-            enc = self.RECIPES[name].get("encoder", {})
+            enc = self.RECIPES[name]["encoder"]
             for k in self.LENGTH_KEYS:
                 if k in enc:
                     out.setdefault(k, enc[k])
@@ -157,8 +157,8 @@ class SystemsPlan:
             if rem:
                 recipe = self.RECIPES[self.TRAIN_RUNS[spec["rem_of"]][0]]
                 options = {
-                    **recipe.get("encoder", {}),
-                    **recipe.get("system", {}),
+                    **recipe["encoder"],
+                    **recipe["system"],
                     **options,
                     "rem": rem,
                 }
@@ -178,7 +178,7 @@ class SystemsPlan:
     def system_scale(self, system):
         """The inverse temperature a trained system's logits use (1 for a system no recipe trained)."""
         name = system if system in self.RECIPES else self.TRAIN_RUNS.get(system, (None,))[0]
-        return self.RECIPES[name].get("scale", 1.0) if name else 1.0
+        return self.RECIPES[name]["scale"] if name else 1.0
 
     def _setup_systems(self):
 
@@ -194,7 +194,7 @@ class SystemsPlan:
                 "kind": "dense",
                 "model": f"{self.MODELS}/trained/{_run}",
                 "description": _r.get("description", f"trained by recipe {_name}"),
-                **_r.get("system", {}),
+                **_r["system"],
             }
             if _r.get("rem"):
                 _sys |= {
@@ -207,7 +207,7 @@ class SystemsPlan:
             if _r.get("by_language"):
                 _sys["by_language"] = _r["by_language"]
             self.SYSTEMS.setdefault(_run, _sys)
-            if _run != _name and _k == _r.get("episodes", 1):
+            if _run != _name and _k == _r["episodes"]:
                 self.SYSTEMS.setdefault(_name, _sys)
         for _name in self.MODIR_RECIPES:
             self.SYSTEMS.setdefault(

@@ -116,7 +116,7 @@ class TrainingPlan:
         if r.get("mixture"):
             return self.mixture_spec(run)
         where = f"recipes.{name}"
-        episodes = r.get("episodes", 1)
+        episodes = r["episodes"]
         init = self.model_ref(r["init"]) if k == 1 else f"{self.MODELS}/trained/{name}-ep{k - 1}"
         if run in self.PER_TARGET and r.get("per_target_init"):
             init = self.dam_path(
@@ -149,11 +149,11 @@ class TrainingPlan:
             "teacher": self.teacher_file(r, where),
             "out": f"{self.MODELS}/trained/{run}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/{run}",
-            "encoder": r.get("encoder", {}),
+            "encoder": r["encoder"],
             **({"head": r["head"]} if r.get("head") and k == 1 else {}),
             "loss": r["loss"],
-            "negatives_per_query": r.get("negatives_per_query", 1),
-            "scale": r.get("scale", 1.0),
+            "negatives_per_query": r["negatives_per_query"],
+            "scale": r["scale"],
             "dropout": self.recipe_dropout(r),
             "max_examples": r.get("max_examples"),
             "berm": self.berm_spec(r, dataset),
@@ -183,7 +183,7 @@ class TrainingPlan:
                     {
                         "mine": {
                             **self.TRAINING["mine"],
-                            **r.get("mine", {}),
+                            **r["mine"],
                             **self.mine_info(
                                 name if run in self.PER_TARGET and r.get("modir") else run
                             ),
@@ -215,15 +215,15 @@ class TrainingPlan:
         target = self.PER_TARGET.get(run)
         train = self.train_settings(r)
         if name in self.RMSC_CURVE_RECIPES:
-            train["snapshot_every"] = self.RMSC_CURVES.get("snapshot_every", 1000)
+            train["snapshot_every"] = self.RMSC_CURVES["snapshot_every"]
         k = m.get("soft_tokens")
         return {
             "kind": "mixture",
             "init": self.model_ref(r["init"]),
-            "encoder": r.get("encoder", {}),
+            "encoder": r["encoder"],
             "sets": self.mixture_sets(name, target),
-            "scale": r.get("scale", 1.0),
-            "group_negatives": m.get("group_negatives", True),
+            "scale": r["scale"],
+            "group_negatives": m["group_negatives"],
             "soft_tokens": {"k": k} if k else None,
             "dropout": self.recipe_dropout(r),
             "out": f"{self.MODELS}/trained/{run}",
@@ -264,9 +264,9 @@ class TrainingPlan:
             "teacher": None,
             "out": f"{self.MODELS}/cross-encoders/{name}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/cross-encoder-{name}",
-            "head": c.get("head", "cls"),
-            "max_length": c.get("max_length", 256),
-            "negatives_per_query": c.get("negatives_per_query", 7),
+            "head": c["head"],
+            "max_length": c["max_length"],
+            "negatives_per_query": c["negatives_per_query"],
             "dropout": self.TRAINING["dropout"],
             "train": self.train_settings(c),
             "info": {"cross_encoder": name, "description": c.get("description", "")},
@@ -282,7 +282,7 @@ class TrainingPlan:
             "init": self.model_ref(r["init"]),
             "dataset": dataset,
             "units": r.get("units") or f"{dataset}/units.jsonl",
-            "max_length": r.get("max_length", 384),
+            "max_length": r["max_length"],
             "out": f"{self.MODELS}/readers/{name}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/reader-{name}",
             "dropout": self.TRAINING["dropout"],
@@ -349,7 +349,7 @@ class TrainingPlan:
         while name in self.RECIPES and name not in seen:
             seen.add(name)
             r = self.RECIPES[name]
-            if r.get("encoder", {}).get("pooling"):
+            if r["encoder"].get("pooling"):
                 return r["encoder"]["pooling"]
             name = r.get("init")
         return None
