@@ -54,8 +54,8 @@ class CocodrPlan:
             "train": self.train_settings(p),
             "info": {
                 "pretrained": name,
-                "description": p.get("description", ""),
-                "provenance": p.get("provenance", ""),
+                "description": p["description"],
+                "provenance": p["provenance"],
             },
         }
 
@@ -80,7 +80,7 @@ class CocodrPlan:
                 "system": s,
                 "metrics": f"{self.METRICS}/{d}/{s}.json",
             }
-            for label, recipe in self.COCODR_FIG4.get("variants", {}).items()
+            for label, recipe in self.COCODR_FIG4["variants"].items()
             for e, s in enumerate(
                 self.cocodr_episodes(recipe, f"cocodr.figure4.variants.{label}"), 1
             )

@@ -178,7 +178,7 @@ class TrainingPlan:
                 "episode": k,
                 "episodes": episodes,
                 "description": r.get("description", ""),
-                "provenance": r.get("provenance", ""),
+                "provenance": r["provenance"],
                 **(
                     {
                         "mine": {
@@ -233,7 +233,7 @@ class TrainingPlan:
                 "recipe": name,
                 "target": target,
                 "description": r.get("description", ""),
-                "provenance": r.get("provenance", ""),
+                "provenance": r["provenance"],
             },
         }
 
@@ -269,7 +269,7 @@ class TrainingPlan:
             "negatives_per_query": c["negatives_per_query"],
             "dropout": self.TRAINING["dropout"],
             "train": self.train_settings(c),
-            "info": {"cross_encoder": name, "description": c.get("description", "")},
+            "info": {"cross_encoder": name, "description": c["description"]},
         }
 
     def reader_spec(self, name):
@@ -287,7 +287,7 @@ class TrainingPlan:
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/reader-{name}",
             "dropout": self.TRAINING["dropout"],
             "train": self.train_settings(r),
-            "info": {"reader": name, "description": r.get("description", "")},
+            "info": {"reader": name, "description": r["description"]},
         }
 
     def reader_path(self, name):
