@@ -1,10 +1,14 @@
 """COCO-DR: span files, COCO pretraining specs, iDRO clusters and analysis systems."""
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class CocodrPlan:
     """COCO-DR: span files, COCO pretraining specs, iDRO clusters and analysis systems (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def pretrained_corpora(self, name):
+    def pretrained_corpora(self, name: str) -> list[str]:
         """The configured datasets a pipeline-pretrained model trains on (checked)."""
         corpora = self.PRETRAINED[name].get("corpora") or []
         if not corpora:
@@ -19,10 +23,10 @@ class CocodrPlan:
                 )
         return list(corpora)
 
-    def spans_file(self, corpus):
+    def spans_file(self, corpus: str) -> str:
         return f"{self.DATA}/{corpus}/coco/spans.jsonl"
 
-    def coco_spec(self, name):
+    def coco_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.pretrain.coco) of a pretrained model the pipeline trains."""
         p = self.PRETRAINED[name]
         if "init" not in p or "train" not in p:
@@ -59,7 +63,7 @@ class CocodrPlan:
             },
         }
 
-    def cocodr_episodes(self, recipe, where):
+    def cocodr_episodes(self, recipe: str, where: str) -> list[str]:
         """Figure 4: the systems of a variant per episode: its warmup (the init recipe), then each ANCE episode."""
         if recipe not in self.RECIPES or self.RECIPES[recipe]["negatives"] != "ance":
             raise ValueError(f"config key {where}: {recipe!r} is not a recipe with ANCE episodes")
@@ -71,7 +75,7 @@ class CocodrPlan:
         episodes = range(1, self.RECIPES[recipe]["episodes"] + 1)
         return [warmup, *(self.recipe_run(recipe, k) for k in episodes)]
 
-    def cocodr_figure4_points(self):
+    def cocodr_figure4_points(self) -> list[dict[str, Any]]:
         return [
             {
                 "variant": label,
@@ -87,7 +91,7 @@ class CocodrPlan:
             for d in self.COCODR_FIG4_DATASETS
         ]
 
-    def cocodr_figure3_points(self):
+    def cocodr_figure3_points(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         ref = self.COCODR["sweeps"]["reference"]
         points = [
             {
@@ -108,13 +112,13 @@ class CocodrPlan:
         )
         return points, reference
 
-    def cocodr_analysis_system(self, key):
+    def cocodr_analysis_system(self, key: str) -> str:
         return self.check_system(self.COCODR_ANALYSIS[key], f"cocodr.analysis.{key}")
 
-    def geometry_file(self, model, corpus):
+    def geometry_file(self, model: str, corpus: str) -> str:
         return f"{self.STATS}/cocodr/geometry/{model}/{corpus}.json"
 
-    def cocodr_analysis_model(self, name):
+    def cocodr_analysis_model(self, name: str) -> str:
         """A model Figure 5 measures: a pretrained model or a backbone (checked)."""
         if name not in self.PRETRAINED and name not in self.config["backbones"]:
             raise ValueError(
@@ -122,8 +126,8 @@ class CocodrPlan:
             )
         return self.model_ref(name)
 
-    def _setup_cocodr(self):
-
+    def _setup_cocodr(self) -> None:
+        """Resolve COCO-DR's analysis, span corpora, clustered runs, figures and evaluated systems, and the systems evaluated per dataset."""
         # COCO-DR (METHODS.md §4; rules/cocodr.smk): span files per corpus, pretraining specs, the query
         # clusters of every ANCE run with a `dro` term, and the systems its figures evaluate.
         self.COCODR_ANALYSIS = self.COCODR["analysis"]

@@ -1,12 +1,16 @@
 """RMSC: weak-pair sets, per-target mixtures, generators and curve points."""
 
+from __future__ import annotations
+
 import os
+from collections.abc import Sequence
+from typing import Any
 
 
 class RmscPlan:
     """RMSC: weak-pair sets, per-target mixtures, generators and curve points (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def weak_method(self, entry, target, where):
+    def weak_method(self, entry: dict[str, Any], target: str | None, where: str) -> str:
         """The extraction method of a weak set: its own, else the target's, else rmsc.weak.method."""
         method = entry.get("method") or self.RMSC_WEAK["methods"].get(target)
         method = method or self.RMSC_WEAK["method"]
@@ -17,10 +21,10 @@ class RmscPlan:
             )
         return method
 
-    def weak_file(self, corpus, method):
+    def weak_file(self, corpus: str, method: str) -> str:
         return f"{self.DATA}/{corpus}/weak/{method}.jsonl"
 
-    def mixture_sets(self, name, target):
+    def mixture_sets(self, name: str, target: str | None) -> list[dict[str, Any]]:
         """The resolved supervision sets (zsdr.training.rmsc) of recipe ``name``'s run on ``target``."""
         out = []
         m = self.RECIPES[name]["mixture"]
@@ -40,11 +44,11 @@ class RmscPlan:
             out.append(resolved)
         return out
 
-    def soft_context(self, context):
+    def soft_context(self, context: Sequence[str]) -> str:
         """``[T] x [H]`` for ``[target, human]``: a soft-token context as the summaries print it."""
         return f"[{context[0][0].upper()}] x [{context[1][0].upper()}]"
 
-    def mixture_model(self, name, dataset, step=None):
+    def mixture_model(self, name: str, dataset: str | None, step: int | str | None = None) -> str:
         """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
         run = name
         if name in self.PER_TARGET_MIXTURES:
@@ -71,7 +75,7 @@ class RmscPlan:
             )
         return f"{path}/snapshots/step-{int(step):09d}"
 
-    def weak_inputs(self, wc):
+    def weak_inputs(self, wc: Any) -> list[str]:
         """What a weak-pair extraction reads besides the corpus: SCL the span tokenizer, QGen its generator."""
         if wc.method == "scl":
             return self.model_files(self.model_ref(self.WEAK_TOKENIZER))
@@ -79,7 +83,7 @@ class RmscPlan:
             return self.model_files(self.generator_path(self.RMSC_QGEN["generator"]))
         return []
 
-    def weak_summary(self, wc):
+    def weak_summary(self, wc: Any) -> str:
         """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
         w, q = self.RMSC_WEAK, self.RMSC_QGEN
         common = (
@@ -102,7 +106,7 @@ class RmscPlan:
             f"{q['top_p']:g}, <= {q['max_length']} tokens; {common}"
         )
 
-    def rmsc_curve_points(self, figure):
+    def rmsc_curve_points(self, figure: int) -> list[dict[str, Any]]:
         """RMSC Figure 2 / 3: every evaluated step of each recipe on the source dev set (in-domain)
         and on each curve target the recipe has a model for."""
         points = []
@@ -127,7 +131,7 @@ class RmscPlan:
                     )
         return points
 
-    def curves_summary(self, figure):
+    def curves_summary(self, figure: int) -> str:
         """What a dry run shows of a curve figure: its recipes, datasets and the evaluation interval [X]."""
         recipes = ", ".join(self.RMSC_CURVES[f"figure{figure}"])
         return (
@@ -137,7 +141,7 @@ class RmscPlan:
             f"soft-token context {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context"
         )
 
-    def generator_path(self, name):
+    def generator_path(self, name: str) -> str:
         """What a QGen generator loads: its `hf` id / folder or models/generators/<name>."""
         if name not in self.GENERATORS:
             raise ValueError(
@@ -147,7 +151,7 @@ class RmscPlan:
         g = self.GENERATORS[name]
         return self.on_this_machine(g["hf"]) if "hf" in g else f"{self.MODELS}/generators/{name}"
 
-    def generator_spec(self, name):
+    def generator_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.models.generator) of a generator the pipeline trains."""
         g = self.GENERATORS[name]
         where = f"rmsc.qgen.generators.{name}"
@@ -174,14 +178,14 @@ class RmscPlan:
             "info": {"generator": name, "description": g.get("description", "")},
         }
 
-    def rmsc_steps(self, name):
+    def rmsc_steps(self, name: str) -> list[int]:
         """The evaluated steps of a curve recipe: every snapshot and the end."""
         total = self.RECIPES[name]["train"]["max_steps"]
         every = self.RMSC_CURVES["snapshot_every"]
         return [*range(every, total, every), total]
 
-    def _setup_rmsc(self):
-
+    def _setup_rmsc(self) -> None:
+        """Resolve RMSC's weak-pair and QGen settings, generators, per-target mixture runs, source context and curves."""
         # RMSC (METHODS.md §5; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
         # target d, as runs <recipe>@<d> (`targets` limits them); its system on d is that run, on the
         # source dataset the run of `rmsc.source_target` (else its first target) [X]. Weak pairs are
@@ -238,7 +242,8 @@ class RmscPlan:
             if self.RMSC_CURVES.get(f"figure{n}")
         ]
 
-    def _setup_rmsc_2(self):
+    def _setup_rmsc_2(self) -> None:
+        """Resolve the weak-pair files the mixture runs read; check the BERM reader and the DAM specs of DDR Figure 4."""
         # Weak-pair files the mixture runs read: (corpus, method).
         self.WEAK_PAIRS = sorted(
             {

@@ -1,12 +1,15 @@
 """The dry-run summary: one readable line per planned training and pretraining."""
 
+from __future__ import annotations
+
 import os
+from typing import Any
 
 
 class SummaryPlan:
     """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def head_summary(self, spec):
+    def head_summary(self, spec: dict[str, Any]) -> str:
         """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
         info = spec.get("info", {})
         pooling = spec.get("encoder", {}).get("pooling") or self.recipe_pooling(info.get("recipe"))
@@ -16,7 +19,7 @@ class SummaryPlan:
             return f"; ANCE head: new (seed {spec.get('encoder', {}).get('head_seed', 0)})"
         return f"; ANCE head: from checkpoint {spec['init']}"
 
-    def spec_summary(self, spec, launch):
+    def spec_summary(self, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
         t = spec["train"]
         length = f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
