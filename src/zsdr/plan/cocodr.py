@@ -1,10 +1,14 @@
 """COCO-DR: span files, COCO pretraining specs, iDRO clusters and analysis systems."""
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class CocodrPlan:
     """COCO-DR: span files, COCO pretraining specs, iDRO clusters and analysis systems (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def pretrained_corpora(self, name):
+    def pretrained_corpora(self, name: str) -> list[str]:
         """The configured datasets a pipeline-pretrained model trains on (checked)."""
         corpora = self.PRETRAINED[name].get("corpora") or []
         if not corpora:
@@ -19,10 +23,10 @@ class CocodrPlan:
                 )
         return list(corpora)
 
-    def spans_file(self, corpus):
+    def spans_file(self, corpus: str) -> str:
         return f"{self.DATA}/{corpus}/coco/spans.jsonl"
 
-    def coco_spec(self, name):
+    def coco_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.pretrain.coco) of a pretrained model the pipeline trains."""
         p = self.PRETRAINED[name]
         if "init" not in p or "train" not in p:
@@ -38,13 +42,13 @@ class CocodrPlan:
             "kind": "coco",
             "init": self.model_ref(p["init"]),
             "spans": [self.spans_file(c) for c in self.pretrained_corpora(name)],
-            "max_length": p.get("max_length", 128),
-            "mlm_probability": p.get("mlm_probability", 0.15),
-            "head_layers": p.get("head_layers", 2),
-            "skip_from": p.get("skip_from", 6),
-            "late_mlm": p.get("late_mlm", True),
-            "contrastive_weight": p.get("contrastive_weight", 1.0),
-            "backbone_dropout": p.get("backbone_dropout", False),
+            "max_length": p["max_length"],
+            "mlm_probability": p["mlm_probability"],
+            "head_layers": p["head_layers"],
+            "skip_from": p["skip_from"],
+            "late_mlm": p["late_mlm"],
+            "contrastive_weight": p["contrastive_weight"],
+            "backbone_dropout": p["backbone_dropout"],
             **({"head": p["head"]} if p.get("head") else {}),
             "tie_embeddings": p.get("tie_embeddings"),
             "max_examples": p.get("max_examples"),
@@ -54,12 +58,12 @@ class CocodrPlan:
             "train": self.train_settings(p),
             "info": {
                 "pretrained": name,
-                "description": p.get("description", ""),
-                "provenance": p.get("provenance", ""),
+                "description": p["description"],
+                "provenance": p["provenance"],
             },
         }
 
-    def cocodr_episodes(self, recipe, where):
+    def cocodr_episodes(self, recipe: str, where: str) -> list[str]:
         """Figure 4: the systems of a variant per episode: its warmup (the init recipe), then each ANCE episode."""
         if recipe not in self.RECIPES or self.RECIPES[recipe]["negatives"] != "ance":
             raise ValueError(f"config key {where}: {recipe!r} is not a recipe with ANCE episodes")
@@ -68,10 +72,10 @@ class CocodrPlan:
             raise ValueError(
                 f"config key {where}: the init of {recipe!r} must be its warmup recipe"
             )
-        episodes = range(1, self.RECIPES[recipe].get("episodes", 1) + 1)
+        episodes = range(1, self.RECIPES[recipe]["episodes"] + 1)
         return [warmup, *(self.recipe_run(recipe, k) for k in episodes)]
 
-    def cocodr_figure4_points(self):
+    def cocodr_figure4_points(self) -> list[dict[str, Any]]:
         return [
             {
                 "variant": label,
@@ -80,15 +84,15 @@ class CocodrPlan:
                 "system": s,
                 "metrics": f"{self.METRICS}/{d}/{s}.json",
             }
-            for label, recipe in self.COCODR_FIG4.get("variants", {}).items()
+            for label, recipe in self.COCODR_FIG4["variants"].items()
             for e, s in enumerate(
                 self.cocodr_episodes(recipe, f"cocodr.figure4.variants.{label}"), 1
             )
             for d in self.COCODR_FIG4_DATASETS
         ]
 
-    def cocodr_figure3_points(self):
-        ref = self.COCODR.get("sweeps", {}).get("reference")
+    def cocodr_figure3_points(self) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        ref = self.COCODR["sweeps"]["reference"]
         points = [
             {
                 "sweep": "temperature" if sweep == "rho" else "clusters",
@@ -108,13 +112,13 @@ class CocodrPlan:
         )
         return points, reference
 
-    def cocodr_analysis_system(self, key):
+    def cocodr_analysis_system(self, key: str) -> str:
         return self.check_system(self.COCODR_ANALYSIS[key], f"cocodr.analysis.{key}")
 
-    def geometry_file(self, model, corpus):
+    def geometry_file(self, model: str, corpus: str) -> str:
         return f"{self.STATS}/cocodr/geometry/{model}/{corpus}.json"
 
-    def cocodr_analysis_model(self, name):
+    def cocodr_analysis_model(self, name: str) -> str:
         """A model Figure 5 measures: a pretrained model or a backbone (checked)."""
         if name not in self.PRETRAINED and name not in self.config["backbones"]:
             raise ValueError(
@@ -122,11 +126,11 @@ class CocodrPlan:
             )
         return self.model_ref(name)
 
-    def _setup_cocodr(self):
-
+    def _setup_cocodr(self) -> None:
+        """Resolve COCO-DR's analysis, span corpora, clustered runs, figures and evaluated systems, and the systems evaluated per dataset."""
         # COCO-DR (METHODS.md §4; rules/cocodr.smk): span files per corpus, pretraining specs, the query
         # clusters of every ANCE run with a `dro` term, and the systems its figures evaluate.
-        self.COCODR_ANALYSIS = self.COCODR.get("analysis", {})
+        self.COCODR_ANALYSIS = self.COCODR["analysis"]
 
         self.SPAN_CORPORA = sorted(
             {c for n in self.TRAINED_PRETRAINED for c in self.pretrained_corpora(n)}

@@ -8,7 +8,9 @@ call into it through thin wildcard adapters; nothing here imports Snakemake.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from zsdr.plan.berm import BermPlan
 from zsdr.plan.cocodr import CocodrPlan
@@ -46,7 +48,7 @@ class Plan(
 
     def __init__(
         self,
-        config: dict,
+        config: dict[str, Any],
         root: str | os.PathLike,
         berm_grid: dict[tuple[float, float], str] | None = None,
         cocodr_sweeps: dict[tuple[str, float], str] | None = None,
@@ -77,7 +79,7 @@ class Plan(
         self._setup_ddr_2()
 
 
-def with_schema_defaults(config: dict, schema_path: str | os.PathLike) -> dict:
+def with_schema_defaults(config: dict[str, Any], schema_path: str | os.PathLike) -> dict[str, Any]:
     """``config`` validated against the JSON schema (Draft 2020-12) with every ``default`` the schema
     gives filled in, in place: the defaults live in the schema only, and the planner reads keys."""
     import jsonschema
@@ -87,7 +89,9 @@ def with_schema_defaults(config: dict, schema_path: str | os.PathLike) -> dict:
     base = jsonschema.Draft202012Validator
     check_properties = base.VALIDATORS["properties"]
 
-    def properties_with_defaults(validator, properties, instance, schema):
+    def properties_with_defaults(
+        validator: Any, properties: dict[str, Any], instance: Any, schema: dict[str, Any]
+    ) -> Iterator[Any]:
         for key, sub in properties.items():
             if "default" in sub and isinstance(instance, dict):
                 instance.setdefault(key, sub["default"])

@@ -1,6 +1,9 @@
 """Datasets: the configured source and targets, their downloads, markers and shards."""
 
+from __future__ import annotations
+
 import re
+from collections.abc import Iterable
 
 from zsdr.data import registry
 from zsdr.models.released import RELEASES
@@ -10,18 +13,18 @@ from zsdr.models.released import remote_files as released_files
 class DatasetsPlan:
     """Datasets: the configured source and targets, their downloads, markers and shards (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def alternation(self, names):
+    def alternation(self, names: Iterable[str]) -> str:
         """A wildcard constraint that matches exactly one of ``names``."""
         return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
-    def dataset_marker(self, name):
+    def dataset_marker(self, name: str) -> str:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
         return f"{self.DATA}/{name}/dataset.json"
 
-    def eval_split(self, name):
+    def eval_split(self, name: str) -> str:
         return self.config["datasets"]["eval_splits"].get(name, "test")
 
-    def check_dataset(self, name):
+    def check_dataset(self, name: str) -> str:
         if name not in self.MINI_DATASETS and name not in registry.REGISTRY:
             raise ValueError(
                 f"config key datasets: {name!r} is neither a mini domain nor a registry dataset; "
@@ -30,7 +33,7 @@ class DatasetsPlan:
             )
         return name
 
-    def released_archive(self, name):
+    def released_archive(self, name: str) -> list[str]:
         """The downloaded archive of a release (zsdr.models.released.RELEASES); none for an archive kept in
         a hub repository, which the job reads through the Hugging Face cache like any hub file.
         """
@@ -38,12 +41,13 @@ class DatasetsPlan:
             return []
         return [f"{self.DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
 
-    def downloads_of(self, name, extras=False):
+    def downloads_of(self, name: str, extras: bool = False) -> list[str]:
         ds = registry.get(name)
         files = list(ds.files) + (list(ds.extras) if extras else [])
         return [f"{self.DOWNLOADS}/{f.local_path}" for f in files]
 
-    def _setup_datasets(self):
+    def _setup_datasets(self) -> None:
+        """Resolve the output folders (`paths`), the source and target datasets and the backbones built from the mini corpora."""
         self.PATHS = self.config["paths"]
         self.DOWNLOADS = self.PATHS["downloads"]
         self.DATA = self.PATHS["data"]
@@ -65,8 +69,8 @@ class DatasetsPlan:
             n for n, b in self.config["backbones"].items() if "build" in b and self.MINI_DATASETS
         ]
 
-    def _setup_datasets_2(self):
-
+    def _setup_datasets_2(self) -> None:
+        """Resolve the evaluated and fetched datasets (checked against the registry) and every remote file."""
         self.EVAL_DATASETS = [self.check_dataset(self.SOURCE)] + [
             self.check_dataset(t) for t in self.TARGETS
         ]

@@ -1,16 +1,20 @@
 """DDR: domain adaption modules (DAMs), their MLM specs and figure-4 snapshots."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from zsdr.models.released import RELEASES
 
 
 class DdrPlan:
     """DDR: domain adaption modules (DAMs), their MLM specs and figure-4 snapshots (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def dam_path(self, chain, where):
+    def dam_path(self, chain: str, where: str) -> str:
         self.dam_parts(chain, where)
         return f"{self.MODELS}/dams/{chain}"
 
-    def dam_settings(self, corpus):
+    def dam_settings(self, corpus: str) -> dict[str, Any]:
         """The MLM settings of a DAM trained on ``corpus``: `ddr.dam.source` for the source corpus (or
         `ddr.dam.sources`), else `ddr.dam.target`, with `ddr.dam.datasets.<corpus>` merged over them.
         """
@@ -24,12 +28,12 @@ class DdrPlan:
             "role": role,
         }
 
-    def figure4_dam(self, dataset):
+    def figure4_dam(self, dataset: str) -> str:
         """The target DAM whose snapshots DDR Figure 4 evaluates on ``dataset``."""
         recipe = self.RECIPES[self.FIGURE4["system"]]
         return f"{recipe.get('target_dam') or recipe['init']}{self.DAM_SEP}{dataset}"
 
-    def figure4_steps(self, dataset):
+    def figure4_steps(self, dataset: str) -> list[int]:
         """The snapshot steps of ``dataset``'s target DAM (0 = the source DAM, before adaptation)."""
         every = self.FIGURE4["snapshot_every"]
         total = self.dam_settings(dataset)["train"].get("max_steps")
@@ -41,11 +45,11 @@ class DdrPlan:
             )
         return [0, *range(every, total, every)]
 
-    def dam_launch(self, chain):
+    def dam_launch(self, chain: str) -> dict[str, Any]:
         """How the DAM ``chain``'s job starts (its last corpus's settings may set `processes`)."""
         return self.launch_settings(self.dam_settings(chain.split(self.DAM_SEP)[-1]))
 
-    def dam_spec(self, chain):
+    def dam_spec(self, chain: str) -> dict[str, Any]:
         """The resolved MLM spec (zsdr.pretrain.mlm) of the DAM ``chain``."""
         where = f"DAM {chain}"
         base, corpora = self.dam_parts(chain, where)
@@ -76,7 +80,7 @@ class DdrPlan:
             },
         }
 
-    def figure4_points(self):
+    def figure4_points(self) -> list[dict[str, Any]]:
         """DDR Figure 4: per target, the REM on each snapshot of its DAM (and the final DAM), with the
         DAM folder whose snapshots.json gives each snapshot's training time."""
         fig = self.FIGURE4["system"]
@@ -92,7 +96,7 @@ class DdrPlan:
             for n in [*self.figure4_steps(d), None]
         ]
 
-    def rem_models(self, key):
+    def rem_models(self, key: tuple[str, int]) -> dict[str, str]:
         """DDR Table 5: the trained folder of every produced REM system of a table (its rem/rem.json
         holds the parameter counts; the folder's config.json is what the train rule declares).
         """
@@ -106,24 +110,24 @@ class DdrPlan:
                 out[entry.key] = self.SYSTEMS[produced[0]]["model"]
         return out
 
-    def scattered(self, dataset):
+    def scattered(self, dataset: str) -> bool:
         """Whether `dense_search` merges per-shard searches: `cluster.scatter_search` and > 1 shard."""
         return self.SCATTER_SEARCH and len(self.shards(dataset)) > 1
 
-    def dense_search_inputs(self, wc):
+    def dense_search_inputs(self, wc: Any) -> list[str]:
         """The corpus shard folders `dense_search` searches or, scattered, every shard's top-k file."""
         if self.scattered(wc.dataset):
             root = f"{self.RUNS}/{wc.dataset}/.shards/{wc.system}"
             return [f"{root}/{s}.npz" for s in self.shards(wc.dataset)]
         return [f"{self.EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in self.shards(wc.dataset)]
 
-    def _setup_ddr(self):
-
+    def _setup_ddr(self) -> None:
+        """Resolve DDR Figure 4's settings and datasets."""
         self.FIGURE4 = self.DDR["figure4"]
         self.FIGURE4_DATASETS = self.FIGURE4.get("datasets") or self.TARGETS
 
-    def _setup_ddr_2(self):
-
+    def _setup_ddr_2(self) -> None:
+        """Resolve `cluster.scatter_search`; with `offline`, check that every configured model is on this machine."""
         # `cluster.scatter_search`: how the search is spread over jobs (not in `dense`, which many rules pass
         # whole as a param, so switching it re-runs no encoding, mining or training).
         self.SCATTER_SEARCH = self.CLUSTER["scatter_search"]

@@ -1,12 +1,17 @@
 """MoDIR: per-target runs, evaluation steps, curve snapshots and figure inputs."""
 
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
 from zsdr.tables.spec import load_systems
 
 
 class ModirPlan:
     """MoDIR: per-target runs, evaluation steps, curve snapshots and figure inputs (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def recipe_targets(self, name):
+    def recipe_targets(self, name: str) -> list[str]:
         """The targets a per-target recipe (MoDIR, RMSC) trains one model for: its `targets`, else every
         configured dataset but the source."""
         wanted = self.RECIPES[name].get("targets")
@@ -20,21 +25,21 @@ class ModirPlan:
             )
         return list(wanted)
 
-    def modir_base(self, name):
+    def modir_base(self, name: str) -> str:
         """The system a MoDIR recipe starts from: `base_system`, else its init recipe."""
         return self.RECIPES[name].get("base_system") or self.RECIPES[name]["init"]
 
-    def is_curve_run(self, name, dataset):
+    def is_curve_run(self, name: str, dataset: str) -> bool:
         return name in self.MODIR_CURVES["recipes"] and dataset in self.MODIR_CURVE_DATASETS
 
-    def modir_total(self, name, dataset):
+    def modir_total(self, name: str, dataset: str) -> int:
         """Steps of the MoDIR run of recipe ``name`` on target ``dataset``: `modir.curves.max_steps`
         for the curve runs, else `modir.eval_step`, else the recipe's `train.max_steps`."""
         if self.is_curve_run(name, dataset) and self.MODIR_CURVES.get("max_steps"):
             return int(self.MODIR_CURVES["max_steps"])
         return int(self.MODIR.get("eval_step") or self.RECIPES[name]["train"]["max_steps"])
 
-    def modir_steps(self, name, dataset):
+    def modir_steps(self, name: str, dataset: str) -> list[int]:
         """The evaluated steps of a curve run: 0 (the base system), every snapshot, the end."""
         total = self.modir_total(name, dataset)
         return [
@@ -43,10 +48,10 @@ class ModirPlan:
             total,
         ]
 
-    def modir_source_target(self, name):
+    def modir_source_target(self, name: str) -> str:
         return self.MODIR.get("source_target") or self.recipe_targets(name)[0]
 
-    def modir_model(self, name, dataset, step=None):
+    def modir_model(self, name: str, dataset: str | None, step: int | str | None = None) -> str:
         """The folder of recipe ``name``'s model on ``dataset`` after ``step`` steps (default:
         `modir.eval_step`, else the end of the run); on the source dataset, the model of
         `modir.source_target`."""
@@ -73,7 +78,7 @@ class ModirPlan:
             )
         return f"{run}/snapshots/step-{step:09d}"
 
-    def modir_dataset(self, section):
+    def modir_dataset(self, section: str) -> str:
         """The target of a MoDIR table or figure (`modir.<section>.dataset`, else the first curve dataset)."""
         name = self.MODIR[section].get("dataset") or self.MODIR_CURVE_DATASETS[0]
         if name not in self.MODIR_CURVE_DATASETS:
@@ -83,12 +88,12 @@ class ModirPlan:
             )
         return name
 
-    def modir_label(self, name):
+    def modir_label(self, name: str) -> str:
         """A recipe's label in the figures: systems.yaml's, else its name."""
         known = load_systems().get(name)
         return known.label if known else name
 
-    def modir_points(self):
+    def modir_points(self) -> list[dict[str, Any]]:
         """Every (curve recipe, dataset, step) with its domain-analysis and metrics files."""
         return [
             {
@@ -102,7 +107,7 @@ class ModirPlan:
             for (r, d, n), system in self.MODIR_STEP_SYSTEMS.items()
         ]
 
-    def modir_logs(self):
+    def modir_logs(self) -> dict[str, dict[str, str]]:
         """``{dataset: {recipe: train_log.jsonl}}`` of the curve runs (Local Domain-Acc)."""
         return {
             d: {
@@ -112,7 +117,7 @@ class ModirPlan:
             for d in self.MODIR_CURVE_DATASETS
         }
 
-    def modir_figure5(self):
+    def modir_figure5(self) -> dict[str, Any]:
         f5 = self.MODIR["figure5"]
         recipe = f5.get("recipe") or self.MODIR_CURVES["recipes"][0]
         if recipe not in self.MODIR_CURVES["recipes"]:
@@ -121,7 +126,7 @@ class ModirPlan:
             )
         return {"recipe": recipe, "datasets": f5.get("datasets") or self.MODIR_CURVE_DATASETS}
 
-    def modir_check_steps(self, section, recipes, steps):
+    def modir_check_steps(self, section: str, recipes: Iterable[str], steps: Iterable[int]) -> None:
         d = self.modir_dataset(section)
         for r in recipes:
             if (r, d, 0) not in self.MODIR_STEP_SYSTEMS:
@@ -135,7 +140,7 @@ class ModirPlan:
                     f"on {d} ({self.modir_steps(r, d)}; see modir.curves)"
                 )
 
-    def modir_tsne_models(self, options=False):
+    def modir_tsne_models(self, options: bool = False) -> dict[str, Any]:
         """MoDIR Figure 4: ``{panel label: model folder}``, the base model then every recipe x step
         (``options``: each panel's encoder settings instead of its model)."""
         f4, d = self.MODIR["figure4"], self.modir_dataset("figure4")
@@ -154,7 +159,7 @@ class ModirPlan:
                 )
         return out
 
-    def modir_case(self):
+    def modir_case(self) -> list[str]:
         """MoDIR Table 4: the systems before and after MoDIR."""
         t4 = self.MODIR["table4"]
         after = t4.get("after") or (self.MODIR_CURVES["recipes"] or self.MODIR_RECIPES)[0]
@@ -162,8 +167,8 @@ class ModirPlan:
             raise ValueError(f"config key modir.table4.after: {after!r} is not a MoDIR recipe")
         return [t4.get("before") or self.modir_base(after), after]
 
-    def _setup_modir(self):
-
+    def _setup_modir(self) -> None:
+        """Resolve MoDIR's recipes, their per-target runs and the curve recipes and datasets."""
         # MoDIR (METHODS.md §3): a recipe with a `modir` section trains once per target dataset d, as runs
         # <recipe>@<d>, on the source batches plus d's unlabelled target triples (rule modir_triples). Its
         # system on d is that run at `modir.eval_step` (a snapshot, or the end of the run); on the source
@@ -182,7 +187,7 @@ class ModirPlan:
         self.MODIR_CURVES = self.MODIR["curves"]
         self.MODIR_CURVE_DATASETS = self.MODIR_CURVES.get("datasets") or self.TARGETS
         for _name in self.MODIR_RECIPES:
-            if self.RECIPES[_name].get("episodes", 1) > 1 or self.RECIPES[_name].get("rem"):
+            if self.RECIPES[_name]["episodes"] > 1 or self.RECIPES[_name].get("rem"):
                 raise ValueError(
                     f"config key recipes.{_name}.modir: MoDIR continues one model per target "
                     f"(set episodes: 1, no rem)"
@@ -201,8 +206,8 @@ class ModirPlan:
                     f"config key modir.curves.recipes: {_name!r} is not a recipe with a `modir` section"
                 )
 
-    def _setup_modir_2(self):
-
+    def _setup_modir_2(self) -> None:
+        """Resolve MoDIR's figure files (none without curve recipes)."""
         self.MODIR_FIGURES = (
             [f"{self.RESULTS}/modir/figure{n}.png" for n in (3, 4, 5)]
             if self.MODIR_CURVES["recipes"]

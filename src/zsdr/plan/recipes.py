@@ -1,15 +1,19 @@
 """Recipes: training runs and episodes, DDR's DAM chains and per-target runs."""
 
+from __future__ import annotations
+
+from typing import Any
+
 
 class RecipesPlan:
     """Recipes: training runs and episodes, DDR's DAM chains and per-target runs (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def mixture_per_target(self, recipe):
+    def mixture_per_target(self, recipe: dict[str, Any]) -> bool:
         """A `mixture` recipe (RMSC) with a target set trains once per target."""
-        sets = (recipe.get("mixture") or {}).get("sets", [])
+        sets = recipe["mixture"]["sets"] if recipe.get("mixture") else []
         return any(s["domain"] == "target" for s in sets)
 
-    def dam_parts(self, chain, where):
+    def dam_parts(self, chain: str, where: str) -> tuple[str, list[str]]:
         """``(backbone, [corpus, ...])`` of a DAM chain, checked against the config."""
         base, *corpora = chain.split(self.DAM_SEP)
         if base not in self.config["backbones"] or not corpora:
@@ -25,19 +29,19 @@ class RecipesPlan:
                 )
         return base, corpora
 
-    def is_dam(self, name):
+    def is_dam(self, name: str) -> bool:
         return self.DAM_SEP in name and name.split(self.DAM_SEP)[0] in self.config["backbones"]
 
-    def recipe_run(self, name, episode=None):
+    def recipe_run(self, name: str, episode: int | None = None) -> str:
         """The run that trains episode ``episode`` (default: the last) of recipe ``name``."""
-        e = self.RECIPES[name].get("episodes", 1)
+        e = self.RECIPES[name]["episodes"]
         return name if e == 1 else f"{name}-ep{episode or e}"
 
-    def trained_model(self, name):
+    def trained_model(self, name: str) -> str:
         return f"{self.MODELS}/trained/{self.recipe_run(name)}"
 
-    def _setup_recipes(self):
-
+    def _setup_recipes(self) -> None:
+        """Resolve the recipes, cross-encoders, readers and pretrained models, every training run (recipe, episode) and DDR's per-target runs."""
         # Trained models (config `recipes`, `cross_encoders`, `readers`): every recipe is a dense system
         # of the same name; a recipe with E > 1 episodes trains runs <name>-ep1 .. <name>-epE (each also a
         # system, so the next episode can mine negatives with it) and the system <name> is its last episode.
@@ -45,17 +49,17 @@ class RecipesPlan:
         self.RECIPES = self.config["recipes"]
         self.CROSS_ENCODERS = self.config["cross_encoders"]
         # Extractive QA readers (BERM's unit labels): the `hf` ones are used as released.
-        self.READERS = self.config.get("readers", {})
+        self.READERS = self.config["readers"]
         self.TRAINED_READERS = [n for n, r in self.READERS.items() if "hf" not in r]
         # COCO-DR's retrieval-oriented pretrained backbones (rules/cocodr.smk): `hf` ones are used as
         # released, the others trained with COCO's objective into models/pretrained/<name>.
         self.COCODR = self.config["cocodr"]
-        self.PRETRAINED = self.COCODR.get("pretrained", {})
+        self.PRETRAINED = self.COCODR["pretrained"]
         self.TRAINED_PRETRAINED = [n for n, p in self.PRETRAINED.items() if "hf" not in p]
         self.TRAIN_RUNS = {}  # run name -> (recipe, episode)
 
         for _name, _r in self.RECIPES.items():
-            _e = _r.get("episodes", 1)
+            _e = _r["episodes"]
             if _e > 1 and _r["negatives"] != "ance":
                 raise ValueError(
                     f"config key recipes.{_name}.episodes: {_e} episodes need `negatives: ance`"
@@ -115,7 +119,7 @@ class RecipesPlan:
         self.PER_TARGET = {}  # run <recipe>@<dataset> -> dataset
         for _name, _r in self.RECIPES.items():
             if _r.get("per_target_init"):
-                if _r.get("episodes", 1) > 1 or _r.get("rem"):
+                if _r["episodes"] > 1 or _r.get("rem"):
                     raise ValueError(
                         f"config key recipes.{_name}.per_target_init: per-target training is for "
                         f"single-episode full fine-tuning (no episodes, no rem)"

@@ -1,14 +1,19 @@
 """Resources: what each job asks a cluster for (GPUs, memory, runtime, partition)."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
 
 class ResourcesPlan:
     """Resources: what each job asks a cluster for (GPUs, memory, runtime, partition) (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def launch_gpus(self, launch):
+    def launch_gpus(self, launch: dict[str, Any]) -> int:
         """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
         return self.TRAINING["gpus"] * launch["processes"] * launch["nodes"]
 
-    def cluster_resources(self, gpus=0):
+    def cluster_resources(self, gpus: int | Callable[[Any], int] = 0) -> dict[str, Any]:
         """The scheduler-facing resources every rule adds to its memory and runtime.
 
         `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
@@ -19,7 +24,7 @@ class ResourcesPlan:
         """
         count = gpus if callable(gpus) else (lambda wc: gpus)
 
-        def pick(gpu_value, cpu_value):
+        def pick(gpu_value: str, cpu_value: str) -> Callable[[Any], str]:
             return lambda wc: gpu_value if count(wc) else cpu_value
 
         out = {"gpu": gpus}
@@ -36,13 +41,13 @@ class ResourcesPlan:
             out["cpus_per_gpu"] = self.CLUSTER["cpus_per_gpu"]
         return out
 
-    def shards(self, dataset):
+    def shards(self, dataset: str) -> list[str]:
         """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
         n = self.config["dense"]["dataset_shards"].get(dataset, self.config["dense"]["shards"])
         return [f"shard{i}-of-{n}" for i in range(n)]
 
-    def _setup_resources(self):
-
+    def _setup_resources(self) -> None:
+        """Resolve the conda env of dense jobs and the `cluster` settings."""
         # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
         self.DENSE_ENV = "../envs/gpu.yaml" if self.config["dense"]["gpus"] else "../envs/cpu.yaml"
         self.CLUSTER = self.config["cluster"]

@@ -1,15 +1,19 @@
 """RMSC: weak-pair sets, per-target mixtures, generators and curve points."""
 
+from __future__ import annotations
+
 import os
+from collections.abc import Sequence
+from typing import Any
 
 
 class RmscPlan:
     """RMSC: weak-pair sets, per-target mixtures, generators and curve points (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def weak_method(self, entry, target, where):
+    def weak_method(self, entry: dict[str, Any], target: str | None, where: str) -> str:
         """The extraction method of a weak set: its own, else the target's, else rmsc.weak.method."""
-        method = entry.get("method") or self.RMSC_WEAK.get("methods", {}).get(target)
-        method = method or self.RMSC_WEAK.get("method", "scl")
+        method = entry.get("method") or self.RMSC_WEAK["methods"].get(target)
+        method = method or self.RMSC_WEAK["method"]
         if method == "qgen" and self.RMSC_QGEN.get("generator") not in self.GENERATORS:
             raise ValueError(
                 f"config key {where}: QGen pairs need rmsc.qgen.generator to name a key of "
@@ -17,10 +21,10 @@ class RmscPlan:
             )
         return method
 
-    def weak_file(self, corpus, method):
+    def weak_file(self, corpus: str, method: str) -> str:
         return f"{self.DATA}/{corpus}/weak/{method}.jsonl"
 
-    def mixture_sets(self, name, target):
+    def mixture_sets(self, name: str, target: str | None) -> list[dict[str, Any]]:
         """The resolved supervision sets (zsdr.training.rmsc) of recipe ``name``'s run on ``target``."""
         out = []
         m = self.RECIPES[name]["mixture"]
@@ -33,18 +37,18 @@ class RmscPlan:
                 "relevance": entry["relevance"],
                 "dataset": f"{self.DATA}/{corpus}",
                 "size": entry.get("size"),
-                "negatives": m.get("weak_negatives", "corpus"),
+                "negatives": m["weak_negatives"],
             }
             if entry["relevance"] == "weak":
                 resolved["pairs"] = self.weak_file(corpus, self.weak_method(entry, target, where))
             out.append(resolved)
         return out
 
-    def soft_context(self, context):
+    def soft_context(self, context: Sequence[str]) -> str:
         """``[T] x [H]`` for ``[target, human]``: a soft-token context as the summaries print it."""
         return f"[{context[0][0].upper()}] x [{context[1][0].upper()}]"
 
-    def mixture_model(self, name, dataset, step=None):
+    def mixture_model(self, name: str, dataset: str | None, step: int | str | None = None) -> str:
         """The folder of mixture recipe ``name``'s model on ``dataset`` after ``step`` steps (default: the end)."""
         run = name
         if name in self.PER_TARGET_MIXTURES:
@@ -64,14 +68,14 @@ class RmscPlan:
         total = self.RECIPES[name]["train"]["max_steps"]
         if step is None or int(step) == total:
             return path
-        every = self.RMSC_CURVES.get("snapshot_every", 1000)
+        every = self.RMSC_CURVES["snapshot_every"]
         if name not in self.RMSC_CURVE_RECIPES or int(step) % every or int(step) > total:
             raise ValueError(
                 f"config key rmsc.curves: the model of {name} after {step} steps is not saved"
             )
         return f"{path}/snapshots/step-{int(step):09d}"
 
-    def weak_inputs(self, wc):
+    def weak_inputs(self, wc: Any) -> list[str]:
         """What a weak-pair extraction reads besides the corpus: SCL the span tokenizer, QGen its generator."""
         if wc.method == "scl":
             return self.model_files(self.model_ref(self.WEAK_TOKENIZER))
@@ -79,34 +83,34 @@ class RmscPlan:
             return self.model_files(self.generator_path(self.RMSC_QGEN["generator"]))
         return []
 
-    def weak_summary(self, wc):
+    def weak_summary(self, wc: Any) -> str:
         """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
         w, q = self.RMSC_WEAK, self.RMSC_QGEN
         common = (
             f"at most {w.get('max_pairs') or 'every document'} pairs [X], "
-            f"{w.get('pairs_per_document', 1)} per document [X], seeded document order"
+            f"{w['pairs_per_document']} per document [X], seeded document order"
         )
         if wc.method == "scl":
             return (
-                f"SCL: two random spans of <= {w.get('max_tokens', 30)} {self.WEAK_TOKENIZER} word pieces "
-                f"(new span p {w.get('new_span_probability', 0.1):g}) [X: COCO-DR's spans]; {common}"
+                f"SCL: two random spans of <= {w['max_tokens']} {self.WEAK_TOKENIZER} word pieces "
+                f"(new span p {w['new_span_probability']:g}) [X: COCO-DR's spans]; {common}"
             )
         if wc.method == "ict":
             return (
                 f"ICT: a sentence vs the rest of its document, kept in its context with p "
-                f"{w.get('keep_probability', 0.1):g} [X]; {common}"
+                f"{w['keep_probability']:g} [X]; {common}"
             )
         return (
-            f"QGen: {q.get('queries_per_document', 3)} queries per document by "
-            f"{self.generator_path(q['generator'])} [X: the generator], top-k {q.get('top_k', 25)} top-p "
-            f"{q.get('top_p', 0.95):g}, <= {q.get('max_length', 64)} tokens; {common}"
+            f"QGen: {q['queries_per_document']} queries per document by "
+            f"{self.generator_path(q['generator'])} [X: the generator], top-k {q['top_k']} top-p "
+            f"{q['top_p']:g}, <= {q['max_length']} tokens; {common}"
         )
 
-    def rmsc_curve_points(self, figure):
+    def rmsc_curve_points(self, figure: int) -> list[dict[str, Any]]:
         """RMSC Figure 2 / 3: every evaluated step of each recipe on the source dev set (in-domain)
         and on each curve target the recipe has a model for."""
         points = []
-        for name in self.RMSC_CURVES.get(f"figure{figure}", []):
+        for name in self.RMSC_CURVES[f"figure{figure}"]:
             targets = [
                 d
                 for d in self.RMSC_CURVE_DATASETS
@@ -127,17 +131,17 @@ class RmscPlan:
                     )
         return points
 
-    def curves_summary(self, figure):
+    def curves_summary(self, figure: int) -> str:
         """What a dry run shows of a curve figure: its recipes, datasets and the evaluation interval [X]."""
-        recipes = ", ".join(self.RMSC_CURVES.get(f"figure{figure}", []))
+        recipes = ", ".join(self.RMSC_CURVES[f"figure{figure}"])
         return (
-            f"{recipes} evaluated every {self.RMSC_CURVES.get('snapshot_every', 1000)} steps [X] on "
+            f"{recipes} evaluated every {self.RMSC_CURVES['snapshot_every']} steps [X] on "
             f"{self.SOURCE} (in-domain) and {', '.join(self.RMSC_CURVE_DATASETS)} [X]; a per-target model "
             f"stands on {self.SOURCE} for rmsc.source_target {self.RMSC.get('source_target')} [X], in the "
             f"soft-token context {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context"
         )
 
-    def generator_path(self, name):
+    def generator_path(self, name: str) -> str:
         """What a QGen generator loads: its `hf` id / folder or models/generators/<name>."""
         if name not in self.GENERATORS:
             raise ValueError(
@@ -147,7 +151,7 @@ class RmscPlan:
         g = self.GENERATORS[name]
         return self.on_this_machine(g["hf"]) if "hf" in g else f"{self.MODELS}/generators/{name}"
 
-    def generator_spec(self, name):
+    def generator_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.models.generator) of a generator the pipeline trains."""
         g = self.GENERATORS[name]
         where = f"rmsc.qgen.generators.{name}"
@@ -165,8 +169,8 @@ class RmscPlan:
             "init": f"{self.MODELS}/generators/{name}.init",
             "dataset": f"{self.DATA}/{self.check_dataset(g.get('dataset', self.SOURCE))}",
             "split": "train",
-            "max_length": g.get("max_length", 256),
-            "query_max_length": g.get("query_max_length", 64),
+            "max_length": g["max_length"],
+            "query_max_length": g["query_max_length"],
             "out": f"{self.MODELS}/generators/{name}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/generator-{name}",
             "dropout": self.TRAINING["dropout"],
@@ -174,24 +178,24 @@ class RmscPlan:
             "info": {"generator": name, "description": g.get("description", "")},
         }
 
-    def rmsc_steps(self, name):
+    def rmsc_steps(self, name: str) -> list[int]:
         """The evaluated steps of a curve recipe: every snapshot and the end."""
         total = self.RECIPES[name]["train"]["max_steps"]
-        every = self.RMSC_CURVES.get("snapshot_every", 1000)
+        every = self.RMSC_CURVES["snapshot_every"]
         return [*range(every, total, every), total]
 
-    def _setup_rmsc(self):
-
+    def _setup_rmsc(self) -> None:
+        """Resolve RMSC's weak-pair and QGen settings, generators, per-target mixture runs, source context and curves."""
         # RMSC (METHODS.md §5; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
         # target d, as runs <recipe>@<d> (`targets` limits them); its system on d is that run, on the
         # source dataset the run of `rmsc.source_target` (else its first target) [X]. Weak pairs are
         # data/<corpus>/weak/<method>.jsonl; the source's weak set of a run uses its target's method.
         self.RMSC = self.config["rmsc"]
-        self.RMSC_WEAK = self.RMSC.get("weak", {})
-        self.RMSC_QGEN = self.RMSC.get("qgen", {})
+        self.RMSC_WEAK = self.RMSC["weak"]
+        self.RMSC_QGEN = self.RMSC["qgen"]
         # whose word pieces SCL's spans are counted in
         self.WEAK_TOKENIZER = self.RMSC_WEAK.get("tokenizer") or self.COCODR["spans"]["tokenizer"]
-        self.GENERATORS = self.RMSC_QGEN.get("generators", {})
+        self.GENERATORS = self.RMSC_QGEN["generators"]
         self.TRAINED_GENERATORS = [n for n, g in self.GENERATORS.items() if "hf" not in g]
         self.MIXTURE_RECIPES = [n for n, r in self.RECIPES.items() if r.get("mixture")]
         self.PER_TARGET_MIXTURES = [
@@ -202,7 +206,7 @@ class RmscPlan:
         ]
 
         for _name in self.PER_TARGET_MIXTURES:
-            if self.RECIPES[_name].get("episodes", 1) > 1 or self.RECIPES[_name].get("rem"):
+            if self.RECIPES[_name]["episodes"] > 1 or self.RECIPES[_name].get("rem"):
                 raise ValueError(
                     f"config key recipes.{_name}.mixture: a mixture recipe is one run per target "
                     f"(set episodes: 1, no rem)"
@@ -211,7 +215,7 @@ class RmscPlan:
                 self.TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
                 self.PER_TARGET[f"{_name}@{_d}"] = _d
 
-        self.RMSC_SOURCE_CONTEXT = list(self.RMSC.get("source_context", ["target", "human"]))
+        self.RMSC_SOURCE_CONTEXT = list(self.RMSC["source_context"])
         self._domain, self._relevance = self.RMSC_SOURCE_CONTEXT
         if self._domain not in ("source", "target") or self._relevance not in ("human", "weak"):
             raise ValueError(
@@ -219,7 +223,7 @@ class RmscPlan:
                 "domain source or target, relevance human or weak (e.g. [target, human])"
             )
 
-        self.RMSC_CURVES = self.RMSC.get("curves", {})
+        self.RMSC_CURVES = self.RMSC["curves"]
         self.RMSC_CURVE_RECIPES = list(
             dict.fromkeys(
                 [*self.RMSC_CURVES.get("figure2", []), *self.RMSC_CURVES.get("figure3", [])]
@@ -238,7 +242,8 @@ class RmscPlan:
             if self.RMSC_CURVES.get(f"figure{n}")
         ]
 
-    def _setup_rmsc_2(self):
+    def _setup_rmsc_2(self) -> None:
+        """Resolve the weak-pair files the mixture runs read; check the BERM reader and the DAM specs of DDR Figure 4."""
         # Weak-pair files the mixture runs read: (corpus, method).
         self.WEAK_PAIRS = sorted(
             {

@@ -1,12 +1,15 @@
 """The dry-run summary: one readable line per planned training and pretraining."""
 
+from __future__ import annotations
+
 import os
+from typing import Any
 
 
 class SummaryPlan:
     """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def head_summary(self, spec):
+    def head_summary(self, spec: dict[str, Any]) -> str:
         """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
         info = spec.get("info", {})
         pooling = spec.get("encoder", {}).get("pooling") or self.recipe_pooling(info.get("recipe"))
@@ -16,7 +19,7 @@ class SummaryPlan:
             return f"; ANCE head: new (seed {spec.get('encoder', {}).get('head_seed', 0)})"
         return f"; ANCE head: from checkpoint {spec['init']}"
 
-    def spec_summary(self, spec, launch):
+    def spec_summary(self, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
         t = spec["train"]
         length = f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
@@ -25,7 +28,7 @@ class SummaryPlan:
             f"; + BERM R1 x{b['r1_weight']:g} ("
             + (
                 "KL / units, official code"
-                if b.get("r1_reduction", "sum") == "mean"
+                if b["r1_reduction"] == "mean"
                 else "KL, paper"
             )
             + f") + R2 x{b['r2_weight']:g} ("
@@ -125,12 +128,12 @@ class SummaryPlan:
             parts = [
                 (
                     f"LoRA r {rem['lora_r']} alpha {rem.get('lora_alpha') or rem['lora_r']:g} on "
-                    + "+".join(rem.get("lora_targets", ["query", "value"]))
+                    + "+".join(rem["lora_targets"])
                     if rem.get("lora_r")
                     else ""
                 ),
                 (
-                    f"parallel adapter {rem['adapter_bottleneck']} x{rem.get('adapter_scaling', 4.0):g}"
+                    f"parallel adapter {rem['adapter_bottleneck']} x{rem['adapter_scaling']:g}"
                     if rem.get("adapter_bottleneck")
                     else ""
                 ),
@@ -156,10 +159,10 @@ class SummaryPlan:
         d = spec.get("dro")
         if d:
             data += (
-                f"; + iDRO over K {d['clusters']} query clusters (beta {d.get('beta', 0.25):g}, rho "
-                f"{d.get('rho', 0.05):g}, gamma {d.get('gamma', 0.1):g}, eps {d.get('eps', 0.01):g}, "
-                f"gradients of the last {d.get('grad_layers', 3)} layers)"
-                if d.get("kind", "idro") == "idro"
+                f"; + iDRO over K {d['clusters']} query clusters (beta {d['beta']:g}, rho "
+                f"{d['rho']:g}, gamma {d['gamma']:g}, eps {d['eps']:g}, "
+                f"gradients of the last {d['grad_layers']} layers)"
+                if d["kind"] == "idro"
                 else f"; + GroupDRO over K {d['clusters']} query clusters (fraction "
                 f"{d.get('fraction')}, ema {d.get('ema')})"
             )

@@ -1,5 +1,9 @@
 """Retrieval systems: every configured and trained system, routed to its model per dataset."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from zsdr.data import registry
 from zsdr.models.released import RELEASES
 
@@ -7,7 +11,7 @@ from zsdr.models.released import RELEASES
 class SystemsPlan:
     """Retrieval systems: every configured and trained system, routed to its model per dataset (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def check_system(self, name, where):
+    def check_system(self, name: str, where: str) -> str:
         if name not in self.SYSTEMS:
             raise ValueError(
                 f"config key {where}: system {name!r} is not defined under `systems` "
@@ -15,7 +19,7 @@ class SystemsPlan:
             )
         return name
 
-    def previous_system(self, run):
+    def previous_system(self, run: str) -> str:
         """The system whose model mines the negatives of an ANCE run: the last episode, the recipe's
         `base_system` or its init recipe."""
         name, k = self.MINED[run]
@@ -23,21 +27,21 @@ class SystemsPlan:
             return f"{name}-ep{k - 1}"
         return self.check_system(self.modir_base(name), f"recipes.{name}.base_system")
 
-    def recipe_lengths(self, name):
+    def recipe_lengths(self, name: str | None) -> dict[str, int]:
         """The query / document lengths a recipe trains at, where the config says them: its `encoder`,
         else its init recipe's (a key missing from both is the checkpoint's, unknown here).
         """
         out, seen = {}, set()
         while name in self.RECIPES and name not in seen:
             seen.add(name)
-            enc = self.RECIPES[name].get("encoder", {})
+            enc = self.RECIPES[name]["encoder"]
             for k in self.LENGTH_KEYS:
                 if k in enc:
                     out.setdefault(k, enc[k])
             name = self.RECIPES[name]["init"]
         return out
 
-    def system_lengths(self, system):
+    def system_lengths(self, system: str) -> dict[str, int]:
         """The lengths a dense system encodes at, where the config says them: its own options, else
         those of the recipe that trained it."""
         spec = self.SYSTEMS[system]
@@ -53,12 +57,12 @@ class SystemsPlan:
             recipe = self.TRAIN_RUNS[spec["rem_of"]][0]
         return {**self.recipe_lengths(recipe), **out} if recipe else out
 
-    def mining_lengths(self, run):
+    def mining_lengths(self, run: str) -> dict[str, int]:
         """The lengths an ANCE run's negatives are mined at: the episode's own (the lengths it trains
         at), falling back to the previous system's where the config does not say them."""
         return self.recipe_lengths(self.MINED[run][0])
 
-    def mining_options(self, run, dataset):
+    def mining_options(self, run: str, dataset: str | None) -> dict[str, Any]:
         """The Encoder settings a mining job loads the previous model with: its mining system's, at the
         episode's query and document lengths."""
         return {
@@ -66,7 +70,7 @@ class SystemsPlan:
             **self.mining_lengths(run),
         }
 
-    def mining_system(self, run):
+    def mining_system(self, run: str) -> str:
         """The system whose corpus embeddings an ANCE run's mining searches: the previous system when it
         encodes documents at the episode's length, else `<previous>.mine-d<length>` (the same model at
         the episode's document length; its own encode jobs)."""
@@ -76,11 +80,11 @@ class SystemsPlan:
             return prev
         return f"{prev}.mine-d{doc}"
 
-    def language(self, name):
+    def language(self, name: str) -> str:
         """Analyzer language of a dataset (the registry's; mini domains are English)."""
         return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
 
-    def ddr_model(self, system, dataset):
+    def ddr_model(self, system: str, dataset: str | None) -> tuple[str, str | None]:
         """DDR systems: ``(model, rem)`` on ``dataset``: the trained folder (DAM + REM) on the REM's
         training dataset (and at snapshot 0), else the dataset's DAM (or its snapshot) + the REM.
         """
@@ -93,7 +97,7 @@ class SystemsPlan:
             dam = f"{dam}/snapshots/step-{snapshot:09d}"
         return dam, f"{spec['model']}/rem"
 
-    def routed(self, system, dataset):
+    def routed(self, system: str, dataset: str | None) -> str:
         """The system that stands for ``system`` on ``dataset``: `by_language` sends the datasets of a
         language to that language's system (DDR: DuReader-trained models on the Chinese sets).
         """
@@ -101,7 +105,7 @@ class SystemsPlan:
             return system
         return self.SYSTEMS[system].get("by_language", {}).get(self.language(dataset), system)
 
-    def dense_model(self, system, dataset=None):
+    def dense_model(self, system: str, dataset: str | None = None) -> str:
         """What a dense system loads on ``dataset``: a backbone folder the DAG builds, a model folder
         (per dataset for DDR and per-target systems), or an HF id."""
         system = self.routed(system, dataset)
@@ -133,7 +137,7 @@ class SystemsPlan:
             return self.model_ref(spec["model"])
         return self.on_this_machine(spec["model"])
 
-    def dense_model_input(self, wc):
+    def dense_model_input(self, wc: Any) -> list[str]:
         """The model files a dense job waits for (none for a Hugging Face id)."""
         files = self.model_files(self.dense_model(wc.system, wc.dataset))
         system = self.routed(wc.system, wc.dataset)
@@ -143,7 +147,7 @@ class SystemsPlan:
             files += self.model_files(self.model_ref(self.SYSTEMS[system]["rem"]))
         return files
 
-    def encoder_options(self, system, dataset=None):
+    def encoder_options(self, system: str, dataset: str | None = None) -> dict[str, Any]:
         """The Encoder settings of a dense system (everything but kind/backbone/model/description);
         a REM on a DAM also gets the REM folder and its recipe's encoder settings (a DAM has none).
         """
@@ -157,8 +161,8 @@ class SystemsPlan:
             if rem:
                 recipe = self.RECIPES[self.TRAIN_RUNS[spec["rem_of"]][0]]
                 options = {
-                    **recipe.get("encoder", {}),
-                    **recipe.get("system", {}),
+                    **recipe["encoder"],
+                    **recipe["system"],
                     **options,
                     "rem": rem,
                 }
@@ -175,13 +179,13 @@ class SystemsPlan:
             }
         return options
 
-    def system_scale(self, system):
+    def system_scale(self, system: str) -> float:
         """The inverse temperature a trained system's logits use (1 for a system no recipe trained)."""
         name = system if system in self.RECIPES else self.TRAIN_RUNS.get(system, (None,))[0]
-        return self.RECIPES[name].get("scale", 1.0) if name else 1.0
+        return self.RECIPES[name]["scale"] if name else 1.0
 
-    def _setup_systems(self):
-
+    def _setup_systems(self) -> None:
+        """Resolve every retrieval system (configured, trained, per curve step and per DAM snapshot), the ANCE runs that mine negatives and their mining systems."""
         # Retrieval systems (config `systems` plus one per trained run), by kind. A REM recipe's system
         # is its REM on each dataset's DAM (the trained folder itself on its training dataset); a
         # per-target recipe's system is its per-dataset run.
@@ -194,7 +198,7 @@ class SystemsPlan:
                 "kind": "dense",
                 "model": f"{self.MODELS}/trained/{_run}",
                 "description": _r.get("description", f"trained by recipe {_name}"),
-                **_r.get("system", {}),
+                **_r["system"],
             }
             if _r.get("rem"):
                 _sys |= {
@@ -207,7 +211,7 @@ class SystemsPlan:
             if _r.get("by_language"):
                 _sys["by_language"] = _r["by_language"]
             self.SYSTEMS.setdefault(_run, _sys)
-            if _run != _name and _k == _r.get("episodes", 1):
+            if _run != _name and _k == _r["episodes"]:
                 self.SYSTEMS.setdefault(_name, _sys)
         for _name in self.MODIR_RECIPES:
             self.SYSTEMS.setdefault(

@@ -1,6 +1,9 @@
 """Paper tables: the cells, statistics and metric files each table reads."""
 
+from __future__ import annotations
+
 import os
+from typing import Any
 
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
@@ -10,12 +13,12 @@ from zsdr.tables.spec import all_specs
 class TablesPlan:
     """Paper tables: the cells, statistics and metric files each table reads (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def table_inputs(self, wc):
+    def table_inputs(self, wc: Any) -> list[str]:
         """The spec, systems.yaml and published CSVs of a paper table (edits re-render it)."""
         files = spec_files(self.TABLE_SPECS[(wc.paper, int(wc.n))])
         return [os.path.relpath(f, self.root) for f in files]
 
-    def table_cell_files(self, wc):
+    def table_cell_files(self, wc: Any) -> list[str]:
         """The cell files of a paper table: metrics/<d>/<s>.json, or <s>.units.json (`source: units`)."""
         key = (wc.paper, int(wc.n))
         return [
@@ -23,8 +26,8 @@ class TablesPlan:
             for d, s in self.TABLE_CELLS[key]
         ]
 
-    def _setup_tables(self):
-
+    def _setup_tables(self) -> None:
+        """Resolve table 1's systems and baselines and the cells and statistics of every paper table."""
         self.TABLE1_SYSTEMS = [
             self.check_system(s, "table1.systems") for s in self.config["table1"]["systems"]
         ]

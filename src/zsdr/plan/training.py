@@ -1,5 +1,9 @@
 """Training: the resolved spec, inputs, code and launch settings of every training job."""
 
+from __future__ import annotations
+
+from typing import Any
+
 from zsdr.models.released import RELEASES
 from zsdr.training.term_registry import TERMS
 from zsdr.workflow import check_model_reference
@@ -12,7 +16,7 @@ PLANNED_TERMS = ("berm", "modir", "dro")
 class TrainingPlan:
     """Training: the resolved spec, inputs, code and launch settings of every training job (a part of :class:`zsdr.plan.core.Plan`)."""
 
-    def on_this_machine(self, ref):
+    def on_this_machine(self, ref: str) -> str:
         """``ref``; a model the DAG does not build must be usable, or planning fails naming its config key
         (not a job, minutes later): a folder must hold a complete model, and with `offline: true` a
         Hugging Face id must be in the local cache.
@@ -22,7 +26,7 @@ class TrainingPlan:
             self.OFFLINE_CHECKED.add(ref)
         return ref
 
-    def model_ref(self, name):
+    def model_ref(self, name: str) -> str:
         """What `init` names: a backbone, a recipe's trained model, a cross-encoder, or an HF id/folder."""
         if name in self.config["backbones"]:
             b = self.config["backbones"][name]
@@ -44,7 +48,7 @@ class TrainingPlan:
             return f"{self.MODELS}/released/{name}"
         return self.on_this_machine(name)
 
-    def model_files(self, ref):
+    def model_files(self, ref: str) -> list[str]:
         """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
         snapshot exists once its DAM is trained; a converted REM release is its rem.json).
         """
@@ -59,10 +63,10 @@ class TrainingPlan:
             return [f"{ref}/rem.json"]
         return [f"{ref.split('/snapshots/')[0]}/config.json"]
 
-    def train_source(self, item):
+    def train_source(self, item: dict[str, Any]) -> str:
         return self.check_dataset(item.get("dataset", self.SOURCE))
 
-    def side_file(self, source, key, where):
+    def side_file(self, source: str, key: str, where: str) -> str:
         path = self.TRAINING["sources"].get(source, {}).get(key)
         if not path:
             raise ValueError(
@@ -70,7 +74,9 @@ class TrainingPlan:
             )
         return path
 
-    def training_data(self, item, where, run=None):
+    def training_data(
+        self, item: dict[str, Any], where: str, run: str | None = None
+    ) -> tuple[str, str]:
         """``(dataset folder, negatives file)`` an item trains on, by its `negatives` kind."""
         src = self.train_source(item)
         kind = item["negatives"]
@@ -85,7 +91,7 @@ class TrainingPlan:
             run = self.TRAIN_RUNS[run][0]  # mined once by the base system for every target
         return f"{self.DATA}/{src}", f"{self.DATA}/{src}/negatives/{run}.jsonl"
 
-    def teacher_file(self, item, where):
+    def teacher_file(self, item: dict[str, Any], where: str) -> str | None:
         name = item.get("teacher")
         if name is None:
             return None
@@ -98,25 +104,25 @@ class TrainingPlan:
             )
         return f"{self.DATA}/{src}/teacher/{name}.jsonl"
 
-    def train_settings(self, item):
+    def train_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """The recipe's `train` section over the shared `training` defaults."""
         shared = {k: self.TRAINING[k] for k in ("seed", "precision", "save_every", "log_every")}
         return {**shared, **item["train"]}
 
-    def recipe_dropout(self, item):
+    def recipe_dropout(self, item: dict[str, Any]) -> float | None:
         """The dropout a recipe trains with: its own `dropout`, else `training.dropout` (null: the
         checkpoint's)."""
         own = item.get("dropout")
         return self.TRAINING["dropout"] if own is None else own
 
-    def train_spec(self, run):
+    def train_spec(self, run: str) -> dict[str, Any]:
         """The resolved spec (zsdr.training.recipes) of one training run."""
         name, k = self.TRAIN_RUNS[run]
         r = self.RECIPES[name]
         if r.get("mixture"):
             return self.mixture_spec(run)
         where = f"recipes.{name}"
-        episodes = r.get("episodes", 1)
+        episodes = r["episodes"]
         init = self.model_ref(r["init"]) if k == 1 else f"{self.MODELS}/trained/{name}-ep{k - 1}"
         if run in self.PER_TARGET and r.get("per_target_init"):
             init = self.dam_path(
@@ -149,11 +155,11 @@ class TrainingPlan:
             "teacher": self.teacher_file(r, where),
             "out": f"{self.MODELS}/trained/{run}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/{run}",
-            "encoder": r.get("encoder", {}),
+            "encoder": r["encoder"],
             **({"head": r["head"]} if r.get("head") and k == 1 else {}),
             "loss": r["loss"],
-            "negatives_per_query": r.get("negatives_per_query", 1),
-            "scale": r.get("scale", 1.0),
+            "negatives_per_query": r["negatives_per_query"],
+            "scale": r["scale"],
             "dropout": self.recipe_dropout(r),
             "max_examples": r.get("max_examples"),
             "berm": self.berm_spec(r, dataset),
@@ -178,12 +184,12 @@ class TrainingPlan:
                 "episode": k,
                 "episodes": episodes,
                 "description": r.get("description", ""),
-                "provenance": r.get("provenance", ""),
+                "provenance": r["provenance"],
                 **(
                     {
                         "mine": {
                             **self.TRAINING["mine"],
-                            **r.get("mine", {}),
+                            **r["mine"],
                             **self.mine_info(
                                 name if run in self.PER_TARGET and r.get("modir") else run
                             ),
@@ -195,7 +201,7 @@ class TrainingPlan:
             },
         }
 
-    def mine_info(self, run):
+    def mine_info(self, run: str) -> dict[str, str]:
         """What the summary says about an ANCE run's mining: the system and the lengths it mines at."""
         if run not in self.MINED:
             return {}
@@ -207,7 +213,7 @@ class TrainingPlan:
             ),
         }
 
-    def mixture_spec(self, run):
+    def mixture_spec(self, run: str) -> dict[str, Any]:
         """The resolved spec (zsdr.training.rmsc) of a run of a `mixture` recipe."""
         name = self.TRAIN_RUNS[run][0]
         r = self.RECIPES[name]
@@ -215,15 +221,15 @@ class TrainingPlan:
         target = self.PER_TARGET.get(run)
         train = self.train_settings(r)
         if name in self.RMSC_CURVE_RECIPES:
-            train["snapshot_every"] = self.RMSC_CURVES.get("snapshot_every", 1000)
+            train["snapshot_every"] = self.RMSC_CURVES["snapshot_every"]
         k = m.get("soft_tokens")
         return {
             "kind": "mixture",
             "init": self.model_ref(r["init"]),
-            "encoder": r.get("encoder", {}),
+            "encoder": r["encoder"],
             "sets": self.mixture_sets(name, target),
-            "scale": r.get("scale", 1.0),
-            "group_negatives": m.get("group_negatives", True),
+            "scale": r["scale"],
+            "group_negatives": m["group_negatives"],
             "soft_tokens": {"k": k} if k else None,
             "dropout": self.recipe_dropout(r),
             "out": f"{self.MODELS}/trained/{run}",
@@ -233,11 +239,13 @@ class TrainingPlan:
                 "recipe": name,
                 "target": target,
                 "description": r.get("description", ""),
-                "provenance": r.get("provenance", ""),
+                "provenance": r["provenance"],
             },
         }
 
-    def modir_spec(self, recipe, run, train):
+    def modir_spec(
+        self, recipe: dict[str, Any], run: str, train: dict[str, Any]
+    ) -> dict[str, Any] | None:
         """The `modir` term of a MoDIR run (None otherwise); sets the run's length and snapshots."""
         if not recipe.get("modir"):
             return None
@@ -252,7 +260,7 @@ class TrainingPlan:
             "target": f"{self.DATA}/{target}",
         }
 
-    def cross_encoder_spec(self, name):
+    def cross_encoder_spec(self, name: str) -> dict[str, Any]:
         c = self.CROSS_ENCODERS[name]
         dataset, negatives = self.training_data(c, f"cross_encoders.{name}")
         return {
@@ -264,15 +272,15 @@ class TrainingPlan:
             "teacher": None,
             "out": f"{self.MODELS}/cross-encoders/{name}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/cross-encoder-{name}",
-            "head": c.get("head", "cls"),
-            "max_length": c.get("max_length", 256),
-            "negatives_per_query": c.get("negatives_per_query", 7),
+            "head": c["head"],
+            "max_length": c["max_length"],
+            "negatives_per_query": c["negatives_per_query"],
             "dropout": self.TRAINING["dropout"],
             "train": self.train_settings(c),
-            "info": {"cross_encoder": name, "description": c.get("description", "")},
+            "info": {"cross_encoder": name, "description": c["description"]},
         }
 
-    def reader_spec(self, name):
+    def reader_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec of a reader the pipeline trains (the answer spans of the source's training
         pairs: `units`, by default the dataset's own units.jsonl)."""
         r = self.READERS[name]
@@ -282,15 +290,15 @@ class TrainingPlan:
             "init": self.model_ref(r["init"]),
             "dataset": dataset,
             "units": r.get("units") or f"{dataset}/units.jsonl",
-            "max_length": r.get("max_length", 384),
+            "max_length": r["max_length"],
             "out": f"{self.MODELS}/readers/{name}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/reader-{name}",
             "dropout": self.TRAINING["dropout"],
             "train": self.train_settings(r),
-            "info": {"reader": name, "description": r.get("description", "")},
+            "info": {"reader": name, "description": r["description"]},
         }
 
-    def reader_path(self, name):
+    def reader_path(self, name: str) -> str:
         """What a reader loads: its trained folder (models/readers/<name>) or its `hf` id / folder."""
         if name not in self.READERS:
             raise ValueError(
@@ -300,7 +308,7 @@ class TrainingPlan:
         r = self.READERS[name]
         return self.on_this_machine(r["hf"]) if "hf" in r else f"{self.MODELS}/readers/{name}"
 
-    def spec_inputs(self, spec):
+    def spec_inputs(self, spec: dict[str, Any]) -> list[str]:
         """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
         initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
         if spec["kind"] == "coco":
@@ -320,7 +328,7 @@ class TrainingPlan:
             files += [spec["modir"]["triples"], f"{spec['modir']['target']}/dataset.json"]
         return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
 
-    def recipe_code(self, run):
+    def recipe_code(self, run: str) -> str:
         """The library modules a training run executes: the trainer, its loss, its BERM term."""
         r = self.RECIPES[self.TRAIN_RUNS[run][0]]
         mods = [*self.TRAINER_CODE, self.LOSS_MODULES[r["loss"]]]
@@ -335,33 +343,33 @@ class TrainingPlan:
         mods += [TERMS[t].split(":")[0] for t in TERMS if t not in PLANNED_TERMS and r.get(t)]
         return self.code(*mods, script="train")
 
-    def launch_settings(self, item):
+    def launch_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """How a training job starts: processes per node, nodes, launcher (a recipe may set its own processes)."""
         out = {k: self.TRAINING[k] for k in ("processes", "nodes", "launcher")}
         if item.get("processes"):
             out["processes"] = item["processes"]
         return out
 
-    def recipe_pooling(self, name):
+    def recipe_pooling(self, name: str | None) -> str | None:
         """A recipe's pooling: its own encoder setting, else its init recipe's (None when it comes from a
         checkpoint's own zsdr.json or sentence-transformers settings)."""
         seen = set()
         while name in self.RECIPES and name not in seen:
             seen.add(name)
             r = self.RECIPES[name]
-            if r.get("encoder", {}).get("pooling"):
+            if r["encoder"].get("pooling"):
                 return r["encoder"]["pooling"]
             name = r.get("init")
         return None
 
-    def _setup_training(self):
-
+    def _setup_training(self) -> None:
+        """Resolve the (empty) set of model references already checked on this machine."""
         # Training (rules/finetune.smk): what each training job reads, how it is launched, what it runs.
 
         self.OFFLINE_CHECKED = set()
 
-    def _setup_training_2(self):
-
+    def _setup_training_2(self) -> None:
+        """Resolve the loss modules, trainer code and triples sources, and every training spec (a config mistake stops planning here)."""
         self.LOSS_MODULES = {
             "pairwise_nll": "zsdr.losses.contrastive",
             "contrastive": "zsdr.losses.contrastive",
