@@ -101,7 +101,7 @@ rule cluster_queries:
         clusters=lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]["dro"].get(
             "clusters", 50
         ),
-        clustering=PLAN.COCODR.get("clustering", {}),
+        clustering=PLAN.COCODR["clustering"],
         seed=lambda wc: PLAN.train_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])[
             "seed"
         ]
@@ -137,8 +137,8 @@ rule cocodr_geometry:
         runtime=60,
     params:
         model=lambda wc: PLAN.cocodr_analysis_model(wc.model),
-        docs=PLAN.COCODR_ANALYSIS.get("docs", 1000),
-        batch_size=PLAN.COCODR_ANALYSIS.get("batch_size", 64),
+        docs=PLAN.COCODR_ANALYSIS["docs"],
+        batch_size=PLAN.COCODR_ANALYSIS["batch_size"],
         seed=config["seed"],
         device=config["dense"]["device"],
     script:
@@ -292,7 +292,7 @@ rule cocodr_clusters:
         table4_dataset=lambda wc: PLAN.check_dataset(
             PLAN.COCODR.get("table4", {}).get("dataset") or PLAN.TARGETS[0]
         ),
-        queries=PLAN.COCODR.get("table4", {}).get("queries", 5),
+        queries=PLAN.COCODR["table4"]["queries"],
         max_source_queries=PLAN.COCODR_ANALYSIS.get("max_source_queries"),
         seed=config["seed"],
         dense=config["dense"],
@@ -307,7 +307,7 @@ rule cocodr_figure5:
     input:
         geometry=[
             PLAN.geometry_file(m, d)
-            for m in PLAN.COCODR_ANALYSIS.get("models", [])
+            for m in PLAN.COCODR_ANALYSIS["models"]
             for d in PLAN.TARGETS
         ],
         loss=[
@@ -356,7 +356,7 @@ rule cocodr_figure5:
         ],
         geometry_points=[
             {"label": m, "dataset": d, "stats": PLAN.geometry_file(m, d)}
-            for m in PLAN.COCODR_ANALYSIS.get("models", [])
+            for m in PLAN.COCODR_ANALYSIS["models"]
             for d in PLAN.TARGETS
         ],
         cluster_points=[

@@ -93,7 +93,7 @@ rule weak_pairs:
         PLAN.DENSE_ENV
     resources:
         **PLAN.cluster_resources(
-            lambda wc: PLAN.RMSC_QGEN.get("gpus", 0) if wc.method == "qgen" else 0
+            lambda wc: PLAN.RMSC_QGEN["gpus"] if wc.method == "qgen" else 0
         ),
         mem_mb=16000,
         runtime=240,
