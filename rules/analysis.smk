@@ -31,7 +31,7 @@ rule berm_unit_analysis:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",

@@ -20,7 +20,7 @@ rule coco_spans:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=16000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc, input: os.path.dirname(input.data),
         tokenizer=lambda wc, input: (
@@ -52,11 +52,9 @@ rule pretrain_coco:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.PRETRAINED[wc.name]))
-        ),
+        **PLAN.training_resources(lambda wc: PLAN.PRETRAINED[wc.name]),
         mem_mb=32000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.coco_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
@@ -93,7 +91,7 @@ rule cluster_queries:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
         options=lambda wc: PLAN.mining_options(wc.run, wc.source),  # the mining's query length
@@ -134,7 +132,7 @@ rule cocodr_geometry:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         model=lambda wc: PLAN.cocodr_analysis_model(wc.model),
         docs=PLAN.COCODR_ANALYSIS["docs"],
@@ -171,7 +169,7 @@ rule cocodr_figure3:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         points=PLAN.cocodr_figure3_points()[0],
         reference=PLAN.cocodr_figure3_points()[1],
@@ -206,7 +204,7 @@ rule cocodr_figure4:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         points=PLAN.cocodr_figure4_points(),
         metric=config["table1"]["metric"],
@@ -257,7 +255,7 @@ rule cocodr_clusters:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         source=lambda wc, input: os.path.dirname(input.source),
         targets={d: f"{DATA}/{d}" for d in PLAN.TARGETS},
@@ -342,7 +340,7 @@ rule cocodr_figure5:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         loss_points=[
             {

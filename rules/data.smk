@@ -33,7 +33,7 @@ rule mini_benchmark:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=2000,
-        runtime=10,
+        runtime=PLAN.runtime(10),
     params:
         mini=config["mini"],
     script:
@@ -54,7 +54,7 @@ rule download:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=500,
-        runtime=600,
+        runtime=PLAN.runtime(600),
         downloads=1,
     params:
         spec=lambda wc: PLAN.REMOTE[wc.path].as_spec(),
@@ -87,7 +87,7 @@ rule convert:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         downloads=DOWNLOADS,
         byo=PATHS["byo"],
@@ -112,7 +112,7 @@ rule tiny_backbone:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=2000,
-        runtime=10,
+        runtime=PLAN.runtime(10),
     params:
         build=lambda wc: config["backbones"][wc.backbone]["build"],
         datasets=[f"{DATA}/{n}" for n in PLAN.MINI_DATASETS],
@@ -156,7 +156,7 @@ rule released_encoder:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=30,
+        runtime=PLAN.runtime(30),
     script:
         "../workflow_scripts/released_model.py"
 
@@ -179,6 +179,6 @@ rule released_rem:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=30,
+        runtime=PLAN.runtime(30),
     script:
         "../workflow_scripts/released_model.py"

@@ -21,7 +21,7 @@ rule evaluate:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=30,
+        runtime=PLAN.runtime(30),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: PLAN.eval_split(wc.dataset),
@@ -63,7 +63,7 @@ rule dataset_stats:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         doc_fields=config["statistics"]["doc_fields"],
@@ -88,7 +88,7 @@ rule shift_stats:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         source=lambda wc, input: os.path.dirname(input.source),
         source_split=config["statistics"]["source_split"],

@@ -24,7 +24,7 @@ rule triples_dataset:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=16000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     script:
         "../workflow_scripts/triples_dataset.py"
 
@@ -47,7 +47,7 @@ rule bm25_negatives:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc: f"{DATA}/{wc.source}",
         depth=PLAN.TRAINING["bm25_negatives"],
@@ -86,7 +86,7 @@ rule mine_negatives:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=32000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
         options=lambda wc: PLAN.mining_options(wc.run, wc.source),
@@ -125,13 +125,9 @@ rule train_cross_encoder:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(
-                PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name])
-            )
-        ),
+        **PLAN.training_resources(lambda wc: PLAN.CROSS_ENCODERS[wc.name]),
         mem_mb=32000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
@@ -161,11 +157,9 @@ rule train_reader:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.READERS[wc.name]))
-        ),
+        **PLAN.training_resources(lambda wc: PLAN.READERS[wc.name]),
         mem_mb=32000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.reader_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
@@ -206,7 +200,7 @@ rule teacher_scores:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
         dataset=lambda wc: f"{DATA}/{wc.source}",
@@ -238,13 +232,9 @@ rule train:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(
-                PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])
-            )
-        ),
+        **PLAN.training_resources(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
         mem_mb=32000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.train_spec(wc.run),
         summary=lambda wc: PLAN.spec_summary(

@@ -23,7 +23,7 @@ rule unit_stats:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         labels=PLAN.BERM_LABELS,
@@ -60,7 +60,7 @@ rule label_units_shard:
     resources:
         **PLAN.cluster_resources(PLAN.BERM_LABELS["gpus"]),
         mem_mb=16000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         labels=PLAN.BERM_LABELS,
@@ -91,7 +91,7 @@ rule label_units:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=30,
+        runtime=PLAN.runtime(30),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         info=lambda wc: {"split": wc.split, **PLAN.BERM_LABELS},

@@ -21,7 +21,7 @@ rule modir_triples:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=16000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=PLAN.MODIR["triples_split"],
@@ -53,7 +53,7 @@ rule modir_domain:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
@@ -114,7 +114,7 @@ rule modir_curves:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=2000,
-        runtime=10,
+        runtime=PLAN.runtime(10),
     params:
         points=PLAN.modir_points(),
         logs=PLAN.modir_logs(),
@@ -159,7 +159,7 @@ rule modir_figure4:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         models=PLAN.modir_tsne_models(),
         options=PLAN.modir_tsne_models(options=True),
@@ -209,7 +209,7 @@ rule modir_table4:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         models=[
             PLAN.dense_model(s, PLAN.modir_dataset("table4"))

@@ -18,9 +18,12 @@ rule train_dam:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam))),
+        **PLAN.cluster_resources(
+            lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam)),
+            nodes=lambda wc: PLAN.dam_launch(wc.dam)["nodes"],
+        ),
         mem_mb=32000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.dam_spec(wc.dam),
         summary=lambda wc: PLAN.spec_summary(

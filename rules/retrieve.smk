@@ -26,7 +26,7 @@ rule encode_corpus:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=600,
+        runtime=PLAN.runtime(600),
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -59,7 +59,7 @@ rule encode_queries:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -93,7 +93,7 @@ rule search_shard:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         dense=config["dense"],
     script:
@@ -127,7 +127,7 @@ rule dense_search:
             lambda wc: 0 if PLAN.scattered(wc.dataset) else config["dense"]["gpus"]
         ),
         mem_mb=16000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",

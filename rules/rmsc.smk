@@ -21,7 +21,7 @@ rule build_generator:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=4000,
-        runtime=10,
+        runtime=PLAN.runtime(10),
     params:
         tokenizer=lambda wc, input: os.path.dirname(input.tokenizer[0]),
         size=lambda wc: PLAN.GENERATORS[wc.name]["build"],
@@ -51,11 +51,9 @@ rule train_generator:
         PLAN.DENSE_ENV
     threads: PLAN.TRAINING["threads"]
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(PLAN.launch_settings(PLAN.GENERATORS[wc.name]))
-        ),
+        **PLAN.training_resources(lambda wc: PLAN.GENERATORS[wc.name]),
         mem_mb=16000,
-        runtime=PLAN.TRAINING["runtime"],
+        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.generator_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
@@ -96,7 +94,7 @@ rule weak_pairs:
             lambda wc: PLAN.RMSC_QGEN["gpus"] if wc.method == "qgen" else 0
         ),
         mem_mb=16000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc, input: os.path.dirname(input.data),
         method=lambda wc: wc.method,
@@ -143,7 +141,7 @@ rule rmsc_curves:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         points=lambda wc: PLAN.rmsc_curve_points(int(wc.n)),
         figure=lambda wc: int(wc.n),

@@ -18,7 +18,7 @@ rule lucene_index:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=240,
+        runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         language=lambda wc: PLAN.language(wc.dataset),
@@ -44,7 +44,7 @@ rule bm25:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=120,
+        runtime=PLAN.runtime(120),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: PLAN.eval_split(wc.dataset),

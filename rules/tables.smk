@@ -22,7 +22,7 @@ rule table1:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         systems={s: PLAN.SYSTEMS[s].get("description", "") for s in PLAN.TABLE1_SYSTEMS},
         baselines=PLAN.TABLE1_BASELINES,
@@ -73,7 +73,7 @@ rule paper_table:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=2000,
-        runtime=10,
+        runtime=PLAN.runtime(10),
     params:
         paper=lambda wc: wc.paper,
         table=lambda wc: int(wc.n),
@@ -116,7 +116,7 @@ rule paper_figure:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         paper=lambda wc: wc.paper,
         figure=lambda wc: int(wc.n),
@@ -152,7 +152,7 @@ rule all_results:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     script:
         "../workflow_scripts/manifest.py"
 
@@ -202,7 +202,7 @@ rule ddr_figure4:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         points=PLAN.figure4_points(),
         dams={d: f"{MODELS}/dams/{PLAN.figure4_dam(d)}" for d in PLAN.FIGURE4_DATASETS},
@@ -245,7 +245,7 @@ rule berm_figure4:
     resources:
         **PLAN.cluster_resources(),
         mem_mb=1000,
-        runtime=5,
+        runtime=PLAN.runtime(5),
     params:
         points=PLAN.berm_grid_points(),
         metric=config["table1"]["metric"],
@@ -285,7 +285,7 @@ rule berm_figure5:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
-        runtime=60,
+        runtime=PLAN.runtime(60),
     params:
         models={
             s: PLAN.SYSTEMS[s]["model"] for s in PLAN.BERM["analysis"]["tsne_models"]

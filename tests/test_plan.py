@@ -126,3 +126,20 @@ def test_a_new_loss_terms_section_reaches_its_spec_and_code(tree, monkeypatch):
         assert "src/zsdr/losses/contrastive.py" in stamp_files(tree / plan.recipe_code("dpr"))
     finally:
         del plan.RECIPES["dpr"]["toy"]
+
+
+def test_job_shapes_of_the_paper_trainings(paper, tree):
+    """COCO-DR trains on 8 GPUs, DDR's REMs and DAMs on 4, the rest on 1; every job stays on one node and
+    GPU jobs ask for 8 CPUs per GPU; runtimes are capped at the site's maximum where configured."""
+    def gpus(recipe):
+        return paper.launch_gpus(paper.launch_settings(paper.RECIPES[recipe]))
+
+    assert gpus("cocodr-base") == 8 and gpus("ddr-contrast") == 4 and gpus("dpr") == 1 and gpus("ance") == 1
+    wc = SimpleNamespace(run="cocodr-base-ep1")
+    res = paper.training_resources(lambda w: paper.RECIPES[paper.TRAIN_RUNS[w.run][0]])
+    assert res["gpu"](wc) == 8 and res["nodes"](wc) == 1 and res["cpus_per_gpu"] == 8
+    assert paper.runtime(paper.TRAINING["runtime"]) == 4320        # no cap configured
+    cfg = tree / "capped.yaml"
+    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 1440}}))
+    capped = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
+    assert capped.runtime(capped.TRAINING["runtime"]) == 1440 and capped.runtime(600) == 600

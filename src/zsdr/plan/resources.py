@@ -13,21 +13,40 @@ class ResourcesPlan:
         """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
         return self.TRAINING["gpus"] * launch["processes"] * launch["nodes"]
 
-    def cluster_resources(self, gpus: int | Callable[[Any], int] = 0) -> dict[str, Any]:
+    def training_resources(self, item: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        """:meth:`cluster_resources` of a training job, whose recipe (cross-encoder, reader, ...) is
+        ``item(wildcards)``: its GPUs (:meth:`launch_gpus`) and nodes from its launch settings."""
+        return self.cluster_resources(
+            lambda wc: self.launch_gpus(self.launch_settings(item(wc))),
+            nodes=lambda wc: self.launch_settings(item(wc))["nodes"],
+        )
+
+    def runtime(self, minutes: int) -> int:
+        """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest
+        the site's partitions allow) where set. A training that needs longer is stopped at the limit
+        (SIGUSR1 -> checkpoint) and its retry resumes from the checkpoint."""
+        cap = self.CLUSTER["max_runtime"]
+        return min(int(minutes), cap) if cap else int(minutes)
+
+    def cluster_resources(
+        self, gpus: int | Callable[[Any], int] = 0, nodes: int | Callable[[Any], int] = 1
+    ) -> dict[str, Any]:
         """The scheduler-facing resources every rule adds to its memory and runtime.
 
         `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
         resource, which the SLURM executor turns into `--gpus` and `profiles/local-gpu` limits with
         `--resources gpu=N`. From config `cluster`, when set: the account, the partition (GPU jobs use
-        `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs. Unset keys are left
-        out, so a profile's default-resources still apply.
+        `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs (data loading and the
+        launcher beside each rank; the SLURM executor asks --cpus-per-gpu for GPU jobs only). Unset keys
+        are left out, so a profile's default-resources still apply. `nodes` (an int, or a function of
+        the wildcards) keeps a multi-GPU job on one node (--nodes=1) unless its training spans several.
         """
         count = gpus if callable(gpus) else (lambda wc: gpus)
 
         def pick(gpu_value: str, cpu_value: str) -> Callable[[Any], str]:
             return lambda wc: gpu_value if count(wc) else cpu_value
 
-        out = {"gpu": gpus}
+        out = {"gpu": gpus, "nodes": nodes}
         if self.CLUSTER["account"]:
             out["slurm_account"] = self.CLUSTER["account"]
         if self.CLUSTER["partition"] or self.CLUSTER["gpu_partition"]:
