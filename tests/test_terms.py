@@ -13,6 +13,7 @@ from torch import nn
 
 from tests.conftest import mini_with_backbones
 from tests.test_idro import write_query_clusters
+from tests.test_modir import MINI, SIZE  # the same mini benchmark and tiny model
 from zsdr.training.modir import build_target_triples
 from zsdr.training.recipes import build_task
 from zsdr.training.tasks import BiEncoderTask
@@ -21,13 +22,6 @@ from zsdr.training.terms import (TERMS, AdditiveTerm, Encoded, ReducingTerm, Sam
 from zsdr.training.trainer import TrainConfig, Trainer
 from zsdr.training.unit_labels import label_pairs, select_pairs, unit_statistics
 
-MINI = {
-    "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
-    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
-    "domains": [{"name": "src", "role": "source", "docs": 240, "train_queries": 120, "dev_queries": 10},
-                {"name": "tgt", "role": "target", "docs": 120, "test_queries": 30}],
-}
-SIZE = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "max_length": 64, "dropout": 0.0}
 
 
 @pytest.fixture(scope="module")

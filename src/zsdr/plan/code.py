@@ -58,11 +58,15 @@ class _Parsed:
     @property
     def imports_anything(self) -> bool:
         """Whether the file imports any module at load time (``__future__`` does not count)."""
-        return any(not (i.is_from and i.level == 0 and i.module == "__future__") for i in self.imports)
+        return any(
+            not (i.is_from and i.level == 0 and i.module == "__future__") for i in self.imports
+        )
 
 
 _parsed: dict[str, tuple[_Stamp, _Parsed]] = {}
-_closures: dict[tuple[tuple[str, ...], str, str, str], tuple[tuple[str, ...], tuple[tuple[str, _Stamp], ...]]] = {}
+_closures: dict[
+    tuple[tuple[str, ...], str, str, str], tuple[tuple[str, ...], tuple[tuple[str, _Stamp], ...]]
+] = {}
 """Memoised closures: (modules, root, source, package) -> (files, stamps of what they were computed from)."""
 
 
@@ -250,7 +254,9 @@ def _compute(modules: tuple[str, ...], source: Path, package: str) -> _Closure:
         found = walk.locate(name)
         if found is None:
             where = os.path.join(str(source), *name.split("."))
-            raise ValueError(f"no module named {name!r} (neither {where}.py nor {where}/__init__.py exists)")
+            raise ValueError(
+                f"no module named {name!r} (neither {where}.py nor {where}/__init__.py exists)"
+            )
         path, is_package = found
         if is_package:
             walk.add_package(name, os.path.dirname(path))
@@ -304,7 +310,9 @@ def import_closure(
     return out
 
 
-def script_modules(script: str | Path, *, source: str | Path = SRC, package: str = PACKAGE) -> list[str]:
+def script_modules(
+    script: str | Path, *, source: str | Path = SRC, package: str = PACKAGE
+) -> list[str]:
     """The ``package`` modules a workflow script imports, wherever in the script (it runs top to
     bottom, so a function-level import of a script is as much part of its job as a top-level one).
 

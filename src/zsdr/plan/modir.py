@@ -197,9 +197,7 @@ class ModirPlan:
                     f"config key recipes.{_name}.train.max_steps: MoDIR evaluates every target at a "
                     f"fixed step, so its length is given in steps"
                 )
-            for _d in self.recipe_targets(_name):
-                self.TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
-                self.PER_TARGET[f"{_name}@{_d}"] = _d
+            self.add_per_target_runs(_name)
         for _name in self.MODIR_CURVES["recipes"]:
             if _name not in self.MODIR_RECIPES:
                 raise ValueError(

@@ -37,6 +37,12 @@ class RecipesPlan:
         e = self.RECIPES[name]["episodes"]
         return name if e == 1 else f"{name}-ep{episode or e}"
 
+    def add_per_target_runs(self, name: str) -> None:
+        """Plan one run <name>@<dataset> per target of recipe ``name`` (MoDIR, RMSC)."""
+        for dataset in self.recipe_targets(name):
+            self.TRAIN_RUNS[f"{name}@{dataset}"] = (name, 1)
+            self.PER_TARGET[f"{name}@{dataset}"] = dataset
+
     def trained_model(self, name: str) -> str:
         return f"{self.MODELS}/trained/{self.recipe_run(name)}"
 

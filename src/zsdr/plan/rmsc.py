@@ -143,13 +143,9 @@ class RmscPlan:
 
     def generator_path(self, name: str) -> str:
         """What a QGen generator loads: its `hf` id / folder or models/generators/<name>."""
-        if name not in self.GENERATORS:
-            raise ValueError(
-                f"config key rmsc.qgen.generator: {name!r} is not a key of rmsc.qgen.generators "
-                f"(defined: {', '.join(self.GENERATORS) or 'none'})"
-            )
-        g = self.GENERATORS[name]
-        return self.on_this_machine(g["hf"]) if "hf" in g else f"{self.MODELS}/generators/{name}"
+        return self.named_model(
+            name, self.GENERATORS, "rmsc.qgen.generator", "rmsc.qgen.generators", "generators"
+        )
 
     def generator_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.models.generator) of a generator the pipeline trains."""
@@ -211,9 +207,7 @@ class RmscPlan:
                     f"config key recipes.{_name}.mixture: a mixture recipe is one run per target "
                     f"(set episodes: 1, no rem)"
                 )
-            for _d in self.recipe_targets(_name):
-                self.TRAIN_RUNS[f"{_name}@{_d}"] = (_name, 1)
-                self.PER_TARGET[f"{_name}@{_d}"] = _d
+            self.add_per_target_runs(_name)
 
         self.RMSC_SOURCE_CONTEXT = list(self.RMSC["source_context"])
         self._domain, self._relevance = self.RMSC_SOURCE_CONTEXT

@@ -26,11 +26,7 @@ class SummaryPlan:
         b = spec.get("berm")
         berm = (
             f"; + BERM R1 x{b['r1_weight']:g} ("
-            + (
-                "KL / units, official code"
-                if b["r1_reduction"] == "mean"
-                else "KL, paper"
-            )
+            + ("KL / units, official code" if b["r1_reduction"] == "mean" else "KL, paper")
             + f") + R2 x{b['r2_weight']:g} ("
             + (
                 "double softmax, official code"

@@ -300,13 +300,22 @@ class TrainingPlan:
 
     def reader_path(self, name: str) -> str:
         """What a reader loads: its trained folder (models/readers/<name>) or its `hf` id / folder."""
-        if name not in self.READERS:
+        return self.named_model(name, self.READERS, "berm.labels.reader", "`readers`", "readers")
+
+    def named_model(
+        self, name: str, table: dict[str, Any], key: str, table_key: str, folder: str
+    ) -> str:
+        """What a model named in config key ``key`` loads: its `hf` id / folder from ``table`` (config
+        ``table_key``), else the folder the pipeline trains it into, models/<folder>/<name>."""
+        if name not in table:
             raise ValueError(
-                f"config key berm.labels.reader: {name!r} is not a key of `readers` "
-                f"(defined: {', '.join(self.READERS) or 'none'})"
+                f"config key {key}: {name!r} is not a key of {table_key} "
+                f"(defined: {', '.join(table) or 'none'})"
             )
-        r = self.READERS[name]
-        return self.on_this_machine(r["hf"]) if "hf" in r else f"{self.MODELS}/readers/{name}"
+        entry = table[name]
+        return (
+            self.on_this_machine(entry["hf"]) if "hf" in entry else f"{self.MODELS}/{folder}/{name}"
+        )
 
     def spec_inputs(self, spec: dict[str, Any]) -> list[str]:
         """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
