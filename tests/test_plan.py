@@ -143,3 +143,15 @@ def test_job_shapes_of_the_paper_trainings(paper, tree):
     cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 1440}}))
     capped = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
     assert capped.runtime(capped.TRAINING["runtime"]) == 1440 and capped.runtime(600) == 600
+
+
+def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
+    """Snakemake lists the stamp folder once while it builds the DAG: the plan writes every training's
+    stamp while the Snakefile is read, not when an input function first asks for it."""
+    for name in ("config.yaml", "configs", "schemas", "src", "workflow_scripts"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    plan = load_plan(tmp_path)
+    stamps = {plan.TRAINING_STAMPS[run] for run in plan.TRAIN_RUNS}
+    assert stamps and all((tmp_path / s).is_file() for s in stamps)
+    assert plan.recipe_code("kd") == plan.TRAINING_STAMPS["kd"]

@@ -77,6 +77,7 @@ class Plan(
         self._setup_training_2()
         self._setup_rmsc_2()
         self._setup_ddr_2()
+        self.write_training_stamps()
 
 
 def with_schema_defaults(config: dict[str, Any], schema_path: str | os.PathLike) -> dict[str, Any]:

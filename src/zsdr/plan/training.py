@@ -338,7 +338,20 @@ class TrainingPlan:
         return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
 
     def recipe_code(self, run: str) -> str:
-        """The library modules a training run executes: the trainer, its loss, its BERM term."""
+        """The code input (a stamp, :meth:`code`) of a training run: the trainer, its loss, its terms.
+
+        The stamps of every run are written when the plan is made (:meth:`write_training_stamps`), while
+        the Snakefile is read: Snakemake lists the stamp folder once while it builds the DAG, so a stamp
+        first written by an input function could be missed."""
+        stamp = self.TRAINING_STAMPS.get(run)
+        return stamp if stamp is not None else self._recipe_code(run)
+
+    def write_training_stamps(self) -> None:
+        """Write (or confirm) the code stamp of every training run."""
+        self.TRAINING_STAMPS = {}
+        self.TRAINING_STAMPS = {run: self._recipe_code(run) for run in self.TRAIN_RUNS}
+
+    def _recipe_code(self, run: str) -> str:
         r = self.RECIPES[self.TRAIN_RUNS[run][0]]
         mods = [*self.TRAINER_CODE, self.LOSS_MODULES[r["loss"]]]
         if r.get("berm"):
