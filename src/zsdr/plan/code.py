@@ -275,8 +275,8 @@ def import_closure(
 ) -> list[str]:
     """The sorted source files of ``modules`` and of every ``package`` module they import at load time.
 
-    A module name stands for its file; a package name stands for all the files under it (as in
-    :func:`zsdr.workflow.code_files`), each with its imports. Imports are followed transitively
+    A module name stands for its file; a package name stands for all the files under it, each
+    with its imports. Imports are followed transitively
     through module-level statements (relative ones resolved; ``from pkg import sub`` with ``sub`` a
     submodule imports ``sub``); imports inside functions and ``if TYPE_CHECKING:`` blocks are not, and
     neither is anything outside ``package``. A parent package's ``__init__.py`` is included (and

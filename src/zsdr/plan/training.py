@@ -348,7 +348,6 @@ class TrainingPlan:
 
     def write_training_stamps(self) -> None:
         """Write (or confirm) the code stamp of every training run."""
-        self.TRAINING_STAMPS = {}
         self.TRAINING_STAMPS = {run: self._recipe_code(run) for run in self.TRAIN_RUNS}
 
     def _recipe_code(self, run: str) -> str:
