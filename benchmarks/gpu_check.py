@@ -317,6 +317,101 @@ def training(encoder_factory, texts, device: torch.device, steps: int) -> None:
             del enc, opt
 
 
+def dpr_training_set(root: Path, texts: list[str], queries: int = 4096):
+    """A BEIR folder of ``texts`` and a negatives file: query i judges passage 2i, passage 2i + 1 its negative."""
+    import json
+
+    from zsdr.training.data import TrainingSet
+
+    rng = np.random.default_rng(1)
+    n = min(queries, len(texts) // 2)
+    qtexts = [" ".join(t.split()[:rng.integers(4, 30)]) for t in texts[1:2 * n:2]]
+    syn.write_dataset(root, texts[:2 * n], qtexts)
+    with open(root / "negatives.jsonl", "w", encoding="utf-8") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"qid": f"q{i}", "pos": [f"d{2 * i}"], "neg": {"bm25": [f"d{2 * i + 1}"]}}) + "\n")
+    return TrainingSet(root, root / "negatives.jsonl", split="none")
+
+
+@section
+def trainer_steps(encoder_factory, data, out: Path, device: torch.device, warm: int, steps: int,
+                  compiled: bool = False) -> None:
+    """zsdr's Trainer on a DPR-shaped BiEncoderTask (contrastive, 32 queries <= 32 tokens, 1 + 1 passages
+    <= 128 tokens each: 64 in-batch passages, bf16, fused AdamW, clipping): batches prepared by the
+    thread, by worker processes, and pre-tokenised (the same step on ready, pinned batches); with
+    ``compiled``, the backbone compiled (workers and pre-tokenised). steps/s from the trainer's own log (a record every ``warm`` steps) after
+    ``warm`` steps (3 x ``warm`` when compiled); ``steps`` a multiple of ``warm``."""
+    import json
+    import logging
+
+    from zsdr.training.tasks import BiEncoderTask
+    from zsdr.training.trainer import TrainConfig, Trainer
+
+    logging.basicConfig(level=logging.WARNING)
+    cuda = device.type == "cuda"
+
+    class Ready(BiEncoderTask):  # the same task, its batches made before the loop
+        ready: dict = {}
+
+        def make_batch(self, indices, epoch):
+            return self.ready[tuple(indices), epoch]
+
+    peak = peak_flops(device)
+    rates = {}
+    if not compiled:
+        variants = [("thread", 0, False, False), ("pre-tokenised", 0, False, True), ("processes", None, False, False)]
+    else:
+        variants = [("pre-tokenised, compiled", 0, True, True), ("processes, compiled", None, True, False)]
+    for name, workers, compiled, ready in variants:
+        t0 = time.perf_counter()
+        enc = encoder_factory()
+        enc.configure(query_max_length=32, doc_max_length=128)
+        task = (Ready if ready else BiEncoderTask)(enc, data, "contrastive", negatives=1, scale=1.0, seed=7)
+        total = (warm * (3 if compiled else 1)) + steps
+        cfg = TrainConfig(batch_size=32, max_steps=total + warm, lr=1e-5, precision="bf16" if cuda else "fp32",
+                          log_every=warm, save_every=10 ** 9, seed=7)
+        run_out = out / name.replace(", ", "-")
+        tr = Trainer(task, cfg, run_out, cpu=not cuda, progress=False, stop_after=total, workers=workers,
+                     compile=compiled)
+        plain = BiEncoderTask(enc, data, "contrastive", negatives=1, scale=1.0, seed=7)
+        batches = [plain.make_batch(*tr.indices(m)) for m in range(total)]
+        if ready:
+            Ready.ready = {(tuple(tr.indices(m)[0]), tr.indices(m)[1]):
+                           {k: ({a: b.pin_memory() for a, b in v.items()} if isinstance(v, dict) and cuda else v)
+                            for k, v in b.items()} for m, b in zip(range(total), batches)}
+        tr.train()
+        log_file = run_out.parent / f".{run_out.name}.train_log.jsonl"
+        recs = [json.loads(line) for line in log_file.read_text().splitlines()]
+        timed = [r for r in recs if r["step"] > total - steps]
+        rate = float(np.mean([r["examples_per_s"] for r in timed])) / 32
+        rates[name] = rate
+        flops = float(np.mean([step_flops(enc, b["q"]["input_ids"], b["d"]["input_ids"]) for b in batches[-steps:]]))
+        mfu = f"; MFU {flops * rate / peak:.1%}" if peak else ""
+        note = f"{flops * rate / 1e12:.1f} TFLOP/s{mfu}"
+        row(f"zsdr Trainer DPR step, batches by {name}", f"{rate:.2f} steps/s",
+            f"{note} ({time.perf_counter() - t0:.0f} s with start-up)")
+        del enc, task, tr, plain
+        if cuda:
+            torch.cuda.empty_cache()
+    for name, rate in rates.items():
+        ref = name.replace("thread", "pre-tokenised").replace("processes", "pre-tokenised")
+        if ref != name and ref in rates:
+            row(f"zsdr Trainer, {name} / {ref}", f"{rate / rates[ref]:.2f}", "(acceptance: >= 0.95)")
+
+
+def peak_flops(device: torch.device) -> float | None:
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return next((v for k, v in PEAK_BF16.items() if k in name), None)
+
+
+def step_flops(enc, q_ids: torch.Tensor, d_ids: torch.Tensor) -> float:
+    """Training FLOPs of one step: 6 N per token plus attention (12 L d s per token), queries and passages."""
+    cfg = enc.backbone.config
+    params = sum(p.numel() for n, p in enc.backbone.named_parameters() if "embeddings" not in n)
+    qn, qs, dn, ds = q_ids.numel(), q_ids.shape[1], d_ids.numel(), d_ids.shape[1]
+    return 6 * params * (qn + dn) + 12 * cfg.num_hidden_layers * cfg.hidden_size * (qn * qs + dn * ds)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vocab", help="folder with the bert-base-uncased tokenizer files")
@@ -325,9 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=None, help="corpus size (200,000; --quick 1,500)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out (ceiling, job, inprocess, "
-                        "st, reader, train, qgen)")
+                        "st, reader, trainer, train, compile, qgen)")
     parser.add_argument("--previous", type=Path, help="a zsdr source tree (its src/) whose encode job to time too")
+    parser.add_argument("--watchdog", type=float, default=None,
+                        help="after this many seconds print every thread's stack and exit (a hung step shows where)")
     args = parser.parse_args(argv)
+    if args.watchdog:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.watchdog, exit=True)
     device = torch.device(args.device)
     n = args.docs or (1_500 if args.quick else 200_000)
     skip = set(filter(None, args.skip.split(",")))
@@ -376,8 +477,14 @@ def main(argv: list[str] | None = None) -> int:
         encoder.cpu()
         if "reader" not in skip:
             reader(vocab, config, texts[:20_000 if not args.quick else 300], device, args.batch_size)
+        warm, steps = (10, 60) if not args.quick else (2, 4)
+        if "trainer" not in skip:
+            data = dpr_training_set(tmp / "train-data", texts[:8192])
+            trainer_steps(encoder_factory, data, tmp / "trainer", device, warm, steps)
         if "train" not in skip:
             training(encoder_factory, texts, device, 30 if not args.quick else 3)
+        if "compile" not in skip and "trainer" not in skip and device.type == "cuda":
+            trainer_steps(encoder_factory, data, tmp / "trainer", device, warm, steps, compiled=True)
         if "qgen" not in skip:  # last: its time depends most on the sampled lengths
             m = 512 if not args.quick else 6
             qdata = syn.write_dataset(tmp / "qgen", texts[:m])

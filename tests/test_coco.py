@@ -268,7 +268,10 @@ def test_forward_sums_the_three_losses_and_reaches_every_parameter(mini, kind):
     batch = task.make_batch([1, 2, 3, 4], 0)
     loss, logs = task(batch)
     assert set(logs) == {"mlm_head", "mlm_backbone", "contrastive", "contrastive_accuracy"}
-    assert all(isinstance(v, float) and math.isfinite(v) for v in logs.values())
+    # logs stay on the device (0-d tensors, no gradient): the trainer reads them every log_every steps
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in logs.values())
+    logs = {k: float(v) for k, v in logs.items()}
+    assert all(math.isfinite(v) for v in logs.values())
     assert float(loss.detach()) == pytest.approx(logs["mlm_head"] + logs["mlm_backbone"] + logs["contrastive"], rel=1e-5)
     assert logs["contrastive"] == pytest.approx(math.log(7), abs=0.3)       # near chance at initialisation
     loss.backward()
@@ -278,7 +281,7 @@ def test_forward_sums_the_three_losses_and_reaches_every_parameter(mini, kind):
                         ({"late_mlm": False}, ("mlm_head", "contrastive"))]:
         t = build_coco_task(coco_spec(mini, kind, **over))
         loss, logs = t(batch)
-        assert float(loss.detach()) == pytest.approx(sum(logs[k] for k in parts), rel=1e-5)
+        assert float(loss.detach()) == pytest.approx(sum(float(logs[k]) for k in parts), rel=1e-5)
 
 
 @pytest.mark.parametrize("kind", ["bert", "roberta"])

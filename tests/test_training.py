@@ -451,3 +451,31 @@ def test_two_multi_process_trainings_run_side_by_side(tiny):
     assert not errors, errors
     wa, wb = weights(runs[0]["out"]), weights(runs[1]["out"])
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_batch_worker_processes_train_exactly_as_the_thread(tiny):
+    steps = {"max_steps": 16, "save_every": 100, "batch_size": 16}
+    ref, ref_path = spec(tiny, "thread-batches", train=steps, loop={"workers": 0})
+    procs, path = spec(tiny, "process-batches", train=steps, loop={"workers": 2})
+    for p in (ref_path, path):
+        proc = train_cli(p)
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    a, b = weights(ref["out"]), weights(procs["out"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert [r["loss"] for r in losses(procs["out"])] == [r["loss"] for r in losses(ref["out"])]
+    assert [r["accuracy"] for r in losses(procs["out"])] == [r["accuracy"] for r in losses(ref["out"])]
+
+
+def test_a_signal_to_the_whole_job_with_batch_workers_stops_at_a_step_and_resumes_exactly(tiny, uninterrupted):
+    # SLURM signals every process of the job: the batch workers ignore it, the trainer checkpoints
+    s, path = spec(tiny, "signal-workers", train={**SIGNAL_STEPS, "snapshot_every": 5}, loop={"workers": 2})
+    proc = train_cli(path, start_new_session=True)
+    assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl", steps=6), "ended before step 6"
+    os.killpg(proc.pid, signal.SIGUSR1)
+    code, err = proc.wait(timeout=120), proc.stderr.read()
+    assert code == 128 + signal.SIGUSR1, err
+    assert "stopped by SIGUSR1 at step" in err and "Traceback" not in err, err
+    rerun = train_cli(path)
+    assert rerun.wait(timeout=300) == 0, rerun.stderr.read()
+    assert same_model(s["out"], uninterrupted["out"])
+    assert [r["loss"] for r in losses(s["out"])] == [r["loss"] for r in losses(uninterrupted["out"])]

@@ -365,8 +365,10 @@ class TrainingPlan:
         return self.code(*mods, script="train")
 
     def launch_settings(self, item: dict[str, Any]) -> dict[str, Any]:
-        """How a training job starts: processes per node, nodes, launcher (a recipe may set its own processes)."""
+        """How a training job starts: processes per node, nodes, launcher (a recipe may set its own
+        processes), and how its loop runs (batch-preparing worker processes, compiled backbones)."""
         out = {k: self.TRAINING[k] for k in ("processes", "nodes", "launcher")}
+        out["loop"] = {"workers": self.TRAINING["loader_workers"], "compile": self.TRAINING["compile"]}
         if item.get("processes"):
             out["processes"] = item["processes"]
         return out

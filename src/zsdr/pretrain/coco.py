@@ -311,9 +311,9 @@ class CocoTask(nn.Module):
             loss = loss + mlm_backbone
         if self.contrastive_weight:
             loss = loss + self.contrastive_weight * contrastive
-        logs = {"mlm_head": float(mlm_head.detach()), "mlm_backbone": float(mlm_backbone.detach()),
-                "contrastive": float(contrastive.detach()),
-                "contrastive_accuracy": float((logits.detach().argmax(dim=1) == partners).float().mean())}
+        logs = {"mlm_head": mlm_head.detach(), "mlm_backbone": mlm_backbone.detach(),
+                "contrastive": contrastive.detach(),
+                "contrastive_accuracy": (logits.detach().argmax(dim=1) == partners).float().mean()}
         return loss, logs
 
     def save(self, directory: str | os.PathLike) -> Path:

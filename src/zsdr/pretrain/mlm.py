@@ -211,7 +211,7 @@ class MlmTask(nn.Module):
             return logits.float().sum() * 0.0, {"accuracy": 0.0, "masked_tokens": 0.0}
         logits = logits.float()
         loss = nn.functional.cross_entropy(logits, targets)
-        accuracy = float((logits.detach().argmax(dim=-1) == targets).float().mean())
+        accuracy = (logits.detach().argmax(dim=-1) == targets).float().mean()
         return loss, {"accuracy": accuracy, "masked_tokens": float(targets.numel())}
 
     def save(self, directory: str | os.PathLike) -> Path:

@@ -135,12 +135,12 @@ class BermTerm(AdditiveTerm):
         if cfg.r1_weight:
             r1 = unit_balance(passages, units, mask, cfg.r1_reduction)
             total = total + cfg.r1_weight * r1
-            logs["r1"] = float(r1.detach())
+            logs["r1"] = r1.detach()
         if cfg.r2_weight:
             m = matching_representation(queries, passages)
             r2 = unit_extraction(m, units, mask, targets, cfg.double_softmax)
             total = total + cfg.r2_weight * r2
-            logs["r2"] = float(r2.detach())
+            logs["r2"] = r2.detach()
             acc = unit_accuracy(m.detach(), units.detach(), mask, targets)
             if acc == acc:  # NaN when no positive of the batch is labelled
                 logs["unit_accuracy"] = acc

@@ -268,11 +268,11 @@ class MixtureTask(nn.Module):
         logits = (self.scale * (q.float() @ all_d.float().T)).masked_fill(mask, MASKED)
         per_query = F.cross_entropy(logits, targets, reduction="none")
         loss = per_query.mean()
-        logs = {"accuracy": float((logits.argmax(dim=1) == targets).float().mean())}
+        logs = {"accuracy": (logits.detach().argmax(dim=1) == targets).float().mean()}
         for g, name in self.group_names.items():
             rows = groups == g
             if bool(rows.any()):
-                logs[f"loss_{name}"] = float(per_query.detach()[rows].mean())
+                logs[f"loss_{name}"] = per_query.detach()[rows].mean()
         return loss, logs
 
     def save(self, directory: str | os.PathLike) -> Path:

@@ -142,7 +142,7 @@ class BiEncoderTask(Task):
         else:
             d = self.encoder(**batch["d"])
         own = torch.einsum("nd,nkd->nk", q.float(), d.float().view(n, group, -1))
-        logs = {"accuracy": float((own.argmax(dim=1) == 0).float().mean())}
+        logs = {"accuracy": (own.detach().argmax(dim=1) == 0).float().mean()}
         # state a term moves per step (iDRO's weights) moves only in training steps (never under no_grad / eval)
         encoded = Encoded(self.encoder, q, d.view(n, group, -1), states,
                           update=self.training and torch.is_grad_enabled())
@@ -154,7 +154,7 @@ class BiEncoderTask(Task):
             else:
                 per_query = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:], reduction="none")
                 loss, term_logs = self.reducer.reduce(per_query, encoded, batch.get(self.reducer.key))
-                logs.update(term_logs, task_loss=float(per_query.detach().mean()))
+                logs.update(term_logs, task_loss=per_query.detach().mean())
         elif self.loss_name == "margin_mse":
             from zsdr.losses.margin_mse import margin_mse
 
@@ -171,7 +171,7 @@ class BiEncoderTask(Task):
             loss = contrastive(q, all_d, targets, mask, self.scale)
         for term in self.additive:
             extra, term_logs = term.loss_of(encoded, batch.get(term.key))
-            logs.update(term_logs, task_loss=float(loss.detach()))
+            logs.update(term_logs, task_loss=loss.detach())
             loss = loss + extra
         return loss, logs
 

@@ -17,7 +17,13 @@ else:
   steps. The data position is the step itself: the order of epoch ``e`` is a seeded permutation
   and every example draws its negatives from ``(seed, epoch, index)``, so a resumed run sees the
   batches an uninterrupted one would have seen and ends with bit-identical weights on CPU;
-* the next batch is sampled and tokenised on a worker thread while the current step runs;
+* batches are sampled, tokenised and collated ahead of the step: on a GPU by ``workers`` forked worker
+  processes (several batches ahead, in pinned memory, so neither the tokenizer nor the collation
+  competes with the step's kernel launches for the interpreter), on the CPU one batch ahead on a
+  thread; the step itself never waits on the host (losses and logs stay on the device and are read
+  every ``log_every`` steps);
+* optionally the task's transformer backbones compiled (``torch.compile``, dynamic shapes): fewer,
+  fused kernels for steps bound by kernel launches;
 * optional task hooks: ``attach(config, total_steps, device)`` returns stateful objects the
   task trains apart from its parameters (MoDIR's domain classifier, its optimizer and queue),
   which are checkpointed with the model; ``on_step(step, micro, last)`` runs before each
@@ -78,6 +84,7 @@ PLOT_FILE = "loss.png"
 SNAPSHOT_DIR = "snapshots"
 SNAPSHOT_FILE = "snapshots.json"
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")  # recorded while training; the run stops at the next step boundary
+BATCH_TIMEOUT = 1800  # seconds a batch worker may take for one batch before the run fails (a hung worker)
 
 
 @dataclass
@@ -227,7 +234,7 @@ class Trainer:
     def __init__(self, task: nn.Module, config: TrainConfig, out_dir: str | os.PathLike,
                  checkpoint_dir: str | os.PathLike | None = None, fingerprint: str = "",
                  cpu: bool | None = None, progress: bool = True, stop_after: int | None = None,
-                 info: dict | None = None):
+                 info: dict | None = None, workers: int | None = None, compile: bool = False):
         from accelerate import Accelerator
 
         self.task = task
@@ -238,6 +245,10 @@ class Trainer:
         self.progress = progress
         self.stop_after = stop_after  # testing aid: stop (without saving) after this many steps
         self.info = info or {}
+        if workers is not None and int(workers) < 0:
+            raise ValueError(f"workers {workers}: give 0 (a thread), a number of processes, or None (automatic)")
+        self.workers = workers  # batch-preparing processes; None: loader_workers() decides
+        self.compile = bool(compile)
         cuda = torch.cuda.is_available() and not cpu
         logging.getLogger("accelerate").setLevel(logging.WARNING)  # one INFO line per checkpoint file otherwise
         self.acc = Accelerator(mixed_precision=mixed_precision(config.precision, cuda), cpu=not cuda)
@@ -263,6 +274,20 @@ class Trainer:
             self._orders = {epoch: epoch_order(self.task.num_examples, self.cfg.seed, epoch)}
         start = pos * self.global_batch + self.rank * self.cfg.batch_size
         return self._orders[epoch][start:start + self.cfg.batch_size].tolist(), epoch
+
+    def loader_workers(self) -> int:
+        """Processes preparing batches: as configured, else on a GPU the CPUs this process may use
+        beside itself (its share of the job's CPUs when several processes share them), at most 4;
+        0 (one thread) on the CPU, where worker processes would take the cores the step computes on."""
+        if self.workers is not None:
+            return int(self.workers)
+        if self.acc.device.type != "cuda":
+            return 0
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+        return max(0, min(4, len(os.sched_getaffinity(0)) // local - 1))
+
+    def _batches(self, fetch, first: int, last: int) -> "_Batches":
+        return _Batches(fetch, first, last, self.loader_workers(), pin=self.acc.device.type == "cuda")
 
     # ----------------------------------------------------------------------------- signals
     def _stop_signal(self, signals: StopSignals) -> int:
@@ -399,6 +424,10 @@ class Trainer:
         set_seed(cfg.seed, device_specific=True)
         optimizer = build_optimizer(self.task.parameters(), cfg, fused=acc.device.type == "cuda")
         scheduler = build_schedule(optimizer, cfg, self.total)
+        if self.compile and acc.device.type == "cuda":
+            compile_backbones(self.task)
+        elif self.compile:
+            log.info("compile: on the CPU the backbones run uncompiled (compiling pays for kernel launches on a GPU)")
         attach = getattr(self.task, "attach", None)  # a task's parts that train apart (MoDIR's classifier)
         extra_state = attach(cfg, self.total, acc.device) if attach else []
         model, optimizer = acc.prepare(self.task, optimizer)
@@ -431,7 +460,8 @@ class Trainer:
                    disable=not (self.progress and acc.is_main_process), dynamic_ncols=True)
         model.train()
         last = time.perf_counter()
-        window_loss, window_n, examples = 0.0, 0, 0
+        # the window's losses stay on the device (read every log_every steps: no host sync per step)
+        window_loss, window_n, examples = torch.zeros((), dtype=torch.float64, device=acc.device), 0, 0
         step = start
         unwrapped = acc.unwrap_model(model)
         last_micro = self.total * cfg.grad_accum
@@ -441,21 +471,19 @@ class Trainer:
             idx, ep = self.indices(micro)
             return unwrapped.make_batch(idx, ep), ep
 
-        # One batch ahead on a worker thread: sampling and tokenising overlap the step. Batches are
-        # pure functions of the step, so the prefetch changes no result.
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zsdr-batches")
         clock = time.perf_counter()  # train_seconds counts from here, pausing while files are written
-        pending = pool.submit(fetch, start * cfg.grad_accum) if start < self.total else None
         signals.install()  # recorded from here to the end of the final save (restored by train())
+        # Batches are pure functions of the step, so preparing them ahead changes no result. The
+        # workers start after the handlers are installed and ignore the stop signals themselves.
+        batches = self._batches(fetch, start * cfg.grad_accum, last_micro)
         try:
             while step < self.total:
                 step_loss = torch.zeros((), device=acc.device)
-                logs_acc: dict[str, float] = {}
+                logs_acc: dict[str, Any] = {}
                 epoch = 0
                 for m in range(cfg.grad_accum):
                     micro = step * cfg.grad_accum + m
-                    raw, epoch = pending.result()
-                    pending = pool.submit(fetch, micro + 1) if micro + 1 < last_micro else None
+                    raw, epoch = next(batches)
                     batch = _to(raw, acc.device)
                     if on_step is not None:
                         on_step(step, micro, m == cfg.grad_accum - 1)
@@ -464,8 +492,9 @@ class Trainer:
                         loss, logs = model(batch)
                         acc.backward(loss / cfg.grad_accum)
                     step_loss += loss.detach().float() / cfg.grad_accum
-                    for k, v in logs.items():
-                        logs_acc[k] = logs_acc.get(k, 0.0) + float(v) / cfg.grad_accum
+                    for k, v in logs.items():  # floats or 0-d tensors (read at the log step)
+                        v = v.detach().float() if isinstance(v, torch.Tensor) else float(v)
+                        logs_acc[k] = logs_acc.get(k, 0.0) + v / cfg.grad_accum
                 grad_norm = None
                 if cfg.max_grad_norm:
                     grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -474,23 +503,25 @@ class Trainer:
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 examples += self.global_batch * cfg.grad_accum
-                mean_loss = float(acc.reduce(step_loss, reduction="mean"))
-                window_loss += mean_loss
+                window_loss += step_loss.double()
                 window_n += 1
                 bar.update(1)
                 if step % cfg.log_every == 0 or step == self.total:
+                    # the mean over processes of the window's per-step losses (one collective per record)
+                    losses = acc.reduce(torch.stack([window_loss, step_loss.double()]), reduction="mean").tolist()
                     now = time.perf_counter()
-                    rec = {"step": step, "epoch": epoch, "loss": window_loss / window_n, "last_loss": mean_loss,
+                    rec = {"step": step, "epoch": epoch, "loss": losses[0] / window_n, "last_loss": losses[1],
                            "lr": scheduler.get_last_lr()[0],
                            "grad_norm": None if grad_norm is None else float(grad_norm),
                            "examples_per_s": examples / max(now - last, 1e-9),
-                           **{k: v for k, v in logs_acc.items()}}
+                           **{k: float(v) for k, v in logs_acc.items()}}
                     if acc.is_main_process:
                         records.append(rec)
                         with open(log_path, "a", encoding="utf-8") as fh:
                             fh.write(json.dumps(rec) + "\n")
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}")
-                    window_loss, window_n, examples, last = 0.0, 0, 0, now
+                    window_loss.zero_()
+                    window_n, examples, last = 0, 0, now
                 # A recorded SIGTERM / SIGUSR1 stops every process here, after a checkpoint of this
                 # step; after the last step the final model is written instead.
                 stop = self._stop_signal(signals) if step < self.total else 0
@@ -498,8 +529,8 @@ class Trainer:
                 ckpt = (self.ckpt_dir is not None and (step % cfg.save_every == 0 or stop > 0)
                         and step < self.total)
                 if snap or ckpt:
-                    if snap and pending is not None:
-                        pending.result()  # no tokenising on the worker while the task saves its tokenizer
+                    if snap:
+                        batches.settle()  # no tokenising on the thread while the task saves its tokenizer
                     train_seconds += time.perf_counter() - clock
                     # The snapshot first: a checkpoint at this step then implies its snapshot exists.
                     if snap and acc.is_main_process:
@@ -515,7 +546,7 @@ class Trainer:
                     return None
         finally:
             bar.close()
-            pool.shutdown(wait=True, cancel_futures=True)
+            batches.close()
         train_seconds += time.perf_counter() - clock
         acc.wait_for_everyone()
         if acc.is_main_process:
@@ -558,6 +589,89 @@ class Trainer:
         with atomic_write(path) as fh:
             fh.writelines(json.dumps(r) + "\n" for r in kept)
         return kept
+
+
+class _MicroBatches(torch.utils.data.Dataset):
+    """Micro-batch number -> ``(batch, epoch)``, for the worker processes."""
+
+    def __init__(self, fetch):
+        self.fetch = fetch
+
+    def __getitem__(self, micro: int):
+        return self.fetch(micro)
+
+
+def _quiet_worker(_: int) -> None:
+    """A batch worker leaves SIGTERM / SIGUSR1 / SIGINT to the training process, which stops at a
+    step boundary and then ends its workers; its tokenizers run on its own thread (the Rust thread pool
+    a forked process inherits has no threads: with parallelism on, it would wait forever)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    for name in (*STOP_SIGNALS, "SIGINT"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+
+
+class _Batches:
+    """The micro-batches ``first`` .. ``last - 1`` in order, prepared ahead: by ``workers`` forked
+    processes (up to ``4 x workers`` batches ahead, pinned when ``pin``), or with ``workers == 0`` one
+    batch ahead on a thread."""
+
+    def __init__(self, fetch, first: int, last: int, workers: int, pin: bool):
+        self.workers = workers
+        self._loader = self._pool = self._pending = None
+        self._next, self._last, self._fetch = first, last, fetch
+        if first >= last:
+            return
+        if workers > 0:
+            import multiprocessing
+
+            # workers fork a process holding the task (no pickling); they never touch the GPU, and the
+            # Rust tokenizer's own threads are off in them (set before the fork, so it is not warned about)
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            loader = torch.utils.data.DataLoader(
+                _MicroBatches(fetch), batch_size=None, sampler=range(first, last), num_workers=workers,
+                pin_memory=pin, prefetch_factor=4, worker_init_fn=_quiet_worker, timeout=BATCH_TIMEOUT,
+                multiprocessing_context=multiprocessing.get_context("fork"))
+            self._loader = iter(loader)
+        else:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zsdr-batches")
+            self._pending = self._pool.submit(fetch, first)
+
+    def __next__(self):
+        if self._loader is not None:
+            return next(self._loader)
+        if self._pending is None:
+            raise StopIteration
+        out = self._pending.result()
+        self._next += 1
+        self._pending = self._pool.submit(self._fetch, self._next) if self._next < self._last else None
+        return out
+
+    def settle(self) -> None:
+        """Wait until no batch is being prepared in this process (the thread's)."""
+        if self._pending is not None:
+            self._pending.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._loader is not None:
+            self._loader._shutdown_workers()
+            self._loader = None
+
+
+def compile_backbones(task: nn.Module) -> int:
+    """Compile (``torch.compile``, dynamic shapes, in place: parameter names and checkpoints unchanged)
+    the outermost Hugging Face models of ``task``; returns how many."""
+    from transformers import PreTrainedModel
+
+    done: list[str] = []
+    for name, module in task.named_modules():
+        if isinstance(module, PreTrainedModel) and not any(name.startswith(d + ".") for d in done):
+            module.compile(dynamic=True)
+            done.append(name)
+    log.info("compiled %s", ", ".join(done) or "nothing (no transformer backbone)")
+    return len(done)
 
 
 def _snapshot_name(step: int) -> str:

@@ -68,7 +68,8 @@ def _fingerprint(spec: dict) -> str:
     init = Path(spec["init"])
     if init.is_dir():
         files += sorted(str(p) for p in init.iterdir() if p.is_file())
-    keep = {k: v for k, v in spec.items() if k not in ("info", "checkpoint_dir", "progress")}
+    # how the loop runs (loop: batch workers, compiling) changes no batch: a checkpoint serves either way
+    keep = {k: v for k, v in spec.items() if k not in ("info", "checkpoint_dir", "progress", "loop")}
     return fingerprint_of(keep, files)
 
 
@@ -142,8 +143,10 @@ def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop
 
     cfg = TrainConfig.from_dict(spec["train"])
     task = build_task(spec)
+    loop = spec.get("loop") or {}
     trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
                       fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
+                      workers=loop.get("workers"), compile=bool(loop.get("compile")),
                       info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
                             "spans": spec.get("spans"),
                             "negatives": spec.get("negatives"), "units": spec.get("units"),
@@ -189,12 +192,15 @@ def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = No
 
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
-           log_file: str | os.PathLike | None = None) -> None:
+           log_file: str | os.PathLike | None = None, loop: dict | None = None) -> None:
     """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
 
     ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
-    --multi_gpu ...``.
+    --multi_gpu ...``. ``loop`` (``{"workers": ..., "compile": ...}``, config ``training.loader_workers``
+    and ``training.compile``) says how the training loop runs; it changes no result.
     """
+    if loop:
+        spec = {**spec, "loop": dict(loop)}
     if processes <= 1 and nodes <= 1 and not launcher:
         run_spec(spec, progress=progress)
         return
