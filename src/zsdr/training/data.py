@@ -22,14 +22,16 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
+from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from zsdr.data.formats import iter_jsonl, qrels_files, read_corpus, read_qrels, read_queries
-from zsdr.io import DataError, atomic_write, open_raw
+from zsdr.io import DataError, atomic_dir, atomic_write, open_raw
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,15 @@ def _ids(value, path: Path, line: int, what: str) -> list[str]:
 
 def read_negatives(path: str | os.PathLike, systems: Sequence[str] | None = None) -> list[Example]:
     """Examples from a hard-negatives JSON-lines file (see the module doc); ``systems=None`` takes all."""
+    out = list(iter_negatives(path, systems))
+    if not out:
+        raise DataError(path, None, "no training examples", "the file is empty")
+    return out
+
+
+def iter_negatives(path: str | os.PathLike, systems: Sequence[str] | None = None) -> Iterator[Example]:
+    """:func:`read_negatives`, one example at a time (an empty file yields nothing)."""
     path = Path(path)
-    out = []
     for line, obj in iter_jsonl(path):
         if "qid" not in obj or "pos" not in obj:
             raise DataError(path, line, 'a line needs "qid" and "pos"',
@@ -65,10 +74,7 @@ def read_negatives(path: str | os.PathLike, systems: Sequence[str] | None = None
             if systems is None or system in systems:
                 pool.update(dict.fromkeys(_ids(ids, path, line, f"neg.{system}")))
         positives = set(pos)
-        out.append(Example(str(obj["qid"]), tuple(pos), tuple(d for d in pool if d not in positives)))
-    if not out:
-        raise DataError(path, None, "no training examples", "the file is empty")
-    return out
+        yield Example(str(obj["qid"]), tuple(pos), tuple(d for d in pool if d not in positives))
 
 
 def write_negatives(path: str | os.PathLike, examples: Sequence[Example], system: str) -> None:
@@ -123,55 +129,234 @@ def with_teacher(examples: Sequence[Example], teacher: dict[str, dict[str, float
     return out
 
 
-class TrainingSet:
-    """Texts (a BEIR folder), examples (a negatives file) and, for distillation, teacher scores.
+ARRAYS = ("qrow", "pos_ptr", "pos", "pos_score", "neg_ptr", "neg", "neg_score", "rel_ptr", "rel")
+ARRAYS_FORMAT = 1
 
-    ``relevant`` (query -> every document labelled relevant) comes from the folder's qrels split
-    when it has one, plus each example's positives; the contrastive loss masks these.
+
+def build_training_arrays(dataset: str | os.PathLike, negatives: str | os.PathLike, out: str | os.PathLike, *,
+                          systems: Sequence[str] | None = None, teacher: str | os.PathLike | None = None,
+                          split: str = "train", max_examples: int | None = None,
+                          store: str | os.PathLike | None = None) -> Path:
+    """Convert a negatives file (and teacher scores) into the arrays :class:`TrainingSet` maps, in ``out``.
+
+    One pass over the negatives file, stopping at ``max_examples`` kept examples; ids become rows of the
+    dataset's store (``store``, default ``<dataset>/store``). Per kept example (in file order): its
+    query's row (``qrow``, int32), its positives and its negative pool as CSR rows (``pos_ptr`` / ``pos``,
+    ``neg_ptr`` / ``neg``: int64 offsets, int32 rows), their teacher scores aligned with them
+    (``pos_score`` / ``neg_score``, float32; NaN without a teacher) and the documents relevant to its
+    query (``rel_ptr`` / ``rel``: the split's qrels and every positive of the query, in the corpus).
+    With a teacher, an example keeps its scored positives and every other document the teacher scored
+    for its query as negatives (DDR's KD set, :func:`with_teacher`). Memory: the store's id -> row dicts
+    (~100 bytes per document, this process only) and the teacher's scores (8 bytes each); the pickle
+    format of sentence-transformers is unpickled here, once, and never again by the training processes.
+    """
+    from zsdr.data.store import TextStore, store_dir
+
+    dataset, negatives = Path(dataset), Path(negatives)
+    sdir = Path(store) if store else store_dir(dataset)
+    corpus, queries = TextStore(sdir, "corpus"), TextStore(sdir, "queries")
+    doc_row, q_row = corpus.id_to_row(), queries.id_to_row()
+    scored = _teacher_rows(teacher) if teacher else None
+    qrels = read_qrels(dataset, split) if split in qrels_files(dataset) else {}
+    rows = {k: [] for k in ARRAYS if not k.endswith("_ptr")}
+    ptr = {"pos": [0], "neg": [0], "rel": [0]}
+    relevant: dict[str, set[int]] = {}
+    kept_qids: list[str] = []
+    seen_examples = seen_scored = False
+    for ex in iter_negatives(negatives, systems):
+        seen_examples = True
+        if scored is not None:
+            docs, scores = scored.get(ex.qid, ((), ()))
+            by_doc = dict(zip(docs, scores))
+            pos = [p for p in ex.positives if p in by_doc]
+            pos_set = set(ex.positives)
+            neg = [d for d in docs if d not in pos_set]
+            if not (pos and neg):
+                continue
+            seen_scored = True
+            pos_s, neg_s = [by_doc[p] for p in pos], [by_doc[d] for d in neg]
+        else:
+            pos, neg = list(ex.positives), list(ex.negatives)
+            pos_s, neg_s = [np.nan] * len(pos), [np.nan] * len(neg)
+        if ex.qid not in q_row:
+            raise DataError(negatives, None, f"query {ex.qid!r} is not in {dataset / 'queries.jsonl'}",
+                            "train with the dataset the negatives were mined from")
+        pk = [i for i, d in enumerate(pos) if d in doc_row]
+        nk = [i for i, d in enumerate(neg) if d in doc_row]
+        relevant.setdefault(ex.qid, set()).update(doc_row[pos[i]] for i in pk)
+        if not (pk and nk) or (max_examples and len(kept_qids) >= max_examples):
+            continue  # past max_examples the file is still read: later lines add to kept queries' relevant documents
+        kept_qids.append(ex.qid)
+        rows["qrow"].append(q_row[ex.qid])
+        rows["pos"].extend(doc_row[pos[i]] for i in pk)
+        rows["neg"].extend(doc_row[neg[i]] for i in nk)
+        rows["pos_score"].extend(pos_s[i] for i in pk)
+        rows["neg_score"].extend(neg_s[i] for i in nk)
+        ptr["pos"].append(len(rows["pos"]))
+        ptr["neg"].append(len(rows["neg"]))
+    if not seen_examples:
+        raise DataError(negatives, None, "no training examples", "the file is empty")
+    if scored is not None and not seen_scored:
+        raise DataError(teacher, None, "no query has a scored positive and a scored negative",
+                        "score the training pairs with the teacher first (or check the ids match)")
+    if not kept_qids:
+        raise DataError(negatives, None, "no example has a positive and a negative in the corpus",
+                        f"check that the ids match {dataset / 'corpus.jsonl'}")
+    for qid in kept_qids:
+        rel = relevant.get(qid, set()) | {doc_row[d] for d, g in qrels.get(qid, {}).items() if g > 0 and d in doc_row}
+        rows["rel"].extend(sorted(rel))
+        ptr["rel"].append(len(rows["rel"]))
+    dtypes = {"qrow": np.int32, "pos": np.int32, "neg": np.int32, "rel": np.int32,
+              "pos_score": np.float32, "neg_score": np.float32}
+    with atomic_dir(out) as tmp:
+        for k, v in rows.items():
+            np.save(tmp / f"{k}.npy", np.asarray(v, dtype=dtypes[k]))
+        for k, v in ptr.items():
+            np.save(tmp / f"{k}_ptr.npy", np.asarray(v, dtype=np.int64))
+        (tmp / "arrays.json").write_text(json.dumps(
+            {"format": ARRAYS_FORMAT, "examples": len(kept_qids), "store": str(sdir), "teacher": bool(teacher),
+             "bytes": {f"{k}.npy": (tmp / f"{k}.npy").stat().st_size for k in ARRAYS}}, indent=1) + "\n")
+    return Path(out)
+
+
+def _teacher_rows(path) -> dict[str, tuple[list[str], list[float]]]:
+    """``qid -> (pids, scores)`` of a teacher file, in the file's order (pids the corpus lacks are dropped later)."""
+    raw = read_teacher_scores(path)
+    return {q: (list(row), list(row.values())) for q, row in raw.items()}
+
+
+class ExampleRef:
+    """Example ``index`` of a :class:`TrainingSet`: its ``qid``; ``positives`` / ``negatives`` (ids) on request."""
+
+    __slots__ = ("data", "index", "qid")
+
+    def __init__(self, data: "TrainingSet", index: int):
+        self.data, self.index = data, index
+        self.qid = data.queries_store.id(int(data.arrays["qrow"][index]))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ExampleRef) and other.data is self.data and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash((id(self.data), self.index))
+
+    def __repr__(self) -> str:
+        return f"ExampleRef({self.index}, qid={self.qid!r})"
+
+    @property
+    def positives(self) -> tuple[str, ...]:
+        return tuple(self.data.corpus_store.ids(self.data.pos_rows(self.index)))
+
+    @property
+    def negatives(self) -> tuple[str, ...]:
+        return tuple(self.data.corpus_store.ids(self.data.neg_rows(self.index)))
+
+
+class _Examples(abc.Sequence):
+    def __init__(self, data: "TrainingSet"):
+        self.data = data
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return ExampleRef(self.data, i % len(self))
+
+
+class TrainingSet:
+    """Texts (a BEIR folder's store), examples (a negatives file) and, for distillation, teacher scores,
+    all memory-mapped: the corpus and queries from ``<dataset>/store`` (:mod:`zsdr.data.store`), the
+    examples from the arrays :func:`build_training_arrays` writes (``arrays``: built there when missing;
+    without it, in a temporary folder). Every process of a job maps the same files.
+
+    A store missing or older than the dataset's files is built beside the arrays (or temporarily).
+    ``corpus`` and ``queries`` read like the dicts of ``read_corpus`` / ``read_queries``; ``relevant(i)``
+    gives the documents relevant to example ``i``'s query (the split's qrels and its positives), which
+    the contrastive loss masks.
     """
 
     def __init__(self, dataset: str | os.PathLike, negatives: str | os.PathLike, *, systems: Sequence[str] | None = None,
-                 teacher: str | os.PathLike | None = None, split: str = "train", max_examples: int | None = None):
+                 teacher: str | os.PathLike | None = None, split: str = "train", max_examples: int | None = None,
+                 arrays: str | os.PathLike | None = None):
+        import tempfile
+        import weakref
+
+        from zsdr.data.store import ById, TextStore, build_store, store_dir, store_is_current
+
         self.dataset = Path(dataset)
-        examples = read_negatives(negatives, systems)
-        self.teacher = read_teacher_scores(teacher) if teacher else None
-        if self.teacher is not None:
-            examples = with_teacher(examples, self.teacher)
-            if not examples:
-                raise DataError(teacher, None, "no query has a scored positive and a scored negative",
-                                "score the training pairs with the teacher first (or check the ids match)")
-        self.queries = read_queries(self.dataset)
-        self.corpus = read_corpus(self.dataset)
-        qrels = read_qrels(self.dataset, split) if split in qrels_files(self.dataset) else {}
-        self.relevant = {q: {d for d, g in row.items() if g > 0} for q, row in qrels.items()}
-        kept = []
-        for ex in examples:
-            if ex.qid not in self.queries:
-                raise DataError(negatives, None, f"query {ex.qid!r} is not in {self.dataset / 'queries.jsonl'}",
-                                "train with the dataset the negatives were mined from")
-            ex = Example(ex.qid, tuple(p for p in ex.positives if p in self.corpus),
-                         tuple(d for d in ex.negatives if d in self.corpus))
-            if ex.positives and ex.negatives:
-                kept.append(ex)
-            self.relevant.setdefault(ex.qid, set()).update(ex.positives)
-        if not kept:
-            raise DataError(negatives, None, "no example has a positive and a negative in the corpus",
-                            f"check that the ids match {self.dataset / 'corpus.jsonl'}")
-        self.examples = kept[:max_examples] if max_examples else kept
+        self.teacher = teacher
+        sdir = store_dir(self.dataset)
+        if arrays is None:
+            tmp = tempfile.mkdtemp(prefix="zsdr-training-")
+            weakref.finalize(self, shutil.rmtree, tmp, True)
+            arrays = Path(tmp) / "arrays"
+        arrays = Path(arrays)
+        if not store_is_current(sdir, self.dataset):
+            sdir = arrays.parent / f"{arrays.name}.store"
+            if not store_is_current(sdir, self.dataset):
+                build_store(self.dataset, sdir)
+        if not (arrays / "arrays.json").is_file():
+            build_training_arrays(self.dataset, negatives, arrays, systems=systems, teacher=teacher, split=split,
+                                  max_examples=max_examples, store=sdir)
+        self.arrays = {k: np.load(arrays / f"{k}.npy", mmap_mode="r") for k in ARRAYS}
+        self.corpus_store, self.queries_store = TextStore(sdir, "corpus"), TextStore(sdir, "queries")
+        self.corpus, self.queries = ById(self.corpus_store), ById(self.queries_store)
+        self.examples = _Examples(self)
 
     def __len__(self) -> int:
-        return len(self.examples)
+        return len(self.arrays["qrow"])
 
-    def sample(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[Example, str, list[str]]:
-        """The positive and ``negatives`` negatives example ``index`` draws in ``epoch`` (pure function)."""
-        ex = self.examples[index]
+    def _span(self, name: str, index: int) -> tuple[int, int]:
+        p = self.arrays[f"{name}_ptr"]
+        return int(p[index]), int(p[index + 1])
+
+    def pos_rows(self, index: int) -> np.ndarray:
+        a, b = self._span("pos", index)
+        return self.arrays["pos"][a:b]
+
+    def neg_rows(self, index: int) -> np.ndarray:
+        a, b = self._span("neg", index)
+        return self.arrays["neg"][a:b]
+
+    def qid(self, index: int) -> str:
+        return self.queries_store.id(int(self.arrays["qrow"][index]))
+
+    def relevant_ids(self, index: int) -> set[str]:
+        a, b = self._span("rel", index)
+        return set(self.corpus_store.ids(self.arrays["rel"][a:b]))
+
+    def sample_slots(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[int, np.ndarray]:
+        """The positive's and the negatives' positions in example ``index``'s lists in ``epoch`` (pure function)."""
         rng = np.random.default_rng([seed, epoch, index])
-        pos = ex.positives[int(rng.integers(len(ex.positives)))] if len(ex.positives) > 1 else ex.positives[0]
-        pool = ex.negatives
+        n_pos = self._span("pos", index)
+        n_pos = n_pos[1] - n_pos[0]
+        pos = int(rng.integers(n_pos)) if n_pos > 1 else 0
         if negatives <= 0:
-            return ex, pos, []
-        picks = rng.choice(len(pool), size=negatives, replace=len(pool) < negatives)
-        return ex, pos, [pool[int(i)] for i in picks]
+            return pos, np.zeros(0, dtype=np.int64)
+        a, b = self._span("neg", index)
+        return pos, rng.choice(b - a, size=negatives, replace=(b - a) < negatives)
+
+    def sample_rows(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[int, list[int]]:
+        """The corpus rows of the positive and the ``negatives`` negatives example ``index`` draws."""
+        pos, negs = self.sample_slots(index, epoch, seed, negatives)
+        return int(self.pos_rows(index)[pos]), [int(r) for r in self.neg_rows(index)[negs]]
+
+    def sample_scores(self, index: int, epoch: int, seed: int, negatives: int) -> list[float]:
+        """The teacher's scores of what :meth:`sample_rows` draws (positive first)."""
+        pos, negs = self.sample_slots(index, epoch, seed, negatives)
+        a, _ = self._span("pos", index)
+        c, _ = self._span("neg", index)
+        return [float(self.arrays["pos_score"][a + pos]), *(float(self.arrays["neg_score"][c + int(i)]) for i in negs)]
+
+    def sample(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[ExampleRef, str, list[str]]:
+        """The positive and ``negatives`` negatives (ids) example ``index`` draws in ``epoch`` (pure function)."""
+        pos, negs = self.sample_rows(index, epoch, seed, negatives)
+        ids = self.corpus_store.ids([pos, *negs])
+        return ExampleRef(self, index), ids[0], ids[1:]
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:

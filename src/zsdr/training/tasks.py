@@ -59,7 +59,7 @@ class Task(nn.Module):
 
 
 PER_QUERY_LOSSES = ("pairwise_nll",)  # the losses with per-query values a reducing term can weight
-BATCH_KEYS = ("q", "d", "qids", "doc_ids", "teacher")  # the task's own batch entries
+BATCH_KEYS = ("q", "d", "qids", "doc_ids", "teacher", "relevant")  # the task's own batch entries
 
 
 class BiEncoderTask(Task):
@@ -110,20 +110,21 @@ class BiEncoderTask(Task):
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
-        qids, queries, doc_ids = [], [], []
+        qrows, doc_rows = [], []
         for i in indices:
-            ex, pos, negs = data.sample(i, epoch, self.seed, self.negatives)
-            qids.append(ex.qid)
-            queries.append(data.queries[ex.qid])
-            doc_ids.extend([pos, *negs])
-        batch = {"q": enc.collate(enc.tokenize_queries(queries)),
-                 "d": enc.collate(enc.tokenize_docs([data.corpus[did] for did in doc_ids])),
+            pos, negs = data.sample_rows(i, epoch, self.seed, self.negatives)
+            qrows.append(int(data.arrays["qrow"][i]))
+            doc_rows.extend([pos, *negs])
+        qids, doc_ids = data.queries_store.ids(qrows), data.corpus_store.ids(doc_rows)
+        batch = {"q": enc.collate(enc.tokenize_queries(data.queries_store.rows(qrows))),
+                 "d": enc.collate(enc.tokenize_docs(data.corpus_store.rows(doc_rows))),
                  "qids": qids, "doc_ids": doc_ids}
         group = 1 + self.negatives
         if self.loss_name == "margin_mse":
-            batch["teacher"] = torch.tensor(
-                [[data.teacher[q][doc_ids[j * group + c]] for c in range(group)] for j, q in enumerate(qids)],
-                dtype=torch.float32)
+            batch["teacher"] = torch.tensor([data.sample_scores(i, epoch, self.seed, self.negatives) for i in indices],
+                                            dtype=torch.float32)
+        if self.loss_name == "contrastive":
+            batch["relevant"] = [data.relevant_ids(i) for i in indices]
         if self.terms:
             sampled = Sampled(enc, data, list(indices), epoch, qids, doc_ids, group, batch["d"])
             for term in self.terms:
@@ -167,7 +168,7 @@ class BiEncoderTask(Task):
             all_ids = gather_objects(batch["doc_ids"])
             offset = rank_offset(d.shape[0])
             targets = offset + torch.arange(n, device=q.device) * group
-            mask = relevance_mask([self.data.relevant.get(qid, set()) for qid in batch["qids"]], all_ids).to(q.device)
+            mask = relevance_mask(batch["relevant"], all_ids).to(q.device)
             loss = contrastive(q, all_d, targets, mask, self.scale)
         for term in self.additive:
             extra, term_logs = term.loss_of(encoded, batch.get(term.key))

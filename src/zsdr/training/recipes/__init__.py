@@ -73,12 +73,28 @@ def _fingerprint(spec: dict) -> str:
     return fingerprint_of(keep, files)
 
 
+def training_arrays(spec: dict) -> Path | None:
+    """Where a bi-encoder / cross-encoder spec's training arrays live: in its checkpoint folder, named by
+    the fingerprint of the spec and its inputs (a new negatives file or teacher gets new arrays), so the
+    processes of a job map one copy and a resumed job finds it; None without a checkpoint folder."""
+    if spec.get("kind", "bi_encoder") not in ("bi_encoder", "cross_encoder") or not spec.get("checkpoint_dir"):
+        return None
+    return Path(spec["checkpoint_dir"]) / f"arrays-{_fingerprint(spec)}"
+
+
+def training_set(spec: dict):
+    """The spec's :class:`~zsdr.training.data.TrainingSet` (its arrays built first when missing)."""
+    from zsdr.training.data import TrainingSet
+
+    return TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
+                       max_examples=spec.get("max_examples"), arrays=training_arrays(spec))
+
+
 def build_task(spec: dict):
     """The task (``nn.Module``) a spec trains."""
     import torch
 
     from zsdr.models.encoder import set_dropout
-    from zsdr.training.data import TrainingSet
     from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask
 
     kind = spec.get("kind", "bi_encoder")
@@ -112,8 +128,7 @@ def build_task(spec: dict):
         reader.train()
         examples = reader_examples(spec["dataset"], spec["units"], max_examples=spec.get("max_examples"))
         return ReaderTask(reader, examples)
-    data = TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
-                       max_examples=spec.get("max_examples"))
+    data = training_set(spec)
     if kind == "cross_encoder":
         from zsdr.models.cross_encoder import CrossEncoder
 
@@ -204,6 +219,8 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     if processes <= 1 and nodes <= 1 and not launcher:
         run_spec(spec, progress=progress)
         return
+    if training_arrays(spec) is not None:  # built once here; the processes below map it
+        training_set(spec)
     spec_path = Path(spec_path or Path(spec["out"]).parent / f".{Path(spec['out']).name}.spec.json")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
