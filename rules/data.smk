@@ -182,3 +182,26 @@ rule released_rem:
         runtime=PLAN.runtime(30),
     script:
         "../workflow_scripts/released_model.py"
+
+
+rule text_store:
+    """A dataset's corpus and queries as memory-mapped Arrow stores with an id index
+    (zsdr.data.store), built once and mapped by every training process that reads the dataset.
+    """
+    input:
+        f"{DATA}/{{dataset}}/dataset.json",
+        code=PLAN.code("zsdr.data.store", script="text_store"),
+    output:
+        f"{DATA}/{{dataset}}/store/store.json",
+    log:
+        f"{LOGS}/data/text_store_{{dataset}}.log",
+    wildcard_constraints:
+        dataset="[^/]+",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **PLAN.cluster_resources(),
+        mem_mb=4000,
+        runtime=PLAN.runtime(120),
+    script:
+        "../workflow_scripts/text_store.py"

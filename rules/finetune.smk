@@ -126,7 +126,10 @@ rule train_cross_encoder:
     threads: PLAN.TRAINING["threads"]
     resources:
         **PLAN.training_resources(lambda wc: PLAN.CROSS_ENCODERS[wc.name]),
-        mem_mb=32000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.cross_encoder_spec(wc.name),
+            PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
@@ -233,7 +236,10 @@ rule train:
     threads: PLAN.TRAINING["threads"]
     resources:
         **PLAN.training_resources(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
-        mem_mb=32000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.train_spec(wc.run),
+            PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         spec=lambda wc: PLAN.train_spec(wc.run),

@@ -70,7 +70,7 @@ rule encode_queries:
 
 
 rule search_shard:
-    """One corpus shard searched exactly for the encoded queries: its top-k ids and scores."""
+    """One corpus shard searched exactly for the encoded queries: its top-k ids and scores (temporary)."""
     input:
         queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{PLAN.eval_split(wc.dataset)}",
         shard=f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}",
@@ -81,7 +81,8 @@ rule search_shard:
             script="search_shard",
         ),
     output:
-        f"{RUNS}/{{dataset}}/.shards/{{system}}/shard{{shard}}-of-{{shards}}.npz",
+        # removed once the merge (dense_search) has read it
+        temp(f"{RUNS}/{{dataset}}/.shards/{{system}}/shard{{shard}}-of-{{shards}}.npz"),
     log:
         f"{LOGS}/runs/{{dataset}}/shards/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:

@@ -145,6 +145,29 @@ def test_job_shapes_of_the_paper_trainings(paper, tree):
     assert capped.runtime(capped.TRAINING["runtime"]) == 1440 and capped.runtime(600) == 600
 
 
+def test_training_memory_follows_processes_data_and_teacher(paper, tree):
+    """mem_mb of a bi-encoder training: the larger of its processes beside the mapped dataset and the
+    one-process arrays conversion (with a distillation's unpickled teacher scores); shown in the dry run."""
+    m = paper.TRAINING["memory"]
+
+    def memory(run):
+        spec = paper.train_spec(run)
+        return paper.training_memory(spec, paper.launch_settings(paper.RECIPES[paper.TRAIN_RUNS[run][0]]))
+
+    data = m["dataset_mb"]["msmarco-triples"]
+    assert memory("dpr")[0] == m["process_mb"] + data
+    assert memory("cocodr-base-ep1")[0] == 8 * m["process_mb"] + m["dataset_mb"]["msmarco"]
+    kd, why = memory("kd")
+    assert kd == max(m["process_mb"] + m["dataset_mb"]["msmarco"], m["dataset_mb"]["msmarco"] + m["teacher_mb"])
+    assert "incl. teacher" in why and f"{kd} MB" in why
+    assert why in paper.spec_summary(paper.train_spec("kd"), paper.launch_settings(paper.RECIPES["kd"]))
+    cfg = tree / "fixed-memory.yaml"
+    cfg.write_text(yaml.safe_dump({"training": {"memory": {"mb": 64000}}}))
+    fixed = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
+    spec = fixed.train_spec("kd")
+    assert fixed.training_memory(spec, fixed.launch_settings(fixed.RECIPES["kd"]))[0] == 64000
+
+
 def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
     """Snakemake lists the stamp folder once while it builds the DAG: the plan writes every training's
     stamp while the Snakefile is read, not when an input function first asks for it."""

@@ -177,6 +177,7 @@ MODULE_COMMANDS = {
     "train": "zsdr.training.recipes",
     "score-pairs": "zsdr.training.teacher",
     "mine": "zsdr.retrieval.mine",
+    "store": "zsdr.data.store",
 }
 
 

@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from zsdr.io import DataError, atomic_dir
+
+log = logging.getLogger(__name__)
 
 BATCH_ROWS = 65_536
 KINDS = {"corpus": ("id", "title", "text"), "queries": ("id", "text")}
@@ -100,6 +104,7 @@ def build_store(dataset: str | os.PathLike, out: str | os.PathLike | None = None
     dataset = Path(dataset)
     out = Path(out) if out else store_dir(dataset)
     counts = {}
+    start = time.perf_counter()
     with atomic_dir(out) as tmp:
         for kind in KINDS:
             path = find_file(dataset, f"{kind}.jsonl")
@@ -107,6 +112,9 @@ def build_store(dataset: str | os.PathLike, out: str | os.PathLike | None = None
         (tmp / "store.json").write_text(json.dumps(
             {"rows": counts, "sources": _sources(dataset),
              "bytes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}}, indent=1) + "\n")
+        size = sum(p.stat().st_size for p in tmp.iterdir())
+    log.info("store of %s: %d documents, %d queries, %.1f MB, %.1f s", dataset, counts["corpus"], counts["queries"],
+             size / 1e6, time.perf_counter() - start)
     return out
 
 
@@ -154,13 +162,15 @@ class TextStore:
         self._table = pa.ipc.open_file(pa.memory_map(str(directory / f"{kind}.arrow"), "r")).read_all()
         self._cols = {f: self._table.column(f) for f in KINDS[kind]}
         self._n = self._table.num_rows
+        # the first row of each record batch (chunks of every column share the writer's batches)
+        self._starts = np.cumsum([0] + [len(c) for c in self._cols["id"].chunks])
 
     def __len__(self) -> int:
         return self._n
 
     def _value(self, field: str, row: int) -> str:
-        chunk, at = divmod(row, BATCH_ROWS)
-        return self._cols[field].chunk(chunk)[at].as_py()
+        chunk = int(np.searchsorted(self._starts, row, side="right")) - 1
+        return self._cols[field].chunk(chunk)[row - int(self._starts[chunk])].as_py()
 
     def id(self, row: int) -> str:
         return self._value("id", int(row))
@@ -212,8 +222,7 @@ class TextStore:
     def iter_range(self, start: int, stop: int) -> Iterator[tuple[str, object]]:
         """``(id, record)`` of rows ``start`` .. ``stop - 1`` (a shard's part of the corpus), in order."""
         for lo in range(start, stop, BATCH_ROWS):
-            hi = min(stop, lo - lo % BATCH_ROWS + BATCH_ROWS)
-            part = self._table.slice(lo, hi - lo)
+            part = self._table.slice(lo, min(BATCH_ROWS, stop - lo))
             ids = part.column("id").to_pylist()
             if self.kind == "corpus":
                 yield from zip(ids, ({"title": t, "text": x} for t, x in zip(part.column("title").to_pylist(),
@@ -250,3 +259,16 @@ def open_store(dataset: str | os.PathLike) -> tuple[TextStore, TextStore]:
     """The corpus and queries stores of ``dataset`` (``<dataset>/store``)."""
     d = store_dir(dataset)
     return TextStore(d, "corpus"), TextStore(d, "queries")
+
+
+def cmd_store(args) -> int:
+    out = build_store(args.dataset, args.out)
+    print(out)
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("store", help="build a dataset's memory-mapped corpus / queries store (training reads it)")
+    p.add_argument("dataset", help="a BEIR folder (corpus.jsonl, queries.jsonl)")
+    p.add_argument("--out", default=None, help="where to write it (default: DATASET/store)")
+    p.set_defaults(func=cmd_store)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+
+
+FLAT_TRAINING_MB = 32000  # trainings whose data is not yet memory-mapped
 
 
 class ResourcesPlan:
@@ -20,6 +24,31 @@ class ResourcesPlan:
             lambda wc: self.launch_gpus(self.launch_settings(item(wc))),
             nodes=lambda wc: self.launch_settings(item(wc))["nodes"],
         )
+
+    def training_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
+        """A training job's memory request per node (MB) and how it follows from `training.memory`.
+
+        The job first builds its training arrays in one process (:func:`zsdr.training.data.build_training_arrays`:
+        the store's id -> row dicts, ~`conversion_factor` x the dataset's store, plus the unpickled
+        teacher scores of a distillation, `teacher_mb`), then runs its processes, each with its own
+        `process_mb` (interpreter, torch, the model, optimizer state, batch workers) beside the dataset's
+        store and arrays, mapped once for all of them (`dataset_mb`: the dataset's entry, else
+        `default_dataset_mb`). The request is the larger of the two phases; `mb` overrides it."""
+        m = self.TRAINING["memory"]
+        if m["mb"]:
+            return int(m["mb"]), f"{m['mb']} MB (training.memory.mb)"
+        if spec["kind"] not in ("bi_encoder", "cross_encoder"):  # RMSC mixtures read their corpora as dicts
+            return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived: a {spec['kind']} training reads dicts)"
+        name = os.path.basename(str(spec.get("dataset") or ""))
+        data = int(m["dataset_mb"].get(name, m["default_dataset_mb"]))
+        procs = int(launch["processes"])
+        run = procs * int(m["process_mb"]) + data
+        teacher = int(m["teacher_mb"]) if spec.get("teacher") else 0
+        convert = int(round(m["conversion_factor"] * data)) + teacher
+        total = max(run, convert)
+        why = (f"{total} MB = max({procs} process(es) x {m['process_mb']} + {name or 'data'} {data}, "
+               f"arrays conversion {convert}{' incl. teacher ' + str(teacher) if teacher else ''})")
+        return total, why
 
     def runtime(self, minutes: int) -> int:
         """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest

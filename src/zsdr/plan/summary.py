@@ -174,6 +174,11 @@ class SummaryPlan:
             if spec["kind"] in ("bi_encoder", "mixture")
             else ""
         )
+        memory = (
+            f"; memory {self.training_memory(spec, launch)[1]}"
+            if spec["kind"] in ("bi_encoder", "cross_encoder")
+            else ""
+        )
         dropout = (
             ""
             if "dropout" not in spec
@@ -188,5 +193,5 @@ class SummaryPlan:
             f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
             f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
             f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
-            f"{inference}"
+            f"{inference}{memory}"
         )

@@ -327,6 +327,8 @@ class TrainingPlan:
             files += [x["pairs"] for x in spec["sets"] if x.get("pairs")]
             return list(dict.fromkeys(files)) + self.model_files(spec["init"])
         files = [f"{spec['dataset']}/dataset.json"]
+        if spec["kind"] in ("bi_encoder", "cross_encoder"):  # a TrainingSet maps the dataset's store
+            files.append(f"{spec['dataset']}/store/store.json")
         files += [spec["negatives"]] if spec.get("negatives") else []
         files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []
         files += self.model_files(spec["init"])

@@ -20,9 +20,11 @@ positive and negatives whichever process, batch size or resumed run handles it.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import shutil
+from array import array
 from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from zsdr.data.formats import iter_jsonl, qrels_files, read_corpus, read_qrels, read_queries
+from zsdr.data.store import ById, TextStore, build_store, store_dir, store_is_current
 from zsdr.io import DataError, atomic_dir, atomic_write, open_raw
 
 
@@ -88,14 +91,7 @@ def read_teacher_scores(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     path = Path(path)
     name = path.name.removesuffix(".gz")
     if name.endswith(".pkl"):
-        with open_raw(path) as fh:
-            try:
-                raw = pickle.load(fh)  # noqa: S301 - a file the user chose to train from
-            except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
-                raise DataError(path, None, f"cannot read the teacher-score pickle ({exc})",
-                                "download cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz again") from None
-        if not isinstance(raw, dict):
-            raise DataError(path, None, "expected a {qid: {pid: score}} dict", "use the sentence-transformers file")
+        raw = _unpickle_teacher(path)
         return {str(q): {str(p): float(s) for p, s in d.items()} for q, d in raw.items()}
     out: dict[str, dict[str, float]] = {}
     for line, obj in iter_jsonl(path):
@@ -106,6 +102,18 @@ def read_teacher_scores(path: str | os.PathLike) -> dict[str, dict[str, float]]:
         except (TypeError, ValueError):
             raise DataError(path, line, "teacher scores must be numbers", "write each score as a JSON number") from None
     return out
+
+
+def _unpickle_teacher(path: Path) -> dict:
+    with open_raw(path) as fh:
+        try:
+            raw = pickle.load(fh)  # noqa: S301 - a file the user chose to train from
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure is a bad file
+            raise DataError(path, None, f"cannot read the teacher-score pickle ({exc})",
+                            "download cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz again") from None
+    if not isinstance(raw, dict) or not all(isinstance(row, dict) for row in raw.values()):
+        raise DataError(path, None, "expected a {qid: {pid: score}} dict", "use the sentence-transformers file")
+    return raw
 
 
 def write_teacher_scores(path: str | os.PathLike, scores: dict[str, dict[str, float]]) -> None:
@@ -150,48 +158,48 @@ def build_training_arrays(dataset: str | os.PathLike, negatives: str | os.PathLi
     (~100 bytes per document, this process only) and the teacher's scores (8 bytes each); the pickle
     format of sentence-transformers is unpickled here, once, and never again by the training processes.
     """
-    from zsdr.data.store import TextStore, store_dir
-
     dataset, negatives = Path(dataset), Path(negatives)
     sdir = Path(store) if store else store_dir(dataset)
     corpus, queries = TextStore(sdir, "corpus"), TextStore(sdir, "queries")
     doc_row, q_row = corpus.id_to_row(), queries.id_to_row()
-    scored = _teacher_rows(teacher) if teacher else None
+    scored = _teacher_rows(teacher, doc_row) if teacher else None
     qrels = read_qrels(dataset, split) if split in qrels_files(dataset) else {}
-    rows = {k: [] for k in ARRAYS if not k.endswith("_ptr")}
-    ptr = {"pos": [0], "neg": [0], "rel": [0]}
+    # growing columns at 4 bytes an item (MS MARCO's ~150M negative ids: ~600 MB while converting)
+    rows = {k: array("f" if k.endswith("_score") else "i") for k in ARRAYS if not k.endswith("_ptr")}
+    ptr = {"pos": array("q", [0]), "neg": array("q", [0]), "rel": array("q", [0])}
     relevant: dict[str, set[int]] = {}
     kept_qids: list[str] = []
     seen_examples = seen_scored = False
     for ex in iter_negatives(negatives, systems):
         seen_examples = True
+        pos = [doc_row.get(p, -1) for p in ex.positives]
         if scored is not None:
-            docs, scores = scored.get(ex.qid, ((), ()))
-            by_doc = dict(zip(docs, scores))
-            pos = [p for p in ex.positives if p in by_doc]
-            pos_set = set(ex.positives)
-            neg = [d for d in docs if d not in pos_set]
+            t_rows, t_scores = scored.get(ex.qid, _NO_SCORES)
+            by_doc = dict(zip(t_rows.tolist(), t_scores.tolist()))  # the teacher's documents in the corpus
+            pos_set = set(pos)
+            pos = [r for r in pos if r in by_doc]
+            neg = [r for r in by_doc if r not in pos_set]
             if not (pos and neg):
                 continue
             seen_scored = True
-            pos_s, neg_s = [by_doc[p] for p in pos], [by_doc[d] for d in neg]
+            pos_s, neg_s = [by_doc[r] for r in pos], [by_doc[r] for r in neg]
         else:
-            pos, neg = list(ex.positives), list(ex.negatives)
-            pos_s, neg_s = [np.nan] * len(pos), [np.nan] * len(neg)
+            neg = [doc_row.get(d, -1) for d in ex.negatives]
+            pos_s, neg_s = None, None
         if ex.qid not in q_row:
             raise DataError(negatives, None, f"query {ex.qid!r} is not in {dataset / 'queries.jsonl'}",
                             "train with the dataset the negatives were mined from")
-        pk = [i for i, d in enumerate(pos) if d in doc_row]
-        nk = [i for i, d in enumerate(neg) if d in doc_row]
-        relevant.setdefault(ex.qid, set()).update(doc_row[pos[i]] for i in pk)
+        pk = [i for i, r in enumerate(pos) if r >= 0]
+        nk = [i for i, r in enumerate(neg) if r >= 0]
+        relevant.setdefault(ex.qid, set()).update(pos[i] for i in pk)
         if not (pk and nk) or (max_examples and len(kept_qids) >= max_examples):
             continue  # past max_examples the file is still read: later lines add to kept queries' relevant documents
         kept_qids.append(ex.qid)
         rows["qrow"].append(q_row[ex.qid])
-        rows["pos"].extend(doc_row[pos[i]] for i in pk)
-        rows["neg"].extend(doc_row[neg[i]] for i in nk)
-        rows["pos_score"].extend(pos_s[i] for i in pk)
-        rows["neg_score"].extend(neg_s[i] for i in nk)
+        rows["pos"].extend(pos[i] for i in pk)
+        rows["neg"].extend(neg[i] for i in nk)
+        rows["pos_score"].extend((pos_s[i] for i in pk) if pos_s else [math.nan] * len(pk))
+        rows["neg_score"].extend((neg_s[i] for i in nk) if neg_s else [math.nan] * len(nk))
         ptr["pos"].append(len(rows["pos"]))
         ptr["neg"].append(len(rows["neg"]))
     if not seen_examples:
@@ -219,10 +227,47 @@ def build_training_arrays(dataset: str | os.PathLike, negatives: str | os.PathLi
     return Path(out)
 
 
-def _teacher_rows(path) -> dict[str, tuple[list[str], list[float]]]:
-    """``qid -> (pids, scores)`` of a teacher file, in the file's order (pids the corpus lacks are dropped later)."""
-    raw = read_teacher_scores(path)
-    return {q: (list(row), list(row.values())) for q, row in raw.items()}
+_NO_SCORES = (np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def _teacher_rows(path, doc_row: dict[str, int]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``qid -> (corpus rows, scores)`` of a teacher file, in the file's order per query, documents the
+    corpus lacks left out (a repeated document keeps its first place and its last score, as a dict
+    update would). A pickle is converted query by query while its dict is emptied, so memory peaks at
+    the unpickled file (~87 bytes a score) plus 8 bytes a score."""
+    def pack(row: dict) -> tuple[np.ndarray, np.ndarray]:
+        pairs = [(doc_row[str(p)], float(v)) for p, v in row.items() if str(p) in doc_row]
+        return (np.fromiter((r for r, _ in pairs), np.int32, len(pairs)),
+                np.fromiter((v for _, v in pairs), np.float32, len(pairs)))
+
+    path = Path(path)
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if path.name.removesuffix(".gz").endswith(".pkl"):
+        raw = _unpickle_teacher(path)
+        while raw:
+            q, row = raw.popitem()
+            out[str(q)] = pack(row)
+        return dict(reversed(out.items()))
+    merged: dict[str, dict] = {}
+    for line, obj in iter_jsonl(path):
+        if "qid" not in obj or not isinstance(obj.get("scores"), dict):
+            raise DataError(path, line, 'a line needs "qid" and a "scores" object', 'write {"qid": "1", "scores": {"7": 3.2}}')
+        q = str(obj["qid"])
+        try:
+            row = {str(p): float(v) for p, v in obj["scores"].items()}
+        except (TypeError, ValueError):
+            raise DataError(path, line, "teacher scores must be numbers", "write each score as a JSON number") from None
+        if q in out:  # a query on several lines: merge as a dict would (rare)
+            merged.setdefault(q, {}).update(row)
+        else:
+            out[q] = pack(row)
+            merged.pop(q, None)
+    for q in list(merged):
+        first = {r: v for r, v in zip(out[q][0].tolist(), out[q][1].tolist())}
+        later = {doc_row[p]: v for p, v in merged[q].items() if p in doc_row}
+        first.update(later)
+        out[q] = (np.fromiter(first, np.int32, len(first)), np.fromiter(first.values(), np.float32, len(first)))
+    return out
 
 
 class ExampleRef:
@@ -284,8 +329,6 @@ class TrainingSet:
                  arrays: str | os.PathLike | None = None):
         import tempfile
         import weakref
-
-        from zsdr.data.store import ById, TextStore, build_store, store_dir, store_is_current
 
         self.dataset = Path(dataset)
         self.teacher = teacher

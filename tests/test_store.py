@@ -1,0 +1,127 @@
+"""The memory-mapped text stores and training arrays (zsdr.data.store, zsdr.training.data)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from zsdr.data.formats import read_corpus, read_queries, write_beir
+from zsdr.data.store import TextStore, build_store, open_store, store_is_current
+from zsdr.io import DataError
+from zsdr.training.data import (TrainingSet, build_training_arrays, read_negatives, read_teacher_scores,
+                                with_teacher)
+
+
+@pytest.fixture
+def beir(tmp_path):
+    rng = np.random.default_rng(0)
+    corpus = {f"d{i}": {"title": f"t{i}" if i % 3 else "", "text": " ".join(rng.choice(["é", "a", "b😀", "c"], 5))}
+              for i in range(300)}
+    queries = {f"q{i}": f"query {i} ü" for i in range(40)}
+    qrels = {"train": {f"q{i}": {f"d{i}": 1, f"d{i + 100}": 0} for i in range(40)}}
+    root = tmp_path / "ds"
+    write_beir(root, corpus, queries, qrels)
+    with open(root / "negatives.jsonl", "w") as fh:
+        for i in range(40):
+            fh.write(json.dumps({"qid": f"q{i}", "pos": [f"d{i}", "gone"],
+                                 "neg": {"bm25": [f"d{i + 50}", f"d{i + 51}", "missing"], "dense": [f"d{i + 51}", f"d{i}"]}}) + "\n")
+        fh.write(json.dumps({"qid": "q0", "pos": ["d200"], "neg": {"bm25": ["d201"]}}) + "\n")
+    return root, corpus, queries
+
+
+def test_store_reads_back_every_record_by_row_and_id(beir, tmp_path, monkeypatch):
+    root, corpus, queries = beir
+    monkeypatch.setattr("zsdr.data.store.BATCH_ROWS", 64)      # several record batches
+    build_store(root)
+    docs, qs = open_store(root)
+    assert len(docs) == 300 and len(qs) == 40
+    assert [docs[docs.row(d)] for d in corpus] == list(read_corpus(root).values())
+    assert [qs[qs.row(q)] for q in queries] == list(read_queries(root).values())
+    assert docs.rows([5, 70, 5]) == [corpus["d5"], corpus["d70"], corpus["d5"]]
+    assert docs.ids([299, 0]) == ["d299", "d0"] and "d7" in docs and "nope" not in docs and docs.find("nope") is None
+    assert list(docs.iter_range(60, 70)) == [(f"d{i}", corpus[f"d{i}"]) for i in range(60, 70)]
+    assert store_is_current(root / "store", root)
+    (root / "corpus.jsonl").write_text((root / "corpus.jsonl").read_text() + "\n")
+    assert not store_is_current(root / "store", root)
+
+
+def test_a_repeated_id_is_refused_naming_the_file(tmp_path):
+    root = tmp_path / "dup"
+    write_beir(root, {"a": {"title": "", "text": "x"}}, {"q": "y"}, {"test": {"q": {"a": 1}}})
+    with open(root / "corpus.jsonl", "a") as fh:
+        fh.write(json.dumps({"_id": "a", "title": "", "text": "z"}) + "\n")
+    with pytest.raises(DataError, match="corpus.jsonl.*'a' appears twice"):
+        build_store(root)
+    assert not (root / "store").exists()
+
+
+def test_a_missing_store_names_the_fix(tmp_path):
+    with pytest.raises(DataError, match="build the dataset's store"):
+        TextStore(tmp_path, "corpus")
+
+
+def test_training_arrays_hold_what_the_dict_loading_held(beir, tmp_path):
+    root, corpus, _ = beir
+    data = TrainingSet(root, root / "negatives.jsonl", arrays=tmp_path / "arrays")
+    old = [e for e in read_negatives(root / "negatives.jsonl")]
+    kept = [(e.qid, tuple(p for p in e.positives if p in corpus), tuple(d for d in e.negatives if d in corpus))
+            for e in old]
+    kept = [k for k in kept if k[1] and k[2]]
+    assert [(e.qid, e.positives, e.negatives) for e in data.examples] == kept
+    # relevant: the split's qrels with a grade > 0 and every positive of the query (q0 has two lines)
+    assert data.relevant_ids(0) == {"d0", "d200"} and data.relevant_ids(3) == {"d3"}
+    for i in range(len(data)):
+        ex, pos, negs = data.sample(i, 2, 9, 3)
+        assert pos in ex.positives and all(n in ex.negatives for n in negs) and len(negs) == 3
+    assert np.isnan(data.arrays["pos_score"]).all()
+    capped = TrainingSet(root, root / "negatives.jsonl", arrays=tmp_path / "capped", max_examples=5)
+    assert [e.qid for e in capped.examples] == [k[0] for k in kept[:5]]
+    assert capped.relevant_ids(0) == {"d0", "d200"}       # lines after the cap still count
+
+
+def test_teacher_scores_from_the_pickle_align_with_the_sampled_documents(beir, tmp_path):
+    root, corpus, _ = beir
+    rng = np.random.default_rng(1)
+    scores = {f"q{i}": {f"d{j}": float(rng.normal()) for j in (i, i + 7, i + 8, 299)} for i in range(0, 40, 2)}
+    with open(tmp_path / "t.pkl", "wb") as fh:
+        pickle.dump(scores, fh)
+    data = TrainingSet(root, root / "negatives.jsonl", teacher=tmp_path / "t.pkl", arrays=tmp_path / "kd")
+    want = with_teacher(read_negatives(root / "negatives.jsonl"), read_teacher_scores(tmp_path / "t.pkl"))
+    assert [(e.qid, e.positives, e.negatives) for e in data.examples] == [(e.qid, e.positives, e.negatives) for e in want]
+    for i in range(len(data)):
+        ex, pos, negs = data.sample(i, 0, 3, 2)
+        assert data.sample_scores(i, 0, 3, 2) == pytest.approx([scores[ex.qid][d] for d in (pos, *negs)], rel=1e-6)
+
+
+def test_bad_inputs_name_the_file(beir, tmp_path):
+    root, _, _ = beir
+    bad = tmp_path / "neg.jsonl"
+    bad.write_text(json.dumps({"qid": "nobody", "pos": ["d1"], "neg": {"x": ["d2"]}}) + "\n")
+    with pytest.raises(DataError, match="neg.jsonl.*'nobody' is not in"):
+        build_training_arrays(root, bad, tmp_path / "a", store=build_store(root))
+    assert not (tmp_path / "a").exists()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty.jsonl.*no training examples"):
+        build_training_arrays(root, empty, tmp_path / "b")
+
+
+def test_teacher_json_lines_with_a_query_on_two_lines_merge_as_a_dict_update(beir, tmp_path):
+    root, _, _ = beir
+    lines = [{"qid": "q1", "scores": {"d1": 1.0, "d60": 2.0, "gone": 5.0}}, {"qid": "q2", "scores": {"d2": 0.5, "d9": 1.5}},
+             {"qid": "q1", "scores": {"d60": 3.0, "d61": 4.0}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    data = TrainingSet(root, root / "negatives.jsonl", teacher=path, arrays=tmp_path / "kd")
+    want = with_teacher(read_negatives(root / "negatives.jsonl"), read_teacher_scores(path))
+    assert [(e.qid, e.positives, e.negatives) for e in data.examples] == [   # what the corpus holds
+        (e.qid, tuple(d for d in e.positives if d != "gone"), tuple(d for d in e.negatives if d != "gone"))
+        for e in want]
+    ex = next(i for i, e in enumerate(data.examples) if e.qid == "q1")
+    assert data.examples[ex].negatives == ("d60", "d61")
+    for seed in range(5):
+        _, pos, negs = data.sample(ex, 0, seed, 2)
+        assert data.sample_scores(ex, 0, seed, 2) == [{"d1": 1.0, "d60": 3.0, "d61": 4.0}[d] for d in (pos, *negs)]
