@@ -11,6 +11,8 @@ MS MARCO-length synthetic passages (``_synthetic.py``: mean about 89 tokens). Pr
 * **sentence-transformers** bf16 on the same texts and batch size, and zsdr's ratio to it;
 * **reader** (BERM's start probabilities, BERT-base QA head) and **QGen** (T5-base, 3 sampled
   queries of up to 64 tokens per passage) in documents per second;
+* **ANCE mining** (``mine_negatives``, when faiss is installed): training queries per second against
+  the encoded corpus;
 * a **DPR-shaped training step** (32 queries <= 32 tokens, 64 passages <= 128 tokens, in-batch
   softmax, bf16 autocast, AdamW) in steps/s with tokenisation in the step and pre-tokenised, with
   the model FLOP utilisation against the GPU's bf16 dense peak.
@@ -317,6 +319,37 @@ def training(encoder_factory, texts, device: torch.device, steps: int) -> None:
             del enc, opt
 
 
+@section
+def mining(folder: Path, texts: list[str], shard: Path, root: Path, device: torch.device, queries: int,
+           batch_size: int) -> None:
+    """ANCE mining as the pipeline's mine job runs it (``mine_negatives``: encode the judged training
+    queries, exact top-200 search of the encoded corpus shard, drop positives, sample 20), in training
+    queries per second and query-passage scores per second (what scales to 500k queries x 8.8M)."""
+    try:
+        import faiss  # noqa: F401
+    except ImportError:
+        row("ANCE mining (mine_negatives)", "skipped", "faiss is not installed")
+        return
+    from zsdr.data.formats import write_beir
+    from zsdr.retrieval.encode import read_meta
+    from zsdr.retrieval.mine import mine_negatives
+
+    rng = np.random.default_rng(3)
+    n = len(texts)
+    qs = {f"q{i}": " ".join(texts[int(rng.integers(n))].split()[:rng.integers(4, 12)]) for i in range(queries)}
+    write_beir(root, {f"d{i}": {"title": "", "text": t} for i, t in enumerate(texts)}, qs,
+               {"train": {q: {f"d{int(rng.integers(n))}": 1} for q in qs}})
+    docs = read_meta(shard)["count"]
+    start = time.perf_counter()
+    mine_negatives(folder, root, [shard], root / "mined.jsonl", depth=200, sample=20, batch_size=batch_size,
+                   device=str(device), precision="bf16" if device.type == "cuda" else None,
+                   gpu=device.type == "cuda")
+    wall = time.perf_counter() - start
+    row("ANCE mining (mine_negatives: encode queries, top-200 exact search, sample 20)",
+        f"{queries / wall:,.0f} queries/s", f"{queries:,} queries x {docs:,} passages: {queries * docs / wall / 1e9:.1f}G "
+        f"scores/s with model loading; 502,939 x 8.8M at this rate: {502_939 * 8_841_823 / (queries * docs / wall) / 60:.0f} min")
+
+
 def dpr_training_set(root: Path, texts: list[str], queries: int = 4096):
     """A BEIR folder of ``texts`` and a negatives file: query i judges passage 2i, passage 2i + 1 its negative."""
     import json
@@ -420,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--docs", type=int, default=None, help="corpus size (200,000; --quick 1,500)")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out (ceiling, job, inprocess, "
-                        "st, reader, trainer, train, compile, qgen)")
+                        "mining, st, reader, trainer, train, compile, qgen)")
     parser.add_argument("--previous", type=Path, help="a zsdr source tree (its src/) whose encode job to time too")
     parser.add_argument("--watchdog", type=float, default=None,
                         help="after this many seconds print every thread's stack and exit (a hung step shows where)")
@@ -465,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         if "job" not in skip:
             encode_job(folder, dataset, tmp / "emb", args.batch_size, device, ceil, "bf16")
             encode_job(folder, dataset, tmp / "emb4", 4 * args.batch_size, device, ceil, "bf16")
+        if "job" not in skip and "mining" not in skip:
+            mining(folder, texts, tmp / "emb", tmp / "mining", device, 20_000 if not args.quick else 50,
+                   args.batch_size)
         if args.previous:
             previous_job(args.previous, folder, dataset, tmp / "prev", args.batch_size, device, ceil)
             previous_job(args.previous, folder, dataset, tmp / "prev4", 4 * args.batch_size, device, ceil)
