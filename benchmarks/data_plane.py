@@ -10,8 +10,9 @@ per query, 80 by default, 40.2M at full size), then
    ``zsdr.training.data.build_training_arrays``), timing each and its peak memory;
 2. opens it in 1, then 4 processes at once (each a ``TrainingSet`` as a rank of a KD job opens it) and
    draws KD batches (32 queries, a positive and a negative each, their texts and teacher scores);
-   reports open time, batches/s and, from ``/proc/<pid>/smaps_rollup``, each process's private memory
-   (USS), its proportional share (PSS) and the 4 processes' total against one alone;
+   reports open time, batches/s and, from ``/proc/<pid>/smaps_rollup``, each process's private
+   (anonymous) memory and the file pages it maps (the stores, in the page cache once per node), and the
+   4 processes' total (their private memory plus the mapped files once) against one alone;
 3. does the same with the dict-based loading the pipeline used before (``read_corpus``,
    ``read_queries``, ``read_negatives``, ``read_teacher_scores`` + ``with_teacher``) on the first
    ``--dict-fraction`` of the same data (what fits), and prints its bytes per item and the full-size
@@ -51,9 +52,10 @@ def smaps(pid: int | str = "self") -> dict[str, int]:
             parts = line.split()
             if len(parts) >= 3 and parts[2] == "kB":
                 out[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    return {"rss": out.get("Rss", 0), "pss": out.get("Pss", 0),
-            "uss": out.get("Private_Clean", 0) + out.get("Private_Dirty", 0),
-            "shared": out.get("Shared_Clean", 0) + out.get("Shared_Dirty", 0)}
+    # private = anonymous memory (what the process itself allocated); mapped = file-backed pages it maps
+    # (the stores: page cache, one copy for every process of a node, whoever touched them first)
+    anon = out.get("Anonymous", 0)
+    return {"rss": out.get("Rss", 0), "pss": out.get("Pss", 0), "uss": anon, "mapped": out.get("Rss", 0) - anon}
 
 
 def gb(n: float) -> str:
@@ -136,11 +138,11 @@ def _rank(kind: str, root: str, arrays: str, fraction_of_dict: float, batches: i
         data = TrainingSet(root, Path(root) / "negatives.jsonl", teacher=Path(root) / "teacher.pkl", arrays=arrays)
         n = len(data)
 
-        def draw(idx):  # what BiEncoderTask.make_batch reads for a KD batch: one take per store
-            picks = [data.sample_rows(int(i), 0, 7, 1) for i in idx]
-            docs = data.corpus_store.rows([r for pos, negs in picks for r in (pos, *negs)])
+        def draw(idx):  # what BiEncoderTask.make_batch reads for a KD batch
+            picks = [data.draw(int(i), 0, 7, 1) for i in idx]
+            docs = data.corpus_store.rows([r for rows, _ in picks for r in rows])
             queries = data.queries_store.rows([int(data.arrays["qrow"][int(i)]) for i in idx])
-            return queries, docs, [data.sample_scores(int(i), 0, 7, 1) for i in idx]
+            return queries, docs, [scores for _, scores in picks]
     else:
         data = DictTrainingSet(root, fraction_of_dict)
         n = len(data.examples)
@@ -277,19 +279,19 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\n## Data plane: {gen['docs']:,} passages, {gen['queries']:,} queries, {gen['scores']:,} teacher scores "
           f"({args.fraction:g} of MS MARCO)\n")
-    print("| loading | processes | examples | open (s, max) | KD batches/s per process | USS per process (max) "
-          "| PSS per process (max) | all processes' USS + shared once | vs one process |")
+    print("| loading | processes | examples | open (s, max) | KD batches/s per process | private per process (max) "
+          "| mapped files per process (max) | all processes: private + mapped once | vs one process |")
     print("|---|---|---|---|---|---|---|---|---|")
     alone = None
     for name, procs, ranks in rows:
         uss = max(r["now_uss"] for r in ranks)
-        pss = max(r["now_pss"] for r in ranks)
-        total = sum(r["now_uss"] for r in ranks) + max(r["now_shared"] for r in ranks)
+        mapped = max(r["now_mapped"] for r in ranks)
+        total = sum(r["now_uss"] for r in ranks) + mapped
         if name == "stores" and procs == 1:
             alone = total
         ratio = f"{total / alone:.2f}x" if name == "stores" and alone else ""
         print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.1f} | "
-              f"{np.mean([r['batches_per_s'] for r in ranks]):.0f} | {gb(uss)} | {gb(pss)} | {gb(total)} | {ratio} |")
+              f"{np.mean([r['batches_per_s'] for r in ranks]):.0f} | {gb(uss)} | {gb(mapped)} | {gb(total)} | {ratio} |")
     d = dict_ranks[0]
     data_uss = d["now_uss"] - d["base_uss"]
     scale = 1.0 / max(args.dict_fraction * args.fraction, 1e-12)

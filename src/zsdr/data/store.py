@@ -164,13 +164,25 @@ class TextStore:
         self._n = self._table.num_rows
         # the first row of each record batch (chunks of every column share the writer's batches)
         self._starts = np.cumsum([0] + [len(c) for c in self._cols["id"].chunks])
+        self._chunks = {f: col.chunks for f, col in self._cols.items()}
 
     def __len__(self) -> int:
         return self._n
 
     def _value(self, field: str, row: int) -> str:
         chunk = int(np.searchsorted(self._starts, row, side="right")) - 1
-        return self._cols[field].chunk(chunk)[row - int(self._starts[chunk])].as_py()
+        return self._chunks[field][chunk][row - int(self._starts[chunk])].as_py()
+
+    def _values(self, field: str, rows: Sequence[int]) -> list[str]:
+        """``field`` of ``rows``, read row by row from their record batches (an Arrow take over the
+        whole chunked column would first concatenate it: the corpus copied for every batch)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= self._n):
+            raise IndexError(f"rows outside 0..{self._n - 1} of {self.directory / self.kind}")
+        chunks = np.searchsorted(self._starts, rows, side="right") - 1
+        local = rows - self._starts[chunks]
+        col = self._chunks[field]
+        return [col[c][a].as_py() for c, a in zip(chunks.tolist(), local.tolist())]
 
     def id(self, row: int) -> str:
         return self._value("id", int(row))
@@ -184,16 +196,13 @@ class TextStore:
         return self._value("text", row)
 
     def rows(self, rows: Sequence[int]) -> list:
-        """The records of ``rows`` (one vectorised take)."""
-        taken = self._table.take(np.asarray(rows, dtype=np.int64))
+        """The records of ``rows``, in their order."""
         if self.kind == "corpus":
-            return [{"title": t, "text": x} for t, x in zip(taken.column("title").to_pylist(),
-                                                            taken.column("text").to_pylist())]
-        return taken.column("text").to_pylist()
+            return [{"title": t, "text": x} for t, x in zip(self._values("title", rows), self._values("text", rows))]
+        return self._values("text", rows)
 
     def ids(self, rows: Sequence[int] | None = None) -> list[str]:
-        col = self._cols["id"] if rows is None else self._table.take(np.asarray(rows, dtype=np.int64)).column("id")
-        return col.to_pylist()
+        return self._cols["id"].to_pylist() if rows is None else self._values("id", rows)
 
     def find(self, rid: str) -> int | None:
         """The row of id ``rid``, or None."""

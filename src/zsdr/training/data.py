@@ -345,7 +345,8 @@ class TrainingSet:
         if not (arrays / "arrays.json").is_file():
             build_training_arrays(self.dataset, negatives, arrays, systems=systems, teacher=teacher, split=split,
                                   max_examples=max_examples, store=sdir)
-        self.arrays = {k: np.load(arrays / f"{k}.npy", mmap_mode="r") for k in ARRAYS}
+        # plain arrays over the mapped files (a np.memmap's slices pay for the subclass)
+        self.arrays = {k: np.asarray(np.load(arrays / f"{k}.npy", mmap_mode="r")) for k in ARRAYS}
         self.corpus_store, self.queries_store = TextStore(sdir, "corpus"), TextStore(sdir, "queries")
         self.corpus, self.queries = ById(self.corpus_store), ById(self.queries_store)
         self.examples = _Examples(self)
@@ -383,17 +384,22 @@ class TrainingSet:
         a, b = self._span("neg", index)
         return pos, rng.choice(b - a, size=negatives, replace=(b - a) < negatives)
 
+    def draw(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[list[int], list[float]]:
+        """The corpus rows of the positive and the ``negatives`` negatives example ``index`` draws in
+        ``epoch``, and their teacher scores (NaN without a teacher), positive first."""
+        pos, negs = self.sample_slots(index, epoch, seed, negatives)
+        a, c = int(self.arrays["pos_ptr"][index]) + pos, int(self.arrays["neg_ptr"][index]) + negs
+        rows = [int(self.arrays["pos"][a]), *self.arrays["neg"][c].tolist()]
+        return rows, [float(self.arrays["pos_score"][a]), *self.arrays["neg_score"][c].tolist()]
+
     def sample_rows(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[int, list[int]]:
         """The corpus rows of the positive and the ``negatives`` negatives example ``index`` draws."""
-        pos, negs = self.sample_slots(index, epoch, seed, negatives)
-        return int(self.pos_rows(index)[pos]), [int(r) for r in self.neg_rows(index)[negs]]
+        rows, _ = self.draw(index, epoch, seed, negatives)
+        return rows[0], rows[1:]
 
     def sample_scores(self, index: int, epoch: int, seed: int, negatives: int) -> list[float]:
         """The teacher's scores of what :meth:`sample_rows` draws (positive first)."""
-        pos, negs = self.sample_slots(index, epoch, seed, negatives)
-        a, _ = self._span("pos", index)
-        c, _ = self._span("neg", index)
-        return [float(self.arrays["pos_score"][a + pos]), *(float(self.arrays["neg_score"][c + int(i)]) for i in negs)]
+        return self.draw(index, epoch, seed, negatives)[1]
 
     def sample(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[ExampleRef, str, list[str]]:
         """The positive and ``negatives`` negatives (ids) example ``index`` draws in ``epoch`` (pure function)."""

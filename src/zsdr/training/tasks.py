@@ -110,19 +110,19 @@ class BiEncoderTask(Task):
 
     def make_batch(self, indices: list[int], epoch: int) -> dict:
         enc, data = self.encoder, self.data
-        qrows, doc_rows = [], []
+        qrows, doc_rows, scores = [], [], []
         for i in indices:
-            pos, negs = data.sample_rows(i, epoch, self.seed, self.negatives)
+            rows, teacher = data.draw(i, epoch, self.seed, self.negatives)
             qrows.append(int(data.arrays["qrow"][i]))
-            doc_rows.extend([pos, *negs])
+            doc_rows.extend(rows)
+            scores.append(teacher)
         qids, doc_ids = data.queries_store.ids(qrows), data.corpus_store.ids(doc_rows)
         batch = {"q": enc.collate(enc.tokenize_queries(data.queries_store.rows(qrows))),
                  "d": enc.collate(enc.tokenize_docs(data.corpus_store.rows(doc_rows))),
                  "qids": qids, "doc_ids": doc_ids}
         group = 1 + self.negatives
         if self.loss_name == "margin_mse":
-            batch["teacher"] = torch.tensor([data.sample_scores(i, epoch, self.seed, self.negatives) for i in indices],
-                                            dtype=torch.float32)
+            batch["teacher"] = torch.tensor(scores, dtype=torch.float32)
         if self.loss_name == "contrastive":
             batch["relevant"] = [data.relevant_ids(i) for i in indices]
         if self.terms:
