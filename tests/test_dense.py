@@ -361,8 +361,9 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
     jobs = planned_jobs(on.stdout + on.stderr)
     assert jobs["encode_corpus"] == jobs["search_shard"] == 3 and jobs["encode_queries"] == jobs["dense_search"] == 1
     scattered = (tmp_path / target).read_text()
-    assert sorted(p.name for p in (tmp_path / "runs/mini-alpha/.shards/tiny-bert-untrained").iterdir()) == [
-        f"shard{i}-of-3.npz" for i in range(3)]
+    shards = tmp_path / "runs/mini-alpha/.shards/tiny-bert-untrained"
+    assert not shards.exists() or not any(shards.iterdir())   # the per-shard top-k files are temporary
+    assert "removing temporary output" in (on.stdout + on.stderr).lower()
     (tmp_path / target).unlink()
     off = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, False)), cwd=tmp_path)
     jobs = planned_jobs(off.stdout + off.stderr)

@@ -261,6 +261,7 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
          f"{missing}: dataset folder not found (fix: check the path given to --dataset"),
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--gpu", "maybe"], 2,
          "argument --gpu: invalid choice"),
+        (["store", missing], 1, f"{missing}: dataset folder not found (fix: check the path given to the dataset"),
     ]
 
 

@@ -262,6 +262,7 @@ INPUT_PATHS = {
     "score-pairs": [("dataset", "dataset folder", "the dataset argument"),
                     ("negatives", "negatives file", "the negatives argument")],
     "bm25": [("dataset", "dataset folder", "--dataset")],
+    "store": [("dataset", "dataset folder", "the dataset argument")],
 }
 
 
