@@ -125,3 +125,38 @@ def test_teacher_json_lines_with_a_query_on_two_lines_merge_as_a_dict_update(bei
     for seed in range(5):
         _, pos, negs = data.sample(ex, 0, seed, 2)
         assert data.sample_scores(ex, 0, seed, 2) == [{"d1": 1.0, "d60": 3.0, "d61": 4.0}[d] for d in (pos, *negs)]
+
+
+def test_processes_started_together_build_the_arrays_once_and_all_map_them(tmp_path):
+    """As ranks under a bare torchrun: four processes open the same arrays at the same moment."""
+    import multiprocessing as mp
+
+    root = tmp_path / "big"
+    n = 20_000
+    write_beir(root, {f"d{i}": {"title": "", "text": f"text {i} " * 20} for i in range(n)},
+               {f"q{i}": f"query {i}" for i in range(n // 2)}, {"train": {f"q{i}": {f"d{i}": 1} for i in range(n // 2)}})
+    with open(root / "negatives.jsonl", "w") as fh:
+        for i in range(n // 2):
+            fh.write(json.dumps({"qid": f"q{i}", "pos": [f"d{i}"], "neg": {"bm25": [f"d{(i * 7 + k) % n}" for k in range(1, 30)]}}) + "\n")
+    ctx = mp.get_context("spawn")
+    barrier, queue = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_open_and_sample, args=(str(root), str(tmp_path / "shared" / "arrays"), barrier, queue))
+             for _ in range(4)]
+    for proc in procs:
+        proc.start()
+    got = [queue.get(timeout=300) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert all(not isinstance(g, str) for g in got), got
+    assert len(set(got)) == 1 and len(got[0]) == n // 2
+
+
+def _open_and_sample(root, arrays, barrier, queue):
+    from pathlib import Path
+
+    barrier.wait()
+    try:
+        data = TrainingSet(root, Path(root) / "negatives.jsonl", arrays=arrays)
+        queue.put(tuple(data.sample(i, 0, 1, 2)[1] for i in range(len(data))))
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        queue.put(f"{type(exc).__name__}: {exc}")

@@ -312,6 +312,28 @@ class _Examples(abc.Sequence):
         return ExampleRef(self.data, i % len(self))
 
 
+class _building:
+    """An exclusive lock (``flock``) on ``<folder>.lock`` beside ``folder`` while it is built."""
+
+    def __init__(self, folder: Path):
+        self.path = folder.parent / f".{folder.name}.lock"
+
+    def __enter__(self):
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh = open(self.path, "a")
+        fcntl.flock(self.fh, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        self.fh.close()
+        return False
+
+
 class TrainingSet:
     """Texts (a BEIR folder's store), examples (a negatives file) and, for distillation, teacher scores,
     all memory-mapped: the corpus and queries from ``<dataset>/store`` (:mod:`zsdr.data.store`), the
@@ -338,13 +360,16 @@ class TrainingSet:
             weakref.finalize(self, shutil.rmtree, tmp, True)
             arrays = Path(tmp) / "arrays"
         arrays = Path(arrays)
-        if not store_is_current(sdir, self.dataset):
-            sdir = arrays.parent / f"{arrays.name}.store"
+        # Processes started together (torchrun without the workflow's launcher, which builds first) take
+        # turns: the first builds, the others find the arrays done and map them.
+        with _building(arrays):
             if not store_is_current(sdir, self.dataset):
-                build_store(self.dataset, sdir)
-        if not (arrays / "arrays.json").is_file():
-            build_training_arrays(self.dataset, negatives, arrays, systems=systems, teacher=teacher, split=split,
-                                  max_examples=max_examples, store=sdir)
+                sdir = arrays.parent / f"{arrays.name}.store"
+                if not store_is_current(sdir, self.dataset):
+                    build_store(self.dataset, sdir)
+            if not (arrays / "arrays.json").is_file():
+                build_training_arrays(self.dataset, negatives, arrays, systems=systems, teacher=teacher,
+                                      split=split, max_examples=max_examples, store=sdir)
         # plain arrays over the mapped files (a np.memmap's slices pay for the subclass)
         self.arrays = {k: np.asarray(np.load(arrays / f"{k}.npy", mmap_mode="r")) for k in ARRAYS}
         self.corpus_store, self.queries_store = TextStore(sdir, "corpus"), TextStore(sdir, "queries")
