@@ -341,7 +341,7 @@ class TrainingSet:
     without it, in a temporary folder). Every process of a job maps the same files.
 
     A store missing or older than the dataset's files is built beside the arrays (or temporarily).
-    ``corpus`` and ``queries`` read like the dicts of ``read_corpus`` / ``read_queries``; ``relevant(i)``
+    ``corpus`` and ``queries`` read like the dicts of ``read_corpus`` / ``read_queries``; ``relevant_ids(i)``
     gives the documents relevant to example ``i``'s query (the split's qrels and its positives), which
     the contrastive loss masks.
     """
