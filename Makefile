@@ -41,12 +41,13 @@ install-gpu: $(VENV)/.installed-gpu
 run: install
 	$(BIN)/snakemake --cores all results/table1.csv
 
+# Test modules run side by side, one module per worker (module fixtures are built once), the mini run first.
 test: install-dev
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The default suite plus the whole mini DAG of every paper table (about 40 more minutes on 2 cores).
 test-full: install-dev
-	ZSDR_FULL_DAG=1 $(BIN)/pytest -q
+	ZSDR_FULL_DAG=1 $(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 lint: install-dev
 	$(BIN)/snakemake --lint

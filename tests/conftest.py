@@ -7,6 +7,14 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
+# Only the SLURM test talks to a cluster. Every other Snakemake run is local, but Snakemake's SLURM executor
+# plugin probes the cluster's configuration (`scontrol show config`) whenever Snakemake starts: with the
+# SLURM client installed and no controller answering, that probe waits ~9 s per start. An empty
+# configuration makes it fail at once; test_slurm.py restores the original for its own commands.
+ORIGINAL_SLURM_CONF = os.environ.get("SLURM_CONF")
+os.environ["SLURM_CONF"] = os.devnull
+
+
 def _shared_data() -> Path:
     env = os.environ.get("ZSDR_SHARED_DATA")
     return Path(env) if env else ROOT.parent / "shared" / "data"
@@ -38,10 +46,11 @@ def mini_with_backbones(root: Path, mini: dict, size: dict, kinds=("bert", "robe
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The SLURM test runs last: it installs and starts a one-node cluster and stops it at the end, and
-    with the SLURM client installed but no controller, every later Snakemake start-up would wait for the
-    executor plugin's probe of the cluster's configuration."""
-    items.sort(key=lambda item: Path(str(item.fspath)).name == "test_slurm.py")
+    """The real mini run (tests/test_mini_run.py, the longest module by far) starts first, so that with
+    pytest-xdist (`make test`: one module per worker) the other modules run beside it; the SLURM test
+    runs last (it installs, starts and stops a one-node cluster)."""
+    first, last = "test_mini_run.py", "test_slurm.py"
+    items.sort(key=lambda item: {first: 0, last: 2}.get(Path(str(item.fspath)).name, 1))
 
 
 @pytest.fixture

@@ -59,7 +59,21 @@ def _sinfo_ok() -> bool:
 @pytest.fixture(scope="module")
 def slurm_cluster():
     """A running one-node SLURM cluster: the one already answering `sinfo`, or one this test installs and
-    starts (root with apt-get) and stops again."""
+    starts (root with apt-get) and stops again. The cluster's own configuration applies while it runs
+    (conftest.py points SLURM_CONF at an empty file for the local tests)."""
+    from tests.conftest import ORIGINAL_SLURM_CONF
+
+    if ORIGINAL_SLURM_CONF is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = ORIGINAL_SLURM_CONF
+    try:
+        yield from _cluster()
+    finally:
+        os.environ["SLURM_CONF"] = os.devnull
+
+
+def _cluster():
     if _sinfo_ok():
         yield "existing"
         return
