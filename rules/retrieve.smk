@@ -138,3 +138,45 @@ rule dense_search:
         scattered=lambda wc: PLAN.scattered(wc.dataset),
     script:
         "../workflow_scripts/dense_search.py"
+
+
+# Only where at least two evaluation datasets have a single shard (else nothing to group).
+if PLAN.GROUP_DATASETS:
+
+    rule dense_search_group:
+        """A table-1 dense system on every evaluation dataset of one shard, in one job (`cluster.group_datasets`):
+        each corpus encoded (the `encode_corpus` folder), its judged queries encoded and searched (the
+        `dense_search` run), one model load for all. Larger corpora keep their per-shard jobs.
+        """
+        input:
+            PLAN.group_inputs,
+            code=PLAN.code(
+                "zsdr.retrieval",
+                "zsdr.models.encoder",
+                "zsdr.data.formats",
+                script="dense_search_group",
+            ),
+        output:
+            [
+                directory(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}")
+                for d in PLAN.GROUP_DATASETS
+            ],
+            [f"{RUNS}/{d}/{{system}}.trec" for d in PLAN.GROUP_DATASETS],
+        log:
+            f"{LOGS}/runs/group/{{system}}.log",
+        wildcard_constraints:
+            system=PLAN.alternation(PLAN.GROUP_SYSTEMS),
+        conda:
+            PLAN.DENSE_ENV
+        resources:
+            **PLAN.cluster_resources(config["dense"]["gpus"]),
+            mem_mb=16000,
+            runtime=PLAN.runtime(60 * max(1, len(PLAN.GROUP_DATASETS))),
+        params:
+            jobs=lambda wc: PLAN.group_jobs(wc.system),
+            dense=config["dense"],
+        script:
+            "../workflow_scripts/dense_search_group.py"
+
+    ruleorder: dense_search_group > dense_search
+    ruleorder: dense_search_group > encode_corpus

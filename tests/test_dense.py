@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,11 +341,12 @@ def test_scatter_search_plans_one_job_per_shard_and_one_query_encoding(tmp_path)
     gpus = {}
     for block in re.split(r"\n(?=(?:local)?rule )", plans[True]):
         rule = re.match(r"(?:local)?rule (\w+):", block)
-        out = re.search(r"output: (\S+)", block)
+        out = re.search(r"output: (.*)", block)
         if rule and out:
-            gpus[out.group(1).rstrip(",")] = (rule.group(1), int(re.search(r"\bgpu=(\d+)", block).group(1)))
+            for path in out.group(1).split(", "):
+                gpus[path] = (rule.group(1), int(re.search(r"\bgpu=(\d+)", block).group(1)))
     assert gpus["runs/mini-alpha/tiny-bert-untrained.trec"] == ("dense_search", 0)
-    assert gpus["runs/mini-beta/dpr.trec"] == ("dense_search", 1)
+    assert gpus["runs/mini-beta/dpr.trec"] == ("dense_search_group", 1)   # one shard: the system's group job
     assert gpus["runs/mini-alpha/.shards/tiny-bert-untrained/shard1-of-3.npz"] == ("search_shard", 1)
     assert gpus["embeddings/mini-alpha/tiny-bert-untrained/queries-test"] == ("encode_queries", 1)
 
@@ -369,6 +371,58 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
     jobs = planned_jobs(off.stdout + off.stderr)
     assert jobs["dense_search"] == 1 and "encode_corpus" not in jobs and "search_shard" not in jobs  # shards reused
     assert (tmp_path / target).read_text() == scattered and len(scattered.splitlines()) == 150 * 1000
+
+
+def test_group_job_writes_the_per_dataset_jobs_embeddings_and_runs(tiny, tmp_path):  # noqa: F811
+    """`dense_search_group` (search_datasets): one process, several datasets and encoder settings; every
+    embeddings folder and run equals, byte for byte, what encode_corpus + dense_search write."""
+    from zsdr.retrieval.search import search_datasets, search_with_model
+
+    settings = [("bert", {"pooling": "mean", "similarity": "cosine"}), ("bert", {"pooling": "mean", "similarity": "cosine"}),
+                ("roberta", {"pooling": "cls", "similarity": "dot", "doc_max_length": 16})]
+    jobs = [{"model": str(tiny[kind]), "options": options, "dataset": str(tiny["data"]), "split": "test",
+             "embeddings": str(tmp_path / "group" / f"emb{i}"), "run": str(tmp_path / "group" / f"{i}.trec")}
+            for i, (kind, options) in enumerate(settings)]
+    search_datasets(jobs, k=30, tag="sys", batch_size=8, dtype="float16")
+    for i, job in enumerate(jobs):
+        alone = encode_corpus_shard(job["model"], job["dataset"], tmp_path / "alone" / f"emb{i}", 0, 1, batch_size=8,
+                                    dtype="float16", show_progress=False, **job["options"])
+        search_with_model(job["model"], job["dataset"], "test", [alone], tmp_path / "alone" / f"{i}.trec", k=30,
+                          tag="sys", batch_size=8, **job["options"])
+        for name in ("embeddings.npy", "ids.txt"):
+            assert (alone / name).read_bytes() == (Path(job["embeddings"]) / name).read_bytes(), (i, name)
+        assert (tmp_path / "alone" / f"{i}.trec").read_bytes() == Path(job["run"]).read_bytes(), i
+    assert Path(jobs[0]["run"]).read_bytes() == Path(jobs[1]["run"]).read_bytes()
+    assert Path(jobs[0]["run"]).read_bytes() != Path(jobs[2]["run"]).read_bytes()
+
+
+def test_group_jobs_replace_the_per_dataset_jobs_of_one_shard_datasets(tmp_path):
+    """Table 1's dense systems: one job per system over the datasets of one shard (mini-alpha in 3 shards
+    keeps its encode and search jobs); `cluster.group_datasets: false` gives the per-dataset plan back."""
+    import yaml
+
+    from tests.test_workflow import ROOT, planned_jobs, snakemake
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    dense = [s for s in cfg["table1"]["systems"] if cfg["systems"].get(s, {}).get("kind") != "bm25"]
+    plans = {}
+    for group in (True, False):
+        path = scatter_overlay(tmp_path, False)
+        over = yaml.safe_load(path.read_text())
+        over["cluster"]["group_datasets"] = group
+        path.write_text(yaml.safe_dump(over))
+        out = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", str(path))
+        plans[group] = out.stdout + out.stderr
+    on, off = planned_jobs(plans[True]), planned_jobs(plans[False])
+    assert on["dense_search_group"] == len(dense) and "dense_search_group" not in off
+    assert off["dense_search"] - on["dense_search"] == 2 * len(dense)        # mini-source and mini-beta
+    assert off["encode_corpus"] - on["encode_corpus"] == 2 * len(dense)
+    group_blocks = [b for b in re.split(r"\n(?=(?:local)?rule )", plans[True]) if b.startswith("rule dense_search_group:")]
+    outputs = re.search(r"output: (.*)", group_blocks[0]).group(1)
+    assert "runs/mini-source/" in outputs and "runs/mini-beta/" in outputs and "mini-alpha" not in outputs
+    assert "embeddings/mini-beta/" in outputs
+    assert {k: v for k, v in on.items() if k not in ("dense_search_group", "dense_search", "encode_corpus")} == \
+        {k: v for k, v in off.items() if k not in ("dense_search_group", "dense_search", "encode_corpus")}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from zsdr.models.released import RELEASES
@@ -121,6 +122,34 @@ class DdrPlan:
             return [f"{root}/{s}.npz" for s in self.shards(wc.dataset)]
         return [f"{self.EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in self.shards(wc.dataset)]
 
+    def grouped(self, system: str, dataset: str) -> bool:
+        """Whether the run of ``system`` on ``dataset`` comes from the system's `dense_search_group` job."""
+        return system in self.GROUP_SYSTEMS and dataset in self.GROUP_DATASETS
+
+    def group_jobs(self, system: str) -> list[dict[str, Any]]:
+        """What `dense_search_group` does for ``system``, one entry per dataset of the group: the model and
+        encoder settings the per-dataset jobs would use, the dataset, its evaluation split and the
+        embeddings folder and run it writes (the same paths as `encode_corpus` and `dense_search`)."""
+        return [
+            {
+                "dataset": f"{self.DATA}/{d}",
+                "split": self.eval_split(d),
+                "model": self.dense_model(system, d),
+                "options": self.encoder_options(system, d),
+                "embeddings": f"{self.EMBEDDINGS}/{d}/{system}/{self.shards(d)[0]}",
+                "run": f"{self.RUNS}/{d}/{system}.trec",
+            }
+            for d in self.GROUP_DATASETS
+        ]
+
+    def group_inputs(self, wc: Any) -> list[str]:
+        """Every dataset marker and model file the group job of ``wc.system`` reads."""
+        files: list[str] = []
+        for d in self.GROUP_DATASETS:
+            files.append(self.dataset_marker(d))
+            files += self.dense_model_input(SimpleNamespace(system=wc.system, dataset=d))
+        return list(dict.fromkeys(files))
+
     def _setup_ddr(self) -> None:
         """Resolve DDR Figure 4's settings and datasets."""
         self.FIGURE4 = self.DDR["figure4"]
@@ -131,6 +160,19 @@ class DdrPlan:
         # `cluster.scatter_search`: how the search is spread over jobs (not in `dense`, which many rules pass
         # whole as a param, so switching it re-runs no encoding, mining or training).
         self.SCATTER_SEARCH = self.CLUSTER["scatter_search"]
+
+        # `cluster.group_datasets`: every table-1 dense system is encoded and searched on every evaluation
+        # dataset of one shard by one job (`dense_search_group`) instead of two jobs per dataset. Table 1
+        # needs each of these runs, so the group computes nothing the table does not read; larger corpora
+        # (more than one shard) keep their encode and search jobs.
+        _datasets = [d for d in self.EVAL_DATASETS if len(self.shards(d)) == 1]
+        _group = self.CLUSTER["group_datasets"] and len(_datasets) > 1
+        self.GROUP_DATASETS = _datasets if _group else []
+        self.GROUP_SYSTEMS = (
+            [s for s in dict.fromkeys(self.TABLE1_SYSTEMS) if self.SYSTEMS[s]["kind"] == "dense"]
+            if _group
+            else []
+        )
 
         # With `offline: true`, every model the config names must be on this machine when planning starts,
         # whether or not the requested targets use it (each is checked once).

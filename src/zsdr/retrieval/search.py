@@ -487,6 +487,32 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     return run
 
 
+def search_datasets(jobs: Sequence[dict], k: int = 1000, tag: str | None = None, batch_size: int = 64,
+                    dtype: str = "float16", device: str | None = None, precision: str | None = None,
+                    gpu: bool | None = None) -> None:
+    """Encode and search several datasets in one process (the workflow's `dense_search_group` job).
+
+    Each job names ``model``, ``options`` (encoder settings), ``dataset``, ``split``, ``embeddings`` (the
+    corpus folder written, as one shard) and ``run`` (the TREC run written). A model is loaded once for
+    every dataset that uses it with the same settings. Embeddings and runs are those of
+    :func:`~zsdr.retrieval.encode.encode_corpus_shard` followed by :func:`search_with_model`.
+    """
+    from zsdr.models.encoder import load_encoder
+    from zsdr.retrieval.encode import encode_corpus_shard
+
+    encoders: dict[str, object] = {}
+    for job in jobs:
+        key = json.dumps([str(job["model"]), job.get("options") or {}], sort_keys=True, default=str)
+        if key not in encoders:
+            encoders.clear()  # one model in memory at a time
+            encoders[key] = load_encoder(job["model"], device=device, precision=precision, **(job.get("options") or {}))
+        encoder = encoders[key]
+        shard = encode_corpus_shard(encoder, job["dataset"], job["embeddings"], 0, 1, batch_size=batch_size,
+                                    dtype=dtype, device=device, precision=precision, show_progress=False)
+        search_with_model(encoder, job["dataset"], job["split"], [shard], job["run"], k=k, tag=tag,
+                          batch_size=batch_size, device=device, precision=precision, gpu=gpu)
+
+
 # --------------------------------------------------------------------------------------------
 # CLI
 
