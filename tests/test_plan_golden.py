@@ -49,3 +49,28 @@ def test_plan_matches_the_golden_job_list(scale):
             if len(report) > 25:
                 break
     pytest.fail("\n".join(report))
+
+
+def test_paper_job_shapes_fit_a_slurm_site():
+    """Every GPU job of the paper plan (the golden list the test above proves current): one node, CPUs for
+    data loading beside each rank (cluster.cpus_per_gpu >= 2), and the training families' GPU counts of
+    the papers: COCO-DR (and RMSC, which trains on it) 8, DDR (its DAMs and REMs) 4, every other training
+    and the retrieval jobs 1. Fewer, fuller retrieval jobs: a grouped job per table-1 dense system."""
+    import re
+
+    with gzip.open(golden_path("paper"), "rt", encoding="utf-8") as f:
+        jobs = [json.loads(line) for line in f]
+    gpu_jobs = [j for j in jobs if j["resources"].get("gpu")]
+    assert gpu_jobs and all(j["resources"]["nodes"] == 1 for j in gpu_jobs)
+    assert all(j["resources"]["cpus_per_gpu"] >= 2 for j in gpu_jobs)
+    family = {8: re.compile(r"^(coco|condenser|cocondenser|cocodr|rmsc|qgen)"), 4: re.compile(r"^(ddr|bert-base)")}
+    trainings = [j for j in jobs if j["rule"] in ("train", "pretrain_coco", "train_dam", "train_cross_encoder")]
+    assert len(trainings) > 250
+    for job in trainings:
+        name = next(iter(job["wildcards"].values()))
+        want = next((n for n, pattern in family.items() if pattern.match(name)), 1)
+        assert job["resources"]["gpu"] == want, (name, job["resources"])
+    counts = {}
+    for job in gpu_jobs:
+        counts[job["rule"]] = counts.get(job["rule"], 0) + 1
+    assert counts["dense_search_group"] >= 10 and sum(counts.values()) < 12_600, counts
