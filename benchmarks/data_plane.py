@@ -1,4 +1,6 @@
-"""Paper-scale data plane: an MS MARCO-sized KD training set, opened as a 4-process job would open it.
+"""Paper-scale data plane: an MS MARCO-sized KD training set and COCO-DR's spans, opened as 4-process jobs.
+
+Section ``marco`` (``--sections``):
 
 Generates a synthetic source shaped like MS MARCO at ``--fraction`` of full size (1.0: 8,841,823
 passages of MS MARCO's length distribution, 502,939 training queries with qrels, hard negatives in the
@@ -18,8 +20,27 @@ per query, 80 by default, 40.2M at full size), then
    ``--dict-fraction`` of the same data (what fits), and prints its bytes per item and the full-size
    figure that follows.
 
+Section ``coco``: synthetic spans of the 30 corpora COCO-DR pretrains on (``cocodr.pretrained.coco``
+of configs/papers/cocodr.yaml: MS MARCO and the corpora of BEIR's 18 tasks, CQADupStack as its 12
+forums), at ``--coco-fraction`` of their documents: 52,764,546 at full size, the corpus sizes and mean
+document lengths in words of BEIR's Table 1 (Thakur et al., 2021). A document of ``w`` words (log-normal
+around its corpus's mean) has ``ceil(1.3 w / 24)`` spans (30-token spans, ~24 tokens filled on average,
+[X]: a model of ``write_spans``, not its output) of random words; documents with fewer than two spans are
+dropped, as ``write_spans`` drops them. Then
+
+1. writes each corpus's span file with the pipeline's own writer (``zsdr.pretrain.spans.SpanWriter``),
+   timing it, and the first ``--coco-list-fraction`` of each corpus's kept documents as the
+   ``spans.jsonl`` lines the pipeline wrote before;
+2. opens the 30 span files in 1, then 4 processes at once, as the ranks of a COCO job do
+   (``open_spans``), reads every page once (an epoch), and draws documents in batches of 200 (a GPU's
+   batch in the paper) with their pair of spans (``sample_pair``: what ``CocoTask.make_batch`` reads
+   before tokenising): open time, documents/s, private memory and mapped file pages per process;
+3. does the same with the lists the pipeline used before (the old ``read_spans``: every spans.jsonl
+   parsed into lists of lists of strings in every process) on the ``--coco-list-fraction``.
+
     python benchmarks/data_plane.py --root /tmp/marco --fraction 1.0      # full size (~9 GB of disk)
     python benchmarks/data_plane.py --root /tmp/marco --fraction 0.01     # a quick run
+    python benchmarks/data_plane.py --root /tmp/zsdr-bench --sections coco --coco-fraction 0.05
 """
 
 from __future__ import annotations
@@ -234,6 +255,187 @@ def run_ranks(kind: str, procs: int, root: Path, arrays: Path, dict_fraction: fl
     return out
 
 
+# ------------------------------------------------------------------------------------------ COCO spans
+COCO_BATCH = 200    # documents per GPU per step (COCO Base)
+# documents, mean words per document (BEIR, Thakur et al. 2021, Table 1; MS MARCO's passage collection)
+COCO_CORPORA = {
+    "msmarco": (8_841_823, 56.0), "trec-covid": (171_332, 160.8), "nfcorpus": (3_633, 232.3),
+    "nq": (2_681_468, 78.9), "hotpotqa": (5_233_329, 46.3), "fiqa": (57_638, 132.3), "arguana": (8_674, 166.8),
+    "webis-touche2020": (382_545, 292.4),
+    **{f"cqadupstack-{forum}": (n, 129.1) for forum, n in (
+        ("android", 22_998), ("english", 40_221), ("gaming", 45_301), ("gis", 37_637), ("mathematica", 16_705),
+        ("physics", 38_316), ("programmers", 32_176), ("stats", 42_269), ("tex", 68_184), ("unix", 47_382),
+        ("webmasters", 17_405), ("wordpress", 48_605))},
+    "quora": (522_931, 11.4), "dbpedia-entity": (4_635_922, 49.7), "scidocs": (25_657, 176.2),
+    "fever": (5_416_568, 84.8), "climate-fever": (5_416_593, 84.8), "scifact": (5_183, 213.6),
+    "bioasq": (14_914_603, 202.6), "signal1m": (2_866_316, 13.9), "trec-news": (594_977, 634.8),
+    "robust04": (528_155, 467.0),
+}
+TOKENS_PER_WORD, TOKENS_PER_SPAN, COCO_SIGMA = 1.3, 24, 0.6
+
+
+def generate_spans(root: Path, fraction: float, list_fraction: float, seed: int = 0) -> dict:
+    """Write each corpus's span file (SpanWriter, timed) and the old spans.jsonl of its first
+    ``list_fraction`` of kept documents into ``root/<corpus>/``."""
+    from zsdr.pretrain.spans import SpanWriter
+
+    rng = np.random.default_rng(seed)
+    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 9)))
+                      for _ in range(30_000)])
+    out = {"documents": 0, "kept": 0, "spans": 0, "listed": 0, "write_s": 0.0, "files": {}}
+    t0 = time.perf_counter()
+    for name, (n_docs, mean_words) in COCO_CORPORA.items():
+        n = max(1, round(n_docs * fraction))
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        mu = np.log(mean_words) - COCO_SIGMA ** 2 / 2
+        kept = 0
+        with SpanWriter(folder / "spans.arrow") as writer, open(folder / "spans.jsonl", "w", encoding="utf-8") as old:
+            for lo in range(0, n, 65_536):
+                m = min(65_536, n - lo)
+                words = np.clip(np.rint(rng.lognormal(mu, COCO_SIGMA, size=m)), 1, 5000).astype(np.int64)
+                n_spans = np.ceil(words * TOKENS_PER_WORD / TOKENS_PER_SPAN).astype(np.int64)
+                picks = vocab[rng.integers(0, len(vocab), size=int(words.sum()))]
+                at = 0
+                docs = []
+                for i, (w, k) in enumerate(zip(words.tolist(), n_spans.tolist())):
+                    if k >= 2:
+                        cut = np.linspace(at, at + w, k + 1).astype(np.int64)
+                        docs.append((f"{name}-{lo + i}", [" ".join(picks[a:b]) for a, b in zip(cut[:-1], cut[1:])]))
+                    at += w
+                t = time.perf_counter()
+                for rid, spans in docs:
+                    writer.add(rid, spans)
+                out["write_s"] += time.perf_counter() - t
+                limit = int(np.ceil(list_fraction * n))   # the first list_fraction of the corpus's documents
+                listed = [d for d in docs if int(d[0].rsplit("-", 1)[1]) < limit]
+                old.writelines(json.dumps({"_id": rid, "spans": spans}) + "\n" for rid, spans in listed)
+                kept += len(docs)
+                out["spans"] += sum(len(sp) for _, sp in docs)
+                out["listed"] += len(listed)
+            t = time.perf_counter()
+        out["write_s"] += time.perf_counter() - t   # the writer's last batch and footer
+        out["documents"] += n
+        out["kept"] += kept
+        out["files"][name] = kept
+    out["seconds"] = time.perf_counter() - t0
+    out["arrow_bytes"] = sum((root / c / "spans.arrow").stat().st_size for c in COCO_CORPORA)
+    out["jsonl_bytes"] = sum((root / c / "spans.jsonl").stat().st_size for c in COCO_CORPORA)
+    return out
+
+
+def read_span_lists(path: Path) -> list[list[str]]:
+    """The old ``zsdr.pretrain.spans.read_spans``: a spans.jsonl file as lists of lists of strings."""
+    from zsdr.data.formats import iter_jsonl
+    from zsdr.io import DataError
+
+    out = []
+    for line, obj in iter_jsonl(path):
+        spans = obj.get("spans")
+        if not isinstance(spans, list) or len(spans) < 2 or not all(isinstance(x, str) and x.strip() for x in spans):
+            raise DataError(path, line, "bad spans line", "write the file again")
+        out.append(spans)
+    return out
+
+
+def _coco_rank(kind: str, root: str, batches: int, touch: bool, start, done, queue) -> None:
+    """One rank of a COCO job: map the 30 span files (or, ``lists``, parse the old spans.jsonl files into
+    lists), read every page once with ``touch``, draw batches of documents and their span pairs."""
+    rng = np.random.default_rng(os.getpid())
+    from zsdr.pretrain.coco import sample_pair  # noqa: F401 - the imports (torch) are not the data's memory
+    from zsdr.pretrain.spans import SpanDocuments, open_spans  # noqa: F401
+
+    base = smaps()["uss"]
+    t0 = time.perf_counter()
+    files = [Path(root) / c for c in COCO_CORPORA]
+    if kind == "spans":
+        documents = open_spans([f / "spans.arrow" for f in files])
+    else:
+        documents = []
+        for f in files:
+            documents.extend(read_span_lists(f / "spans.jsonl"))
+    opened = time.perf_counter() - t0
+    if touch and kind == "spans":  # read every page once, as an epoch over the documents does
+        for spans_file in documents.files:
+            for col in spans_file._table.columns:
+                for chunk in col.chunks:
+                    for buf in chunk.buffers():
+                        if buf is not None and buf.size:
+                            np.frombuffer(buf, dtype=np.uint8)[::4096].sum()
+    start.wait()
+    n = len(documents)
+    t1 = time.perf_counter()
+    drawn = 0
+    for _ in range(batches):
+        texts = []
+        for i in rng.integers(0, n, size=COCO_BATCH).tolist():
+            spans = documents[i]
+            a, b = sample_pair(len(spans), 7, 0, i)
+            texts += [spans[a], spans[b]]
+        drawn += COCO_BATCH
+    rate = drawn / (time.perf_counter() - t1)
+    queue.put({"pid": os.getpid(), "open_s": opened, "docs_per_s": rate, "examples": n, "base_uss": base, **smaps()})
+    done.wait()
+
+
+def run_coco_ranks(kind: str, procs: int, root: Path, batches: int) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    start, done, queue = ctx.Barrier(procs + 1), ctx.Barrier(procs + 1), ctx.Queue()
+    ps = [ctx.Process(target=_coco_rank, args=(kind, str(root), batches, True, start, done, queue))
+          for _ in range(procs)]
+    for p in ps:
+        p.start()
+    start.wait()
+    out = [queue.get() for _ in ps]
+    for r in out:
+        r.update({f"now_{k}": v for k, v in smaps(r["pid"]).items()})
+    done.wait()
+    for p in ps:
+        p.join()
+    return out
+
+
+def coco_section(root: Path, fraction: float, list_fraction: float, batches: int, keep: bool) -> None:
+    root = root / "coco"
+    meta = root / "generated.json"
+    want = {"fraction": fraction, "list_fraction": list_fraction}
+    if meta.is_file() and {k: json.loads(meta.read_text()).get(k) for k in want} == want:
+        gen = json.loads(meta.read_text())
+        print(f"reusing {root}: {gen['kept']:,} span documents")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        gen = {**generate_spans(root, fraction, list_fraction), **want}
+        meta.write_text(json.dumps(gen))
+    full = sum(n for n, _ in COCO_CORPORA.values())
+    print(f"\n## COCO spans: {len(COCO_CORPORA)} corpora, {gen['documents']:,} documents ({fraction:g} of {full:,}), "
+          f"{gen['kept']:,} kept with {gen['spans']:,} spans\n")
+    print(f"span files (SpanWriter): {gen['write_s']:.1f} s of writing, {gb(gen['arrow_bytes'])} on disk "
+          f"(whole generation {gen['seconds']:.0f} s); old spans.jsonl of {list_fraction:g} of them: "
+          f"{gen['listed']:,} documents, {gb(gen['jsonl_bytes'])}")
+    rows = [("span files (mapped)", procs, run_coco_ranks("spans", procs, root, batches)) for procs in (1, 4)]
+    rows.append((f"lists ({list_fraction:g} of it)", 4, run_coco_ranks("lists", 4, root, max(10, batches // 4))))
+    print("\n| loading | processes | documents | open (s, max) | documents drawn/s per process | private per process "
+          "beyond imports (max) | mapped files per process (max) | all processes: private + mapped once |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, procs, ranks in rows:
+        data = max(r["now_uss"] - r["base_uss"] for r in ranks)
+        mapped = max(r["now_mapped"] for r in ranks)
+        total = sum(r["now_uss"] for r in ranks) + mapped
+        print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.2f} | "
+              f"{np.mean([r['docs_per_s'] for r in ranks]):,.0f} | {gb(data)} | {gb(mapped)} | {gb(total)} |")
+    lists = rows[2][2]
+    per_doc = max(r["now_uss"] - r["base_uss"] for r in lists) / max(lists[0]["examples"], 1)
+    kept_full = gen["kept"] / fraction
+    per_rank_spans = max(r["now_uss"] - r["base_uss"] for r in rows[1][2])
+    print(f"\nlists: {per_doc:,.0f} private bytes per document in every process; at full size ({kept_full:,.0f} kept "
+          f"documents) ~{gb(per_doc * kept_full)} per process, x 8 for COCO's 8-GPU job. Span files at full size: "
+          f"~{gb(gen['arrow_bytes'] / fraction)} of page cache for the whole node, shared by its processes; "
+          f"{gb(per_rank_spans)} private per process at this size.")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True, help="where the synthetic source is written")
@@ -243,8 +445,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="of the generated data that the dict-based loading reads (what fits in memory)")
     parser.add_argument("--batches", type=int, default=200, help="KD batches each process draws")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
+    parser.add_argument("--sections", default="marco,coco", help="marco, coco or both (comma-separated)")
+    parser.add_argument("--coco-fraction", type=float, default=1.0,
+                        help="of the 30 COCO corpora's documents (1.0: 52,764,546)")
+    parser.add_argument("--coco-list-fraction", type=float, default=0.1,
+                        help="of the generated span documents that the old list loading reads (what fits)")
+    parser.add_argument("--coco-batches", type=int, default=100, help="batches of 200 documents each process draws")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sections = {x.strip() for x in args.sections.split(",") if x.strip()}
+    unknown = sections - {"marco", "coco"}
+    if unknown:
+        parser.error(f"--sections: unknown {', '.join(sorted(unknown))} (use marco, coco)")
+    if "coco" in sections:
+        coco_section(args.root, args.coco_fraction, args.coco_list_fraction, args.coco_batches, args.keep)
+    if "marco" not in sections:
+        return 0
     root = args.root
     gen_meta = root / "generated.json"
     if gen_meta.is_file() and json.loads(gen_meta.read_text()).get("fraction") == args.fraction:

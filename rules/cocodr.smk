@@ -10,7 +10,7 @@ rule coco_spans:
         tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
         code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
     output:
-        f"{DATA}/{{corpus}}/coco/spans.jsonl",
+        f"{DATA}/{{corpus}}/coco/spans.arrow",
     log:
         f"{LOGS}/data/coco_spans_{{corpus}}.log",
     wildcard_constraints:

@@ -180,6 +180,7 @@ rule teacher_scores:
     input:
         model=f"{MODELS}/cross-encoders/{{name}}/config.json",
         data=lambda wc: PLAN.dataset_marker(wc.source),
+        store=f"{DATA}/{{source}}/store/store.json",
         negatives=lambda wc: PLAN.training_data(
             PLAN.CROSS_ENCODERS[wc.name] | {"dataset": wc.source, "negatives": "hard"},
             f"cross_encoders.{wc.name}",

@@ -7,6 +7,7 @@ rule unit_stats:
     """Collection statistics of the unit BM25 (config berm.labels.collection), once per split."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        store=f"{DATA}/{{dataset}}/store/store.json",
         code=PLAN.code(
             "zsdr.training.unit_labels",
             "zsdr.sparse.unit_bm25",
@@ -37,6 +38,7 @@ rule label_units_shard:
     """One shard of the pairs: units, BM25 + delta x reader scores, the essential unit."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        store=f"{DATA}/{{dataset}}/store/store.json",
         stats=f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
         reader=lambda wc: PLAN.reader_files(),
         code=PLAN.code(

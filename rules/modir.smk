@@ -7,6 +7,7 @@ rule modir_triples:
     """A target's unlabelled triples (query, document, document) for MoDIR's domain classifier."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        store=f"{DATA}/{{dataset}}/store/store.json",
         code=PLAN.code(
             "zsdr.training.modir", "zsdr.data.formats", script="modir_triples"
         ),

@@ -1,3 +1,4 @@
+import contextlib
 import os
 from pathlib import Path
 
@@ -43,6 +44,32 @@ def mini_with_backbones(root: Path, mini: dict, size: dict, kinds=("bert", "robe
     for kind in kinds:
         build_tiny_backbone(kind, [root / "data" / "src"], root / kind, size, vocab_size=600, seed=0)
     return root
+
+
+@contextlib.contextmanager
+def texts_hidden(dataset: Path):
+    """Build ``dataset``'s store, then, inside the block, make its ``corpus.jsonl`` and ``queries.jsonl``
+    unreadable as JSON (the same size and modification time, so the store stays current): whatever
+    reads the texts inside the block reads them from the store. The files are restored afterwards."""
+    from zsdr.data.store import build_store, store_dir, store_is_current
+
+    dataset = Path(dataset)
+    if not store_is_current(store_dir(dataset), dataset):
+        build_store(dataset)
+    saved = {}
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        path = dataset / name
+        st = path.stat()
+        saved[path] = (path.read_bytes(), st.st_atime_ns, st.st_mtime_ns)
+        path.write_bytes(b"#" * (st.st_size - 1) + b"\n")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        assert store_is_current(store_dir(dataset), dataset)
+        yield dataset
+    finally:
+        for path, (data, atime, mtime) in saved.items():
+            path.write_bytes(data)
+            os.utime(path, ns=(atime, mtime))
 
 
 def pytest_collection_modifyitems(session, config, items):

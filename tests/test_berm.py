@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from tests.conftest import mini_with_backbones
+from tests.conftest import mini_with_backbones, texts_hidden
 from zsdr.data.units import sentence_spans, tokenize_with_units
 from zsdr.io import DataError
 from zsdr.losses.berm import matching_representation, unit_balance, unit_extraction
@@ -14,7 +14,8 @@ from zsdr.models.encoder import Encoder
 from zsdr.sparse.unit_bm25 import UnitBM25
 from zsdr.training.berm import BermConfig, BermTerm, read_unit_labels
 from zsdr.training.recipes import run_spec
-from zsdr.training.unit_labels import gather_labels, label_pairs, select_pairs, unit_statistics
+from zsdr.training.unit_labels import (gather_labels, label_pairs, label_shard, select_pairs, unit_statistics,
+                                      write_statistics)
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -145,6 +146,35 @@ def test_labels_bm25_only_and_the_gathered_summary(mini, tmp_path):
     spans, _ = labels[(qid, pid)]
     text = [json.loads(x) for x in (src / "corpus.jsonl").read_text().splitlines() if json.loads(x)["_id"] == pid][0]
     assert [text["text"][s:e] for s, e in spans] == truth[qid]["sentences"]
+
+
+def test_unit_labelling_reads_the_texts_from_the_store(mini, tmp_path):
+    """The unit_stats and label_units_shard jobs read passages and queries from the dataset's store:
+    with corpus.jsonl and queries.jsonl unreadable they write the same files, byte for byte, and a
+    reader sees the store's texts."""
+    src = mini / "data" / "src"
+    write_statistics(src, "train", tmp_path / "stats.json", max_pairs=60, seed=3)
+    label_shard(src, "train", tmp_path / "stats.json", tmp_path / "labels.jsonl", shard=1, shards=2, max_pairs=60,
+                seed=3)
+    pairs = select_pairs(src, "train", 60, 3)[1::2]
+    corpus = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (src / "corpus.jsonl").read_text().splitlines()}
+    queries = {json.loads(x)["_id"]: json.loads(x)["text"] for x in (src / "queries.jsonl").read_text().splitlines()}
+
+    class Recorder(_OracleReader):
+        def start_probabilities(self, questions, passages, batch_size=64):
+            seen.extend(zip(questions, passages))
+            return super().start_probabilities(questions, passages, batch_size)
+
+    seen = []
+    with texts_hidden(src):
+        write_statistics(src, "train", tmp_path / "stats2.json", max_pairs=60, seed=3)
+        label_shard(src, "train", tmp_path / "stats2.json", tmp_path / "labels2.jsonl", shard=1, shards=2,
+                    max_pairs=60, seed=3)
+        scorer = UnitBM25.load(tmp_path / "stats2.json")
+        label_pairs(src, pairs, scorer, tmp_path / "read.jsonl", reader=Recorder(src / "units.jsonl"))
+    assert (tmp_path / "stats.json").read_bytes() == (tmp_path / "stats2.json").read_bytes()
+    assert (tmp_path / "labels.jsonl").read_bytes() == (tmp_path / "labels2.jsonl").read_bytes()
+    assert seen == [(queries[q], corpus[d]) for q, d in pairs]
 
 
 class _OracleReader:

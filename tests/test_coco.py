@@ -16,7 +16,8 @@ from zsdr.losses.coco import span_contrastive
 from zsdr.pretrain.coco import (HEAD_CONFIG, HEAD_WEIGHTS, build_coco_task, contrastive_loss_on, sample_pair,
                                 whole_word_selection)
 from zsdr.pretrain.mlm import IGNORE
-from zsdr.pretrain.spans import document_spans, pack_spans, read_spans, split_sentences, write_spans
+from zsdr.pretrain.spans import (SpanDocuments, SpanWriter, document_spans, open_spans, pack_spans, read_spans,
+                                 split_sentences, write_span_documents, write_spans)
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -33,12 +34,12 @@ def mini(tmp_path_factory):
     root = mini_with_backbones(tmp_path_factory.mktemp("coco"), MINI, SIZE)
     for kind in ("bert", "roberta"):
         tok = AutoTokenizer.from_pretrained(root / kind)
-        write_spans(root / "data" / "src", root / f"spans-{kind}.jsonl", tok, 30, 0.1, seed=0)
+        write_spans(root / "data" / "src", root / f"spans-{kind}.arrow", tok, 30, 0.1, seed=0)
     return root
 
 
 def coco_spec(mini, kind="bert", **over):
-    return {"init": str(mini / kind), "spans": [str(mini / f"spans-{kind}.jsonl")], "max_length": 32,
+    return {"init": str(mini / kind), "spans": [str(mini / f"spans-{kind}.arrow")], "max_length": 32,
             "mlm_probability": 0.15, "head_layers": 2, "skip_from": 1, "late_mlm": True, "contrastive_weight": 1.0,
             "backbone_dropout": False, "max_examples": None, "head": "new", "train": {"seed": 7}, **over}
 
@@ -116,32 +117,68 @@ def test_spans_of_a_real_text_respect_the_token_limit(mini):
         assert count(span) <= 30 or span in sentences, span
     assert " ".join(spans) == " ".join(sentences)
 
-    written = [json.loads(line) for line in (mini / "spans-bert.jsonl").read_text().splitlines()]
+    written = read_spans(mini / "spans-bert.arrow")
     by_id = {d["_id"]: d for d in corpus}
-    assert len(written) > 100 and [w["spans"] for w in written] == read_spans(mini / "spans-bert.jsonl")
+    assert len(written) > 100
     index = {d["_id"]: i for i, d in enumerate(corpus)}
-    for w in written[:20]:                                    # written = document_spans of its corpus position
-        doc = by_id[w["_id"]]
-        assert w["spans"] == document_spans(f"{doc.get('title') or ''} {doc['text']}".strip(), tok, 30, 0.1,
-                                            seed=0, index=index[w["_id"]])
+    ids = [written.id(i) for i in range(len(written))]
+    assert sorted(ids, key=index.get) == ids                  # corpus order
+    for i in range(20):                                       # written = document_spans of its corpus position
+        doc = by_id[ids[i]]
+        assert written[i] == document_spans(f"{doc.get('title') or ''} {doc['text']}".strip(), tok, 30, 0.1,
+                                            seed=0, index=index[ids[i]])
 
 
-def test_write_spans_counts_and_read_spans_names_bad_lines(mini, tmp_path):
+def test_write_spans_counts_and_bad_span_files_are_named(mini, tmp_path):
+    import pyarrow as pa
+
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(mini / "bert")
-    stats = write_spans(mini / "data" / "src", tmp_path / "s.jsonl", tok, 30, 0.1, seed=0, max_docs=10)
-    lines = (tmp_path / "s.jsonl").read_text().splitlines()
-    assert stats["documents"] == 10 and stats["kept"] + stats["dropped"] == 10 and stats["kept"] == len(lines)
-    assert stats["spans"] == sum(len(json.loads(line)["spans"]) for line in lines)
-    bad = tmp_path / "bad.jsonl"
-    for second, message in [('{"_id": "b", "spans": ["only one"]}', "at least two"),
-                            ('{"_id": "b"}', 'expected a "spans" list'),
-                            ('{"_id": "b", "spans": ["x", 3]}', "non-empty string"),
-                            ('{"_id": "b", "spans": ', "invalid JSON")]:
-        bad.write_text('{"_id": "a", "spans": ["x", "y"]}\n' + second + "\n")
-        with pytest.raises(DataError, match=rf"bad\.jsonl:2: .*{message}.*fix"):
-            read_spans(bad)
+    stats = write_spans(mini / "data" / "src", tmp_path / "s.arrow", tok, 30, 0.1, seed=0, max_docs=10)
+    spans = read_spans(tmp_path / "s.arrow")
+    assert stats["documents"] == 10 and stats["kept"] + stats["dropped"] == 10 and stats["kept"] == len(spans)
+    assert stats["spans"] == sum(len(d) for d in spans)
+    # a span-lists file of another format, one span too few, other columns: one line naming the file
+    bad = tmp_path / "bad.arrow"
+    bad.write_text('{"_id": "a", "spans": ["x", "y"]}\n')
+    with pytest.raises(DataError, match=r"bad\.arrow: not an Arrow span file.*fix: write the spans again"):
+        read_spans(bad)
+    schema = pa.schema([("id", pa.large_string()), ("spans", pa.large_list(pa.large_string()))])
+    with pa.OSFile(str(bad), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["a", "b"], pa.large_string()),
+                                            pa.array([["x", "y"], ["only one"]], pa.large_list(pa.large_string()))],
+                                           schema=schema))
+    with pytest.raises(DataError, match=r"bad\.arrow: document 'b' \(row 1\) has 1 span\(s\).*fix"):
+        read_spans(bad)
+    other = pa.schema([("_id", pa.string()), ("spans", pa.list_(pa.string()))])
+    with pa.OSFile(str(bad), "wb") as sink, pa.ipc.new_file(sink, other) as writer:
+        writer.write_batch(pa.record_batch([pa.array(["a"]), pa.array([["x", "y"]])], schema=other))
+    with pytest.raises(DataError, match=r"bad\.arrow: expected columns id .*found _id"):
+        read_spans(bad)
+    with pytest.raises(DataError, match=r"missing\.arrow: no such span file"):
+        read_spans(tmp_path / "missing.arrow")
+    with pytest.raises(ValueError, match="'c': a document needs at least two non-empty spans"):
+        write_span_documents(tmp_path / "refused.arrow", [("a", ["x", "y"]), ("c", ["x", " "])])
+    assert not (tmp_path / "refused.arrow").exists()                        # nothing written on failure
+
+
+def test_span_files_map_lazily_across_record_batches_and_files(tmp_path):
+    rng = np.random.default_rng(3)
+    docs = [(f"d{i}", [f"span {i}.{k} é" for k in range(int(rng.integers(2, 6)))]) for i in range(23)]
+    with SpanWriter(tmp_path / "a.arrow", batch_rows=4) as writer:          # six record batches
+        for rid, spans in docs[:17]:
+            writer.add(rid, spans)
+    write_span_documents(tmp_path / "b.arrow", docs[17:])
+    a = read_spans(tmp_path / "a.arrow")
+    assert len(a) == 17 and [a[i] for i in range(17)] == [s for _, s in docs[:17]] and a[-1] == docs[16][1]
+    assert [a.id(i) for i in (0, 4, 16)] == ["d0", "d4", "d16"] and a[3:6] == [s for _, s in docs[3:6]]
+    both = open_spans([tmp_path / "a.arrow", tmp_path / "b.arrow"])
+    assert list(both) == [s for _, s in docs]
+    capped = open_spans([tmp_path / "a.arrow", tmp_path / "b.arrow"], limit=5)   # max_examples: per file
+    assert list(capped) == [s for _, s in docs[:5]] + [s for _, s in docs[17:22]]
+    with pytest.raises(IndexError):
+        capped[10]
 
 
 # ------------------------------------------------------------------------------------------- loss
@@ -225,11 +262,27 @@ def test_whole_word_selection_takes_whole_words_within_the_budget():
     assert {len(whole_word_selection(framed, 0.15, np.random.default_rng(s))) for s in range(10)} == {4}
 
 
+def test_the_task_reads_spans_from_the_mapped_files_as_the_lists_gave_them(mini):
+    """COCO draws its documents from the memory-mapped span files (no list of span lists in the
+    process) and makes the very batches the lists of the same spans make."""
+    from zsdr.pretrain.coco import CocoTask
+
+    task = build_coco_task(coco_spec(mini, spans=[str(mini / "spans-bert.arrow")] * 2, max_examples=60))
+    assert isinstance(task.documents, SpanDocuments) and len(task.documents) == 120
+    lists = list(read_spans(mini / "spans-bert.arrow"))[:60] * 2
+    plain = CocoTask(task.model, task.tokenizer, lists, max_length=32, head_layers=2, skip_from=1, seed=7)
+    assert isinstance(plain.documents, list) and plain.documents == list(task.documents)
+    for epoch in (0, 3):
+        indices = [0, 59, 60, 119, 17]
+        a, b = task.make_batch(indices, epoch), plain.make_batch(indices, epoch)
+        assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 @pytest.mark.parametrize("kind", ["bert", "roberta"])
 def test_batches_pair_two_distinct_spans_mask_whole_words_and_are_pure(mini, kind):
     task = build_coco_task(coco_spec(mini, kind))
     tok = task.tokenizer
-    assert task.num_examples == len(read_spans(mini / f"spans-{kind}.jsonl"))
+    assert task.num_examples == len(read_spans(mini / f"spans-{kind}.arrow"))
     indices = [0, 5, 9, 3]
     batch = task.make_batch(indices, 0)
     ids, att, lab = batch["input_ids"], batch["attention_mask"], batch["labels"]
@@ -378,10 +431,10 @@ def test_released_condenser_head_loads_from_model_pt_by_hub_id(mini, tmp_path, o
 
 
 def test_contrastive_loss_on_a_plain_backbone(mini):
-    spans = mini / "spans-roberta.jsonl"
+    spans = mini / "spans-roberta.arrow"
     a = contrastive_loss_on(mini / "roberta", spans, docs=40, batch_size=16, seed=0, max_length=128)
     assert a["documents"] == 32 and a["batch_size"] == 16                   # two full batches, the rest left out
     assert math.isfinite(a["contrastive_loss"]) and 0 < a["contrastive_loss"] < 2 * math.log(31)
     assert a == contrastive_loss_on(mini / "roberta", spans, docs=40, batch_size=16, seed=0)
-    small = contrastive_loss_on(mini / "bert", mini / "spans-bert.jsonl", docs=5, batch_size=16)
+    small = contrastive_loss_on(mini / "bert", mini / "spans-bert.arrow", docs=5, batch_size=16)
     assert small["documents"] == 5 and small["batch_size"] == 5

@@ -151,13 +151,14 @@ def test_span_geometry_on_a_tiny_model(tiny, tmp_path):
     from zsdr.evaluation.cocodr import span_geometry
     from zsdr.models.encoder import Encoder
     from zsdr.pretrain.coco import contrastive_loss_on, sample_pair, span_pair_vectors
+    from zsdr.pretrain.spans import write_span_documents
 
     rng = np.random.default_rng(0)
     words = test_encoder.WORDS
     documents = [[" ".join(rng.choice(words, size=int(rng.integers(3, 9)))) for _ in range(int(rng.integers(2, 5)))]
                  for _ in range(10)]
-    spans = tmp_path / "spans.jsonl"
-    spans.write_text("".join(json.dumps({"_id": f"d{i}", "spans": s}) + "\n" for i, s in enumerate(documents)))
+    spans = tmp_path / "spans.arrow"
+    write_span_documents(spans, ((f"d{i}", s) for i, s in enumerate(documents)))
     stats = span_geometry(str(tiny["bert"]), spans, docs=7, batch_size=3, seed=2, device="cpu")
     loss = contrastive_loss_on(str(tiny["bert"]), spans, docs=7, batch_size=3, seed=2, device="cpu")
     assert {k: stats[k] for k in loss} == loss and loss["documents"] == 6     # the loss drops a last batch of 1

@@ -181,7 +181,7 @@ def methods(tmp_path_factory):
     from zsdr.training.modir import build_target_triples
 
     root = mini_with_backbones(tmp_path_factory.mktemp("methods"), TWO_DOMAINS, ONE_LAYER, kinds=("bert",))
-    write_spans(root / "data" / "src", root / "spans-bert.jsonl", AutoTokenizer.from_pretrained(root / "bert"), 30,
+    write_spans(root / "data" / "src", root / "spans-bert.arrow", AutoTokenizer.from_pretrained(root / "bert"), 30,
                 0.1, seed=0)
     build_target_triples(root / "data" / "tgt", "test", root / "triples.tsv")
     write_query_clusters(root)

@@ -5,16 +5,17 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from tests.conftest import mini_with_backbones
+from tests.conftest import mini_with_backbones, texts_hidden
 from zsdr.io import DataError
 from zsdr.losses.adversarial import adversarial_loss, confusion_loss, gan_loss, lambda_at, minimax_loss
 from zsdr.models.heads import DomainClassifier
-from zsdr.training.modir import (ModirConfig, ModirTerm, MomentumQueue, build_target_triples,
+from zsdr.training.modir import (ModirConfig, ModirTerm, MomentumQueue, TargetTriples, build_target_triples,
                                  read_target_triples)
 
 MINI = {
@@ -151,6 +152,35 @@ def test_classifier_and_encoder_gradients_never_cross(tiny):
     assert {"local_domain_acc_queries", "local_domain_acc_docs", "classifier_loss", "adversarial_loss",
             "adversarial_lambda"} <= set(logs)
     assert len(term.queue) == 1 and all(not v.requires_grad for v in term.queue.entries[0].values())
+
+
+def test_target_triples_and_their_texts_come_from_the_targets_store(tiny, tmp_path):
+    """The modir_triples job and the term read the target's corpus and queries from its store (the
+    .jsonl files unreadable), with the triples as int32 rows of it: the same file, the same texts and
+    batches as the dicts gave."""
+    from zsdr.data.formats import read_corpus, read_queries
+
+    tgt = tiny / "data" / "tgt"
+    corpus, queries = read_corpus(tgt), read_queries(tgt)
+    triples = read_target_triples(tiny / "triples.tsv")
+    with texts_hidden(tgt):
+        build_target_triples(tgt, "test", tmp_path / "again.tsv")
+        enc, term = _term(tiny)
+        assert isinstance(term.triples, TargetTriples) and term.triples.rows.dtype == np.int32
+        assert [term.triples[i] for i in range(len(triples))] == [(queries[q], corpus[a], corpus[b])
+                                                                 for q, a, b in triples]
+        batch = term.batch(enc, [0, 1, 2], 1, 100)
+        picks = [triples[term._order[(100 + i) % len(triples)]] for i in (0, 1, 2)]
+        expected = {"q": enc.tokenize_queries([queries[q] for q, _, _ in picks]),
+                    "d0": enc.tokenize_docs([corpus[d] for _, d, _ in picks]),
+                    "d1": enc.tokenize_docs([corpus[d] for _, _, d in picks])}
+        for key, tokens in expected.items():
+            assert all(torch.equal(batch[key][k], v) for k, v in enc.collate(tokens).items()), key
+        q, a, b = triples[0]
+        (tmp_path / "bad.tsv").write_text(f"{q}\t{a}\t{b}\n{q}\tnope\t{b}\n")
+        with pytest.raises(DataError, match=r"bad\.tsv:2: document 'nope' is not in the target's store.*fix"):
+            _term(tiny, triples=str(tmp_path / "bad.tsv"))
+    assert (tmp_path / "again.tsv").read_bytes() == (tiny / "triples.tsv").read_bytes()
 
 
 def _train_step(enc, term, step):

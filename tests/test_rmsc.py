@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.conftest import mini_with_backbones
+from tests.conftest import mini_with_backbones, texts_hidden
 from zsdr.models.encoder import Encoder
-from zsdr.training.rmsc import build_mixture_task, group_mask, load_sets
+from zsdr.training.rmsc import MixtureTask, StoredItem, build_mixture_task, group_mask, load_sets
 
 MINI = {
     "seed": 3, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -135,6 +135,39 @@ def test_sizes_random_negatives_and_set_errors(mini):
         load_sets([{**sets_of(mini, [("source", "human")])[0], "colour": 1}], seed=1)
     with pytest.raises(ValueError, match="pairs"):
         load_sets([{"domain": "target", "relevance": "weak", "dataset": str(mini / "data" / "src")}], seed=1)
+
+
+def test_sets_read_their_texts_from_the_store_as_the_dicts_gave_them(mini):
+    """A human set's queries and positives and every set's random negatives come from the dataset's
+    store (corpus.jsonl and queries.jsonl unreadable), equal to what the corpus and queries read as
+    dicts gave: the first judged positive in id order, a negative drawn from the ids sorted."""
+    from zsdr.data.formats import read_corpus, read_qrels, read_queries
+
+    src = mini / "data" / "src"
+    corpus, queries, qrels = read_corpus(src), read_queries(src), read_qrels(src, "train")
+    ids = sorted(corpus)
+    expected = []
+    for qid, row in qrels.items():
+        positives = sorted(d for d, g in row.items() if g > 0 and d in corpus)
+        if qid in queries and positives:
+            expected.append((queries[qid], corpus[positives[0]], positives[0], frozenset(positives)))
+
+    def negative(item, index, epoch, seed):           # MixtureTask.negative over the corpus as a dict
+        rng = np.random.default_rng([seed, epoch, index, 11])
+        while True:
+            did = ids[int(rng.integers(len(ids)))]
+            if did not in item.relevant and did != item.positive_key:
+                return corpus[did], did
+
+    with texts_hidden(src):
+        sets = load_sets(sets_of(mini, [("source", "human"), ("target", "weak")]), seed=1)
+        task = MixtureTask(None, sets, seed=4, soft_tokens=False)
+        human = sets[0].items
+        assert all(isinstance(i, StoredItem) for i in human)
+        assert [(i.query, i.positive, i.positive_key, i.relevant) for i in human] == expected
+        for index in range(0, task.num_examples, 3):
+            s, i = task.locate(index)
+            assert task.negative(index, 2) == negative(s.items[i], index, 2, 4)
 
 
 @pytest.mark.parametrize("negatives", ["corpus", "pseudo"])

@@ -8,8 +8,10 @@ import pickle
 import numpy as np
 import pytest
 
+from tests.conftest import mini_with_backbones, texts_hidden
+
 from zsdr.data.formats import read_corpus, read_queries, write_beir
-from zsdr.data.store import TextStore, build_store, open_store, store_is_current
+from zsdr.data.store import TextStore, build_store, open_current, open_store, store_is_current
 from zsdr.io import DataError
 from zsdr.training.data import (TrainingSet, build_training_arrays, read_negatives, read_teacher_scores,
                                 with_teacher)
@@ -46,6 +48,67 @@ def test_store_reads_back_every_record_by_row_and_id(beir, tmp_path, monkeypatch
     assert store_is_current(root / "store", root)
     (root / "corpus.jsonl").write_text((root / "corpus.jsonl").read_text() + "\n")
     assert not store_is_current(root / "store", root)
+
+
+def test_rows_of_many_ids_at_once_and_the_rows_in_id_order(beir, monkeypatch):
+    root, corpus, _ = beir
+    monkeypatch.setattr("zsdr.data.store.BATCH_ROWS", 64)
+    docs, _ = open_store(build_store(root).parent)
+    wanted = ["d5", "nope", "d299", "d0", "", "d5", "d10"]
+    assert docs.find_rows(wanted).tolist() == [-1 if docs.find(r) is None else docs.find(r) for r in wanted]
+    assert docs.find_rows([]).tolist() == []
+    assert docs.ids(docs.rows_in_id_order()) == sorted(corpus)          # code point order, as sorted() gives
+
+
+def test_open_current_maps_the_datasets_store_or_builds_one_for_the_process(beir, caplog):
+    root, corpus, queries = beir
+    with caplog.at_level("INFO", logger="zsdr.data.store"):
+        docs, qs = open_current(root)                                    # no store yet: one for this process
+    assert "has no current store" in caplog.text and docs.directory != root / "store"
+    assert open_current(root)[0] is docs                                 # built once per process
+    assert [docs[i] for i in range(len(docs))] == list(corpus.values()) and qs.ids() == list(queries)
+    build_store(root)
+    with texts_hidden(root):
+        docs, qs = open_current(root)
+        assert docs.directory == root / "store" and docs.ids() == list(corpus) and qs[qs.row("q3")] == queries["q3"]
+    with open(root / "queries.jsonl", "a") as fh:                       # changed files: the store is stale
+        fh.write(json.dumps({"_id": "q-new", "text": "late"}) + "\n")
+    docs, qs = open_current(root)
+    assert docs.directory != root / "store" and qs.ids()[-1] == "q-new"
+
+
+MINI = {
+    "seed": 4, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
+    "sentences": [3, 5], "distractors": 1, "synonym_rate": 0.5, "negatives": 8, "triples_per_query": 1,
+    "domains": [{"name": "src", "role": "source", "docs": 120, "train_queries": 30, "dev_queries": 5}],
+}
+SIZE = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "max_length": 512, "dropout": 0.0}
+
+
+def test_teacher_scores_generator_and_reader_examples_read_the_store(tmp_path):
+    """Teacher scoring (with random corpus candidates), the query generator's and the reader's examples
+    read the texts from the dataset's store: the same results with corpus.jsonl and queries.jsonl
+    unreadable."""
+    import torch
+
+    from zsdr.training.data import reader_examples
+    from zsdr.training.qgen import generator_examples
+    from zsdr.training.teacher import score_pairs
+
+    root = mini_with_backbones(tmp_path, MINI, SIZE, kinds=("bert",))
+    src = root / "data" / "src"
+
+    def run(tag):
+        torch.manual_seed(0)                                               # the classification head's init
+        n = score_pairs(root / "bert", src, src / "negatives.jsonl", tmp_path / f"teacher-{tag}.jsonl",
+                        batch_size=16, max_candidates=3, random_candidates=2, seed=5, device="cpu")
+        return n, generator_examples(src), reader_examples(src, src / "units.jsonl")
+
+    before = run("files")
+    with texts_hidden(src):
+        after = run("store")
+    assert before == after and before[0] > 0 and len(before[1]) >= 30 and before[2]
+    assert (tmp_path / "teacher-files.jsonl").read_bytes() == (tmp_path / "teacher-store.jsonl").read_bytes()
 
 
 def test_a_repeated_id_is_refused_naming_the_file(tmp_path):

@@ -215,6 +215,27 @@ class TextStore:
             i += 1
         return None
 
+    def find_rows(self, rids: Sequence[str]) -> np.ndarray:
+        """The rows of ``rids`` (int64, -1 where an id is not in the store): :meth:`find` for many ids at
+        once, one binary search over the digests for all of them."""
+        rids = list(rids)
+        if not rids:
+            return np.zeros(0, dtype=np.int64)
+        h = np.fromiter((digest(r) for r in rids), dtype=np.uint64, count=len(rids))
+        at = np.minimum(np.searchsorted(self._hash, h), max(len(self._hash) - 1, 0))
+        out = np.full(len(rids), -1, dtype=np.int64)
+        if not len(self._hash):
+            return out
+        hit = np.flatnonzero(self._hash[at] == h)
+        rows = np.asarray(self._order[at[hit]], dtype=np.int64)
+        for i, row, found in zip(hit.tolist(), rows.tolist(), self.ids(rows)):
+            if found == rids[i]:
+                out[i] = row
+            else:  # a digest collision: walk the equal digests
+                other = self.find(rids[i])
+                out[i] = -1 if other is None else other
+        return out
+
     def row(self, rid: str) -> int:
         row = self.find(rid)
         if row is None:
@@ -238,6 +259,14 @@ class TextStore:
                                                                            part.column("text").to_pylist())))
             else:
                 yield from zip(ids, part.column("text").to_pylist())
+
+    def rows_in_id_order(self) -> np.ndarray:
+        """Every row, ordered by its id as Python's ``sorted`` orders strings (code points: the UTF-8 bytes
+        compared, no Python string made); int32 (int64 past 2**31 rows), private to the caller."""
+        import pyarrow.compute as pc
+
+        order = pc.sort_indices(self._cols["id"]).to_numpy()
+        return order.astype(np.int32 if self._n < 2 ** 31 else np.int64)
 
     def id_to_row(self) -> dict[str, int]:
         """A dict of every id to its row (for a one-off conversion job; ~100 bytes per id, private)."""
@@ -268,6 +297,35 @@ def open_store(dataset: str | os.PathLike) -> tuple[TextStore, TextStore]:
     """The corpus and queries stores of ``dataset`` (``<dataset>/store``)."""
     d = store_dir(dataset)
     return TextStore(d, "corpus"), TextStore(d, "queries")
+
+
+_TEMPORARY: dict[tuple[str, str], tuple[TextStore, TextStore]] = {}
+
+
+def open_current(dataset: str | os.PathLike) -> tuple[TextStore, TextStore]:
+    """The corpus and queries of ``dataset``, memory-mapped, as they are now: its store
+    (``<dataset>/store``, the workflow's ``text_store`` rule) when that was built from the dataset's files
+    as they are, else a store built for this process in a temporary folder (logged; the folder is removed
+    once its files are mapped, and a later call for the same unchanged files maps the same store).
+    Every job that reads a dataset's texts by id reads them here, never as dicts."""
+    dataset = Path(dataset)
+    if store_is_current(store_dir(dataset), dataset):
+        return open_store(dataset)
+    key = (str(dataset.resolve()), json.dumps(_sources(dataset)))
+    if key not in _TEMPORARY:
+        import shutil
+        import tempfile
+
+        tmp = Path(tempfile.mkdtemp(prefix="zsdr-store-"))
+        try:
+            log.info("%s has no current store (%s): building one for this process "
+                     "(build it once for every job with `zsdr store %s`)", dataset, store_dir(dataset), dataset)
+            out = build_store(dataset, tmp / STORE_DIR)
+            # mapped files stay readable after their names are removed (POSIX)
+            _TEMPORARY[key] = (TextStore(out, "corpus"), TextStore(out, "queries"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return _TEMPORARY[key]
 
 
 def cmd_store(args) -> int:

@@ -24,7 +24,7 @@ class CocodrPlan:
         return list(corpora)
 
     def spans_file(self, corpus: str) -> str:
-        return f"{self.DATA}/{corpus}/coco/spans.jsonl"
+        return f"{self.DATA}/{corpus}/coco/spans.arrow"
 
     def coco_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.pretrain.coco) of a pretrained model the pipeline trains."""

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-FLAT_TRAINING_MB = 32000  # trainings whose data is not yet memory-mapped
+FLAT_TRAINING_MB = 32000  # trainings whose memory request is not derived from their data
 
 
 class ResourcesPlan:
@@ -37,8 +37,8 @@ class ResourcesPlan:
         m = self.TRAINING["memory"]
         if m["mb"]:
             return int(m["mb"]), f"{m['mb']} MB (training.memory.mb)"
-        if spec["kind"] not in ("bi_encoder", "cross_encoder"):  # RMSC mixtures read their corpora as dicts
-            return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived: a {spec['kind']} training reads dicts)"
+        if spec["kind"] not in ("bi_encoder", "cross_encoder"):  # e.g. RMSC mixtures: weak pairs held in memory
+            return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived for a {spec['kind']} training)"
         name = os.path.basename(str(spec.get("dataset") or ""))
         data = int(m["dataset_mb"].get(name, m["default_dataset_mb"]))
         procs = int(launch["processes"])

@@ -318,16 +318,21 @@ class TrainingPlan:
         )
 
     def spec_inputs(self, spec: dict[str, Any]) -> list[str]:
-        """Dataset marker, negatives, teacher scores, BERM labels, a reader's units file and
-        initial model of a training spec (a dataset's units.jsonl comes with its marker)."""
+        """Dataset marker and store, negatives, teacher scores, BERM labels, a reader's units file and
+        initial model of a training spec (a dataset's units.jsonl comes with its marker). Every
+        training that reads a dataset's texts maps its store (zsdr.data.store)."""
         if spec["kind"] == "coco":
             return [*spec["spans"], *self.model_files(spec["init"])]
         if spec["kind"] == "mixture":
-            files = [f"{x['dataset']}/dataset.json" for x in spec["sets"]]
+            files = [
+                f
+                for x in spec["sets"]
+                for f in (f"{x['dataset']}/dataset.json", f"{x['dataset']}/store/store.json")
+            ]
             files += [x["pairs"] for x in spec["sets"] if x.get("pairs")]
             return list(dict.fromkeys(files)) + self.model_files(spec["init"])
         files = [f"{spec['dataset']}/dataset.json"]
-        if spec["kind"] in ("bi_encoder", "cross_encoder"):  # a TrainingSet maps the dataset's store
+        if spec["kind"] in ("bi_encoder", "cross_encoder", "generator", "reader"):
             files.append(f"{spec['dataset']}/store/store.json")
         files += [spec["negatives"]] if spec.get("negatives") else []
         files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []
@@ -336,7 +341,8 @@ class TrainingPlan:
         if spec.get("units") and spec["units"] != f"{spec['dataset']}/units.jsonl":
             files.append(spec["units"])
         if spec.get("modir"):
-            files += [spec["modir"]["triples"], f"{spec['modir']['target']}/dataset.json"]
+            target = spec["modir"]["target"]
+            files += [spec["modir"]["triples"], f"{target}/dataset.json", f"{target}/store/store.json"]
         return files + ([spec["berm"]["labels"]] if spec.get("berm") else [])
 
     def recipe_code(self, run: str) -> str:

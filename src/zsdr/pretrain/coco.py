@@ -61,6 +61,7 @@ from torch import nn
 
 from zsdr.pretrain.mlm import (IGNORE, head_split, mask_tokens, masked_lm_frame, masked_lm_of_spec, model_name,
                               pad_masked)
+from zsdr.pretrain.spans import SpanDocuments, SpanFile, open_spans, read_spans
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,8 @@ def _run_layer(layer: nn.Module, hidden: torch.Tensor, mask) -> torch.Tensor:
 
 class CocoTask(nn.Module):
     """COCO pretraining of ``model`` (an ``AutoModelForMaskedLM``) on ``documents`` (each a list of
-    at least two spans) for the Trainer; see the module docstring."""
+    at least two spans: the mapped span files of :func:`zsdr.pretrain.spans.open_spans`, read a document
+    at a time, or lists) for the Trainer; see the module docstring."""
 
     def __init__(self, model: nn.Module, tokenizer, documents: Sequence[Sequence[str]], max_length: int = 128,
                  mlm_probability: float = 0.15, head_layers: int = 2, skip_from: int = 6, late_mlm: bool = True,
@@ -146,10 +148,12 @@ class CocoTask(nn.Module):
         name = model_name(model, name)
         self.prefix, self.suffix, self.content_length, self.vocab_size = masked_lm_frame(model, tokenizer,
                                                                                         max_length, name)
-        self.documents = [list(spans) for spans in documents]
-        if not self.documents:
+        # mapped span files are checked when opened (two spans a document) and read lazily
+        mapped = isinstance(documents, (SpanFile, SpanDocuments))
+        self.documents = documents if mapped else [list(spans) for spans in documents]
+        if not len(self.documents):
             raise ValueError(f"{name}: no documents to pretrain on")
-        short = next((i for i, spans in enumerate(self.documents) if len(spans) < 2), None)
+        short = None if mapped else next((i for i, spans in enumerate(self.documents) if len(spans) < 2), None)
         if short is not None:
             raise ValueError(f"document {short} has {len(self.documents[short])} span(s); every document needs two "
                              "(write the spans with zsdr.pretrain.spans.write_spans, which drops the others)")
@@ -358,28 +362,23 @@ def _span_files(spec: dict) -> list[str]:
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     if not files:
-        raise ValueError('the coco task needs "spans": a list of spans.jsonl files (one per corpus), written by '
+        raise ValueError('the coco task needs "spans": a list of span files (one per corpus), written by '
                          "zsdr.pretrain.spans.write_spans")
     return [str(f) for f in files]
 
 
 def build_coco_task(spec: dict) -> CocoTask:
     """The COCO task of a spec: ``init`` (masked-LM folder or Hugging Face id; a folder holding a
-    ``condenser_head.safetensors`` of matching shape also gives the head), ``spans`` (spans.jsonl
-    files, their documents concatenated in this order), ``max_length`` (128), ``mlm_probability``
+    ``condenser_head.safetensors`` of matching shape also gives the head), ``spans`` (span files,
+    memory-mapped, their documents concatenated in this order), ``max_length`` (128), ``mlm_probability``
     (0.15), ``head_layers`` (2), ``skip_from`` (6), ``late_mlm`` (true), ``contrastive_weight`` (1.0;
     0: Condenser), ``backbone_dropout`` (false), ``max_examples`` (documents per file; null: all),
     ``dropout`` (null keeps the checkpoint's), ``tie_embeddings`` (null keeps the checkpoint's tied MLM
     output layer; false unties it, :func:`zsdr.pretrain.mlm.load_masked_lm`) and ``train.seed``."""
-    from zsdr.pretrain.spans import read_spans
-
     seed, init, tokenizer, model = masked_lm_of_spec(spec)
     max_examples = spec.get("max_examples")
-    documents: list[list[str]] = []
-    for path in _span_files(spec):
-        spans = read_spans(path)
-        documents.extend(spans if max_examples is None else spans[:int(max_examples)])
-    if not documents:
+    documents = open_spans(_span_files(spec), None if max_examples is None else int(max_examples))
+    if not len(documents):
         raise ValueError(f"no documents in {', '.join(_span_files(spec))}: every document of the corpus was dropped "
                          "(fewer than two spans) or the files are empty")
     task = CocoTask(model, tokenizer, documents, max_length=int(spec.get("max_length", 128)),
@@ -426,7 +425,6 @@ def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLik
     from transformers import AutoTokenizer
 
     from zsdr.models.encoder import load_backbone
-    from zsdr.pretrain.spans import read_spans
 
     documents = read_spans(spans_path)
     order = np.random.default_rng(int(seed)).permutation(len(documents))[:int(docs)].tolist()

@@ -18,15 +18,22 @@ and there, which the limit tolerates.
 
 The random draws of a document come from ``numpy.random.default_rng([seed, index])`` (``index``:
 its position in the corpus file), so the spans do not depend on which other documents are read.
-:func:`write_spans` writes one JSON line ``{"_id": ..., "spans": [...]}`` per kept document;
-:func:`read_spans` reads them back.
+
+Span files. :func:`write_spans` writes the kept documents, in corpus order, to an Arrow IPC file
+(:class:`SpanWriter`): columns ``id`` (large string) and ``spans`` (large list of large strings),
+record batches of :data:`BATCH_ROWS` documents. :func:`read_spans` maps one (:class:`SpanFile`),
+:func:`open_spans` several, concatenated (:class:`SpanDocuments`): ``documents[i]`` is document
+``i``'s list of spans, read from the mapped file when asked for. The pages live once in the page cache,
+shared by every process of a pretraining job, and a process's private memory stays a few megabytes
+(the record batches' first rows) whatever the corpora's size; Python lists of the same spans cost
+~1 KB a document in every process.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+from collections import abc
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -38,7 +45,8 @@ log = logging.getLogger(__name__)
 
 MIN_FIRST_SPAN_TOKENS = 3  # a first span of <= 2 tokens drops the document (official: ``len(spans[0]) <= 2``)
 _CHUNK = 256               # documents per tokenizer call in write_spans
-_FIX = "regenerate the file with zsdr.pretrain.spans.write_spans"
+BATCH_ROWS = 65_536        # documents per record batch of a span file
+_FIX = "write the spans again with the coco_spans rule (zsdr.pretrain.spans.write_spans)"
 
 
 def split_sentences(text: str) -> list[str]:
@@ -140,15 +148,14 @@ def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None
 
 def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tokenizer, max_tokens: int = 30,
                 new_span_probability: float = 0.1, seed: int = 0, max_docs: int | None = None) -> dict:
-    """Write the spans of every kept document of the BEIR corpus in ``dataset_dir`` to ``out_path``
-    (JSON lines ``{"_id": ..., "spans": [...]}`` in corpus order, written atomically; ``.gz``
-    compresses). Document ``i`` (0-based position in ``corpus.jsonl``) gives
-    ``document_spans(text, tokenizer, max_tokens, new_span_probability, seed, i)``; the tokenizer
-    counts the sentences of 256 documents per call. Returns
-    ``{"documents", "kept", "dropped", "spans"}``."""
+    """Write the spans of every kept document of the BEIR corpus in ``dataset_dir`` to the span file
+    ``out_path`` (:class:`SpanWriter`: ids and span lists in corpus order, written atomically). Document
+    ``i`` (0-based position in ``corpus.jsonl``) gives ``document_spans(text, tokenizer, max_tokens,
+    new_span_probability, seed, i)``; the tokenizer counts the sentences of 256 documents per call.
+    Returns ``{"documents", "kept", "dropped", "spans"}``."""
     stats = {"documents": 0, "kept": 0, "dropped": 0, "spans": 0}
 
-    def flush(fh, chunk: list[tuple[int, str, list[str]]]) -> None:
+    def flush(writer: SpanWriter, chunk: list[tuple[int, str, list[str]]]) -> None:
         flat = [s for _, _, sentences in chunk for s in sentences]
         counts = _token_counts(tokenizer, flat)
         pos = 0
@@ -162,40 +169,173 @@ def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tok
                 continue
             stats["kept"] += 1
             stats["spans"] += len(spans)
-            fh.write(json.dumps({"_id": rid, "spans": spans}, ensure_ascii=False) + "\n")
+            writer.add(rid, spans)
 
-    with atomic_write(out_path) as fh:
+    with SpanWriter(out_path) as writer:
         chunk: list[tuple[int, str, list[str]]] = []
         for index, rid, text in corpus_documents(dataset_dir, max_docs):
             chunk.append((index, rid, split_sentences(text)))
             if len(chunk) == _CHUNK:
-                flush(fh, chunk)
+                flush(writer, chunk)
                 chunk = []
                 if stats["documents"] % (_CHUNK * 400) == 0:
                     log.info("spans: %d documents read, %d kept", stats["documents"], stats["kept"])
         if chunk:
-            flush(fh, chunk)
+            flush(writer, chunk)
     log.info("spans of %s: %d documents, %d kept (%d spans), %d dropped", dataset_dir, stats["documents"],
              stats["kept"], stats["spans"], stats["dropped"])
     return stats
 
 
-def read_spans(path: str | os.PathLike) -> list[list[str]]:
-    """The span lists of a file written by :func:`write_spans`, in file order. A line that is not a
-    JSON object whose ``"spans"`` holds at least two non-empty strings raises :class:`DataError`
-    naming the file and line."""
-    from zsdr.data.formats import iter_jsonl
+# ------------------------------------------------------------------------------------ span files
+def _schema():
+    import pyarrow as pa
 
-    path = Path(path)
-    out = []
-    for line, obj in iter_jsonl(path):
-        spans = obj.get("spans")
-        if not isinstance(spans, list):
-            raise DataError(path, line, f'expected a "spans" list, got {type(spans).__name__}', _FIX)
-        if len(spans) < 2:
-            raise DataError(path, line, f"{len(spans)} span(s): a document needs at least two to give a pair", _FIX)
-        bad = [s for s in spans if not isinstance(s, str) or not s.strip()]
-        if bad:
-            raise DataError(path, line, f"every span must be a non-empty string, found {bad[0]!r}", _FIX)
-        out.append(spans)
-    return out
+    return pa.schema([("id", pa.large_string()), ("spans", pa.large_list(pa.large_string()))])
+
+
+class SpanWriter:
+    """Write a span file (see the module doc) atomically: ``with SpanWriter(path) as w: w.add(id, spans)``.
+    The file appears once the block succeeds; memory: one record batch of documents."""
+
+    def __init__(self, path: str | os.PathLike, batch_rows: int = BATCH_ROWS):
+        self.path = Path(path)
+        self.batch_rows = int(batch_rows)
+        self.documents = 0
+        self._ids: list[str] = []
+        self._spans: list[list[str]] = []
+
+    def __enter__(self) -> "SpanWriter":
+        import pyarrow as pa
+
+        self._context = atomic_write(self.path, "wb")
+        self._fh = self._context.__enter__()
+        self._sink = pa.PythonFile(self._fh, mode="w")
+        self._writer = pa.ipc.new_file(self._sink, _schema())
+        return self
+
+    def add(self, rid: str, spans: Sequence[str]) -> None:
+        """Append document ``rid``'s spans (at least two non-empty strings)."""
+        if len(spans) < 2 or not all(isinstance(x, str) and x.strip() for x in spans):
+            raise ValueError(f"document {rid!r}: a document needs at least two non-empty spans, got {list(spans)!r:.200}")
+        self._ids.append(str(rid))
+        self._spans.append(list(spans))
+        if len(self._ids) == self.batch_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        import pyarrow as pa
+
+        if self._ids:
+            self._writer.write_batch(pa.record_batch(
+                [pa.array(self._ids, pa.large_string()), pa.array(self._spans, pa.large_list(pa.large_string()))],
+                schema=_schema()))
+            self.documents += len(self._ids)
+            self._ids, self._spans = [], []
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        try:
+            if exc_type is None:
+                self._flush()
+            self._writer.close()
+            self._sink.close()
+        finally:
+            out = self._context.__exit__(exc_type, exc, tb)
+        return bool(out)
+
+
+def write_span_documents(path: str | os.PathLike, documents: Iterable[tuple[str, Sequence[str]]]) -> int:
+    """Write ``(id, spans)`` documents as a span file (:class:`SpanWriter`); returns how many."""
+    with SpanWriter(path) as writer:
+        for rid, spans in documents:
+            writer.add(rid, spans)
+    return writer.documents
+
+
+class SpanFile(abc.Sequence):
+    """A span file, memory-mapped: ``spans_file[i]`` is document ``i``'s list of spans (read from the
+    mapped pages when asked for), :meth:`id` its id. Opening checks the schema and that every document
+    has at least two spans (from the list offsets alone: the text is not read); a file that is not a
+    span file raises :class:`DataError` naming it."""
+
+    def __init__(self, path: str | os.PathLike):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DataError(self.path, None, "no such span file", _FIX)
+        try:
+            table = pa.ipc.open_file(pa.memory_map(str(self.path), "r")).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(self.path, None, f"not an Arrow span file ({str(exc).splitlines()[0][:120]})",
+                            _FIX) from None
+        if not table.schema.equals(_schema()):
+            raise DataError(self.path, None, f"expected columns id (large_string) and spans (large_list of "
+                            f"large_string), found {', '.join(f'{f.name} ({f.type})' for f in table.schema)}", _FIX)
+        self._ids, self._spans = table.column("id").chunks, table.column("spans").chunks
+        self._starts = np.cumsum([0] + [len(c) for c in self._spans])
+        for k, chunk in enumerate(self._spans):
+            if len(chunk) and pc.min(pc.list_value_length(chunk)).as_py() < 2:
+                local = int(np.argmax(pc.less(pc.list_value_length(chunk), 2).to_numpy(zero_copy_only=False)))
+                n = len(chunk[local])
+                raise DataError(self.path, None, f"document {self._ids[k][local].as_py()!r} (row "
+                                f"{int(self._starts[k]) + local}) has {n} span(s): a document needs at least two "
+                                "to give a pair", _FIX)
+        self._table = table
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)} in {self.path}")
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return k, i - int(self._starts[k])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        k, local = self._locate(i)
+        return self._spans[k][local].as_py()
+
+    def id(self, i: int) -> str:
+        k, local = self._locate(i)
+        return self._ids[k][local].as_py()
+
+
+class SpanDocuments(abc.Sequence):
+    """The documents of several span files in order, the first ``limit`` of each (all: ``None``);
+    ``documents[i]`` is a list of spans, read from the mapped file when asked for."""
+
+    def __init__(self, files: Sequence[SpanFile], limit: int | None = None):
+        self.files = list(files)
+        self.sizes = [len(f) if limit is None else min(len(f), int(limit)) for f in self.files]
+        self._starts = np.cumsum([0] + self.sizes)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)}")
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return self.files[k][i - int(self._starts[k])]
+
+
+def read_spans(path: str | os.PathLike) -> SpanFile:
+    """The documents of a span file written by :func:`write_spans`, in file order, memory-mapped."""
+    return SpanFile(path)
+
+
+def open_spans(paths: Sequence[str | os.PathLike], limit: int | None = None) -> SpanDocuments:
+    """The documents of several span files, concatenated in this order (the first ``limit`` of each)."""
+    return SpanDocuments([SpanFile(p) for p in paths], limit)

@@ -32,8 +32,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from zsdr.data.formats import iter_jsonl, qrels_files, read_corpus, read_qrels, read_queries
-from zsdr.data.store import ById, TextStore, build_store, store_dir, store_is_current
+from zsdr.data.formats import iter_jsonl, qrels_files, read_qrels
+from zsdr.data.store import ById, TextStore, build_store, open_current, store_dir, store_is_current
 from zsdr.io import DataError, atomic_dir, atomic_write, open_raw
 
 
@@ -482,8 +482,9 @@ def read_units(path: str | os.PathLike) -> list[Unit]:
 def reader_examples(dataset: str | os.PathLike, units: str | os.PathLike, split: str = "train",
                     max_examples: int | None = None) -> list[ReaderExample]:
     """(question, passage text, answer) of the ``units`` pairs whose query belongs to ``split`` of
-    the BEIR folder ``dataset`` (its qrels decide, so dev and test pairs never train a reader)."""
-    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    the BEIR folder ``dataset`` (its qrels decide, so dev and test pairs never train a reader); the
+    texts come from the dataset's store (:func:`zsdr.data.store.open_current`)."""
+    corpus, queries = (ById(s) for s in open_current(dataset))
     split_queries = set(read_qrels(dataset, split))
     out = []
     for u in read_units(units):

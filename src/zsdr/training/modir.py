@@ -46,7 +46,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from zsdr.data.formats import read_corpus, read_qrels, read_queries
+from zsdr.data.formats import read_qrels
+from zsdr.data.store import TextStore, open_current
 from zsdr.distributed import gather_with_grad
 from zsdr.io import DataError, atomic_write
 from zsdr.losses.adversarial import ADVERSARIAL_LOSSES, adversarial_loss, classifier_loss, lambda_at
@@ -97,12 +98,13 @@ def build_target_triples(dataset: str | os.PathLike, split: str, out: str | os.P
     """MoDIR's target "triples" (``generate_triples_simple.py``, METHODS.md §3.2): line ``i`` pairs
     query ``i`` with documents ``2i`` and ``2i+1``, cycling through the split's queries (in
     ``queries.jsonl`` order) and the non-empty documents (in corpus order) until both are used up.
-    Only the query ids of ``qrels/<split>`` are read, never their relevance labels.
+    Only the query ids of ``qrels/<split>`` are read, never their relevance labels; the texts come
+    from the dataset's store (:func:`zsdr.data.store.open_current`).
     Writes ``qid<TAB>doc<TAB>doc`` lines; returns counts."""
-    queries = read_queries(dataset)
+    corpus, queries = open_current(dataset)
     wanted = set(read_qrels(dataset, split))
-    qids = [q for q in queries if q in wanted]
-    docs = [d for d, rec in read_corpus(dataset).items() if f"{rec['title']} {rec['text']}".strip()]
+    qids = [q for q in queries.ids() if q in wanted]
+    docs = [d for d, rec in corpus.iter_range(0, len(corpus)) if f"{rec['title']} {rec['text']}".strip()]
     if not qids or len(docs) < 2:
         raise DataError(Path(dataset), None, f"{len(qids)} {split} queries and {len(docs)} non-empty documents",
                         "MoDIR's target triples need at least one query and two documents")
@@ -113,19 +115,69 @@ def build_target_triples(dataset: str | os.PathLike, split: str, out: str | os.P
     return {"triples": n, "queries": len(qids), "docs": len(docs)}
 
 
-def read_target_triples(path: str | os.PathLike) -> list[tuple[str, str, str]]:
+def iter_target_triples(path: str | os.PathLike):
+    """``(line, (query id, document id, document id))`` of a target-triples file, in file order."""
     path = Path(path)
-    out = []
+    seen = False
     with open(path, encoding="utf-8") as fh:
         for line, text in enumerate(fh, 1):
             parts = text.rstrip("\n").split("\t")
             if len(parts) != 3 or not all(parts):
                 raise DataError(path, line, "expected query id, document id, document id (tab-separated)",
                                 "write the file with the modir_triples rule")
-            out.append((parts[0], parts[1], parts[2]))
-    if not out:
+            seen = True
+            yield line, (parts[0], parts[1], parts[2])
+    if not seen:
         raise DataError(path, None, "no target triples", "write the file with the modir_triples rule")
-    return out
+
+
+def read_target_triples(path: str | os.PathLike) -> list[tuple[str, str, str]]:
+    return [t for _, t in iter_target_triples(path)]
+
+
+class TargetTriples:
+    """A target-triples file as rows of the target's store: three int32 arrays (12 bytes a triple, where
+    the ids as Python tuples take ~230), and the stores that give the texts. ``triples[i]`` is triple
+    ``i``'s ``(query text, document, document)``. Ids the store lacks raise :class:`DataError` naming
+    the file and line."""
+
+    _READ = 1 << 16  # lines resolved at a time
+
+    def __init__(self, path: str | os.PathLike, corpus: TextStore, queries: TextStore):
+        self.path, self.corpus, self.queries = Path(path), corpus, queries
+        parts: list[np.ndarray] = []
+        block: list[tuple[int, tuple[str, str, str]]] = []
+
+        def resolve():
+            lines = [n for n, _ in block]
+            rows = np.stack([queries.find_rows([t[0] for _, t in block]),
+                             corpus.find_rows([t[1] for _, t in block]),
+                             corpus.find_rows([t[2] for _, t in block])], axis=1)
+            bad = np.flatnonzero((rows < 0).any(axis=1))
+            if bad.size:
+                k = int(bad[0])
+                col = int(np.flatnonzero(rows[k] < 0)[0])
+                what = "query" if col == 0 else "document"
+                where = queries.directory if col == 0 else corpus.directory
+                raise DataError(self.path, lines[k], f"{what} {block[k][1][col]!r} is not in the target's store "
+                                f"({where})", "write the triples again with the modir_triples rule for this target")
+            parts.append(rows.astype(np.int32))
+            block.clear()
+
+        for item in iter_target_triples(self.path):
+            block.append(item)
+            if len(block) == self._READ:
+                resolve()
+        if block:
+            resolve()
+        self.rows = np.concatenate(parts)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> tuple[str, dict, dict]:
+        q, d0, d1 = self.rows[int(i)].tolist()
+        return self.queries[q], self.corpus[d0], self.corpus[d1]
 
 
 # -------------------------------------------------------------------------------------- queue
@@ -171,9 +223,12 @@ class ModirTerm(AdditiveTerm):
         self.config = config
         self.classifier = DomainClassifier(dim, clip=config.logit_clip, seed=config.seed)
         self.queue = MomentumQueue(config.queue_size)
-        self.triples = read_target_triples(config.triples) if config.triples else []
-        self.queries = read_queries(config.target) if config.target else {}
-        self.corpus = read_corpus(config.target) if config.target else {}
+        self.triples: TargetTriples | list = []
+        if config.triples:
+            if not config.target:
+                raise ValueError("modir.target: name the target's BEIR folder (its store gives the triples' texts)")
+            corpus, queries = open_current(config.target)
+            self.triples = TargetTriples(config.triples, corpus, queries)
         self._order = np.random.default_rng([config.seed, 7_001]).permutation(len(self.triples))
         self.optimizer = self.scheduler = None
         self.step, self.micro, self.last = 0, 0, True
@@ -212,9 +267,9 @@ class ModirTerm(AdditiveTerm):
         """The target part of a batch: one triple per source example, a pure function of
         ``(epoch, index)`` (so resumed runs see the same ones)."""
         picks = [self.triples[self._order[(epoch * n_source + i) % len(self.triples)]] for i in indices]
-        return {"q": encoder.collate(encoder.tokenize_queries([self.queries[q] for q, _, _ in picks])),
-                "d0": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, d, _ in picks])),
-                "d1": encoder.collate(encoder.tokenize_docs([self.corpus[d] for _, _, d in picks]))}
+        return {"q": encoder.collate(encoder.tokenize_queries([q for q, _, _ in picks])),
+                "d0": encoder.collate(encoder.tokenize_docs([d for _, d, _ in picks])),
+                "d1": encoder.collate(encoder.tokenize_docs([d for _, _, d in picks]))}
 
     def batch_of(self, sampled: Sampled) -> dict:
         """:meth:`batch` of the micro-batch's examples."""

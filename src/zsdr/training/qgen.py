@@ -15,6 +15,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from zsdr.data.store import ById, open_current
 from zsdr.io import DataError
 from zsdr.models.encoder import set_dropout
 from zsdr.models.generator import (DEFAULT_MAX_LENGTH, DEFAULT_QUERY_MAX_LENGTH, IGNORE, QueryGenerator,
@@ -24,12 +25,13 @@ from zsdr.models.generator import (DEFAULT_MAX_LENGTH, DEFAULT_QUERY_MAX_LENGTH,
 def generator_examples(dataset: str | os.PathLike, split: str = "train",
                        max_examples: int | None = None) -> list[tuple[str, str]]:
     """``(passage, query)`` of every positive pair (grade > 0) of ``split``'s qrels of a BEIR
-    folder, in qrels order (``max_examples``: the first N). A pair naming an unknown query or
-    document raises :class:`DataError` naming the qrels file."""
-    from zsdr.data.formats import qrels_files, read_corpus, read_qrels, read_queries
+    folder, in qrels order (``max_examples``: the first N), the texts read from the dataset's store
+    (:func:`zsdr.data.store.open_current`). A pair naming an unknown query or document raises
+    :class:`DataError` naming the qrels file."""
+    from zsdr.data.formats import qrels_files, read_qrels
 
     qrels = read_qrels(dataset, split)
-    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    corpus, queries = (ById(s) for s in open_current(dataset))
     path = qrels_files(dataset)[split]
     out = []
     for qid, docs in qrels.items():

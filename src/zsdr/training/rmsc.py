@@ -25,7 +25,8 @@ A spec (``kind: mixture``, :func:`build_mixture_task`) lists its ``sets``; each 
 * ``name``: a label for the logs; ``domain``: ``source`` | ``target``; ``relevance``:
   ``human`` | ``weak`` (the soft-token context and the negative group);
 * ``dataset``: the BEIR folder (its corpus gives the random negatives; a ``human`` set also reads
-  its queries and the qrels of ``split``, default ``train``);
+  its queries and the qrels of ``split``, default ``train``); corpus and queries are read through the
+  dataset's memory-mapped store (:func:`zsdr.data.store.open_current`), shared by every process;
 * ``pairs`` (weak sets): a weak-pairs file of :func:`zsdr.training.weak.write_weak_pairs`;
 * ``size``: ``null`` (every example), a number, or ``supervised`` (as many as the first ``human``
   set has, "comparable to the supervised set" [P]); a seeded subset is drawn when fewer are asked;
@@ -47,6 +48,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from zsdr.data.store import ById, TextStore, open_current
 from zsdr.io import DataError
 
 log = logging.getLogger(__name__)
@@ -68,16 +70,39 @@ class Item:
     relevant: frozenset[str]
 
 
+class StoredItem:
+    """A human-labelled example whose query and positive are read from the dataset's store on use (the
+    rows of both, not their texts, are kept)."""
+
+    __slots__ = ("group", "query_row", "positive_row", "positive_key", "relevant", "_corpus", "_queries")
+
+    def __init__(self, group: int, query_row: int, positive_row: int, positive_key: str, relevant: frozenset[str],
+                 corpus: TextStore, queries: TextStore):
+        self.group, self.query_row, self.positive_row = group, query_row, positive_row
+        self.positive_key, self.relevant = positive_key, relevant
+        self._corpus, self._queries = corpus, queries
+
+    @property
+    def query(self) -> str:
+        return self._queries[self.query_row]
+
+    @property
+    def positive(self) -> dict:
+        return self._corpus[self.positive_row]
+
+
 @dataclass
 class SupervisionSet:
-    """The examples of one set and where its random negatives come from."""
+    """The examples of one set and where its random negatives come from: ``corpus`` (the dataset's
+    store, by id) and ``corpus_rows``, its rows in id order (a random negative is the document at a
+    random position of the ids sorted)."""
 
     name: str
     domain: str
     relevance: str
-    items: list[Item]
-    corpus_ids: list[str]
-    corpus: dict[str, dict]
+    items: list[Item | StoredItem]
+    corpus_rows: np.ndarray
+    corpus: ById
     negatives: str
 
 
@@ -108,20 +133,21 @@ def _subset(items: list, size: int | None, seed: int, salt: int) -> list:
     return [items[int(i)] for i in keep]
 
 
-def _human_items(dataset: Path, corpus: dict[str, dict], split: str, group: int) -> list[Item]:
-    from zsdr.data.formats import qrels_files, read_qrels, read_queries
+def _human_items(dataset: Path, corpus: TextStore, queries: TextStore, split: str, group: int) -> list[StoredItem]:
+    from zsdr.data.formats import qrels_files, read_qrels
 
     if split not in qrels_files(dataset):
         raise DataError(dataset / "qrels" / f"{split}.tsv", None, "file not found",
                         f"a human-labelled set needs the {split} qrels of its dataset")
-    queries = read_queries(dataset)
     items = []
     for qid, row in read_qrels(dataset, split).items():
         positives = sorted(d for d, g in row.items() if g > 0 and d in corpus)
-        if qid not in queries or not positives:
+        query_row = queries.find(qid)
+        if query_row is None or not positives:
             continue
         # one labelled positive per query [P]: the first in id order (MS MARCO has ~1.06 per query)
-        items.append(Item(group, queries[qid], corpus[positives[0]], positives[0], frozenset(positives)))
+        items.append(StoredItem(group, query_row, corpus.row(positives[0]), positives[0], frozenset(positives),
+                                corpus, queries))
     if not items:
         raise DataError(dataset / "qrels" / f"{split}.tsv", None, "no query with a judged positive in the corpus",
                         "check the qrels ids against corpus.jsonl and queries.jsonl")
@@ -143,26 +169,24 @@ def _weak_items(pairs: Path, group: int) -> list[Item]:
 
 def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[SupervisionSet]:
     """The supervision sets of a spec (groups numbered by first appearance of each (domain, relevance));
-    each dataset's corpus is read once, however many sets draw from it."""
-    from zsdr.data.formats import read_corpus
-
+    each dataset's store is opened once, however many sets draw from it."""
     if not entries:
         raise ValueError(f"{where}: name at least one supervision set")
     groups: dict[tuple[str, str], int] = {}
     out: list[SupervisionSet] = []
     supervised: int | None = None
-    corpora: dict[Path, tuple[dict[str, dict], list[str]]] = {}
+    corpora: dict[Path, tuple[ById, TextStore, np.ndarray]] = {}
     for n, entry in enumerate(entries):
         entry = _check_set(entry, f"{where}[{n}]")
         key = (entry["domain"], entry["relevance"])
         group = groups.setdefault(key, len(groups))
         dataset = Path(entry["dataset"])
         if dataset not in corpora:
-            corpus = read_corpus(dataset)
-            corpora[dataset] = (corpus, sorted(corpus))
-        corpus, corpus_ids = corpora[dataset]
+            docs, queries = open_current(dataset)
+            corpora[dataset] = (ById(docs), queries, docs.rows_in_id_order())
+        corpus, queries, corpus_rows = corpora[dataset]
         if entry["relevance"] == "human":
-            items = _human_items(dataset, corpus, entry.get("split", "train"), group)
+            items = _human_items(dataset, corpus.store, queries, entry.get("split", "train"), group)
         else:
             items = _weak_items(Path(entry["pairs"]), group)
         size = entry.get("size")
@@ -174,7 +198,7 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[Super
         if entry["relevance"] == "human" and supervised is None:
             supervised = len(items)
         out.append(SupervisionSet(entry.get("name") or f"{key[0]}-{key[1]}", entry["domain"], entry["relevance"],
-                                  items, corpus_ids, corpus, entry.get("negatives", "corpus")))
+                                  items, corpus_rows, corpus, entry.get("negatives", "corpus")))
         log.info("set %s (%s, %s): %d examples", out[-1].name, *key, len(items))
     return out
 
@@ -222,9 +246,10 @@ class MixtureTask(nn.Module):
                 if other.positive_key not in item.relevant and other.positive_key != item.positive_key:
                     return other.positive, other.positive_key
             else:
-                did = s.corpus_ids[int(rng.integers(len(s.corpus_ids)))]
+                row = int(s.corpus_rows[int(rng.integers(len(s.corpus_rows)))])
+                did = s.corpus.store.id(row)
                 if did not in item.relevant and did != item.positive_key:
-                    return s.corpus[did], did
+                    return s.corpus.store[row], did
         raise ValueError(f"set {s.name}: no random negative found for example {i} in 100 draws "
                          f"(is the corpus or the set a single document?)")
 

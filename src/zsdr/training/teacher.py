@@ -3,7 +3,8 @@
 Used when a dataset has no published teacher scores (MS MARCO has sentence-transformers'
 ``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``; the mini source domain does not): the
 candidates of a query are its positives and its negative pool, and the output is the JSON-lines
-format :func:`zsdr.training.data.read_teacher_scores` reads.
+format :func:`zsdr.training.data.read_teacher_scores` reads. Texts are read by id from the dataset's
+memory-mapped store (:func:`zsdr.data.store.open_current`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import os
 import torch
 
 from zsdr.argtypes import device, nonnegative_int, positive_int
-from zsdr.data.formats import read_corpus, read_queries
+from zsdr.data.store import ById, open_current
 from zsdr.models.encoder import autocast_dtype, resolve_device
 from zsdr.training.data import read_negatives, write_teacher_scores
 
@@ -44,18 +45,17 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
     target = resolve_device(device)
     model.to(target)
     amp = autocast_dtype(target, precision)
-    queries, corpus = read_queries(dataset), read_corpus(dataset)
+    docs, query_store = open_current(dataset)
+    corpus, queries = ById(docs), ById(query_store)
     pairs = []
-    doc_ids = list(corpus)
     for i, ex in enumerate(read_negatives(negatives)):
         negs = ex.negatives[:max_candidates] if max_candidates else ex.negatives
         extra: list[str] = []
         if random_candidates:
             rng = np.random.default_rng([seed, i])
             taken = set(ex.positives) | set(negs)
-            extra = [doc_ids[int(j)] for j in rng.choice(len(doc_ids), size=min(len(doc_ids), random_candidates * 2),
-                                                          replace=False) if doc_ids[int(j)] not in taken]
-            extra = extra[:random_candidates]
+            drawn = docs.ids(rng.choice(len(docs), size=min(len(docs), random_candidates * 2), replace=False))
+            extra = [d for d in drawn if d not in taken][:random_candidates]
         pairs.extend((ex.qid, did) for did in dict.fromkeys((*ex.positives, *negs, *extra)) if did in corpus)
     scores: dict[str, dict[str, float]] = {}
     with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:

@@ -6,6 +6,7 @@ collection statistics computed once (:func:`unit_statistics`); ``r_i`` is the la
 probability an extractive reader gives any token of unit ``i`` (0 without a reader, the official
 code's setting). The essential unit is ``argmax_i h_i``.
 
+Texts are read by id from the dataset's memory-mapped store (:func:`zsdr.data.store.open_current`).
 Which pairs: ``split`` of a BEIR folder, each query with its documents of the highest relevance
 grade (the training pairs of the source; for BERM Table 5 the test pairs of a target, sampled to at
 most ``max_pairs`` with a seed). Labelling is sharded (``shard`` of ``shards``, pairs dealt
@@ -27,7 +28,8 @@ from typing import Iterable
 
 import numpy as np
 
-from zsdr.data.formats import iter_jsonl, read_corpus, read_qrels, read_queries
+from zsdr.data.formats import iter_jsonl, read_qrels
+from zsdr.data.store import ById, open_current
 from zsdr.data.units import sentence_spans
 from zsdr.io import atomic_write
 from zsdr.sparse.unit_bm25 import COLLECTIONS, UnitBM25
@@ -64,7 +66,7 @@ def unit_statistics(dataset: str | os.PathLike, pairs: Iterable[tuple[str, str]]
     if collection not in COLLECTIONS:
         raise ValueError(f"unit BM25 collection {collection!r}: expected one of {', '.join(COLLECTIONS)}")
     pairs = list(pairs)
-    corpus, queries = read_corpus(dataset), read_queries(dataset)
+    corpus, queries = (ById(s) for s in open_current(dataset))
     passages = sorted({pid for _, pid in pairs})
     units = [u for pid in passages for u in _units(corpus[pid].get("text") or "")[1]]
     if collection == "units":
@@ -88,7 +90,7 @@ def label_pairs(dataset: str | os.PathLike, pairs: list[tuple[str, str]], scorer
     import torch
     from tqdm.auto import tqdm
 
-    corpus, queries = read_corpus(dataset), read_queries(dataset)
+    corpus, queries = (ById(s) for s in open_current(dataset))
     params = getattr(reader, "parameters", None)  # any object with start_probabilities reads too
     on_gpu = params is not None and next(iter(params()), torch.empty(0)).device.type == "cuda"
     step = batch_size * (64 if on_gpu else 1)
