@@ -16,16 +16,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _synthetic  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT / "src")]
+import _synthetic  # noqa: E402
 
 ENCODE = """
 import sys, json
@@ -51,9 +51,9 @@ search_datasets(jobs, k=100, tag="sys", batch_size=jobs[0]["batch_size"], dtype=
 
 def run(code: str, arg) -> float:
     start = time.perf_counter()
+    path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
     subprocess.run([sys.executable, "-c", code, json.dumps(arg)], check=True, cwd=ROOT,
-                   env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
-                        "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
+                   env={**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     return time.perf_counter() - start
 
 
