@@ -288,13 +288,7 @@ class SpanFile(abc.Sequence):
         return int(self._starts[-1])
 
     def _locate(self, i: int) -> tuple[int, int]:
-        i = int(i)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"document {i} of {len(self)} in {self.path}")
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return k, i - int(self._starts[k])
+        return _locate(self._starts, i, f" in {self.path}")
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -305,6 +299,18 @@ class SpanFile(abc.Sequence):
     def id(self, i: int) -> str:
         k, local = self._locate(i)
         return self._ids[k][local].as_py()
+
+
+def _locate(starts: np.ndarray, i: int, where: str = "") -> tuple[int, int]:
+    """Item ``i`` (negative: from the end) of parts that start at ``starts`` (cumulative, last = the total)
+    as (part, index in the part)."""
+    i, total = int(i), int(starts[-1])
+    if i < 0:
+        i += total
+    if not 0 <= i < total:
+        raise IndexError(f"document {i} of {total}{where}")
+    k = int(np.searchsorted(starts, i, side="right")) - 1
+    return k, i - int(starts[k])
 
 
 class SpanDocuments(abc.Sequence):
@@ -322,13 +328,8 @@ class SpanDocuments(abc.Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        i = int(i)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"document {i} of {len(self)}")
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        return self.files[k][i - int(self._starts[k])]
+        k, local = _locate(self._starts, i)
+        return self.files[k][local]
 
 
 def read_spans(path: str | os.PathLike) -> SpanFile:
