@@ -11,9 +11,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 # Only the SLURM test talks to a cluster. Every other Snakemake run is local, but Snakemake's SLURM executor
 # plugin probes the cluster's configuration (`scontrol show config`) whenever Snakemake starts: with the
 # SLURM client installed and no controller answering, that probe waits ~9 s per start. An empty
-# configuration makes it fail at once; test_slurm.py restores the original for its own commands.
-ORIGINAL_SLURM_CONF = os.environ.get("SLURM_CONF")
-os.environ["SLURM_CONF"] = os.devnull
+# configuration makes it fail at once; test_slurm.py restores the original (kept in the environment, so
+# that pytest-xdist's workers and a second import of this module see the value from before any change).
+if "ZSDR_TESTS_SLURM_CONF" not in os.environ:
+    os.environ["ZSDR_TESTS_SLURM_CONF"] = os.environ.get("SLURM_CONF", "")
+    os.environ["SLURM_CONF"] = os.devnull
 
 
 def _shared_data() -> Path:

@@ -61,12 +61,11 @@ def slurm_cluster():
     """A running one-node SLURM cluster: the one already answering `sinfo`, or one this test installs and
     starts (root with apt-get) and stops again. The cluster's own configuration applies while it runs
     (conftest.py points SLURM_CONF at an empty file for the local tests)."""
-    from tests.conftest import ORIGINAL_SLURM_CONF
-
-    if ORIGINAL_SLURM_CONF is None:
-        os.environ.pop("SLURM_CONF", None)
+    original = os.environ.get("ZSDR_TESTS_SLURM_CONF")
+    if original:
+        os.environ["SLURM_CONF"] = original
     else:
-        os.environ["SLURM_CONF"] = ORIGINAL_SLURM_CONF
+        os.environ.pop("SLURM_CONF", None)
     try:
         yield from _cluster()
     finally:
