@@ -171,7 +171,7 @@ if PLAN.GROUP_DATASETS:
         resources:
             **PLAN.cluster_resources(config["dense"]["gpus"]),
             mem_mb=16000,
-            runtime=PLAN.runtime(60 * max(1, len(PLAN.GROUP_DATASETS))),
+            runtime=PLAN.runtime(60 * len(PLAN.GROUP_DATASETS)),
         params:
             jobs=lambda wc: PLAN.group_jobs(wc.system),
             dense=config["dense"],

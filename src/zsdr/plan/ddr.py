@@ -122,10 +122,6 @@ class DdrPlan:
             return [f"{root}/{s}.npz" for s in self.shards(wc.dataset)]
         return [f"{self.EMBEDDINGS}/{wc.dataset}/{wc.system}/{s}" for s in self.shards(wc.dataset)]
 
-    def grouped(self, system: str, dataset: str) -> bool:
-        """Whether the run of ``system`` on ``dataset`` comes from the system's `dense_search_group` job."""
-        return system in self.GROUP_SYSTEMS and dataset in self.GROUP_DATASETS
-
     def group_jobs(self, system: str) -> list[dict[str, Any]]:
         """What `dense_search_group` does for ``system``, one entry per dataset of the group: the model and
         encoder settings the per-dataset jobs would use, the dataset, its evaluation split and the

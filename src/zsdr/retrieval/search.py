@@ -500,13 +500,13 @@ def search_datasets(jobs: Sequence[dict], k: int = 1000, tag: str | None = None,
     from zsdr.models.encoder import load_encoder
     from zsdr.retrieval.encode import encode_corpus_shard
 
-    encoders: dict[str, object] = {}
+    loaded, encoder = None, None
     for job in jobs:
         key = json.dumps([str(job["model"]), job.get("options") or {}], sort_keys=True, default=str)
-        if key not in encoders:
-            encoders.clear()  # one model in memory at a time
-            encoders[key] = load_encoder(job["model"], device=device, precision=precision, **(job.get("options") or {}))
-        encoder = encoders[key]
+        if key != loaded:  # one model in memory at a time
+            encoder = None
+            encoder = load_encoder(job["model"], device=device, precision=precision, **(job.get("options") or {}))
+            loaded = key
         shard = encode_corpus_shard(encoder, job["dataset"], job["embeddings"], 0, 1, batch_size=batch_size,
                                     dtype=dtype, device=device, precision=precision, show_progress=False)
         search_with_model(encoder, job["dataset"], job["split"], [shard], job["run"], k=k, tag=tag,

@@ -141,12 +141,13 @@ def _human_items(dataset: Path, corpus: TextStore, queries: TextStore, split: st
                         f"a human-labelled set needs the {split} qrels of its dataset")
     items = []
     for qid, row in read_qrels(dataset, split).items():
-        positives = sorted(d for d, g in row.items() if g > 0 and d in corpus)
+        rows = {d: corpus.find(d) for d, g in row.items() if g > 0}
+        positives = sorted(d for d, r in rows.items() if r is not None)
         query_row = queries.find(qid)
         if query_row is None or not positives:
             continue
         # one labelled positive per query [P]: the first in id order (MS MARCO has ~1.06 per query)
-        items.append(StoredItem(group, query_row, corpus.row(positives[0]), positives[0], frozenset(positives),
+        items.append(StoredItem(group, query_row, rows[positives[0]], positives[0], frozenset(positives),
                                 corpus, queries))
     if not items:
         raise DataError(dataset / "qrels" / f"{split}.tsv", None, "no query with a judged positive in the corpus",
