@@ -50,7 +50,7 @@ rule pretrain_coco:
         name=PLAN.alternation(PLAN.TRAINED_PRETRAINED),
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(lambda wc: PLAN.PRETRAINED[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.PRETRAINED[wc.name]),
         mem_mb=32000,

@@ -123,7 +123,7 @@ rule train_cross_encoder:
         name=PLAN.alternation(PLAN.CROSS_ENCODERS),
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(lambda wc: PLAN.CROSS_ENCODERS[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.CROSS_ENCODERS[wc.name]),
         mem_mb=lambda wc: PLAN.training_memory(
@@ -158,7 +158,7 @@ rule train_reader:
         name=PLAN.alternation(PLAN.TRAINED_READERS),
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(lambda wc: PLAN.READERS[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.READERS[wc.name]),
         mem_mb=32000,
@@ -234,7 +234,7 @@ rule train:
         run=PLAN.alternation(PLAN.TRAIN_RUNS),
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
         mem_mb=lambda wc: PLAN.training_memory(

@@ -16,7 +16,7 @@ rule train_dam:
         dam=r"[^/]+--[^/]+",
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(launch=lambda wc: PLAN.dam_launch(wc.dam))
     resources:
         **PLAN.cluster_resources(
             lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam)),

@@ -49,7 +49,7 @@ rule train_generator:
         name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
     conda:
         PLAN.DENSE_ENV
-    threads: PLAN.TRAINING["threads"]
+    threads: PLAN.training_threads(lambda wc: PLAN.GENERATORS[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.GENERATORS[wc.name]),
         mem_mb=16000,

@@ -6,6 +6,10 @@ started by the test where it runs as root with apt-get; elsewhere the test skips
 answers `sinfo`. Job status comes from `squeue` (finished jobs stay visible for MinJobAge = 600 s; there is no
 slurmdbd, so `sacct` has no database to ask).
 
+The training runs as one SLURM job of two processes (torchrun --standalone, DDP over gloo on the CPU), the
+launch path of a multi-GPU training: the job asks for a CPU per process, and the model must equal the local
+run's (the same two-process training).
+
 While it runs, the training job is interrupted twice, as a cluster does: SIGUSR1 to the job's steps (what
 `sbatch --signal=USR1@300` sends before a time limit: the trainer checkpoints and exits, the job fails and
 Snakemake's retry resumes) and, in the retry, `scontrol requeue` (preemption with requeue: the job is killed
@@ -41,9 +45,9 @@ SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "models/tr
         "embeddings/mini-alpha/dpr/shard0-of-2", "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json",
         "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
-# Two shards of mini-alpha; a checkpoint every 20 of the training's 296 steps (the config's 100 leaves no
-# time to interrupt it between two checkpoints).
-OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 20}}
+# Two shards of mini-alpha; the training in two processes; a checkpoint every 20 of its 296 steps (the
+# config's 100 leaves no time to interrupt it between two checkpoints).
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 20, "processes": 2}}
 CHECKPOINTS = "models/.checkpoints/dpr"
 
 
@@ -200,6 +204,10 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     for line in queue.splitlines()[1:]:
         if line.split()[0] in jobs:                      # the signalled job failed; every other one completed
             assert ("FAILED" if line.split()[0] == seen["signalled"] else "COMPLETED") in line, queue
+    # the training ran as one job of two processes, with a CPU for each
+    cpus = dict(line.split() for line in _slurm("squeue", "-h", "-t", "all", "-o", "%i %C").splitlines())
+    trainings = {seen["signalled"], seen["requeued"]}
+    assert all(cpus[job] == "2" for job in trainings), (cpus, trainings)
     # the signalled job: this Snakemake outlived SIGUSR1, the trainer checkpointed and exited
     [first_log] = (on_slurm / "logs" / "slurm").rglob(f"{seen['signalled']}.log")
     text = first_log.read_text()
@@ -208,6 +216,7 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     assert stopped, text[-3000:]
     # the requeued run resumed from the checkpoint its first run wrote after resuming from the signal's
     rule_log = (on_slurm / "logs" / "train" / "dpr.log").read_text()
+    assert re.search(r"launching: .*--nproc_per_node 2 --standalone", rule_log), rule_log[-3000:]
     resumed = re.search(r"resuming from \S+ \(step (\d+) of 296\)", rule_log)
     assert resumed and int(resumed.group(1)) >= seen["requeue_after"] > int(stopped.group(1)), (seen, rule_log[-2000:])
     with capsys.disabled():                      # the cluster's own account of the run, in the test log

@@ -351,12 +351,21 @@ def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(
     assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl"), "training ended before step 1"
     os.killpg(proc.pid, signal.SIGTERM)
     err = proc.communicate(timeout=180)[1]
-    assert proc.returncode != 0
+    assert proc.returncode == 128 + signal.SIGTERM, err
     assert "SIGTERM received: waiting for the training processes to checkpoint and stop" in err, err
     [step] = checkpoint_steps(s["checkpoint_dir"])
+    # the workers' stop, repeated where the job's console sees it (their own lines go to the log file)
+    assert (f"stopped by SIGTERM at step {step}: checkpoint written, the next run resumes from it "
+            "[2 of 2 processes]") in err, err
     stopped = re.findall(r"stopped by SIGTERM at step (\d+): checkpoint written", log_file.read_text())
     assert stopped == [str(step)] * 2, log_file.read_text()[-3000:]
     assert not Path(s["out"]).exists()
+    # the retry: both processes resume from that checkpoint and say so in the job's log (INFO, --log-info)
+    rerun = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    resumed = re.findall(r"resuming from \S+ \(step (\d+) of \d+\)", log_file.read_text())
+    assert resumed == [str(step)] * 2, log_file.read_text()[-3000:]
+    assert Path(s["out"]).exists()
 
 
 # ------------------------------------------------------------------------------------------ schedules
@@ -428,7 +437,7 @@ def test_torchrun_command_one_node_standalone_several_nodes_through_srun():
 
 def test_two_multi_process_trainings_run_side_by_side(tiny):
     """Two 2-process trainings at once on one machine (two DDR jobs on one node, or profiles/local-gpu):
-    each finds its own rendezvous port and both finish with the same weights."""
+    each finds its own rendezvous port, and both finish with the weights of the same training run alone."""
     import threading
 
     runs, errors = [], []
@@ -449,8 +458,11 @@ def test_two_multi_process_trainings_run_side_by_side(tiny):
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    wa, wb = weights(runs[0]["out"]), weights(runs[1]["out"])
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    alone, _ = spec(tiny, "side-alone", train={"batch_size": 4})
+    run(alone)                                           # the same training, after the two, on its own
+    assert not errors, errors
+    wa, wb, w1 = weights(runs[0]["out"]), weights(runs[1]["out"]), weights(alone["out"])
+    assert wa.keys() == w1.keys() and all(torch.equal(wa[k], w1[k]) and torch.equal(wb[k], w1[k]) for k in w1)
 
 
 def test_batch_worker_processes_train_exactly_as_the_thread(tiny):

@@ -9,4 +9,4 @@ claim_for_job(snakemake)
 torch.set_num_threads(snakemake.threads)
 p = snakemake.params
 launch(p.spec, processes=p.launch["processes"], nodes=p.launch["nodes"], launcher=p.launch["launcher"],
-       log_file=snakemake.log[0], loop=p.launch["loop"])
+       log_file=snakemake.log[0], loop=p.launch["loop"], threads=snakemake.threads)

@@ -17,6 +17,17 @@ class ResourcesPlan:
         """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
         return self.TRAINING["gpus"] * launch["processes"] * launch["nodes"]
 
+    def training_threads(
+        self, item: Callable[[Any], dict[str, Any]] | None = None, launch: Callable[[Any], dict[str, Any]] | None = None
+    ) -> Callable[[Any], int]:
+        """A training job's CPU threads (``threads:``): `training.threads` for each of its processes on a
+        node, the recipe being ``item(wildcards)`` (or its launch settings ``launch(wildcards)``). A
+        one-process job computes on them; a multi-process one gives each process its share
+        (OMP_NUM_THREADS), so two gloo processes on the CPU ask for two cores, not one. (GPU jobs on
+        SLURM ask for `cluster.cpus_per_gpu` instead.)"""
+        settings = launch or (lambda wc: self.launch_settings(item(wc)))
+        return lambda wc: int(self.TRAINING["threads"]) * int(settings(wc)["processes"])
+
     def training_resources(self, item: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
         """:meth:`cluster_resources` of a training job, whose recipe (cross-encoder, reader, ...) is
         ``item(wildcards)``: its GPUs (:meth:`launch_gpus`) and nodes from its launch settings."""

@@ -207,12 +207,18 @@ def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = No
 
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
-           log_file: str | os.PathLike | None = None, loop: dict | None = None) -> None:
+           log_file: str | os.PathLike | None = None, loop: dict | None = None,
+           threads: int | None = None) -> None:
     """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
 
     ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
     --multi_gpu ...``. ``loop`` (``{"workers": ..., "compile": ...}``, config ``training.loader_workers``
-    and ``training.compile``) says how the training loop runs; it changes no result.
+    and ``training.compile``) says how the training loop runs; it changes no result. ``threads`` are the
+    job's CPU threads on this node: each of several processes gets its share (``OMP_NUM_THREADS``).
+
+    When the processes stop at a signal (a time limit, preemption), their "stopped by ..." line is
+    repeated here, where the job's console sees it, and this process exits as they did (128 + the
+    signal): the retry resumes from their checkpoint.
     """
     if loop:
         spec = {**spec, "loop": dict(loop)}
@@ -225,12 +231,15 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
     cmd = list(launcher) if launcher else torchrun_command(processes, nodes)
-    cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet"]
+    cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet", "--log-info"]
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent forwards these to its workers; SIGUSR1 (sbatch --signal=USR1@...) would otherwise
     # kill the agent before the workers could write their checkpoint.
     env = {**os.environ, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(max(1, int(threads) // max(1, processes)))
     fh = open(log_file, "a", encoding="utf-8") if log_file else None
+    start = fh.tell() if fh else 0
     try:
         with _outlive_stop_signals():
             rc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT if fh else None).wait()
@@ -238,7 +247,29 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
         if fh:
             fh.close()
     if rc:
+        stop = _workers_stop(log_file, start) if log_file else None
+        if stop:
+            signum, line = stop
+            log.warning("%s", line)
+            raise SystemExit(128 + signum)
         raise subprocess.CalledProcessError(rc, cmd)
+
+
+_STOPPED = re.compile(r"stopped by (SIG[A-Z0-9]+) at step (\d+): ([^\[\n]*?)\s*\[process \d+ of (\d+)\]")
+
+
+def _workers_stop(log_file: str | os.PathLike, start: int) -> tuple[int, str] | None:
+    """The signal that stopped the training processes and one line saying so, from what they wrote to
+    ``log_file`` after byte ``start`` (their "stopped by SIG... at step N: ... [process r of w]" lines);
+    None when they did not stop at a signal."""
+    with open(log_file, "rb") as f:
+        f.seek(start)
+        found = _STOPPED.findall(f.read().decode("utf-8", errors="replace"))
+    if not found:
+        return None
+    name, step, what, world = found[-1]
+    line = f"stopped by {name} at step {step}: {what} [{len(found)} of {world} processes]"
+    return int(getattr(signal.Signals, name)), line
 
 
 class _outlive_stop_signals:
@@ -280,6 +311,8 @@ def cmd_train(args) -> int:
         raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
                         f"(a spec needs {', '.join(SPEC_KEYS)})",
                         "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
+    if args.log_info:
+        logging.getLogger().setLevel(logging.INFO)
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
     return 0
 
@@ -292,5 +325,8 @@ def register_cli(sub) -> None:
     p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--log-info", action="store_true",
+                   help="log the run's progress (INFO: resumes, checkpoints, progress lines) to stderr; the "
+                        "workflow's multi-process trainings pass it, so their job log shows what the processes do")
     p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_train)
