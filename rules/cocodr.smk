@@ -48,6 +48,7 @@ rule pretrain_coco:
         f"{LOGS}/train/pretrained-{{name}}.log",
     wildcard_constraints:
         name=PLAN.alternation(PLAN.TRAINED_PRETRAINED),
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(lambda wc: PLAN.PRETRAINED[wc.name])

@@ -121,6 +121,7 @@ rule train_cross_encoder:
         f"{LOGS}/train/cross-encoder-{{name}}.log",
     wildcard_constraints:
         name=PLAN.alternation(PLAN.CROSS_ENCODERS),
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(lambda wc: PLAN.CROSS_ENCODERS[wc.name])
@@ -156,6 +157,7 @@ rule train_reader:
         f"{LOGS}/train/reader-{{name}}.log",
     wildcard_constraints:
         name=PLAN.alternation(PLAN.TRAINED_READERS),
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(lambda wc: PLAN.READERS[wc.name])
@@ -232,6 +234,7 @@ rule train:
         f"{LOGS}/train/{{run}}.log",
     wildcard_constraints:
         run=PLAN.alternation(PLAN.TRAIN_RUNS),
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])

@@ -14,6 +14,7 @@ rule train_dam:
         f"{LOGS}/train/dam-{{dam}}.log",
     wildcard_constraints:
         dam=r"[^/]+--[^/]+",
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(launch=lambda wc: PLAN.dam_launch(wc.dam))

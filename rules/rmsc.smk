@@ -47,6 +47,7 @@ rule train_generator:
         f"{LOGS}/train/generator-{{name}}.log",
     wildcard_constraints:
         name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
+    retries: PLAN.training_retries(workflow)
     conda:
         PLAN.DENSE_ENV
     threads: PLAN.training_threads(lambda wc: PLAN.GENERATORS[wc.name])

@@ -138,11 +138,19 @@ def test_job_shapes_of_the_paper_trainings(paper, tree):
     wc = SimpleNamespace(run="cocodr-base-ep1")
     res = paper.training_resources(lambda w: paper.RECIPES[paper.TRAIN_RUNS[w.run][0]])
     assert res["gpu"](wc) == 8 and res["nodes"](wc) == 1 and res["cpus_per_gpu"] == 8
-    assert paper.runtime(paper.TRAINING["runtime"]) == 4320        # no cap configured
+    # a CPU per process: a 2-process training on the CPU asks for two cores
+    assert paper.training_threads(lambda w: paper.RECIPES[paper.TRAIN_RUNS[w.run][0]])(wc) == 8
+    assert paper.training_threads(lambda w: {"processes": 2})(wc) == 2 * paper.TRAINING["threads"]
+    # 3 days of training at the paper config's 24-h cap: three attempts, two on top of the profile's retries
+    assert paper.TRAINING["runtime"] == 4320 and paper.runtime(paper.TRAINING["runtime"]) == 1440
+    profile = SimpleNamespace(execution_settings=SimpleNamespace(retries=2))
+    assert paper.training_retries(profile) == 4 and paper.runtime(600) == 600
     cfg = tree / "capped.yaml"
-    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 1440}}))
-    capped = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
-    assert capped.runtime(capped.TRAINING["runtime"]) == 1440 and capped.runtime(600) == 600
+    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 4320}}))
+    roomy = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
+    assert roomy.runtime(roomy.TRAINING["runtime"]) == 4320 and roomy.training_retries(profile) is None
+    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": None}}))
+    assert load_plan(tree, tree / "configs" / "paper.yaml", cfg).runtime(4320) == 4320    # no cap: as asked
 
 
 def test_training_memory_follows_processes_data_and_teacher(paper, tree):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -74,3 +75,7 @@ def test_paper_job_shapes_fit_a_slurm_site():
     for job in gpu_jobs:
         counts[job["rule"]] = counts.get(job["rule"], 0) + 1
     assert counts["dense_search_group"] >= 10 and sum(counts.values()) < 12_600, counts
+    # every job within the paper config's runtime cap (cluster.max_runtime), trainings at it
+    cap = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["cluster"]["max_runtime"]
+    assert cap and all(0 < j["resources"]["runtime"] <= cap for j in jobs)
+    assert {j["resources"]["runtime"] for j in trainings} == {cap}

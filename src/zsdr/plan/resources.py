@@ -68,6 +68,17 @@ class ResourcesPlan:
         cap = self.CLUSTER["max_runtime"]
         return min(int(minutes), cap) if cap else int(minutes)
 
+    def training_retries(self, workflow: Any) -> int | None:
+        """A training job's retries (``retries:``): the ``workflow``'s own (Snakemake's `--retries`, the
+        profile's value, for failures) plus the attempts its runtime needs beyond the first when `cluster.max_runtime`
+        caps it: a 3-day `training.runtime` at a 24-h cap runs as three attempts, each stopped by the
+        time limit's SIGUSR1 and resumed from its checkpoint by the next. None (Snakemake's default) when
+        one attempt holds the whole runtime."""
+        cap = self.CLUSTER["max_runtime"]
+        attempts = -(-int(self.TRAINING["runtime"]) // int(cap)) if cap else 1
+        retries = getattr(getattr(workflow, "execution_settings", None), "retries", 0) or 0
+        return int(retries) + attempts - 1 if attempts > 1 else None
+
     def cluster_resources(
         self, gpus: int | Callable[[Any], int] = 0, nodes: int | Callable[[Any], int] = 1
     ) -> dict[str, Any]:
