@@ -29,3 +29,10 @@ METRICS = PLAN.METRICS
 STATS = PLAN.STATS
 RESULTS = PLAN.RESULTS
 LOGS = PLAN.LOGS
+
+
+def embeddings_output(path):
+    """An embeddings folder as a rule output: kept, or (`dense.keep_embeddings: false`) temporary,
+    removed once the last search or mining job reading it is done."""
+    folder = directory(path)
+    return folder if config["dense"]["keep_embeddings"] else temp(folder)

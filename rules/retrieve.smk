@@ -14,7 +14,9 @@ rule encode_corpus:
             script="encode_corpus",
         ),
     output:
-        directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"),
+        embeddings_output(
+            f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"
+        ),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
@@ -48,7 +50,7 @@ rule encode_queries:
             script="encode_queries",
         ),
     output:
-        directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
+        embeddings_output(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/queries-{{split}}.log",
     wildcard_constraints:
@@ -158,7 +160,7 @@ if PLAN.GROUP_DATASETS:
             ),
         output:
             [
-                directory(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}")
+                embeddings_output(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}")
                 for d in PLAN.GROUP_DATASETS
             ],
             [f"{RUNS}/{d}/{{system}}.trec" for d in PLAN.GROUP_DATASETS],

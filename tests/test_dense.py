@@ -371,6 +371,16 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
     jobs = planned_jobs(off.stdout + off.stderr)
     assert jobs["dense_search"] == 1 and "encode_corpus" not in jobs and "search_shard" not in jobs  # shards reused
     assert (tmp_path / target).read_text() == scattered and len(scattered.splitlines()) == 150 * 1000
+    # dense.keep_embeddings: false (small and paper scale): the embeddings go once the searches have read them
+    embeddings = tmp_path / "embeddings/mini-alpha/tiny-bert-untrained"
+    assert sorted(p.name for p in embeddings.iterdir()) == ["queries-test", *(f"shard{i}-of-3" for i in range(3))]
+    shutil.rmtree(embeddings)
+    (tmp_path / target).unlink()
+    dropped = snakemake("--cores", "2", target, "--configfile",
+                        str(scatter_overlay(tmp_path, True, keep_embeddings=False)), cwd=tmp_path)
+    assert planned_jobs(dropped.stdout + dropped.stderr)["encode_corpus"] == 3
+    assert (tmp_path / target).read_text() == scattered
+    assert not embeddings.exists() or not any(embeddings.iterdir()), list(embeddings.iterdir())
 
 
 def test_group_job_writes_the_per_dataset_jobs_embeddings_and_runs(tiny, tmp_path):  # noqa: F811
