@@ -1,4 +1,4 @@
-# COCO-DR (METHODS.md §4): COCO's span files and pretraining, the query clusters of iDRO's ANCE
+# COCO-DR (docs/methods/cocodr.md): COCO's span files and pretraining, the query clusters of iDRO's ANCE
 # episodes, and COCO-DR's figures and case study. The fine-tuning itself is the `train` rule's
 # runs of the COCO-DR recipes; the paper tables are rendered by `paper_table`.
 

@@ -1,4 +1,4 @@
-# MoDIR (METHODS.md §3): target triples for the adversarial training, the domain analyses of the
+# MoDIR (docs/methods/modir.md): target triples for the adversarial training, the domain analyses of the
 # curve runs' snapshots (zsdr.evaluation.domain), and MoDIR's analysis tables and figures. The
 # trainings themselves are the `train` rule's runs <recipe>@<target>.
 

@@ -1,4 +1,4 @@
-# RMSC (METHODS.md §5): weak-supervision pairs per corpus (SCL, ICT, QGen), the QGen generator,
+# RMSC (docs/methods/rmsc.md): weak-supervision pairs per corpus (SCL, ICT, QGen), the QGen generator,
 # and RMSC's learning-curve figures. The joint training itself is the `train` rule's runs of the
 # `mixture` recipes; RMSC's Tables 1-2 are rendered by `paper_table`.
 

@@ -118,7 +118,7 @@ def rule_resources(output: str) -> dict[str, set[str]]:
 def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardware():
     """The paper-scale plan as a cluster user makes it: the SLURM profile and `results/all` (every table
     and figure with its checksum). GPUs: a training job holds one per process — COCO-DR 8, DDR's DAMs 4,
-    the DR baselines and MoDIR 1 (METHODS.md) — every encode/search job one, BM25 and the tables none.
+    the DR baselines and MoDIR 1 (docs/methods/) — every encode/search job one, BM25 and the tables none.
     (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
     proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "results/all",
                      "--configfile", "configs/paper.yaml")
@@ -197,7 +197,7 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
                             "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
         "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
-        # BERM (METHODS.md §1.2-1.3): RoBERTa-base, BERM's DPR lr 2e-5, 128 tokens, 32/GPU, ~300k steps,
+        # BERM (docs/methods/berm.md#training-recipes): RoBERTa-base, BERM's DPR lr 2e-5, 128 tokens, 32/GPU, ~300k steps,
         # R1 x 1.0 + R2 x 0.1 in the official code's form (its weights), labels BM25 + 0.1 x reader
         "dpr-berm": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
                      "lamb lr 2e-05, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
@@ -212,7 +212,7 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
 
 
 def test_paper_config_plans_ddr_with_the_spec_values():
-    """DDR at paper scale (METHODS.md §2.3): DAMs of batch 1,024 / 512 and length 100 / 190, 100k source
+    """DDR at paper scale (docs/methods/ddr.md#hyperparameters): DAMs of batch 1,024 / 512 and length 100 / 190, 100k source
     steps, 50k (LoTTE) / 20k target steps; REMs with 128 queries + 3 x 128 negatives for 5 / 20 epochs."""
     proc = snakemake("-n", "--forceall", "ddr", "--configfile", "configs/paper.yaml")
     plan = {**training_plan(proc.stdout, gpus_per_process=1), **training_plan(proc.stdout, "train DAM")}
@@ -267,7 +267,7 @@ MODIR_TARGETS = ["trec-covid", "webis-touche2020", "dbpedia-entity", "nfcorpus",
 
 
 def test_paper_config_plans_modir_with_the_spec_values():
-    """MoDIR at paper scale (METHODS.md §3.3): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
+    """MoDIR at paper scale (docs/methods/modir.md#hyperparameters): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
     Table 5's values, the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
     proc = snakemake("-n", "--forceall", "modir", "--configfile", "configs/paper.yaml")
     plan = training_plan(proc.stdout, gpus_per_process=1)
@@ -310,7 +310,7 @@ def test_paper_config_plans_modir_with_the_spec_values():
 
 
 def test_paper_config_plans_cocodr_with_the_spec_values():
-    """COCO-DR at paper scale (METHODS.md §4.2-4.4): COCO from Condenser on the 18 BEIR corpora and MS MARCO
+    """COCO-DR at paper scale (docs/methods/cocodr.md#coco-pretraining to #fine-tuning-schedule): COCO from Condenser on the 18 BEIR corpora and MS MARCO
     (8 epochs, 200 documents per GPU x 8, length 128, lr 1e-4), a BM25 warmup, then 3 ANCE episodes of 45k
     steps with iDRO (K 50) over queries re-clustered every episode, 30 sampled negatives."""
     proc = snakemake("-n", "--forceall", "cocodr", "--configfile", "configs/paper.yaml")
@@ -346,7 +346,7 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
 
 
 def test_paper_config_plans_rmsc_with_the_spec_values():
-    """RMSC at paper scale (METHODS.md §5): one model per target of its tables from Condenser and from the COCO
+    """RMSC at paper scale (docs/methods/rmsc.md): one model per target of its tables from Condenser and from the COCO
     model, trained on MS MARCO's labelled pairs + MS MARCO weak pairs + the target's weak pairs (ICT on
     LoTTE, SCL on BEIR) with soft tokens k 1, AdamW lr 1e-5, batch 512, one random negative, group-restricted
     in-batch negatives; the baselines without soft tokens or weak data; every open choice shown."""

@@ -1,4 +1,4 @@
-"""COCO-DR Figure 5c and Table 4 from the last clustering of the iDRO recipe (METHODS.md §4.5).
+"""COCO-DR Figure 5c and Table 4 from the last clustering of the iDRO recipe (docs/methods/cocodr.md#evaluation-and-analyses).
 
 Every embedding is the iDRO model's (the paper's "COCO-DR embeddings"). A source cluster's
 embedding is the mean of its training queries', so a target's average dot product with a cluster

@@ -61,7 +61,7 @@ def grid_recipe(recipe: str, alpha: float, beta: float) -> str:
 def expand_berm_grid(config: dict) -> dict[tuple[float, float], str]:
     """Add one recipe per point of ``config["berm"]["grid"]`` (BERM Figure 4) and return
     ``{(alpha, beta): recipe}``. alpha weighs L_R2 and beta L_R1 (the reading under which the paper's
-    optimum alpha 0.1, beta 1.0 equals the official ANCE code's weights, METHODS.md §1.2); the point
+    optimum alpha 0.1, beta 1.0 equals the official ANCE code's weights, docs/methods/berm.md#loss-weights); the point
     equal to the grid recipe's own weights is that recipe, not a second copy of it."""
     grid = (config.get("berm") or {}).get("grid")
     if not grid:

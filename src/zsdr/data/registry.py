@@ -4,7 +4,7 @@ One :class:`Dataset` per BEIR-layout folder ``data/<name>/``. A dataset is eithe
 (``files``: URL, published checksum where one exists, approximate size), extracted and converted
 by a converter of :mod:`zsdr.data.convert`, or — for the four BEIR sets that are not public —
 "bring your own files": the user places a BEIR-layout folder under ``byo/<name>/`` and the
-pipeline validates and adopts it. Sources: spec §6 of the project's method specification; BEIR's
+pipeline validates and adopts it. Sources: docs/methods/datasets.md#sources; BEIR's
 README for the md5 of every public archive.
 
 Downloaded files land under ``downloads/<host>/<path>`` — the layout ``wget -x`` writes — so a

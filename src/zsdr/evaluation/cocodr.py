@@ -12,7 +12,7 @@ query cluster of a target, per-cluster training losses and the case study's help
 * :func:`nearest_clusters` (Fig. 5c): the source (MS MARCO) query cluster a target task is nearest
   to, by the average dot product between the target's query embeddings and the cluster's.
 * :func:`cluster_training_losses` / :func:`training_losses` (Fig. 5c, Table 4): a model's training
-  loss (the pairwise NLL of METHODS.md §4.1) on the source's training queries, per cluster or per
+  loss (the pairwise NLL of docs/methods/cocodr.md#fine-tuning-model-and-loss) on the source's training queries, per cluster or per
   query; compared between a model trained with and one trained without iDRO.
 * :func:`pick_gains` / :func:`nearest_source` (Table 4): the target queries that gain most from
   iDRO and the nearest source training query of each.

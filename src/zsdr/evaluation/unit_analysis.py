@@ -1,4 +1,4 @@
-"""BERM's unit-level analyses (METHODS.md §1.5, BERM Tables 5 and 6) of one trained encoder.
+"""BERM's unit-level analyses (docs/methods/berm.md#unit-statistics-tables-5-and-6, BERM Tables 5 and 6) of one trained encoder.
 
 On the labelled test pairs of a dataset (the labelling stage's ``labels.jsonl``: one line per
 ``(qid, pid)`` with the passage's sentence units and its essential unit, see
@@ -13,7 +13,7 @@ the square root of the system's inverse temperature, as the loss term scales the
   ``m = GELU(t_q ⊙ t_p)`` is the labelled essential unit, else 0; pairs whose essential unit survives
   truncation (a passage with one unit counts, as in the training log's ``unit_accuracy``).
 * ``unit_similarity`` (Table 6, unit-to-unit relationship; the paper's statistic is not recoverable,
-  this is METHODS.md's suggestion): the mean cosine similarity over the pairs ``i < j`` of the
+  this is the project's choice, docs/methods/berm.md#unit-statistics-tables-5-and-6): the mean cosine similarity over the pairs ``i < j`` of the
   passage's unit vectors; pairs whose passage keeps at least two units.
 
 "Keeps" means after the encoder's ``doc_max_length`` truncation; a measure that does not apply to a

@@ -1,4 +1,4 @@
-"""MoDIR's adversarial losses (METHODS.md §3.1), on the logits of the domain classifier.
+"""MoDIR's adversarial losses (docs/methods/modir.md#components-and-losses), on the logits of the domain classifier.
 
 Labels: 0 = source, 1 = target (:mod:`zsdr.models.heads`).
 

@@ -1,4 +1,4 @@
-"""BERM's auxiliary losses over a passage's sentence units (METHODS.md §1.2).
+"""BERM's auxiliary losses over a passage's sentence units (docs/methods/berm.md#model-and-losses).
 
 Shapes: ``passages`` ``(n, h)`` (the passage vectors ``t_p``), ``units`` ``(n, u, h)`` (the unit
 vectors ``e_i``, padded), ``mask`` ``(n, u)`` (True where a unit exists). A passage with no unit
@@ -14,7 +14,7 @@ contributes nothing; the means run over the passages that do contribute.
   of a batch: a factor ``(B - 1) / B`` on a batch of ``B`` that this mean over passages leaves out.)
 * :func:`matching_representation`: ``m = GELU(t_q ⊙ t_p+)``.
 * :func:`unit_extraction` (R2, paper eq. 5): cross-entropy of ``softmax_i <m, e_i>`` against the
-  essential unit. ``double_softmax=True`` is the official code's variant (METHODS.md §1.2 ⚠): the
+  essential unit. ``double_softmax=True`` is the official code's variant (docs/methods/berm.md#r2-essential-unit-extractability ⚠): the
   cross-entropy is applied to the already-softmaxed probabilities, which flattens its gradient.
 """
 

@@ -2,10 +2,10 @@
 
 * :func:`pairwise_nll`: ``-log softmax([s(q,d+), s(q,d-)])[0]`` over each query's own candidates
   only (the ANCE-family ``rdot_nll`` loss: one positive and one or more negatives, no in-batch
-  negatives; METHODS.md §0.1).
+  negatives; docs/methods/baselines.md#pairwise-nll-loss).
 * :func:`contrastive`: every query against every document of the (global) batch, its own
   positive as the target, with an inverse temperature and a mask that removes the other
-  documents labelled relevant to the query (DDR's REM loss, METHODS.md §2.2).
+  documents labelled relevant to the query (DDR's REM loss, docs/methods/ddr.md#contrastive-rem-loss).
 
 Both return the *mean* over the queries they are given; under data parallelism each process
 passes its own queries (and, for :func:`contrastive`, the documents gathered from all

@@ -1,4 +1,4 @@
-"""Margin-MSE distillation (Hofstätter et al. 2020; DDR's KD loss, METHODS.md §2.2).
+"""Margin-MSE distillation (Hofstätter et al. 2020; DDR's KD loss, docs/methods/ddr.md#margin-mse).
 
 ``L = mean_{i,k} [ (s(q_i,d_i+) − s(q_i,d_ik−)) − (t(q_i,d_i+) − t(q_i,d_ik−)) ]²`` with ``t`` the
 teacher (cross-encoder) score. No in-batch term.

@@ -1,6 +1,6 @@
 """Heads on top of an encoder's embeddings.
 
-:class:`DomainClassifier` is MoDIR's domain classifier ``f(e) = softmax(W_f e)`` (METHODS.md §3.1;
+:class:`DomainClassifier` is MoDIR's domain classifier ``f(e) = softmax(W_f e)`` (docs/methods/modir.md#domain-classifier;
 official code ``model/domain_classifier.py`` with ``dc_layers=1``): one linear map to two classes
 (0 = source, 1 = target) without a bias, its logits clipped to ``[-clip, clip]`` before any softmax
 or cross-entropy, randomly initialised.

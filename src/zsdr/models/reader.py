@@ -2,7 +2,7 @@
 
 BERM labels the essential unit of a positive passage with ``h_i = BM25(q, u_i) + δ·r_i``, where
 ``r_i`` is the largest *start* probability an extractive reader gives a token of unit ``u_i``
-(METHODS.md §1.1). :meth:`Reader.start_probabilities` is that distribution: a softmax of the
+(docs/methods/berm.md#labelling-rule). :meth:`Reader.start_probabilities` is that distribution: a softmax of the
 start logits over the passage tokens only (question and special tokens excluded), each token
 reported with its character span in the passage, so the labeller can map it onto sentences.
 

@@ -128,7 +128,7 @@ class CocodrPlan:
 
     def _setup_cocodr(self) -> None:
         """Resolve COCO-DR's analysis, span corpora, clustered runs, figures and evaluated systems, and the systems evaluated per dataset."""
-        # COCO-DR (METHODS.md §4; rules/cocodr.smk): span files per corpus, pretraining specs, the query
+        # COCO-DR (docs/methods/cocodr.md; rules/cocodr.smk): span files per corpus, pretraining specs, the query
         # clusters of every ANCE run with a `dro` term, and the systems its figures evaluate.
         self.COCODR_ANALYSIS = self.COCODR["analysis"]
 

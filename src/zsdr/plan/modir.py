@@ -169,7 +169,7 @@ class ModirPlan:
 
     def _setup_modir(self) -> None:
         """Resolve MoDIR's recipes, their per-target runs and the curve recipes and datasets."""
-        # MoDIR (METHODS.md §3): a recipe with a `modir` section trains once per target dataset d, as runs
+        # MoDIR (docs/methods/modir.md): a recipe with a `modir` section trains once per target dataset d, as runs
         # <recipe>@<d>, on the source batches plus d's unlabelled target triples (rule modir_triples). Its
         # system on d is that run at `modir.eval_step` (a snapshot, or the end of the run); on the source
         # dataset it is the run of `modir.source_target` (default: the first target) [X]. The step-0 model

@@ -182,7 +182,7 @@ class RmscPlan:
 
     def _setup_rmsc(self) -> None:
         """Resolve RMSC's weak-pair and QGen settings, generators, per-target mixture runs, source context and curves."""
-        # RMSC (METHODS.md §5; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
+        # RMSC (docs/methods/rmsc.md; rules/rmsc.smk): a `mixture` recipe with a target set trains once per
         # target d, as runs <recipe>@<d> (`targets` limits them); its system on d is that run, on the
         # source dataset the run of `rmsc.source_target` (else its first target) [X]. Weak pairs are
         # data/<corpus>/weak/<method>.jsonl; the source's weak set of a run uses its target's method.

@@ -4,7 +4,7 @@ The corpus is encoded by the ordinary sharded encode jobs (the checkpoint is a d
 any other); this step encodes the training queries, searches the shards exactly (top
 ``depth``, 200 in ANCE / COCO-DR), removes every document labelled relevant to the query and
 samples ``sample`` negatives uniformly without replacement (20 in ANCE / MoDIR / BERM, 30 in
-COCO-DR; METHODS.md §0.1), kept in rank order. Sampling is seeded per query (its position in
+COCO-DR; docs/methods/baselines.md#ance-negative-refresh), kept in rank order. Sampling is seeded per query (its position in
 the qrels), so the same checkpoint gives the same file. Output: the negatives JSON-lines format
 (system ``ance``) that :class:`zsdr.training.data.TrainingSet` reads.
 """

@@ -5,16 +5,16 @@ once over a named *collection* and saved (:meth:`UnitBM25.save`), then every lab
 scores its pairs with the same statistics:
 
 * ``units``: every sentence unit of the labelled passages is a document (BM25 at unit level,
-  the paper's reading; METHODS.md §1.1 recommendation);
+  the paper's reading; docs/methods/berm.md#unit-bm25);
 * ``passages``: the labelled passages themselves are the documents (unit lengths still normalise);
 * ``pairs``: the queries and the positive passages of the labelled pairs, ``N = 2 × pairs`` (what the
-  official code counts its idf over, METHODS.md §1.1 [C]).
+  official code counts its idf over, docs/methods/berm.md#unit-bm25 [C]).
 
 Two formulas (``variant``):
 
 * ``lucene``: Lucene/Anserini BM25, ``idf(w) = ln(1 + (N - df + 0.5) / (df + 0.5))`` times
   ``tf / (tf + k1 (1 - b + b |u| / avgdl))``, once per query-token occurrence (k1 0.9, b 0.4);
-* ``approximate``: the official code's (METHODS.md §1.1 ⚠ [C]): ``Σ_{w ∈ q, w ∈ u} idf(w) · (k1 + 1) / k1 ·
+* ``approximate``: the official code's (docs/methods/berm.md#unit-bm25 ⚠ [C]): ``Σ_{w ∈ q, w ∈ u} idf(w) · (k1 + 1) / k1 ·
   (1 - b + b |u| / 100)`` with ``idf(w) = ln(N / (df(w) + 1))``, 15 for an unseen token, no term-frequency
   saturation (k1 1.5, b 0.75).
 

@@ -1,4 +1,4 @@
-"""BERM as a loss term of the bi-encoder task (METHODS.md §1.2).
+"""BERM as a loss term of the bi-encoder task (docs/methods/berm.md#model-and-losses).
 
 :class:`BermTerm` adds ``r1_weight · L_R1 + r2_weight · L_R2`` to whatever task loss the base recipe
 trains (DPR's pairwise NLL, ANCE's episodes, KD's Margin-MSE): the base recipe is unchanged, the
@@ -37,9 +37,9 @@ class BermConfig:
     """The ``berm`` section of a recipe."""
 
     labels: str | None = None        # labels file of the training pairs (the labelling stage's output)
-    r1_weight: float = 1.0           # L_R1, semantic-unit balance (METHODS.md §1.2 default)
+    r1_weight: float = 1.0           # L_R1, semantic-unit balance (docs/methods/berm.md#loss-weights)
     r2_weight: float = 0.1           # L_R2, essential-unit extractability
-    double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (§1.2 ⚠)
+    double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (docs/methods/berm.md#r2-essential-unit-extractability ⚠)
     r1_reduction: str = "sum"        # "sum": the paper's KL; "mean": KL / units, the official code's
     scale: float = 1.0               # the recipe's inverse temperature (see the module docstring)
 

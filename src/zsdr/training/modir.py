@@ -1,4 +1,4 @@
-"""MoDIR as a loss term of the bi-encoder task (METHODS.md §3): a domain classifier trained on a
+"""MoDIR as a loss term of the bi-encoder task (docs/methods/modir.md): a domain classifier trained on a
 momentum queue of detached embeddings, and an adversarial loss that pushes the encoder towards
 embeddings the classifier cannot tell apart.
 
@@ -61,7 +61,7 @@ SETS = {"source_queries": SOURCE, "source_docs": SOURCE, "target_queries": TARGE
 
 @dataclass
 class ModirConfig:
-    """The ``modir`` section of a recipe (defaults: ANCE+MoDIR, METHODS.md §3.3)."""
+    """The ``modir`` section of a recipe (defaults: ANCE+MoDIR, docs/methods/modir.md#hyperparameters)."""
 
     triples: str | None = None          # target triples file (the workflow fills it in)
     target: str | None = None           # target BEIR folder with their texts (idem)
@@ -95,7 +95,7 @@ class ModirConfig:
 
 # ---------------------------------------------------------------------------------- target data
 def build_target_triples(dataset: str | os.PathLike, split: str, out: str | os.PathLike) -> dict:
-    """MoDIR's target "triples" (``generate_triples_simple.py``, METHODS.md §3.2): line ``i`` pairs
+    """MoDIR's target "triples" (``generate_triples_simple.py``, docs/methods/modir.md#target-domain-data): line ``i`` pairs
     query ``i`` with documents ``2i`` and ``2i+1``, cycling through the split's queries (in
     ``queries.jsonl`` order) and the non-empty documents (in corpus order) until both are used up.
     Only the query ids of ``qrels/<split>`` are read, never their relevance labels; the texts come

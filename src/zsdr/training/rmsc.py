@@ -1,4 +1,4 @@
-"""RMSC's joint training over several supervision sets (METHODS.md §5.2-5.4).
+"""RMSC's joint training over several supervision sets (docs/methods/rmsc.md#soft-tokens, #joint-training, #re-trained-baselines).
 
 RMSC (Fang et al., AAAI 2024) fine-tunes one bi-encoder on a shuffled mixture of
 
@@ -17,7 +17,7 @@ item belongs to the same group as item ``i`` (its own random negative included).
 eq. 12 omits the ``-log``; this is its negative log-likelihood form, averaged over the queries.
 
 The same task trains the baselines RMSC re-trains: one set (the source's labelled pairs, no soft
-tokens) is "Condenser / COCO fine-tuned on MS MARCO with random negatives" (§5.4); one set of
+tokens) is "Condenser / COCO fine-tuned on MS MARCO with random negatives" (docs/methods/rmsc.md#re-trained-baselines); one set of
 target QGen pairs continued from such a model is the QGen curve of Figure 2.
 
 A spec (``kind: mixture``, :func:`build_mixture_task`) lists its ``sets``; each set is a dict:

@@ -32,7 +32,7 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
 
     ``random_candidates`` adds that many corpus documents drawn uniformly per query (seeded by the
     query's position), so a student distilled from these scores also sees easy negatives with large
-    teacher margins (which candidates the teacher scores is an open choice: METHODS.md §2.3).
+    teacher margins (which candidates the teacher scores is an open choice: docs/methods/ddr.md#teacher-scores).
     """
     import numpy as np
 

@@ -1,4 +1,4 @@
-"""BERM's essential-unit labelling stage (METHODS.md §1.1): ``h_i = bm25(q, u_i) + δ · r_i``.
+"""BERM's essential-unit labelling stage (docs/methods/berm.md#labelling-rule): ``h_i = bm25(q, u_i) + δ · r_i``.
 
 For each labelled (query, passage) pair the passage is split into sentence units
 (:func:`zsdr.data.units.sentence_spans`); ``bm25`` is :class:`zsdr.sparse.unit_bm25.UnitBM25` with
