@@ -5,7 +5,8 @@ takes once everything is done.
     .venv/bin/python benchmarks/plan_paper.py [--keep DIR]
 
 1. plan: `snakemake -n --profile profiles/slurm results/all --configfile configs/paper.yaml` in a scratch
-   copy of the workflow (code and config only); wall time, jobs per rule, GPUs / memory / runtime per job.
+   copy of the workflow (code and config only); wall time, jobs per rule, GPUs / nodes / CPUs / memory /
+   runtime per job.
 2. mark done: every planned output is created empty (folders for directory() outputs) and
    `snakemake --touch` gives them the DAG's order of modification times, as if the whole DAG had run
    (about 25 minutes: Snakemake's touch executor sleeps 0.1 s per job, one job at a time).
@@ -40,16 +41,24 @@ def run(args: list[str], cwd: Path) -> tuple[float, str]:
 
 
 def job_table(out: str) -> dict[str, dict]:
-    """Per rule: job count and the sets of GPUs, mem_mb and runtime its jobs request. A job block shows its
-    resources; a training job's message names its GPUs instead ("train x (8 GPU(s)): ...")."""
-    rules: dict[str, dict] = defaultdict(lambda: {"jobs": 0, "gpu": set(), "mem_mb": set(), "runtime": set()})
+    """Per rule: job count and the sets of GPUs, nodes, CPUs, mem_mb and runtime its jobs request. A job
+    block shows its resources (CPUs: threads, or cpus_per_gpu x GPUs for a GPU job, as the SLURM executor
+    asks); a training job's message shows its shape instead ("train x (8 GPU(s), 1 node(s), 64 CPUs (8 per
+    GPU), 52500 MB, 1440 min): ...")."""
+    keys = ("gpu", "nodes", "cpus", "mem_mb", "runtime")
+    rules: dict[str, dict] = defaultdict(lambda: {"jobs": 0, **{k: set() for k in keys}})
     for block in re.split(r"\n\s*\n", out):
         rule = re.search(r"^(?:local)?rule (\w+):", block, re.M)
         res = re.search(r"resources: (.*)", block)
         if rule and res:
             values = dict(kv.split("=", 1) for kv in res.group(1).split(", ") if "=" in kv)
+            threads = re.search(r"threads: (\d+)", block)
+            gpus = int(values.get("gpu", 0) or 0)
+            values["cpus"] = (gpus * int(values["cpus_per_gpu"]) if gpus and "cpus_per_gpu" in values
+                              else int(threads.group(1)) if threads else 1)
+            values.setdefault("nodes", 1)
             r = rules[rule.group(1)]
-            for key in ("gpu", "mem_mb", "runtime"):
+            for key in keys:
                 if key in values:
                     r[key].add(int(values[key]))
     counts = out.split("Job stats:")[-1]
@@ -58,11 +67,12 @@ def job_table(out: str) -> dict[str, dict]:
         if m and m.group(1) != "total":
             rules[m.group(1)]["jobs"] = int(m.group(2))
     for m in re.finditer(r"^(?:Job \d+: )?(pretrain|train(?: DAM| generator| cross-encoder| reader)?) \S+ "
-                         r"\((\d+) GPU\(s\)\)", out, re.M):
+                         r"\((\d+) GPU\(s\), (\d+) node\(s\), (\d+) CPU.*?, (\d+) MB, (\d+) min\)", out, re.M):
         rule = {"pretrain": "pretrain_coco", "train": "train", "train DAM": "train_dam",
                 "train generator": "train_generator", "train cross-encoder": "train_cross_encoder",
                 "train reader": "train_reader"}[m.group(1)]
-        rules[rule]["gpu"].add(int(m.group(2)))
+        for key, value in zip(keys, m.groups()[1:]):
+            rules[rule][key].add(int(value))
     return dict(rules)
 
 
@@ -113,14 +123,15 @@ def main() -> None:
         table = job_table(out)
         total = sum(r["jobs"] for r in table.values())
         print(f"paper-scale plan with profiles/slurm: {total} jobs in {plan_s:.1f} s")
-        print(f"{'rule':<22}{'jobs':>7}  {'GPUs/job':<12}{'mem_mb':<16}{'runtime (min)':<14}")
+        print(f"{'rule':<22}{'jobs':>7}  {'GPUs/job':<10}{'nodes':<7}{'CPUs':<8}{'mem_mb':<14}{'runtime (min)':<14}")
 
         def span(values: set) -> str:
             return "-" if not values else (str(min(values)) if len(values) == 1 else f"{min(values)}-{max(values)}")
 
         for rule, r in sorted(table.items(), key=lambda kv: -kv[1]["jobs"]):
             if r["jobs"]:
-                print(f"{rule:<22}{r['jobs']:>7}  {span(r['gpu']):<12}{span(r['mem_mb']):<16}{span(r['runtime']):<14}")
+                print(f"{rule:<22}{r['jobs']:>7}  {span(r['gpu']):<10}{span(r['nodes']):<7}{span(r['cpus']):<8}"
+                      f"{span(r['mem_mb']):<14}{span(r['runtime']):<14}")
         done_s, outputs = mark_done(work)
         print(f"marked done: {outputs} outputs created and touched in {done_s:.1f} s")
         noop_s, again = run(["-n", *PLAN], work)

@@ -57,13 +57,14 @@ rule pretrain_coco:
         mem_mb=32000,
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.coco_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.PRETRAINED[wc.name]),
     message:
-        "pretrain {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
+        "pretrain {wildcards.name} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 

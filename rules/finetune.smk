@@ -133,6 +133,7 @@ rule train_cross_encoder:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.cross_encoder_spec(wc.name),
@@ -140,7 +141,7 @@ rule train_cross_encoder:
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
     message:
-        "train cross-encoder {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
+        "train cross-encoder {wildcards.name} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -166,13 +167,14 @@ rule train_reader:
         mem_mb=32000,
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.reader_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.READERS[wc.name]),
     message:
-        "train reader {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
+        "train reader {wildcards.name} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 
@@ -246,6 +248,7 @@ rule train:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.train_spec(wc.run),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.train_spec(wc.run),
@@ -253,6 +256,6 @@ rule train:
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
     message:
-        "train {wildcards.run} ({resources.gpu} GPU(s)): {params.summary}"
+        "train {wildcards.run} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"

@@ -26,12 +26,13 @@ rule train_dam:
         mem_mb=32000,
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.dam_spec(wc.dam),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam)
         ),
         launch=lambda wc: PLAN.dam_launch(wc.dam),
     message:
-        "train DAM {wildcards.dam} ({resources.gpu} GPU(s)): {params.summary}"
+        "train DAM {wildcards.dam} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"

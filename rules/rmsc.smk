@@ -56,6 +56,7 @@ rule train_generator:
         mem_mb=16000,
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
+        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
         spec=lambda wc: PLAN.generator_spec(wc.name),
         summary=lambda wc: PLAN.spec_summary(
             PLAN.generator_spec(wc.name),
@@ -63,7 +64,7 @@ rule train_generator:
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
     message:
-        "train generator {wildcards.name} ({resources.gpu} GPU(s)): {params.summary}"
+        "train generator {wildcards.name} ({params.shape}): {params.summary}"
     script:
         "../workflow_scripts/train.py"
 

@@ -224,7 +224,7 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     assert jobs == {"train": n, "dense_search_group": n, "evaluate": datasets, "table1": 1}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:
-        assert f"train {name} (0 GPU(s)): " in proc.stdout
+        assert f"train {name} (0 GPU(s), 1 node(s), 1 CPU(s), " in proc.stdout
     loss.write_text(original)                        # same content: nothing to re-run
     assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
 

@@ -79,6 +79,17 @@ class ResourcesPlan:
         retries = getattr(getattr(workflow, "execution_settings", None), "retries", 0) or 0
         return int(retries) + attempts - 1 if attempts > 1 else None
 
+    @staticmethod
+    def job_shape(resources: Any, threads: int) -> str:
+        """What a training job asks the scheduler for, in its message (the dry run's line for it): GPUs,
+        nodes, CPUs (per GPU where it has GPUs: the SLURM executor's --cpus-per-gpu, else its threads:
+        --cpus-per-task), memory and runtime, e.g. "8 GPU(s), 1 node(s), 64 CPUs (8 per GPU), 52500 MB, 1440 min"."""
+        gpus, nodes = int(resources.get("gpu", 0) or 0), int(resources.get("nodes", 1) or 1)
+        per_gpu = resources.get("cpus_per_gpu")
+        cpus = f"{gpus * int(per_gpu)} CPUs ({per_gpu} per GPU)" if gpus and per_gpu else f"{threads} CPU(s)"
+        return (f"{gpus} GPU(s), {nodes} node(s), {cpus}, {resources.get('mem_mb')} MB, "
+                f"{resources.get('runtime')} min")
+
     def cluster_resources(
         self, gpus: int | Callable[[Any], int] = 0, nodes: int | Callable[[Any], int] = 1
     ) -> dict[str, Any]:
