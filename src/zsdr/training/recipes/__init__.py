@@ -225,7 +225,7 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
     cmd = list(launcher) if launcher else torchrun_command(processes, nodes)
-    cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet"]
+    cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet", "--log-progress"]
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent forwards these to its workers; SIGUSR1 (sbatch --signal=USR1@...) would otherwise
     # kill the agent before the workers could write their checkpoint.
@@ -280,6 +280,8 @@ def cmd_train(args) -> int:
         raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
                         f"(a spec needs {', '.join(SPEC_KEYS)})",
                         "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
+    if args.log_progress:
+        logging.getLogger("zsdr.training.trainer.progress").setLevel(logging.INFO)
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
     return 0
 
@@ -292,5 +294,7 @@ def register_cli(sub) -> None:
     p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--log-progress", action="store_true",
+                   help="log a progress line (step/total, losses, lr, examples/s, ETA) every log_every steps")
     p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_train)
