@@ -721,8 +721,9 @@ def _duration(seconds: float) -> str:
 
 
 def progress_line(name: str, rec: dict, total: int, start: int, elapsed: float) -> str:
-    """``train dpr: step 20/100 (20%), loss 0.6931 (task_loss 0.6500, r1 0.0400), accuracy 0.5000,
-    lr 2.00e-05, 812.3 examples/s, ETA 0:01:05``: the ETA from this run's pace since ``start``."""
+    """``train dpr-berm: step 20/100 (20%), loss 0.6931 (r1 0.04, r2 0.4, task_loss 0.65), accuracy 0.5,
+    lr 2.00e-05, 812.3 examples/s, ETA 0:01:05`` (the loss: the mean over the log window; the logged
+    values: the record's step's; the ETA: this run's pace since ``start``; ``done in`` at the end)."""
     step = rec["step"]
     terms, values = loss_terms([rec]), logged_values([rec])
     parts = [f"train {name}: step {step}/{total} ({100 * step / max(total, 1):.0f}%)",
