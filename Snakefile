@@ -27,6 +27,7 @@ from zsdr.workflow import (
     expand_cocodr_sweeps,
     expand_recipes,
     load_yaml,
+    system_papers,
 )
 
 load_yaml(Path(workflow.basedir) / "config.yaml")  # a syntax error: its line and column

@@ -2,7 +2,7 @@
 
 
 rule table1:
-    """results/table1.csv: every configured system on the source dev set and every target."""
+    """results/table1.{csv,md,png}: every configured system on the source dev set and every target."""
     input:
         metrics=expand(
             "{m}/{d}/{s}.json", m=METRICS, d=PLAN.EVAL_DATASETS, s=PLAN.TABLE1_SYSTEMS
@@ -15,6 +15,11 @@ rule table1:
             category="Head-to-head",
         ),
         md=f"{RESULTS}/table1.md",
+        figure=report(
+            f"{RESULTS}/table1.png",
+            caption="../report/table1_figure.rst",
+            category="Head-to-head",
+        ),
     log:
         f"{LOGS}/tables/table1.log",
     conda:
@@ -26,6 +31,7 @@ rule table1:
     params:
         systems={s: PLAN.SYSTEMS[s].get("description", "") for s in PLAN.TABLE1_SYSTEMS},
         baselines=PLAN.TABLE1_BASELINES,
+        papers=system_papers(workflow.basedir, PLAN.TABLE1_SYSTEMS),
         datasets=PLAN.EVAL_DATASETS,
         source=PLAN.SOURCE,
         metric=config["table1"]["metric"],

@@ -33,14 +33,23 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=2700)
     with open(workdir / "results" / "table1.csv", newline="") as f:
         header, *rows = list(csv.reader(f))
-    assert header[:2] == ["system", "description"]
-    assert "mini-source (source)" in header and "mini-alpha (target)" in header and "target mean" in header
+    assert header == ["system", "paper", "description", "role", "mini-source", "mini-alpha", "mini-beta",
+                      "target_mean", "mini-alpha_p", "mini-alpha_vs_baseline", "mini-beta_p", "mini-beta_vs_baseline"]
     row = dict(zip(header, rows[0]))
-    assert 0.2 < float(row["mini-alpha (target)"]) < 1.0
+    assert 0.2 < float(row["mini-alpha"]) < 1.0
     # a real learning signal: the trained baselines beat the untrained encoders everywhere (DDR's
     # distilled DR learns from a weak tiny teacher at this scale and is not held to it)
     table = {r[0]: dict(zip(header, r)) for r in rows}
-    cols = ["mini-source (source)", "mini-alpha (target)", "mini-beta (target)"]
+    cols = ["mini-source", "mini-alpha", "mini-beta"]
+    # both directions of significance against the strongest baseline, p-values in scientific notation
+    assert {table[s]["paper"] for s in table} == {"baselines", "berm", "ddr", "modir", "cocodr", "rmsc"}
+    assert all(re.fullmatch(r"\d\.\d\de[+-]\d+", table[s]["mini-alpha_p"]) for s in table
+               if table[s]["role"] != "reference")
+    assert {table[s]["mini-alpha_vs_baseline"] for s in table} <= {"better", "worse", ""}
+    assert table["tiny-bert-untrained"]["mini-alpha_vs_baseline"] == "worse"
+    assert "▼" in (workdir / "results" / "table1.md").read_text()
+    figure = (workdir / "results" / "table1.png").read_bytes()
+    assert figure.startswith(b"\x89PNG") and len(figure) > 10_000
 
     def value(system, col):
         return float(re.search(r"[0-9.]+", table[system][col]).group())
@@ -194,6 +203,7 @@ def test_mini_paper_tables_figure_and_report(workdir):
     snakemake("--report", "results/report.html", "tables", cwd=workdir, timeout=600)
     report = (results / "report.html").read_text(encoding="utf-8", errors="replace")
     assert "figure2.png" in report and "table6.csv" in report and "table1.csv" in report
+    assert "table1.png" in report
     spec = workdir / "src" / "zsdr" / "tables" / "specs" / "berm_table1.yaml"
     original = spec.read_text()
     edit(spec)

@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -454,34 +455,101 @@ def test_bad_statistics_file_is_a_data_error(tmp_path):
 # Table 1
 
 
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
-def test_table1_significance_against_the_strongest_baseline(tmp_path):
+def table1_case(tmp_path, systems=("bm25-flat", "bm25-rm3", "tiny", "same", "weak")):
+    """Metrics of a small table 1: ``tiny`` better than the strongest baseline (bm25-rm3), ``weak`` and
+    ``bm25-flat`` worse, ``same`` as good; every system's per-query scores vary, so the tests are not degenerate."""
     datasets = ["src", "t1", "t2"]
-    base = {"bm25-flat": 0.30, "bm25-rm3": 0.33, "tiny": 0.40, "same": 0.33}
+    base = {"bm25-flat": 0.30, "bm25-rm3": 0.33, "tiny": 0.40, "same": 0.33, "weak": 0.20}
     files = []
     for d in datasets:
-        for s, v in base.items():
-            per = scores(v) if s != "tiny" else {q: x + 0.01 * (i % 3) for i, (q, x) in enumerate(scores(v).items())}
+        for s in systems:
+            per = scores(base[s])
+            if s in ("tiny", "weak", "bm25-flat"):
+                per = {q: x + 0.01 * (i % 3) for i, (q, x) in enumerate(per.items())}
             files.append(write_metrics(tmp_path, d, s, per))
-    systems = {"bm25-flat": "BM25", "bm25-rm3": "BM25+RM3", "tiny": "a tiny model", "same": "as good as RM3"}
-    df = build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-flat", "bm25-rm3"])
-    assert list(df.columns[:2]) == ["system", "description"]
+    labels = {"bm25-flat": "BM25", "bm25-rm3": "BM25+RM3", "tiny": "a tiny model", "same": "as good as RM3",
+              "weak": "a weak model"}
+    return files, {s: labels[s] for s in systems}, datasets
+
+
+def test_table1_significance_both_ways_against_the_strongest_baseline(tmp_path):
+    files, systems, datasets = table1_case(tmp_path)
+    papers = {"tiny": "berm", "weak": "rmsc"}
+    df = build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-flat", "bm25-rm3"], papers=papers)
+    assert list(df.columns) == ["system", "paper", "description", "role", "src", "t1", "t2", "target_mean",
+                                "t1_p", "t1_vs_baseline", "t2_p", "t2_vs_baseline"]
     assert df.attrs["reference"] == "bm25-rm3"
     row = df.set_index("system")
-    assert row.loc["tiny", "t1 (target) marker"] == "‡" and row.loc["tiny", "t1 (target) p"] < 0.01
-    assert row.loc["bm25-flat", "t1 (target) marker"] == ""  # worse than the reference: no marker
+    assert row.loc["tiny", "t1_vs_baseline"] == "better" and row.loc["tiny", "t1_p"] < 0.01
+    assert row.loc["weak", "t1_vs_baseline"] == "worse" and row.loc["weak", "t1_p"] < 0.01
+    assert row.loc["bm25-flat", "t2_vs_baseline"] == "worse"
+    assert row.loc["same", "t1_vs_baseline"] == "" and row.loc["same", "t1_p"] == 1.0
+    assert row.loc["bm25-rm3", "t1_vs_baseline"] == "" and math.isnan(row.loc["bm25-rm3", "t1_p"])
+    assert list(row["paper"]) == ["baselines", "baselines", "berm", "baselines", "rmsc"]
     assert row.loc["bm25-rm3", "role"] == "reference" and row.loc["bm25-flat", "role"] == "baseline"
-    assert row.loc["tiny", "target mean"] == pytest.approx(0.41, abs=1e-4)
+    assert row.loc["tiny", "role"] == "system"
+    assert row.loc["tiny", "target_mean"] == pytest.approx(0.41, abs=1e-4)
     write_table(df, tmp_path / "table1.csv", tmp_path / "table1.md", "Table 1")
     md = (tmp_path / "table1.md").read_text()
-    assert "**0.4100**‡" in md and "strongest baseline, bm25-rm3" in md and "† p < 0.05, ‡ p < 0.01" in md
-    header = read_rows(tmp_path / "table1.csv")
-    assert float(header[0]["t1 (target)"]) == pytest.approx(0.3)
+    assert "**0.4100**‡" in md and "0.2100▼" in md and "| 0.3300 " in md.split("| same")[1].split("\n")[0]
+    assert "t1 (target)" in md and "target mean" in md and "| BERM " in md
+    assert "strongest baseline, bm25-rm3" in md and "† p < 0.05, ‡ p < 0.01 better" in md
+    assert "▽ p < 0.05, ▼ p < 0.01 worse" in md
+    rows = {r["system"]: r for r in read_rows(tmp_path / "table1.csv")}
+    assert float(rows["bm25-flat"]["t1"]) == pytest.approx(0.31)
+    assert rows["weak"]["t1_vs_baseline"] == "worse" and rows["tiny"]["t2_vs_baseline"] == "better"
+    assert rows["same"]["t1_p"] == "1.00e+00" and rows["bm25-rm3"]["t1_p"] == ""
+    assert re.fullmatch(r"\d\.\d\de-\d+", rows["weak"]["t1_p"]) and float(rows["weak"]["t1_p"]) > 0
     with pytest.raises(DataError, match="baseline"):
         build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-multifield"])
+    with pytest.raises(DataError, match="unknown paper"):
+        build_table1(files, systems, datasets, "src", "ndcg@10", papers={"tiny": "bert"})
     plain = build_table1(files, list(systems), datasets, "src", "ndcg@10")
-    assert "role" not in plain.columns and plain.attrs["reference"] is None
-    assert not math.isnan(plain["target mean"].iloc[0])
+    assert set(plain["role"]) == {"system"} and plain.attrs["reference"] is None
+    assert not any(c.endswith(("_p", "_vs_baseline")) for c in plain.columns)
+    assert not math.isnan(plain["target_mean"].iloc[0])
+
+
+def test_table1_p_values_in_scientific_notation_with_three_significant_digits():
+    from zsdr.tables.table1 import direction, marker, p_text
+
+    assert p_text(2.5e-26) == "2.50e-26" and p_text(0.000549) == "5.49e-04" and p_text(1.0) == "1.00e+00"
+    assert p_text(1.23456e-300) == "1.23e-300" and p_text(None) == "" and p_text(float("nan")) == ""
+    assert direction(0.049, True) == "better" and direction(0.049, False) == "worse"
+    assert direction(0.05, False) == "" and direction(1e-9, None) == "" and direction(None, True) == ""
+    assert marker(0.001, "better") == "‡" and marker(0.03, "better") == "†"
+    assert marker(0.001, "worse") == "▼" and marker(0.03, "worse") == "▽" and marker(0.001, "") == ""
+
+
+def test_table1_figure_is_written_deterministically_with_both_directions(tmp_path):
+    from zsdr.tables.table1 import figure_rows, render_table1_figure
+
+    files, systems, datasets = table1_case(tmp_path)
+    df = build_table1(files, systems, datasets, "src", "ndcg@10", baselines=["bm25-flat", "bm25-rm3"],
+                      papers={"tiny": "rmsc", "weak": "berm"})
+    assert [df["system"].iloc[i] for i in figure_rows(df)] == ["bm25-flat", "bm25-rm3", "same", "weak", "tiny"]
+    summary = render_table1_figure(df, tmp_path / "a.png", "Table 1")
+    assert summary == {"t1": {"better": 1, "worse": 2}, "t2": {"better": 1, "worse": 2}}
+    write_table(df, tmp_path / "t.csv", tmp_path / "t.md", "Table 1", figure=tmp_path / "b.png")
+    first = (tmp_path / "a.png").read_bytes()
+    assert first.startswith(b"\x89PNG") and len(first) > 10_000
+    assert (tmp_path / "b.png").read_bytes() == first
+    plain = build_table1(files, systems, datasets, "src", "ndcg@10")      # no baselines: bars only
+    assert render_table1_figure(plain, tmp_path / "c.png") == {"t1": {"better": 0, "worse": 0},
+                                                               "t2": {"better": 0, "worse": 0}}
+
+
+def test_system_papers_follow_the_config_file_that_defines_each_system():
+    from pathlib import Path
+
+    from zsdr.workflow import system_papers
+
+    root = Path(__file__).resolve().parents[1]
+    found = system_papers(root, ["bm25-flat", "tiny-bert-untrained", "dpr", "kd", "dpr-berm", "ddr-dr-contrast",
+                                 "ddr-contrast", "ance-modir", "cocodr-base", "rmsc-co", "not-configured"])
+    assert found == {"bm25-flat": "baselines", "tiny-bert-untrained": "baselines", "dpr": "baselines",
+                     "kd": "baselines", "dpr-berm": "berm", "ddr-dr-contrast": "ddr", "ddr-contrast": "ddr",
+                     "ance-modir": "modir", "cocodr-base": "cocodr", "rmsc-co": "rmsc", "not-configured": "baselines"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,6 +181,9 @@ def test_two_gloo_processes_match_one_process(tiny):
     for ra, rb in zip(a, b):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-5, abs=1e-6)
     assert json.loads((Path(two["out"]) / "training.json").read_text())["processes"] == 2
+    # the progress lines of the training processes land in the job's log, once (the main process's)
+    progress = [line for line in (tiny / "two.log").read_text().splitlines() if "train two: step" in line]
+    assert len(progress) == 12 and "step 12/12 (100%)" in progress[-1], progress
     wa, wb = weights(one["out"]), weights(two["out"])
     assert all(torch.allclose(wa[k], wb[k], atol=1e-5) for k in wa)
 
@@ -491,3 +494,58 @@ def test_a_signal_to_the_whole_job_with_batch_workers_stops_at_a_step_and_resume
     assert rerun.wait(timeout=300) == 0, rerun.stderr.read()
     assert same_model(s["out"], uninterrupted["out"])
     assert [r["loss"] for r in losses(s["out"])] == [r["loss"] for r in losses(uninterrupted["out"])]
+
+
+# ------------------------------------------------------------------------------------------ logs
+def test_progress_lines_go_to_the_job_log_at_log_every_and_not_to_the_console(tiny):
+    """As a workflow job runs a training (workflow_scripts/train.py): its log gets a progress line
+    every log_every steps with step/total, the loss, lr, examples/s and the ETA; the console none."""
+    s, path = spec(tiny, "progress", train={"log_every": 4})
+    log_file = tiny / "progress.log"
+    script = ("import json, sys; from zsdr.logs import setup_logging; from zsdr.training.recipes import launch; "
+              "setup_logging(sys.argv[2]); launch(json.load(open(sys.argv[1])), log_file=sys.argv[2])")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", script, str(path), str(log_file)], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + log_file.read_text()
+    lines = [line for line in log_file.read_text().splitlines() if "train progress: step" in line]
+    assert [re.search(r"step (\d+)/12 ", line).group(1) for line in lines] == ["4", "8", "12"], lines
+    assert all(" INFO zsdr.training.trainer.progress: " in line for line in lines)
+    assert re.search(r"loss \d\.\d{4}, accuracy [\d.]+, lr \d\.\d\de-\d\d, [\d.]+ examples/s, ETA \d+:\d\d:\d\d$",
+                     lines[0]), lines[0]
+    assert "(100%)" in lines[-1] and "done in" in lines[-1]
+    assert "train progress" not in proc.stderr and "train progress" not in proc.stdout
+
+
+def test_progress_line_lists_each_loss_term_then_the_other_values():
+    from zsdr.training.trainer import loss_terms, progress_line
+
+    rec = {"step": 30, "epoch": 0, "loss": 0.75, "last_loss": 0.7, "lr": 2e-5, "grad_norm": 1.0,
+           "examples_per_s": 512.0, "unit_accuracy": 0.5, "r1": 0.25, "r2": 0.125, "task_loss": 0.5,
+           "adversarial_lambda": 0.1, "masked_tokens": 40.0, "loss_target_weak": 0.3}
+    assert loss_terms([rec]) == ["r1", "r2", "task_loss", "loss_target_weak"]
+    line = progress_line("dpr-berm", rec, total=120, start=20, elapsed=10.0)
+    assert line == ("train dpr-berm: step 30/120 (25%), loss 0.7500 (r1 0.25, r2 0.125, task_loss 0.5, "
+                    "loss_target_weak 0.3), unit_accuracy 0.5, adversarial_lambda 0.1, masked_tokens 40, "
+                    "lr 2.00e-05, 512.0 examples/s, ETA 0:01:30")
+
+
+def test_loss_plot_draws_each_loss_term_and_the_learning_rate_on_a_labelled_axis(tmp_path):
+    from zsdr.training.trainer import loss_figure, plot_losses
+
+    records = [{"step": s, "epoch": 0, "loss": 1.0 / s, "lr": 1e-4 * s, "examples_per_s": 100.0 + s,
+                "task_loss": 0.8 / s, "r1": 0.1 / s, "r2": 0.05 / s, "unit_accuracy": 0.5} for s in range(1, 6)]
+    fig = loss_figure(records, "dpr-berm")
+    loss_axis, lr_axis = fig.axes
+    assert [line.get_label() for line in loss_axis.get_lines()] == ["loss (total)", "task_loss", "r1", "r2"]
+    assert [line.get_label() for line in lr_axis.get_lines()] == ["learning rate"]
+    assert loss_axis.get_xlabel() == "step" and loss_axis.get_ylabel() == "training loss"
+    assert lr_axis.get_ylabel() == "learning rate"
+    assert [t.get_text() for t in loss_axis.get_legend().get_texts()] == ["loss (total)", "task_loss", "r1", "r2",
+                                                                         "learning rate"]
+    plot_losses(records, tmp_path / "a.png", "dpr-berm")
+    plot_losses(records, tmp_path / "b.png", "dpr-berm")
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+    plot_losses([], tmp_path / "empty.png")
+    assert (tmp_path / "empty.png").stat().st_size > 0

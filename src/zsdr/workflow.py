@@ -166,6 +166,21 @@ def paper_config_files(root: str | Path) -> list[Path]:
     return [Path(root) / "configs" / "papers" / f"{name}.yaml" for name in PAPERS]
 
 
+def system_papers(root: str | Path, systems) -> dict[str, str]:
+    """``{system: paper}``: the paper file (configs/papers/<paper>.yaml) whose ``recipes`` or ``systems``
+    (top level or a ``by_scale`` section) define each of ``systems``; the first file wins. A system none of
+    them defines (config.yaml's BM25 and untrained encoders, or one a --configfile adds) is a baseline's."""
+    found: dict[str, str] = {}
+    for name, path in zip(PAPERS, paper_config_files(root)):
+        data = load_yaml(path)
+        sections = [data] + [s for s in (data.get("by_scale") or {}).values() if isinstance(s, dict)]
+        for section in sections:
+            for key in ("recipes", "systems"):
+                for system in section.get(key) or {}:
+                    found.setdefault(system, name)
+    return {s: found.get(s, "baselines") for s in systems}
+
+
 def update_config(config: dict, over: dict, sources: dict | None = None, label: str = "",
                   _path: tuple = ()) -> dict:
     """Merge ``over`` into ``config`` in place, as Snakemake merges config files (a mapping key by key,

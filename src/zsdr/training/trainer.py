@@ -29,7 +29,10 @@ else:
   which are checkpointed with the model; ``on_step(step, micro, last)`` runs before each
   micro-batch;
 * a metrics log (``train_log.jsonl``: step, epoch, loss, learning rate, gradient norm, examples
-  per second), a loss-curve PNG and a progress bar;
+  per second and every value the task logs, such as its loss terms), a progress line per record on
+  the ``zsdr.training.trainer.progress`` logger at INFO (step/total, loss and each logged value,
+  learning rate, examples/s, ETA: the job's log file shows them), a loss-curve PNG (total loss and
+  each loss term, learning rate on a second axis) and a progress bar;
 * optional model snapshots every ``snapshot_every`` steps (a learning curve over training time):
   ``snapshots/step-NNNNNNNNN/`` in the output folder and ``snapshots/snapshots.json``, a list of
   ``{"step", "train_seconds", "path"}`` ending with the finished model (``"path": "."``).
@@ -70,10 +73,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.io import atomic_dir, atomic_write, share_tree
+from zsdr.io import atomic_dir, atomic_write, save_figure, share_tree
 from zsdr.training.data import epoch_order
 
 log = logging.getLogger(__name__)
+# One line every log_every steps at INFO (a workflow job's log shows them; `zsdr train --log-info`)
+progress_log = logging.getLogger(__name__ + ".progress")
 
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "constant")
@@ -459,7 +464,7 @@ class Trainer:
         bar = tqdm(total=self.total, initial=start, desc=f"train {self.out_dir.name}", unit="step",
                    disable=not (self.progress and acc.is_main_process), dynamic_ncols=True)
         model.train()
-        last = time.perf_counter()
+        last = run_start = time.perf_counter()
         # the window's losses stay on the device (read every log_every steps: no host sync per step)
         window_loss, window_n, examples = torch.zeros((), dtype=torch.float64, device=acc.device), 0, 0
         step = start
@@ -520,6 +525,8 @@ class Trainer:
                         with open(log_path, "a", encoding="utf-8") as fh:
                             fh.write(json.dumps(rec) + "\n")
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", lr=f"{rec['lr']:.2e}")
+                        progress_log.info("%s", progress_line(self.out_dir.name, rec, self.total, start,
+                                                              now - run_start))
                     window_loss.zero_()
                     window_n, examples, last = 0, 0, now
                 # A recorded SIGTERM / SIGUSR1 stops every process here, after a checkpoint of this
@@ -690,24 +697,82 @@ def _to(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+# Keys of a train_log.jsonl record that the trainer writes itself (not logged by the task).
+RECORD_KEYS = ("step", "epoch", "loss", "last_loss", "lr", "grad_norm", "examples_per_s")
+# A logged value whose name has one of these words (split at "_") is not a loss term: accuracies,
+# counts, weights, a schedule's lambda.
+NOT_LOSS_WORDS = {"accuracy", "acc", "tokens", "lambda", "weight", "entropy", "clusters"}
+
+
+def logged_values(records: list[dict]) -> list[str]:
+    """The task's logged values across ``records``, in the order they first appear."""
+    return list(dict.fromkeys(k for r in records for k in r if k not in RECORD_KEYS))
+
+
+def loss_terms(records: list[dict]) -> list[str]:
+    """The logged values that are loss terms (``task_loss``, BERM's ``r1`` / ``r2``, MoDIR's
+    ``adversarial_loss``, COCO's ``mlm_head`` ..., RMSC's ``loss_<group>``), not accuracies or counts."""
+    return [k for k in logged_values(records) if not NOT_LOSS_WORDS & set(k.lower().split("_"))]
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(max(seconds, 0.0)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def progress_line(name: str, rec: dict, total: int, start: int, elapsed: float) -> str:
+    """``train dpr-berm: step 20/100 (20%), loss 0.6931 (r1 0.04, r2 0.4, task_loss 0.65), accuracy 0.5,
+    lr 2.00e-05, 812.3 examples/s, ETA 0:01:05`` (the loss: the mean over the log window; the logged
+    values: the record's step's; the ETA: this run's pace since ``start``; ``done in`` at the end)."""
+    step = rec["step"]
+    terms, values = loss_terms([rec]), logged_values([rec])
+    parts = [f"train {name}: step {step}/{total} ({100 * step / max(total, 1):.0f}%)",
+             f"loss {rec['loss']:.4f}" + (f" ({', '.join(f'{k} {rec[k]:.4g}' for k in terms)})" if terms else "")]
+    parts += [f"{k} {rec[k]:.4g}" for k in values if k not in terms]
+    parts.append(f"lr {rec['lr']:.2e}")
+    parts.append(f"{rec['examples_per_s']:.1f} examples/s")
+    done = step - start
+    if step < total and done > 0:
+        parts.append(f"ETA {_duration(elapsed / done * (total - step))}")
+    elif step >= total:
+        parts.append(f"done in {_duration(elapsed)}")
+    return ", ".join(parts)
+
+
 def plot_losses(records: list[dict], out: str | os.PathLike, title: str = "") -> None:
-    """The loss curve (and learning rate) of a run as a PNG."""
+    """:func:`loss_figure` as a PNG, with no date or version in the file (:func:`zsdr.io.save_figure`):
+    the same records give the same bytes."""
+    save_figure(loss_figure(records, title), out)
+
+
+def loss_figure(records: list[dict], title: str = ""):
+    """The run's loss curves: the total loss (mean over each log window) and each loss term the task
+    logged (:func:`loss_terms`, at the logged step) against the step, the learning rate dotted on a
+    labelled second axis, one legend for all lines."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
     if records:
         steps = [r["step"] for r in records]
-        ax.plot(steps, [r["loss"] for r in records], color="tab:blue", label="loss")
-        ax.set_xlabel("step")
-        ax.set_ylabel("training loss")
+        ax.plot(steps, [r["loss"] for r in records], color="black", lw=1.6, label="loss (total)")
+        for k, term in enumerate(loss_terms(records)):
+            points = [(r["step"], r[term]) for r in records if r.get(term) is not None]
+            ax.plot([p[0] for p in points], [p[1] for p in points], lw=1.0, color=plt.get_cmap("tab10")(k % 10),
+                    label=term)
         ax2 = ax.twinx()
-        ax2.plot(steps, [r["lr"] for r in records], color="tab:gray", linestyle=":", label="lr")
+        ax2.plot(steps, [r["lr"] for r in records], color="tab:gray", linestyle=":", label="learning rate")
         ax2.set_ylabel("learning rate")
+        ax2.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+        handles, labels = ax.get_legend_handles_labels()
+        more, more_labels = ax2.get_legend_handles_labels()
+        ax.legend(handles + more, labels + more_labels, fontsize=7, loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no steps logged", ha="center", va="center", transform=ax.transAxes, color="tab:gray")
     ax.set_title(title)
     fig.tight_layout()
-    with atomic_write(out, "wb") as fh:
-        fig.savefig(fh, format="png")
-    plt.close(fig)
+    return fig
