@@ -292,5 +292,6 @@ def register_cli(sub) -> None:
     p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="stop after this many steps, without saving (a testing aid for resumption)")
     p.set_defaults(func=cmd_train)
