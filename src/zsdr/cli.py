@@ -67,7 +67,8 @@ def cmd_datasets(args) -> int:
 
     for d in DATASETS:
         where = "bring your own" if d.byo else ", ".join(f.url for f in d.files)
-        checksum = "md5 " + d.files[0].md5 if d.files and d.files[0].md5 else "-"
+        md5 = d.files[0].checks()["md5"] if d.files else None
+        checksum = "md5 " + md5 if md5 else "-"
         print(f"{d.name:28s} {d.language:3s} {d.size:26s} {checksum:38s} {where}")
     return 0
 

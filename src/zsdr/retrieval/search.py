@@ -533,7 +533,8 @@ def _set_threads(threads: int | None) -> None:
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="Hugging Face id or model folder")
     p.add_argument("--pooling", choices=["cls", "mean", "cls_linear_ln"], default=None,
-                   help="pooling of the last hidden states (default: the checkpoint's zsdr.json or sentence-transformers config)")
+                   help="pooling of the last hidden states (default: the checkpoint's zsdr.json or "
+                        "sentence-transformers config)")
     p.add_argument("--similarity", choices=["dot", "cosine"], default=None,
                    help="score of a query and a document (default: from the checkpoint, as --pooling)")
     p.add_argument("--max-length", type=positive_int, default=None, help="query and document maximum tokens")
@@ -547,7 +548,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query-prefix", default=None, help="text put before every query (default: the checkpoint's)")
     p.add_argument("--doc-prefix", default=None, help="text put before every document (default: the checkpoint's)")
     p.add_argument("--batch-size", type=positive_int, default=64,
-                   help="texts per batch at the longest length; shorter batches hold as many tokens (default: %(default)s)")
+                   help="texts per batch at the longest length; shorter batches hold as many tokens "
+                        "(default: %(default)s)")
     p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                    help="autocast on CUDA (auto: bf16 where supported); the CPU always runs fp32")
