@@ -4,6 +4,7 @@ snakemake --cores all results/table1.csv                       # mini scale, CPU
 snakemake --cores all data --configfile configs/paper.yaml
 """
 
+import copy
 import os
 import sys
 from pathlib import Path
@@ -12,8 +13,13 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
+# The workflow folder: where this file, rules/, src/, schemas/ and configs/ are, wherever the working
+# directory (--directory) is, and also when another workflow imports this one as a module (where
+# workflow.basedir is the importing workflow's folder, and workflow.current_basedir this one's).
+ROOT = Path(workflow.current_basedir)
+
 # The workflow runs its own copy of the library, in this process and in every job's.
-SRC = str(Path(workflow.basedir) / "src")
+SRC = str(ROOT / "src")
 sys.path.insert(0, SRC)
 os.environ.update(
     PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
@@ -21,6 +27,7 @@ os.environ.update(
 
 
 from zsdr.workflow import (
+    COMMAND_LINE,
     add_paper_configs,
     check_config,
     expand_berm_grid,
@@ -28,33 +35,45 @@ from zsdr.workflow import (
     expand_recipes,
     load_yaml,
     system_papers,
+    update_config,
+    workdir_overlays,
 )
 
-load_yaml(Path(workflow.basedir) / "config.yaml")  # a syntax error: its line and column
+load_yaml(ROOT / "config.yaml")  # a syntax error: its line and column
+
+# What Snakemake hands this file before its configfile: the command line's --configfile / --config,
+# or, imported as a module with `config:`, the importing workflow's settings for it.
+GIVEN = copy.deepcopy(config)
 
 
 # config.yaml: what the papers share; configs/papers/<paper>.yaml: each paper's recipes and method
 # section, with its small- and paper-scale values under `by_scale` (configs/small.yaml and
-# configs/paper.yaml set `scale`). --configfile / --config override all of them.
-configfile: "config.yaml"
+# configs/paper.yaml set `scale`). A config.yaml in the working directory (when it is not this
+# folder), then --configfile / --config (or a module's `config:`) override all of them. The path is
+# absolute: Snakemake reads a relative configfile from the working directory.
+configfile: ROOT / "config.yaml"
 
 
+if workflow.modifier.skip_configfile:
+    # Imported as a module with `config:`: Snakemake skipped the configfile above and hands this file
+    # the importing workflow's dict, which is laid over this workflow's config, not changed.
+    config = update_config(load_yaml(ROOT / "config.yaml"), GIVEN)
+    OVERLAYS = [("the importing workflow's `config:` of the module", GIVEN)]
+else:
+    # The working directory's own config.yaml, when this is the main workflow (not a module).
+    MAIN = workflow.modifier.is_main_snakefile()
+    OVERLAYS = workdir_overlays(ROOT, os.getcwd()) if MAIN else []
+    OVERLAYS.append((COMMAND_LINE, workflow.config_settings.overwrite_config))
 CONFIG_SOURCES = {}
 if not workflow.config_settings.replace_workflow_config:
-    CONFIG_SOURCES = add_paper_configs(
-        config, workflow.basedir, workflow.config_settings.overwrite_config
-    )
+    CONFIG_SOURCES = add_paper_configs(config, ROOT, overlays=OVERLAYS)
 expand_recipes(config)
-check_config(
-    config, Path(workflow.basedir) / "schemas" / "config.schema.yaml", CONFIG_SOURCES
-)
+check_config(config, ROOT / "schemas" / "config.schema.yaml", CONFIG_SOURCES)
 validate(config, "schemas/config.schema.yaml")  # fills in the schema's defaults
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 
-os.environ.setdefault(
-    "NUMBA_CACHE_DIR", str(Path(workflow.basedir) / ".cache" / "numba")
-)
+os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
 # A job that runs the `zsdr` command (a multi-process training) logs the traceback of a failure too.
 os.environ.setdefault("ZSDR_DEBUG", "1")
 if config["offline"]:

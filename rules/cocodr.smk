@@ -238,7 +238,7 @@ rule cocodr_clusters:
             for d in PLAN.TARGETS
             for k in ("with_idro", "without_idro")
         ],
-        published="src/zsdr/tables/published/cocodr_table4.csv",
+        published=PLAN.source_file("src/zsdr/tables/published/cocodr_table4.csv"),
         code=PLAN.code(
             "zsdr.evaluation.cocodr",
             "zsdr.training.idro",

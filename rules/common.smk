@@ -15,8 +15,9 @@ if os.environ.get("SLURM_JOB_ID"):
     wait_for_the_job_on_sigusr1()
 
 
-# The whole plan, resolved now: a config mistake stops any command with the key to fix.
-PLAN = Plan(config, workflow.basedir, BERM_GRID, COCODR_SWEEPS)
+# The whole plan, resolved now: a config mistake stops any command with the key to fix. ROOT is the
+# workflow folder (the Snakefile's), the working directory is where outputs and code stamps go.
+PLAN = Plan(config, ROOT, BERM_GRID, COCODR_SWEEPS, workdir=os.getcwd())
 
 PATHS = PLAN.PATHS
 DOWNLOADS = PLAN.DOWNLOADS

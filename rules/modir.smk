@@ -81,7 +81,7 @@ rule modir_curves:
             for d, logs in PLAN.modir_logs().items()
             for r in logs
         ],
-        published="src/zsdr/tables/published/modir_table3.csv",
+        published=PLAN.source_file("src/zsdr/tables/published/modir_table3.csv"),
         code=PLAN.code(
             "zsdr.tables.modir_figures",
             "zsdr.tables.figures",
@@ -192,7 +192,7 @@ rule modir_table4:
         ],
         source=PLAN.dataset_marker(PLAN.SOURCE),
         target=PLAN.dataset_marker(PLAN.modir_dataset("table4")),
-        published="src/zsdr/tables/published/modir_table4.csv",
+        published=PLAN.source_file("src/zsdr/tables/published/modir_table4.csv"),
         code=PLAN.code(
             "zsdr.evaluation.case_study",
             "zsdr.models.encoder",

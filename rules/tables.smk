@@ -31,7 +31,7 @@ rule table1:
     params:
         systems={s: PLAN.SYSTEMS[s].get("description", "") for s in PLAN.TABLE1_SYSTEMS},
         baselines=PLAN.TABLE1_BASELINES,
-        papers=system_papers(workflow.basedir, PLAN.TABLE1_SYSTEMS),
+        papers=system_papers(ROOT, PLAN.TABLE1_SYSTEMS),
         datasets=PLAN.EVAL_DATASETS,
         source=PLAN.SOURCE,
         metric=config["table1"]["metric"],

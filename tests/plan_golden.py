@@ -5,6 +5,10 @@
 prints (or, with --write, stores under tests/golden/) every job `snakemake -n --forceall` plans for
 `results/all` at that scale: its rule, wildcards, params, resources, inputs (a code stamp as the source
 files it lists), outputs and threads, one JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
+
+:func:`plan` also plans from another working directory or through another Snakefile (one that imports
+this workflow as a module); files of the checkout, which such a plan names by absolute path, are
+listed relative to the checkout, so every plan of the same config reads the same.
 """
 
 from __future__ import annotations
@@ -39,18 +43,28 @@ def _named(namedlist) -> dict:
     return {**{k: _plain(v) for k, v in items.items()}, **({"_": _plain(unnamed)} if unnamed else {})}
 
 
-def _code_expanded(inputs) -> list[str]:
+def _in_checkout(path: str) -> str:
+    """A path of the checkout relative to it (a plan made elsewhere names the checkout's files by absolute
+    path); any other path as it is."""
+    if Path(path).is_absolute() and Path(path).resolve().is_relative_to(ROOT):
+        return str(Path(path).resolve().relative_to(ROOT))
+    return path
+
+
+def _code_expanded(inputs, workdir: Path = ROOT) -> list[str]:
     """A job's inputs with each code stamp replaced by the source files it lists (what the job runs)."""
     from zsdr.plan.code import STAMPS, stamp_files
 
     out = []
     for f in map(str, inputs):
-        out += stamp_files(ROOT / f) if f.startswith(STAMPS + "/") else [f]
-    return out
+        out += stamp_files(workdir / f) if f.startswith(STAMPS + "/") else [f]
+    return [_in_checkout(f) for f in out]
 
 
-def plan(scale: str) -> list[str]:
-    """The planned jobs of one scale, as sorted JSON lines."""
+def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = ROOT,
+         target: str = TARGET) -> list[str]:
+    """The planned jobs of one scale, as sorted JSON lines (``snakefile``: this workflow's, or one that
+    imports it as a module; ``workdir``: the working directory)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -63,10 +77,10 @@ def plan(scale: str) -> list[str]:
         wf = api.workflow(
             resource_settings=ResourceSettings(cores=2),
             config_settings=ConfigSettings(configfiles=[ROOT / c for c in CONFIGS[scale]]),
-            snakefile=ROOT / "Snakefile",
-            workdir=ROOT,
+            snakefile=Path(snakefile),
+            workdir=Path(workdir),
         )
-        dag_api = wf.dag(DAGSettings(targets={TARGET}, forceall=True))
+        dag_api = wf.dag(DAGSettings(targets={target}, forceall=True))
         workflow = wf._workflow
         workflow.dag_settings = dag_api.dag_settings
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
@@ -82,7 +96,7 @@ def plan(scale: str) -> list[str]:
                         "rule": job.rule.name,
                         "wildcards": dict(job.wildcards_dict),
                         "output": sorted(str(f) for f in job.output),
-                        "input": sorted(_code_expanded(job.input)),
+                        "input": sorted(_code_expanded(job.input, Path(workdir))),
                         "params": _named(job.params),
                         "resources": resources,
                         "threads": job.threads,

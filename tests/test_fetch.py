@@ -230,3 +230,116 @@ def test_a_second_fetch_verifies_an_unchecked_archive_against_its_recorded_sha25
     assert second.returncode == 0, second.stderr
     assert "fails its check (sha256 recorded when it was downloaded" in second.stderr
     assert local.read_bytes() == archive.read_bytes()
+
+
+# ------------------------------------------------------------------ checksums from ir_datasets
+
+# Sources no checksum covers: neither their publisher nor ir_datasets lists one (a branch archive cannot
+# have one); each is checked against the sha256 recorded at its first download.
+UNVERIFIED = {
+    f"{registry.BEIR_BASE}/trec-covid-beir.zip",
+    f"{registry.HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz",
+    f"{registry.HF_HARD_NEGATIVES}/cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz",
+    "https://drive.google.com/uc?export=download&id=1jEAzWq_J0cXz1pvT9nQ2s2ooGdcR8r6-",
+    "https://github.com/Alibaba-NLP/Multi-CPR/archive/refs/heads/main.zip",
+    "https://github.com/zhangsheng93/cMedQA2/archive/refs/heads/master.zip",
+    "https://dataset-bj.cdn.bcebos.com/dureader/dureader_preprocessed.zip",
+}
+
+
+@pytest.fixture
+def irds_cache():
+    registry.ir_datasets_downloads.cache_clear()
+    yield
+    registry.ir_datasets_downloads.cache_clear()
+
+
+def _downloads_json() -> dict:
+    """ir_datasets' package data, read here without the registry's code (an independent reading)."""
+    import importlib.util
+
+    folder = Path(importlib.util.find_spec("ir_datasets").origin).parent
+    return json.loads((folder / "etc" / "downloads.json").read_text(encoding="utf-8"))
+
+
+def test_every_source_ir_datasets_knows_gets_its_checksum():
+    from zsdr.models.released import remote_files as released_files
+
+    irds = _downloads_json()
+    known = {irds["msmarco-passage"]["collectionandqueries"]["url"]: irds["msmarco-passage"]["collectionandqueries"],
+             irds["msmarco-passage"]["train/docpairs/small"]["url"]: irds["msmarco-passage"]["train/docpairs/small"],
+             irds["lotte"]["source"]["url"]: irds["lotte"]["source"],
+             **{e["url"]: e for name, e in irds["beir"].items() if isinstance(e, dict) and "url" in e}}
+    files = {f.url: f for f in [*registry.remote_files().values(), *released_files().values()]}
+    covered = {url for url, f in files.items() if f.ir_datasets_entry is not None}
+    assert covered == set(files) & set(known) and len(covered) == 17, sorted(covered)  # 14 BEIR, 2 MS MARCO, LoTTE
+    for url in covered:
+        f = files[url]
+        assert f.checks()["md5"] == known[url]["expected_md5"], url
+        assert f.md5 in (None, known[url]["expected_md5"]), f"{url}: the registry's md5 disagrees with ir_datasets'"
+        spec = f.as_spec()
+        assert spec["md5"] == known[url]["expected_md5"] and spec["checksum_from"], spec
+    msmarco = registry.get("msmarco")
+    assert msmarco.files[0].checks()["md5"] == "31644046b18952c1386cd4564ba2ae69"   # ir_datasets 0.6.3
+    assert msmarco.files[0].checksum_source.startswith("ir_datasets ")
+    assert "msmarco-passage.collectionandqueries" in msmarco.files[0].checksum_source
+    assert registry.get("lotte-science-test").files[0].checks()["md5"] == "3b2e88b1d66933627462950b4c3f5d0f"
+    unverified = {url for url, f in files.items() if not any(f.checks().values())}
+    released = {f.url for f in released_files().values()}
+    assert unverified - released == UNVERIFIED
+
+
+def test_a_file_that_fails_ir_datasets_checksum_is_one_line(tmp_path, capsys):
+    from .test_reliability import error_lines, zsdr
+
+    remote = registry.get("msmarco").files[0]
+    mirror = tmp_path / "mirror"
+    (mirror / remote.local_path).parent.mkdir(parents=True)
+    (mirror / remote.local_path).write_bytes(b"not MS MARCO")
+    code, out, err = zsdr(capsys, "fetch", "msmarco", "--no-extras", "--quiet", "--mirror", mirror,
+                          "--downloads", tmp_path / "downloads", "--data", tmp_path / "data")
+    [line] = error_lines(err)
+    assert code == 1 and out == ""
+    assert line.startswith(f"zsdr fetch: error: {remote.url}: downloaded file (mirror copy ") and "(fix: " in line
+    assert "md5: expected 31644046b18952c1386cd4564ba2ae69, got " in line, line
+    assert "expected checksum from ir_datasets" in line and "msmarco-passage.collectionandqueries" in line
+    assert not [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()]
+
+
+def test_the_download_rule_verifies_what_the_registry_expects(tmp_path, monkeypatch):
+    """The rule's spec (as_spec, in its params) carries the md5 and its origin to the download; a copy
+    with that md5 passes."""
+    from zsdr.data.download import fetch_file
+
+    payload = b"an archive ir_datasets knows"
+    url = "https://example.org/data/archive.tar.gz"
+    entry = registry.IrDatasetsDownload(hashlib.md5(payload).hexdigest(), len(payload), "example.archive", "9.9")
+    monkeypatch.setattr(registry, "ir_datasets_downloads", lambda: {url: entry})
+    spec = registry.RemoteFile(url).as_spec()
+    assert spec == {"url": url, "md5": entry.md5, "checksum_from": "ir_datasets 9.9 (example.archive)"}
+    mirror = tmp_path / "mirror" / "example.org" / "data"
+    mirror.mkdir(parents=True)
+    (mirror / "archive.tar.gz").write_bytes(payload)
+    got = fetch_file(spec, tmp_path / "out", mirror=str(tmp_path / "mirror"), progress=False)
+    assert got.read_bytes() == payload
+    (mirror / "archive.tar.gz").write_bytes(payload[::-1])
+    with pytest.raises(DataError, match=r"md5: expected [0-9a-f]{32}, got .*expected checksum from ir_datasets 9\.9"):
+        fetch_file(spec, tmp_path / "again", mirror=str(tmp_path / "mirror"), progress=False)
+
+
+def test_without_ir_datasets_the_gaps_stay_unverified_with_a_warning(monkeypatch, caplog, irds_cache):
+    monkeypatch.setattr(registry, "_ir_datasets_file", lambda: None)
+    with caplog.at_level("WARNING", logger="zsdr.registry"):
+        assert registry.ir_datasets_downloads() == {}
+    assert "ir_datasets is not installed" in caplog.text
+    assert registry.get("msmarco").files[0].checks()["md5"] is None
+    assert registry.get("scifact").files[0].checks()["md5"] == "5f7d1de60b170fc8027bb7898e2efca1"  # BEIR's own
+
+
+def test_a_url_ir_datasets_lists_with_two_md5s_is_left_out(tmp_path, monkeypatch, irds_cache):
+    data = {"a": {"x": {"url": "https://h/f", "expected_md5": "0" * 32},
+                  "y": {"url": "https://h/f", "expected_md5": "1" * 32}},
+            "b": [{"url": "https://h/g", "expected_md5": "A" * 32, "size_hint": 3}]}
+    (tmp_path / "downloads.json").write_text(json.dumps(data))
+    monkeypatch.setattr(registry, "_ir_datasets_file", lambda: (tmp_path / "downloads.json", "0.0"))
+    assert registry.ir_datasets_downloads() == {"https://h/g": registry.IrDatasetsDownload("a" * 32, 3, "b.0", "0.0")}

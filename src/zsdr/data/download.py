@@ -254,7 +254,7 @@ def _attempt(session: requests.Session, src: str, part: Path, timeout: float, ch
 
 def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha256: str | None = None,
              size: int | None = None, mirror: str | None = None, retries: int = 5, timeout: float = 60,
-             progress: bool = True, chunk_size: int = 1 << 20) -> Path:
+             progress: bool = True, chunk_size: int = 1 << 20, checksum_from: str | None = None) -> Path:
     """Fetch ``url`` (or its mirror copy) to ``dest``, resumably, and verify it; return ``dest``.
 
     One process at a time downloads a destination: ``DEST.lock`` is locked for the whole call, and a
@@ -268,11 +268,13 @@ def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha25
     dest = Path(dest)
     with file_lock(dest, what=f"the download of {dest.name}"):
         return _download_locked(url, dest, md5=md5, sha256=sha256, size=size, mirror=mirror, retries=retries,
-                                timeout=timeout, progress=progress, chunk_size=chunk_size)
+                                timeout=timeout, progress=progress, chunk_size=chunk_size,
+                                checksum_from=checksum_from)
 
 
 def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | None, size: int | None,
-                     mirror: str | None, retries: int, timeout: float, progress: bool, chunk_size: int) -> Path:
+                     mirror: str | None, retries: int, timeout: float, progress: bool, chunk_size: int,
+                     checksum_from: str | None = None) -> Path:
     part = dest.with_name(dest.name + ".part")
     checked = bool(md5 or sha256 or size is not None)
     if dest.is_file():
@@ -320,9 +322,10 @@ def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | Non
     bad, digest = _mismatches(part, md5, sha256, size)
     if bad:
         part.unlink(missing_ok=True)
-        raise DownloadError(url, f"downloaded file{via} fails verification ({'; '.join(bad)})",
+        origin = f", expected checksum from {checksum_from}" if checksum_from else ""
+        raise DownloadError(url, f"downloaded file{via} fails verification ({'; '.join(bad)}{origin})",
                             "download again (the partial copy was deleted); if it fails again, the mirror copy "
-                            "is damaged or the registry checksum is wrong: replace the copy or fix the checksum")
+                            "is damaged or the expected checksum is wrong: replace the copy or fix the checksum")
     _write_sidecar(dest, digest)   # before the rename: a finished dest always has its sidecar
     os.replace(part, dest)
     log.info("saved %s (%d bytes, sha256 %s)", dest, dest.stat().st_size, digest)
@@ -332,7 +335,8 @@ def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | Non
 def fetch_file(spec: dict, dest_dir: str | os.PathLike, mirror: str | None = None, **options) -> Path:
     """Download ``spec["url"]`` to ``dest_dir / (spec["filename"] or the URL's basename)``.
 
-    ``spec`` may carry ``md5``, ``sha256`` and ``size``; ``options`` go to :func:`download`.
+    ``spec`` may carry ``md5``, ``sha256``, ``size`` and ``checksum_from`` (where the checksum comes from,
+    for the message of a mismatch); ``options`` go to :func:`download`.
     """
     if "url" not in spec:
         raise DataError(None, None, f"download spec without a url: {spec!r}", "add a `url:` entry")
@@ -341,7 +345,7 @@ def fetch_file(spec: dict, dest_dir: str | os.PathLike, mirror: str | None = Non
     if not name or name in (".", ".."):
         raise DownloadError(url, "the URL names no file", "add a `filename:` entry to the spec")
     return download(url, Path(dest_dir) / name, md5=spec.get("md5"), sha256=spec.get("sha256"),
-                    size=spec.get("size"), mirror=mirror, **options)
+                    size=spec.get("size"), mirror=mirror, checksum_from=spec.get("checksum_from"), **options)
 
 
 # ------------------------------------------------------------------------------------------ extract

@@ -22,7 +22,7 @@ def download_all(name: str, downloads: str | Path, mirror: str | None = None, ex
     paths = []
     for f in (*ds.files, *(ds.extras if extras else ())):
         dest = Path(downloads) / f.local_path
-        paths.append(download(f.url, dest, md5=f.md5, sha256=f.sha256, size=f.size, mirror=mirror,
+        paths.append(download(f.url, dest, **f.checks(), checksum_from=f.checksum_source, mirror=mirror,
                               retries=retries, timeout=timeout, progress=progress))
     return paths
 

@@ -289,6 +289,9 @@ def read_qrels(directory_or_file: str | os.PathLike, split: str | None = None) -
             raise DataError(path, None, "dataset folder not found",
                             "check the path, or build it (`zsdr fetch NAME`, `snakemake data/NAME/dataset.json`)")
         files = qrels_files(path)
+        if not files and not any(path.glob("corpus.jsonl*")) and not any(path.glob("queries.jsonl*")):
+            raise DataError(path, None, "not a BEIR dataset folder (no corpus.jsonl, queries.jsonl or qrels/)",
+                            "check the path, or build it (`zsdr fetch NAME`, `snakemake data/NAME/dataset.json`)")
         if split not in files:
             raise DataError(path / "qrels" / f"{split}.tsv", None, f"no qrels for split {split!r}",
                             f"available splits: {', '.join(files) or 'none'}")

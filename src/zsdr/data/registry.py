@@ -9,12 +9,25 @@ README for the md5 of every public archive.
 
 Downloaded files land under ``downloads/<host>/<path>`` — the layout ``wget -x`` writes — so a
 ``downloads/`` folder is itself a mirror that another site can point ``mirror:`` at.
+
+Checksums: where a source publishes none (MS MARCO's archives, LoTTE), the md5 comes from the
+download metadata of the installed ``ir_datasets`` package (``ir_datasets/etc/downloads.json``,
+read at run time, nothing imported), which lists the md5 and size of every file it downloads by
+URL. A registry md5 (BEIR's README) and ir_datasets' md5 of the same URL must agree (a test checks
+it); :meth:`RemoteFile.checks` is what a download verifies.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
+
+log = logging.getLogger("zsdr.registry")
 
 BEIR_BASE = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
 MSMARCO_BASE = "https://msmarco.z22.web.core.windows.net/msmarcoranking"
@@ -41,9 +54,96 @@ class RemoteFile:
             path = f"{path}_{parts.query.replace('&', '_').replace('=', '-')}"
         return f"{parts.netloc}/{path}"
 
+    @property
+    def ir_datasets_entry(self) -> IrDatasetsDownload | None:
+        """What the installed ir_datasets knows of this URL (None: nothing, or it is not installed)."""
+        return ir_datasets_downloads().get(self.url)
+
+    def checks(self) -> dict:
+        """What a download of this file verifies: ``{"md5", "sha256", "size"}`` (None where unknown), the
+        md5 the registry gives, else the one ir_datasets records for the same URL."""
+        md5 = self.md5
+        if md5 is None and self.ir_datasets_entry is not None:
+            md5 = self.ir_datasets_entry.md5
+        return {"md5": md5, "sha256": self.sha256, "size": self.size}
+
+    @property
+    def checksum_source(self) -> str | None:
+        """Where :meth:`checks`' checksum comes from, for messages; None when the file is unverified."""
+        if self.md5 or self.sha256:
+            return "the registry (zsdr.data.registry)"
+        entry = self.ir_datasets_entry
+        if entry is not None:
+            return f"ir_datasets {entry.version} ({entry.key})"
+        return None
+
     def as_spec(self) -> dict:
-        return {k: v for k, v in {"url": self.url, "md5": self.md5, "sha256": self.sha256, "size": self.size}.items()
-                if v is not None}
+        spec = {"url": self.url, **self.checks(), "checksum_from": self.checksum_source}
+        return {k: v for k, v in spec.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class IrDatasetsDownload:
+    """One file of ir_datasets' download metadata: its md5, its size as ir_datasets hints it (used for
+    progress there, not verified here) and the entry that lists it."""
+
+    md5: str
+    size_hint: int | None
+    key: str
+    version: str
+
+
+def _ir_datasets_file() -> tuple[Path, str] | None:
+    """ir_datasets' ``etc/downloads.json`` and the package's version, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("ir_datasets")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "etc" / "downloads.json"
+    if not path.is_file():
+        return None
+    from importlib import metadata
+
+    try:
+        version = metadata.version("ir_datasets")
+    except metadata.PackageNotFoundError:
+        version = "(unknown version)"
+    return path, version
+
+
+@functools.cache
+def ir_datasets_downloads() -> dict[str, IrDatasetsDownload]:
+    """{url: :class:`IrDatasetsDownload`} of every file the installed ir_datasets lists with an md5 (a URL
+    listed twice with different md5s is left out: neither can be trusted); {} without ir_datasets."""
+    found = _ir_datasets_file()
+    if found is None:
+        log.warning("ir_datasets is not installed: MS MARCO's and LoTTE's archives download unverified "
+                    "(fix: `make install`, which installs it with ranx)")
+        return {}
+    path, version = found
+    out: dict[str, IrDatasetsDownload] = {}
+    conflicting: set[str] = set()
+
+    def walk(node, key: tuple[str, ...]) -> None:
+        if isinstance(node, dict):
+            url, md5 = node.get("url"), node.get("expected_md5")
+            if isinstance(url, str) and isinstance(md5, str):
+                size = node.get("size_hint")
+                entry = IrDatasetsDownload(md5.lower(), size if isinstance(size, int) else None, ".".join(key), version)
+                if url in out and out[url].md5 != entry.md5:
+                    conflicting.add(url)
+                out.setdefault(url, entry)
+            for k, v in node.items():
+                if isinstance(v, (dict, list)):
+                    walk(v, (*key, str(k)))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*key, str(i)))
+
+    walk(json.loads(path.read_text(encoding="utf-8")), ())
+    return {url: entry for url, entry in out.items() if url not in conflicting}
 
 
 @dataclass(frozen=True)
@@ -83,11 +183,13 @@ DATASETS: list[Dataset] = [
     Dataset(
         name="msmarco", group="msmarco", description="MS MARCO passage ranking: 8.8M passages, train and dev-small",
         files=(RemoteFile(f"{MSMARCO_BASE}/collectionandqueries.tar.gz",
-                          note="no published checksum; also mirrored as BEIR msmarco.zip (md5 444067daf65d982533ea17ebd59501e4)"),),
+                          note="no checksum published by MS MARCO (the md5 is ir_datasets'); also mirrored as BEIR "
+                               "msmarco.zip (md5 444067daf65d982533ea17ebd59501e4)"),),
         converter="msmarco", splits=("train", "dev"), size="1.0 GB (2.9 GB extracted)",
         license="MS MARCO terms: non-commercial research use", used_by=("BERM", "DDR", "MoDIR", "COCO-DR", "RMSC"),
         extras=(
-            RemoteFile(f"{MSMARCO_BASE}/triples.train.small.tar.gz", note="query, positive, BM25 negative text triples"),
+            RemoteFile(f"{MSMARCO_BASE}/triples.train.small.tar.gz",
+                       note="query, positive, BM25 negative text triples (the md5 is ir_datasets')"),
             RemoteFile(f"{HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz", note="negatives of 13 systems (DDR)"),
             RemoteFile(f"{HF_HARD_NEGATIVES}/cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz",
                        note="teacher scores for Margin-MSE"),
@@ -142,7 +244,8 @@ DATASETS: list[Dataset] = [
       ]],
     *[Dataset(name=f"lotte-{topic}-{split}", group="lotte",
               description=f"LoTTE {topic} ({split} split): forum and search queries",
-              files=(RemoteFile(LOTTE_URL, note="no published checksum"),), converter="lotte",
+              files=(RemoteFile(LOTTE_URL, note="no checksum published by ColBERT (the md5 is ir_datasets')"),),
+              converter="lotte",
               options={"topic": topic, "split": split}, splits=("forum", "search"), size="3.6 GB (archive, all topics)",
               license="see the StackExchange data licence (CC BY-SA)", used_by=("DDR", "RMSC"))
       for topic in ("writing", "recreation", "science", "technology", "lifestyle") for split in ("test", "dev")],

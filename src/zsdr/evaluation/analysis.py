@@ -273,8 +273,10 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("shift", help="query-type and unigram weighted Jaccard of a target against a source")
     p.add_argument("source", help="source dataset folder (MS MARCO, or the mini source domain)")
     p.add_argument("target", help="target dataset folder")
-    p.add_argument("--source-split", default="train")
-    p.add_argument("--target-split", default="test")
+    p.add_argument("--source-split", default="train",
+                   help="qrels split of the source whose judged queries are compared (default: train)")
+    p.add_argument("--target-split", default="test",
+                   help="qrels split of the target whose judged queries are compared (default: test)")
     p.add_argument("--max-docs", type=positive_int, default=None, help="use only the first N documents of each corpus")
     p.add_argument("--out", default=None, help="also write the JSON to this file")
     p.set_defaults(func=cmd_shift)

@@ -340,7 +340,7 @@ def script_modules(
 
 
 STAMPS = ".code"
-"""The folder (in the workflow folder) of the code stamps: one ``sha256sum`` listing per closure."""
+"""The folder (in the working directory) of the code stamps: one ``sha256sum`` listing per closure."""
 
 _digests: dict[str, tuple[_Stamp, str]] = {}
 
@@ -357,21 +357,27 @@ def _sha256(path: Path) -> str:
     return digest
 
 
-def code_stamp(files: Sequence[str], root: str | Path, label: str) -> str:
-    """The code stamp of ``files`` (paths relative to ``root``): ``<STAMPS>/<label>-<id>.sha256``, a
-    ``sha256sum`` listing of the files (``sha256sum -c`` checks it), rewritten when and only when a
-    file's content changes. Its name depends on the list of files only, so an edit keeps the name and
+def code_stamp(files: Sequence[str], root: str | Path, label: str, workdir: str | Path | None = None) -> str:
+    """The code stamp of ``files`` (paths relative to ``root``, the workflow folder):
+    ``<STAMPS>/<label>-<id>.sha256`` in ``workdir`` (the working directory; default ``root``), a
+    ``sha256sum`` listing of the files that ``sha256sum -c`` checks from ``workdir``: the paths as
+    given when ``workdir`` is ``root``, absolute otherwise. It is rewritten when and only when its
+    content changes. Its name depends on the list of files only, so an edit keeps the name and
     changes the content (the job is re-planned as an updated input), while a new import changes the
     list and so the name (re-planned as a changed set of inputs).
 
     One stamp stands for a job's code instead of its dozens of source files: Snakemake's planning
-    time grows with the number of input files of ~16,000 jobs, and the stamp keeps it to one.
+    time grows with the number of input files of ~16,000 jobs, and the stamp keeps it to one. The
+    stamp lives in the working directory, beside the outputs it re-plans, so a workflow run from
+    another directory neither writes into the checkout nor shares stamps with other runs.
     """
     root_path = Path(root)
-    body = "".join(f"{_sha256(root_path / f)}  {f}\n" for f in files)
+    into = root_path if workdir is None else Path(workdir)
+    listed = files if _same_folder(root_path, into) else [str(root_path.resolve() / f) for f in files]
+    body = "".join(f"{_sha256(root_path / f)}  {shown}\n" for f, shown in zip(files, listed))
     name = hashlib.sha256("\n".join(files).encode()).hexdigest()[:12]
     rel = f"{STAMPS}/{label}-{name}.sha256"
-    path = root_path / rel
+    path = into / rel
     try:
         if path.read_text(encoding="utf-8") == body:
             return rel
@@ -384,6 +390,14 @@ def code_stamp(files: Sequence[str], root: str | Path, label: str) -> str:
     return rel
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    """Whether two paths name the same folder (a symlink and its target do)."""
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def stamp_files(stamp: str | Path) -> list[str]:
     """The files a code stamp lists."""
     return [line.split("  ", 1)[1] for line in Path(stamp).read_text(encoding="utf-8").splitlines()]
@@ -391,9 +405,30 @@ def stamp_files(stamp: str | Path) -> list[str]:
 
 class CodePlan:
     """Code inputs: the library source files a job runs, so that a code edit re-plans it (a part of
-    :class:`zsdr.plan.core.Plan`)."""
+    :class:`zsdr.plan.core.Plan`).
+
+    ``root`` is the workflow folder (the checkout that holds the Snakefile, ``src/`` and
+    ``workflow_scripts/``); ``workdir`` the working directory the workflow runs in, where outputs and
+    code stamps go. They are the same folder unless the workflow runs with ``--directory`` or as a
+    module of another workflow."""
 
     root: str
+    workdir: str
+
+    @property
+    def runs_elsewhere(self) -> bool:
+        """Whether the working directory is another folder than the workflow folder."""
+        key = (self.root, self.workdir)
+        cached = getattr(self, "_elsewhere", None)
+        if cached is None or cached[0] != key:
+            cached = self._elsewhere = (key, not _same_folder(Path(self.root), Path(self.workdir)))
+        return cached[1]
+
+    def source_file(self, rel: str) -> str:
+        """A file of the workflow folder (``rel``: relative to it) as a job input: ``rel`` itself when
+        the workflow runs in its own folder, else its absolute path, so that Snakemake, which resolves
+        inputs against the working directory, finds it from anywhere."""
+        return str(Path(self.root).resolve() / rel) if self.runs_elsewhere else rel
 
     def code_files(self, *modules: str, script: str | None = None) -> list[str]:
         """The source files a job runs (paths relative to the workflow folder): the load-time import
@@ -408,7 +443,8 @@ class CodePlan:
         return import_closure(dict.fromkeys(names), root=self.root, source=source)
 
     def code(self, *modules: str, script: str | None = None) -> str:
-        """A job's code input: the stamp (:func:`code_stamp`) of :meth:`code_files`, so that editing
-        any of those files re-plans exactly the jobs that run it."""
+        """A job's code input: the stamp (:func:`code_stamp`, in the working directory) of
+        :meth:`code_files`, so that editing any of those files re-plans exactly the jobs that run it."""
         files = self.code_files(*modules, script=script)
-        return code_stamp(files, self.root, script or modules[-1].rsplit(".", 1)[-1])
+        label = script or modules[-1].rsplit(".", 1)[-1]
+        return code_stamp(files, self.root, label, self.workdir if self.runs_elsewhere else None)

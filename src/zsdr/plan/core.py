@@ -44,7 +44,8 @@ class Plan(
     FiguresPlan,
     SummaryPlan,
 ):
-    """The resolved plan of one config (``root``: the workflow folder, for relative code paths)."""
+    """The resolved plan of one config (``root``: the workflow folder, for relative code paths;
+    ``workdir``: the working directory the workflow runs in, where code stamps go, default ``root``)."""
 
     def __init__(
         self,
@@ -52,12 +53,14 @@ class Plan(
         root: str | os.PathLike,
         berm_grid: dict[tuple[float, float], str] | None = None,
         cocodr_sweeps: dict[tuple[str, float], str] | None = None,
+        workdir: str | os.PathLike | None = None,
     ) -> None:
         """``config``: validated (schema defaults filled in); ``berm_grid`` and ``cocodr_sweeps``: the
         recipes :func:`zsdr.workflow.expand_berm_grid` and :func:`~zsdr.workflow.expand_cocodr_sweeps`
         added to it."""
         self.config = config
         self.root = str(root)
+        self.workdir = str(root if workdir is None else workdir)
         self.BERM_GRID = berm_grid or {}
         self.COCODR_SWEEPS = cocodr_sweeps or {}
         self._setup_datasets()

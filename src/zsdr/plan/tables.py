@@ -16,7 +16,7 @@ class TablesPlan:
     def table_inputs(self, wc: Any) -> list[str]:
         """The spec, systems.yaml and published CSVs of a paper table (edits re-render it)."""
         files = spec_files(self.TABLE_SPECS[(wc.paper, int(wc.n))])
-        return [os.path.relpath(f, self.root) for f in files]
+        return [self.source_file(os.path.relpath(f, self.root)) for f in files]
 
     def table_cell_files(self, wc: Any) -> list[str]:
         """The cell files of a paper table: metrics/<d>/<s>.json, or <s>.units.json (`source: units`)."""

@@ -73,15 +73,17 @@ def cmd_mine(args) -> int:
 
 def register_cli(sub) -> None:
     p = sub.add_parser("mine", help="ANCE negatives: retrieve with a checkpoint, drop positives, sample")
-    p.add_argument("model")
-    p.add_argument("dataset")
-    p.add_argument("out")
+    p.add_argument("model", help="the checkpoint that retrieves: an encoder folder or Hugging Face id")
+    p.add_argument("dataset", help="BEIR-layout folder whose training queries are mined")
+    p.add_argument("out", help="negatives JSON lines to write (one line per query)")
     p.add_argument("--shards", nargs="+", required=True, help="corpus embedding folders of the same model")
-    p.add_argument("--split", default="train")
-    p.add_argument("--depth", type=positive_int, default=200)
-    p.add_argument("--sample", type=positive_int, default=20)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--batch-size", type=positive_int, default=64)
-    p.add_argument("--device", type=device, default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--split", default="train", help="qrels split whose judged queries are mined (default: train)")
+    p.add_argument("--depth", type=positive_int, default=200,
+                   help="documents retrieved per query before positives are dropped (default: 200, as ANCE)")
+    p.add_argument("--sample", type=positive_int, default=20,
+                   help="negatives sampled per query from what is left (default: 20)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the sampling (default: 42)")
+    p.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded per batch (default: 64)")
+    p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_mine)

@@ -532,16 +532,24 @@ def _set_threads(threads: int | None) -> None:
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="Hugging Face id or model folder")
-    p.add_argument("--pooling", choices=["cls", "mean", "cls_linear_ln"], default=None)
-    p.add_argument("--similarity", choices=["dot", "cosine"], default=None)
+    p.add_argument("--pooling", choices=["cls", "mean", "cls_linear_ln"], default=None,
+                   help="pooling of the last hidden states (default: the checkpoint's zsdr.json or "
+                        "sentence-transformers config)")
+    p.add_argument("--similarity", choices=["dot", "cosine"], default=None,
+                   help="score of a query and a document (default: from the checkpoint, as --pooling)")
     p.add_argument("--max-length", type=positive_int, default=None, help="query and document maximum tokens")
-    p.add_argument("--query-max-length", type=positive_int, default=None)
-    p.add_argument("--doc-max-length", type=positive_int, default=None)
+    p.add_argument("--query-max-length", type=positive_int, default=None,
+                   help="query maximum tokens (default: --max-length, else the checkpoint's)")
+    p.add_argument("--doc-max-length", type=positive_int, default=None,
+                   help="document maximum tokens (default: --max-length, else the checkpoint's)")
     p.add_argument("--doc-format", choices=["title_space_text", "title_sep_text", "lower_title_text", "text"],
-                   default=None)
-    p.add_argument("--query-prefix", default=None)
-    p.add_argument("--doc-prefix", default=None)
-    p.add_argument("--batch-size", type=positive_int, default=64)
+                   default=None, help="how title and text make the document input (zsdr.models.encoder; "
+                                      "default: the checkpoint's, else title_space_text)")
+    p.add_argument("--query-prefix", default=None, help="text put before every query (default: the checkpoint's)")
+    p.add_argument("--doc-prefix", default=None, help="text put before every document (default: the checkpoint's)")
+    p.add_argument("--batch-size", type=positive_int, default=64,
+                   help="texts per batch at the longest length; shorter batches hold as many tokens "
+                        "(default: %(default)s)")
     p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=None,
                    help="autocast on CUDA (auto: bf16 where supported); the CPU always runs fp32")
@@ -629,13 +637,13 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("encode-search", help="dense retrieval in one go: encode queries and corpus, search")
     _add_model_args(p)
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", help="qrels split whose judged queries are searched (default: test)")
     p.add_argument("--out", required=True, help="TREC run to write")
     p.add_argument("--shards", type=positive_int, default=1, help="encode the corpus in this many shards")
     p.add_argument("--depth", type=positive_int, default=1000, help="documents per query")
     p.add_argument("--dtype", choices=["float16", "float32"], default="float16", help="stored document embeddings")
     p.add_argument("--work-dir", default=None, help="keep the shard folders here (default: temporary)")
-    p.add_argument("--tag", default=None)
+    p.add_argument("--tag", default=None, help="run tag, the TREC run's last column (default: dense-<model name>)")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto", help="faiss on the GPU")
     p.set_defaults(func=cmd_encode_search)
 
@@ -643,9 +651,11 @@ def register_cli(subparsers) -> None:
     _add_model_args(p)
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
     p.add_argument("--out", required=True, help="embeddings folder to write")
-    p.add_argument("--shard", type=nonnegative_int, default=0)
-    p.add_argument("--num-shards", type=positive_int, default=1)
-    p.add_argument("--dtype", choices=["float16", "float32"], default="float16")
+    p.add_argument("--shard", type=nonnegative_int, default=0, help="which shard to encode, from 0 (default: 0)")
+    p.add_argument("--num-shards", type=positive_int, default=1,
+                   help="contiguous corpus shards of nearly equal size (default: 1, the whole corpus)")
+    p.add_argument("--dtype", choices=["float16", "float32"], default="float16",
+                   help="stored document embeddings (default: float16)")
     p.add_argument("--chunk-size", type=positive_int, default=10_000,
                    help="documents read, encoded and written at a time")
     p.set_defaults(func=cmd_encode)
@@ -653,7 +663,7 @@ def register_cli(subparsers) -> None:
     p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
     _add_model_args(p)
     p.add_argument("--dataset", required=True, help="BEIR-layout folder")
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default="test", help="qrels split whose judged queries are encoded (default: test)")
     p.add_argument("--out", required=True, help="embeddings folder to write")
     p.set_defaults(func=cmd_encode_queries)
 
@@ -661,26 +671,28 @@ def register_cli(subparsers) -> None:
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
     p.add_argument("--shards", required=True, nargs="+", help="embeddings folders of the corpus")
     p.add_argument("--out", required=True, help="TREC run to write")
-    p.add_argument("--depth", type=positive_int, default=1000)
-    p.add_argument("--tag", default="dense")
-    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--depth", type=positive_int, default=1000, help="documents per query (default: 1000)")
+    p.add_argument("--tag", default="dense", help="run tag, the TREC run's last column (default: dense)")
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto",
+                   help="faiss on the GPU (auto: when one is visible)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_search)
 
     p = subparsers.add_parser("search-shard", help="one shard's exact top-k for query embeddings (scattered search)")
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
     p.add_argument("--shard", required=True, help="embeddings folder of one corpus shard")
     p.add_argument("--out", required=True, help=".npz of the shard's top-k to write")
-    p.add_argument("--depth", type=positive_int, default=1000)
-    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--depth", type=positive_int, default=1000, help="documents kept per query (default: 1000)")
+    p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto",
+                   help="faiss on the GPU (auto: when one is visible)")
+    p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_search_shard)
 
     p = subparsers.add_parser("merge-shards", help="merge per-shard top-k files (search-shard) into a TREC run")
     p.add_argument("--parts", required=True, nargs="+", help="the shards' .npz files, in shard order")
     p.add_argument("--out", required=True, help="TREC run to write")
-    p.add_argument("--depth", type=positive_int, default=1000)
-    p.add_argument("--tag", default="dense")
+    p.add_argument("--depth", type=positive_int, default=1000, help="documents per query (default: 1000)")
+    p.add_argument("--tag", default="dense", help="run tag, the TREC run's last column (default: dense)")
     p.set_defaults(func=cmd_merge_shards)

@@ -498,17 +498,23 @@ def register_cli(subparsers) -> None:
     p.add_argument("--fields", choices=FIELDS, default="flat",
                    help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
     p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
-    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"])
-    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"])
-    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"])
-    p.add_argument("--k1", type=nonnegative_float, default=0.9)
-    p.add_argument("--b", type=unit_float, default=0.4)
+    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"],
+                   help="RM3: expansion terms taken from the feedback documents (default: %(default)s)")
+    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"],
+                   help="RM3: top-ranked documents used as feedback (default: %(default)s)")
+    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"],
+                   help="RM3: weight of the original query against the expansion, in [0, 1] (default: %(default)s)")
+    p.add_argument("--k1", type=nonnegative_float, default=0.9,
+                   help="BM25 term-frequency saturation k1 (default: %(default)s, as BEIR's Anserini runs)")
+    p.add_argument("--b", type=unit_float, default=0.4,
+                   help="BM25 document-length normalisation b, in [0, 1] (default: %(default)s)")
     p.add_argument("--depth", type=positive_int, default=1000, help="hits per query (default 1000)")
     p.add_argument("--language", choices=LANGUAGES, default="en", help="analyzer: en (Porter) or zh (CJK)")
     p.add_argument("--index", help="Lucene index to search; built there first when missing "
                                    "(default: a temporary index)")
     p.add_argument("--keep-query-hits", dest="remove_query", action="store_false",
                    help="keep hits whose docid equals the query id (default: drop them, as BEIR does)")
-    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="search threads (and indexing threads for a new index; default: %(default)s)")
     p.add_argument("--tag", help="run tag (default: bm25-<fields>[-rm3])")
     p.set_defaults(func=_cmd_bm25)

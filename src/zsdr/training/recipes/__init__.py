@@ -328,5 +328,6 @@ def register_cli(sub) -> None:
     p.add_argument("--log-info", action="store_true",
                    help="log the run's progress (INFO: resumes, checkpoints, progress lines) to stderr; the "
                         "workflow's multi-process trainings pass it, so their job log shows what the processes do")
-    p.add_argument("--stop-after", type=positive_int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="stop after this many steps, without saving (a testing aid for resumption)")
     p.set_defaults(func=cmd_train)
