@@ -11,12 +11,14 @@ per page, in the order the page gives them:
 * a command matching an entry of :data:`SKIP` is not run; each entry says why, and every entry must
   still match a command somewhere (a stale entry fails :func:`test_every_skip_is_still_needed`).
 
-A command that exits non-zero fails the test, with its output. A dry run that Snakemake has already
+A command that exits non-zero fails the test, with its output, and so does a comment showing a
+command's JSON output (``# {"ndcg@10": 0.8174, ...}``) that disagrees with it. A dry run that Snakemake has already
 planned with the same arguments (in any order) is not planned again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -138,6 +140,22 @@ def run(line: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess
 
 
 _PLANNED: set[tuple[str, ...]] = set()
+FIGURE = re.compile(r'"([\w@.-]+)": (\d+(?:\.\d+)?)')
+
+
+def wrong_figures(command: Command, stdout: str) -> list[str]:
+    """A comment that shows the command's JSON output (``# {"ndcg@10": 0.8174, ...}``) must agree with
+    what the command prints, to the digits the comment gives."""
+    comment = re.search(r"\s#\s*(\{.*)$", command.text)
+    if not comment:
+        return []
+    printed = json.loads(stdout[stdout.index("{"):])
+    wrong = []
+    for name, shown in FIGURE.findall(comment.group(1)):
+        digits = len(shown.split(".")[1]) if "." in shown else 0
+        if name not in printed or round(float(printed[name]), digits) != float(shown):
+            wrong.append(f"the comment shows {name} {shown}, the command printed {printed.get(name)}")
+    return wrong
 
 
 WITH_COMMANDS = [page for page in PAGES if commands(page)]
@@ -162,6 +180,8 @@ def test_page_commands_run_as_written(page, tmp_path):
                             f"{(proc.stdout + proc.stderr)[-3000:]}")
         elif key is not None:
             _PLANNED.add(key)
+        else:
+            failures += [f"{command}\n  {wrong}" for wrong in wrong_figures(command, proc.stdout)]
     assert not failures, "commands that do not run as written:\n\n" + "\n\n".join(failures)
 
 
@@ -211,3 +231,11 @@ def test_block_parsing(tmp_path):
         == ".venv/bin/snakemake --cores all results/table1.csv -n"
     assert as_run(Command(page, 1, ".venv/bin/snakemake --cores all data")) == (".venv/bin/snakemake --cores all data",
                                                                                 False)
+
+
+def test_a_figure_in_a_comment_must_match_the_output(tmp_path):
+    page = tmp_path / "page.md"
+    command = Command(page, 1, 'zsdr evaluate --run x  # {"ndcg@10": 0.8174, ...}')
+    assert wrong_figures(command, '{"ndcg@10": 0.81739663, "recall@100": 1.0}\n') == []
+    assert wrong_figures(command, 'log line\n{"ndcg@10": 0.8175}\n')
+    assert wrong_figures(Command(page, 1, "zsdr stats x  # counts"), "not json") == []
