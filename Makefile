@@ -11,7 +11,7 @@ export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-dev install-gpu run test test-full lint clean-outputs
+.PHONY: install install-dev install-gpu run test test-full lint docs clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "zsdr needs Python 3.11 (set PYTHON=/path/to/python3.11)")'
@@ -52,6 +52,10 @@ test-full: install-dev
 lint: install-dev
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile rules/
+
+# docs/configuration.md from schemas/config.schema.yaml (tests/test_docs.py fails when it is out of date).
+docs: install
+	$(BIN)/python -m zsdr.docs
 
 clean-outputs:
 	rm -rf data models indexes embeddings runs metrics stats logs results/table1.* results/report.html $(wildcard results/*/) .snakemake

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("zsdr.retrieval",),
     ("zsdr.evaluation",),
     ("zsdr.tables",),
-    ("zsdr.plan", "zsdr.cli", "zsdr.workflow", "zsdr.__main__"),
+    ("zsdr.plan", "zsdr.cli", "zsdr.workflow", "zsdr.__main__", "zsdr.docs"),
 ]
 
 
