@@ -7,7 +7,7 @@ from zsdr.data import registry
 from zsdr.models.released import RELEASES
 from zsdr.plan.core import Plan
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
-from zsdr.workflow import wait_for_the_job_on_sigusr1
+from zsdr.workflow import temp_unless, wait_for_the_job_on_sigusr1
 
 # Inside a SLURM job each rule runs in a Snakemake process under srun: the warning SLURM sends before a
 # time limit must not kill it before the training script it started writes its checkpoint.
@@ -25,15 +25,10 @@ DATA = PLAN.DATA
 MODELS = PLAN.MODELS
 INDEXES = PLAN.INDEXES
 EMBEDDINGS = PLAN.EMBEDDINGS
+# false (small, paper): embeddings are temporary, removed once searched and mined
+KEEP_EMBEDDINGS = config["dense"]["keep_embeddings"]
 RUNS = PLAN.RUNS
 METRICS = PLAN.METRICS
 STATS = PLAN.STATS
 RESULTS = PLAN.RESULTS
 LOGS = PLAN.LOGS
-
-
-def embeddings_output(path):
-    """An embeddings folder as a rule output: kept, or (`dense.keep_embeddings: false`) temporary,
-    removed once the last search or mining job reading it is done."""
-    folder = directory(path)
-    return folder if config["dense"]["keep_embeddings"] else temp(folder)

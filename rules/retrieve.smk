@@ -14,8 +14,11 @@ rule encode_corpus:
             script="encode_corpus",
         ),
     output:
-        embeddings_output(
-            f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"
+        temp_unless(
+            KEEP_EMBEDDINGS,
+            directory(
+                f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"
+            ),
         ),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}.log",
@@ -50,7 +53,10 @@ rule encode_queries:
             script="encode_queries",
         ),
     output:
-        embeddings_output(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
+        temp_unless(
+            KEEP_EMBEDDINGS,
+            directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
+        ),
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/queries-{{split}}.log",
     wildcard_constraints:
@@ -160,7 +166,10 @@ if PLAN.GROUP_DATASETS:
             ),
         output:
             [
-                embeddings_output(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}")
+                temp_unless(
+                    KEEP_EMBEDDINGS,
+                    directory(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}"),
+                )
                 for d in PLAN.GROUP_DATASETS
             ],
             [f"{RUNS}/{d}/{{system}}.trec" for d in PLAN.GROUP_DATASETS],

@@ -476,3 +476,13 @@ def wait_for_the_job_on_sigusr1() -> None:
         signal.signal(signal.SIGUSR1, _wait_for_the_job)
     except ValueError:  # not the main thread
         pass
+
+
+def temp_unless(keep: bool, output):
+    """A rule's ``output`` as given when ``keep``, else temporary: Snakemake removes it once every job
+    reading it is done (e.g. `dense.keep_embeddings: false`: embeddings go once searched and mined)."""
+    if keep:
+        return output
+    from snakemake.io import temp
+
+    return temp(output)
