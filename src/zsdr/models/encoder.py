@@ -54,7 +54,8 @@ from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, weights_location
-from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
+from zsdr.models.adapters import (Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_encoder_settings,
+                                  rem_settings)
 from zsdr.models.soft_tokens import SoftTokens
 
 log = logging.getLogger(__name__)
@@ -580,7 +581,8 @@ class Encoder(nn.Module):
         weights (inference); ``False`` keeps it unmerged and trainable.
 
         Settings come from ``zsdr.json``, else from a sentence-transformers configuration (hub ids
-        too), else from ``overrides``; a checkpoint with neither file must be given ``pooling`` and
+        too); a REM's ``rem.json`` settings (those it was trained under) take precedence over both,
+        so a bare DAM with a REM encodes as the REM was trained; ``overrides`` win over all; a checkpoint with neither file must be given ``pooling`` and
         ``similarity`` explicitly (DataError otherwise: settings are never guessed).
 
         ``head`` (``cls_linear_ln`` pooling): ``None`` or ``"checkpoint"`` take the head the checkpoint
@@ -618,6 +620,14 @@ class Encoder(nn.Module):
                     raise DataError(saved_file, None, "a REM is loaded from a local folder only",
                                     "download the model folder and load it from disk")
                 saved_rem = folder / saved["rem"]
+        rem_path = saved_rem if rem is None else (None if rem is False else rem)
+        if rem_path is True:
+            raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
+        if rem_path is not None:
+            # the settings the REM was trained under (rem.json): a bare DAM has none of its own
+            trained = rem_encoder_settings(rem_path)
+            EncoderConfig.from_dict(trained, Path(rem_path) / "rem.json")  # validates
+            settings.update({k: v for k, v in trained.items() if k in EncoderConfig.field_names()})
         unknown = [k for k in ("pooling", "similarity") if k not in settings and k not in overrides]
         if unknown:
             raise DataError(name, None, f"has no {CONFIG_FILE} and no sentence-transformers modules.json, so its "
@@ -665,9 +675,6 @@ class Encoder(nn.Module):
                 log.info("%s: cls_linear_ln head from %s", name, looked_in)
             else:
                 log.info("%s: new cls_linear_ln head from seed %d (head='new')", name, config.head_seed)
-        rem_path = saved_rem if rem is None else (None if rem is False else rem)
-        if rem_path is True:
-            raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
         if rem_path is not None:
             encoder.load_rem(rem_path, merge=merge_rem)
         encoder.eval()
@@ -676,7 +683,9 @@ class Encoder(nn.Module):
         return encoder
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically.
+        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically,
+        with sentence-transformers metadata where the folder's weights and tokenizer encode as this
+        encoder does under sentence-transformers (:mod:`zsdr.models.export`).
 
         With a REM the backbone is written bare (the DAM's own weights and keys) and the REM goes
         to ``rem/``; an encoder whose LoRA was merged cannot be saved (the DAM is gone).
@@ -691,7 +700,7 @@ class Encoder(nn.Module):
             else:
                 self.backbone.save_pretrained(tmp, state_dict=bare_state_dict(self.backbone, self.rem))
                 (tmp / REM_DIR).mkdir()
-                self.rem.write(tmp / REM_DIR)
+                self.rem.write(tmp / REM_DIR, encoder=self.config.to_dict())
             self.tokenizer.save_pretrained(tmp)
             data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
             if self.rem is not None:
@@ -702,6 +711,10 @@ class Encoder(nn.Module):
 
                 save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                           str(tmp / HEAD_FILE))
+            from zsdr.models.export import st_blocker, write_st_metadata
+
+            if st_blocker(self.config, rem=self.rem is not None) is None:
+                write_st_metadata(tmp, self.config, self.dim)
         return directory
 
     # ------------------------------------------------------------------------------ forward
