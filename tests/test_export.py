@@ -183,3 +183,21 @@ def test_export_errors(tiny, tmp_path):
     assert main(["export", str(plain), str(tmp_path / "x")]) == 1  # exists: --force replaces it
     assert main(["export", str(plain), str(tmp_path / "x"), "--force"]) == 0
     assert main(["export", str(plain), str(tmp_path / "y"), "--rem", str(tmp_path / "nope")]) == 1
+
+
+def test_retrieval_settings_apply_on_load_and_reach_st_and_the_rem(tiny, tmp_path):
+    """A recipe's `system:` settings (what its retrieval system encodes with) are saved beside the
+    training settings: loading applies them, a recipe continuing from the model does not."""
+    enc = Encoder.from_pretrained(tiny["roberta"], **SETTINGS)
+    enc.retrieval = {"doc_max_length": 30}
+    folder = enc.save_pretrained(tmp_path / "model")
+    assert json.loads((folder / "zsdr.json").read_text())["doc_max_length"] == 40
+    assert Encoder.from_pretrained(folder).config.doc_max_length == 30
+    assert Encoder.from_pretrained(folder, retrieval=False).config.doc_max_length == 40
+    assert Encoder.from_pretrained(folder, doc_max_length=20).config.doc_max_length == 20
+    assert json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 30
+    with_rem = Encoder.from_pretrained(folder, retrieval=False).add_rem(BOTH)
+    with_rem.retrieval = {"doc_max_length": 30}
+    ddr = with_rem.save_pretrained(tmp_path / "ddr")
+    assert json.loads((ddr / "rem" / "rem.json").read_text())["encoder"]["doc_max_length"] == 30
+    assert Encoder.from_pretrained(tiny["roberta2"], rem=ddr / "rem").config.doc_max_length == 30

@@ -479,7 +479,8 @@ def rem_encoder_settings(path: str | os.PathLike) -> dict:
     if settings is None and owner.is_file():
         saved = read_json(owner, "save the model again (Encoder.save_pretrained)")
         if saved.get("rem") == folder.resolve().name:
-            settings = {k: v for k, v in saved.items() if k not in ("version", "backbone", "rem")}
+            settings = {k: v for k, v in saved.items() if k not in ("version", "backbone", "rem", "retrieval")}
+            settings.update(saved.get("retrieval") or {})
     settings = settings or {}
     if not isinstance(settings, dict):
         raise DataError(Path(path) / REM_FILE, None, f"encoder must be a JSON object, got {settings!r}",

@@ -138,7 +138,7 @@ class EncoderConfig:
     @classmethod
     def from_dict(cls, data: dict, path: str | os.PathLike | None = None) -> "EncoderConfig":
         known = set(cls.field_names())
-        unknown = sorted(set(data) - known - {"version", "backbone", "rem"})
+        unknown = sorted(set(data) - known - {"version", "backbone", "rem", "retrieval"})
         if unknown:
             raise DataError(path, None, f"unknown encoder settings {unknown}", f"known: {', '.join(sorted(known))}")
         try:
@@ -352,6 +352,9 @@ class Encoder(nn.Module):
         self.head: AnceHead | None = None
         self.head_source: str | None = None  # the file the head was loaded from (None: new or none)
         self.rem: Rem | None = None
+        # settings the model's retrieval system encodes with over ``config`` (a recipe's `system:`;
+        # ``zsdr.json``'s ``retrieval``): applied by from_pretrained, saved apart from the training settings
+        self.retrieval: dict[str, Any] = {}
         self._special: tuple[list[int], list[int]] | None = None
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
         self._half: tuple | None = None  # (key, backbone, head): the half-precision inference copy on a GPU
@@ -571,7 +574,8 @@ class Encoder(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
                         precision: str = "auto", rem: str | os.PathLike | bool | None = None,
-                        merge_rem: bool = True, head: str | None = None, **overrides) -> "Encoder":
+                        merge_rem: bool = True, head: str | None = None, retrieval: bool = True,
+                        **overrides) -> "Encoder":
         """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
 
         ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
@@ -589,6 +593,10 @@ class Encoder(nn.Module):
         carries (:func:`find_head`) and fail, naming the files searched, when it carries none;
         ``"new"`` starts a seeded head (``head_seed``) on a checkpoint that has none, such as a plain
         backbone a recipe fine-tunes, and fails when the checkpoint carries one.
+
+        ``retrieval``: apply ``zsdr.json``'s ``retrieval`` settings (those the model's retrieval system
+        encodes with, e.g. a longer document length than it trained at); ``False`` loads the training
+        settings (a recipe continuing from the model). They are kept either way and saved again.
         """
         from transformers import AutoTokenizer
 
@@ -608,11 +616,18 @@ class Encoder(nn.Module):
                             + ("" if local else " whose files are in the cache"))
         settings: dict[str, Any] = dict(sentence_transformers_settings(name))
         saved_rem = None
+        saved_retrieval: dict = {}
         saved_file = checkpoint_file(name, CONFIG_FILE)
         if saved_file is not None:
             saved = read_json(saved_file, _REWRITE)
             EncoderConfig.from_dict(saved, saved_file)  # validates
             settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
+            saved_retrieval = saved.get("retrieval") or {}
+            if not isinstance(saved_retrieval, dict) or set(saved_retrieval) - set(EncoderConfig.field_names()):
+                raise DataError(saved_file, None, f"retrieval must map encoder settings to values, got "
+                                f"{saved_retrieval!r}", _REWRITE)
+            if retrieval:
+                settings.update(saved_retrieval)
             if saved.get("rem") is not None:
                 if not isinstance(saved["rem"], str) or not saved["rem"]:
                     raise DataError(saved_file, None, f"rem must be a subfolder name, got {saved['rem']!r}", _REWRITE)
@@ -623,8 +638,8 @@ class Encoder(nn.Module):
         rem_path = saved_rem if rem is None else (None if rem is False else rem)
         if rem_path is True:
             raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
-        if rem_path is not None:
-            # the settings the REM was trained under (rem.json): a bare DAM has none of its own
+        if rem_path is not None and retrieval:
+            # the settings the REM's system encodes with (rem.json): a bare DAM has none of its own
             trained = rem_encoder_settings(rem_path)
             EncoderConfig.from_dict(trained, Path(rem_path) / "rem.json")  # validates
             settings.update({k: v for k, v in trained.items() if k in EncoderConfig.field_names()})
@@ -663,6 +678,7 @@ class Encoder(nn.Module):
                                      "does") from None
                 raise DataError(saved_file or name, None, str(exc), _SOFT_FIX) from None
         encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
+        encoder.retrieval = dict(saved_retrieval)
         encoder.head_source = None
         if encoder.head is not None:
             if saved_head is not None:
@@ -700,11 +716,13 @@ class Encoder(nn.Module):
             else:
                 self.backbone.save_pretrained(tmp, state_dict=bare_state_dict(self.backbone, self.rem))
                 (tmp / REM_DIR).mkdir()
-                self.rem.write(tmp / REM_DIR, encoder=self.config.to_dict())
+                self.rem.write(tmp / REM_DIR, encoder=self.retrieval_config().to_dict())
             self.tokenizer.save_pretrained(tmp)
             data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
             if self.rem is not None:
                 data["rem"] = REM_DIR
+            if self.retrieval:
+                data["retrieval"] = dict(self.retrieval)
             (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             if self.head is not None:
                 from safetensors.torch import save_file
@@ -714,8 +732,12 @@ class Encoder(nn.Module):
             from zsdr.models.export import st_blocker, write_st_metadata
 
             if st_blocker(self.config, rem=self.rem is not None) is None:
-                write_st_metadata(tmp, self.config, self.dim)
+                write_st_metadata(tmp, self.retrieval_config(), self.dim)
         return directory
+
+    def retrieval_config(self) -> EncoderConfig:
+        """The settings the model's retrieval system encodes with: ``config`` and the ``retrieval`` ones."""
+        return replace(self.config, **self.retrieval) if self.retrieval else self.config
 
     # ------------------------------------------------------------------------------ forward
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
