@@ -5,6 +5,7 @@ Every check compares against the embeddings the pipeline's encode job writes
 """
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -201,3 +202,36 @@ def test_retrieval_settings_apply_on_load_and_reach_st_and_the_rem(tiny, tmp_pat
     ddr = with_rem.save_pretrained(tmp_path / "ddr")
     assert json.loads((ddr / "rem" / "rem.json").read_text())["encoder"]["doc_max_length"] == 30
     assert Encoder.from_pretrained(tiny["roberta2"], rem=ddr / "rem").config.doc_max_length == 30
+
+
+def test_model_card_from_training_metadata_and_metrics(tiny, tmp_path):
+    from zsdr.models.cards import write_cards
+
+    enc = Encoder.from_pretrained(tiny["bert"], **SETTINGS)
+    enc.retrieval = {"doc_max_length": 30}
+    folder = enc.save_pretrained(tmp_path / "models" / "trained" / "dpr-berm")
+    (folder / "training.json").write_text(json.dumps({
+        "steps": 50, "processes": 1, "global_batch": 8, "examples": 100, "init": str(tiny["bert"]),
+        "dataset": "data/src", "negatives": "data/src/negatives.jsonl", "loss": "pairwise_nll",
+        "negatives_per_query": 1, "train": {"batch_size": 8, "grad_accum": 1, "lr": 1e-4, "optimizer": "adamw",
+                                            "schedule": "linear", "warmup_steps": 5},
+        "recipe": {"recipe": "dpr-berm", "episode": 1, "episodes": 1, "description": "DPR + BERM",
+                   "provenance": "test"}}))
+    metrics = {}
+    for dataset, value in (("src", 0.25), ("alpha", 0.5)):
+        path = tmp_path / "metrics" / dataset / "dpr-berm.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"aggregate": {"ndcg@10": value}}))
+        metrics[dataset] = str(path)
+    entry = {"run": "dpr-berm", "recipe": "dpr-berm", "paper": "berm", "description": "DPR + BERM",
+             "sections": {"berm": {"r1_weight": 1.0, "r2_weight": 0.1}}, "metrics": {"dpr-berm": metrics}}
+    write_cards({str(folder): entry}, "ndcg@10", "mini", "src", tmp_path / "results" / "model_cards.json")
+    card = (folder / "README.md").read_text()
+    front = card.split("---")[1]
+    assert "library_name: sentence-transformers" in front and "pipeline_tag: sentence-similarity" in front
+    assert f"base_model: {os.path.relpath(tiny['bert'], folder)}" in front
+    assert "| `dpr-berm` | 0.2500 | 0.5000 |" in card  # the source first, then the targets
+    assert "BERM: Xu et al., ACL 2023" in card and '"r2_weight": 0.1' in card
+    assert "at most 30 tokens" in card and "model.max_seq_length = 12" in card
+    index = json.loads((tmp_path / "results" / "model_cards.json").read_text())
+    assert index["cards"][str(folder)]["scores"] == {"dpr-berm": {"src": 0.25, "alpha": 0.5}}

@@ -79,6 +79,19 @@ def test_training_specs_carry_the_recipe_settings(mini, paper):
     assert "retrieval" not in mini.train_spec("dpr")  # no recipe `system:` at mini scale
 
 
+
+def test_model_cards_cover_the_trained_table1_models(mini):
+    cards = mini.MODEL_CARDS
+    ddr = cards[f"{mini.MODELS}/trained/ddr-contrast"]  # one card for the REM, scored on every dataset
+    assert ddr["paper"] == "ddr" and list(ddr["metrics"]["ddr-contrast"]) == mini.EVAL_DATASETS
+    # per-target models: each folder scored where its system uses it
+    for target in mini.TARGETS:
+        entry = cards[mini.dense_model("rmsc-cd", target)]
+        assert target in entry["metrics"]["rmsc-cd"] and entry["paper"] == "rmsc"
+    assert not any("backbones" in f for f in cards)  # untrained systems get no card
+    assert f"{mini.METRICS}/{mini.SOURCE}/dpr.json" in mini.model_card_inputs()
+
+
 def test_systems_route_to_their_model_per_dataset(mini):
     dataset = mini.TARGETS[0]
     assert mini.dense_model("dpr", dataset) == f"{mini.MODELS}/trained/dpr"

@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
+from zsdr.models.export import st_blocker, write_st_metadata
 from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, weights_location
 from zsdr.models.adapters import (Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_encoder_settings,
                                   rem_settings)
@@ -729,8 +730,6 @@ class Encoder(nn.Module):
 
                 save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                           str(tmp / HEAD_FILE))
-            from zsdr.models.export import st_blocker, write_st_metadata
-
             if st_blocker(self.config, rem=self.rem is not None) is None:
                 write_st_metadata(tmp, self.retrieval_config(), self.dim)
         return directory
