@@ -75,7 +75,6 @@ class TablesPlan:
         self.TABLE1_SYSTEMS = [
             self.check_system(s, "table1.systems") for s in self.config["table1"]["systems"]
         ]
-        self.MODEL_CARDS = self.model_cards()
         self.TABLE1_BASELINES = [
             self.check_system(s, "table1.baselines") for s in self.config["table1"]["baselines"]
         ]
