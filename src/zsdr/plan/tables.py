@@ -62,11 +62,12 @@ class TablesPlan:
         return out
 
     def model_card_inputs(self) -> list[str]:
-        """The files the cards read: each folder's zsdr.json and its run's training.json, and the metrics."""
+        """The files the cards read: each run's zsdr.json and training.json (a snapshot exists once its
+        run is trained), and the metrics."""
         files = []
-        for folder, entry in self.MODEL_CARDS.items():
+        for entry in self.MODEL_CARDS.values():
             run = f"{self.MODELS}/trained/{entry['run']}"
-            files += [f"{folder}/zsdr.json", f"{run}/training.json"]
+            files += [f"{run}/zsdr.json", f"{run}/training.json"]
             files += [f for m in entry["metrics"].values() for f in m.values()]
         return list(dict.fromkeys(files))
 
