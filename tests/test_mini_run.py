@@ -76,6 +76,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert all(kept[k].equal(by_name[k.removeprefix("roberta.")]) for k in shared)
     rem = yaml.safe_load((workdir / "models" / "trained" / "ddr-contrast" / "rem" / "rem.json").read_text())
     assert 0 < rem["train_pct"] < 100 and rem["parameters"]["trainable"] == rem["parameters"]["lora"] + rem["parameters"]["adapter"]
+    # every trained table-1 model carries its card, with the table's numbers
+    card = (workdir / "models" / "trained" / "ddr-contrast" / "README.md").read_text()
+    assert "pipeline_tag: sentence-similarity" in card and "zsdr export" in card
+    assert "| `ddr-contrast` | " + " | ".join(f"{value('ddr-contrast', c):.4f}" for c in cols) + " |" in card
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
     # MoDIR: Global Domain-Acc of documents (MoDIR's analysis, a fresh linear classifier on held-out
