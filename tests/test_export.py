@@ -109,6 +109,26 @@ def test_plain_encoder_folder_loads_everywhere_as_encoded(tiny, tmp_path, kind, 
     assert cosines(got, ref).min() > MIN_COSINE
 
 
+@pytest.mark.parametrize("similarity", ["dot", "cosine"])
+def test_ance_head_folder_loads_through_sentence_transformers(tiny, tmp_path, similarity):
+    """ANCE's cls_linear_ln head: CLS pooling, a Dense module (identity) and a LayerNorm module."""
+    enc = Encoder.from_pretrained(tiny["roberta"], **{**SETTINGS, "pooling": "cls_linear_ln",
+                                                      "similarity": similarity}, head="new")
+    with torch.no_grad():
+        enc.head.norm.weight.uniform_(0.5, 1.5)
+        enc.head.norm.bias.uniform_(-0.1, 0.1)
+    folder = perturbed(enc).save_pretrained(tmp_path / "ance")
+    docs, ref = pipeline(folder, tiny["data"], tmp_path / "emb")
+    assert cosines(Encoder.from_pretrained(folder).encode_docs(docs), ref).min() > MIN_COSINE
+    st = sentence_transformer(folder)
+    got = st.encode([text(d) for d in docs])
+    assert cosines(got, ref).min() > MIN_COSINE
+    if similarity == "dot":  # the same vectors, not only the same directions
+        assert np.allclose(got, ref, atol=1e-4)
+    out = export_model(folder, tmp_path / "export")
+    assert cosines(sentence_transformer(out).encode([text(d) for d in docs]), ref).min() > MIN_COSINE
+
+
 @pytest.fixture
 def ddr(tiny, tmp_path):
     """A trained DDR folder (DAM + REM with LoRA and a parallel adapter) and the pipeline's embeddings of
@@ -174,9 +194,10 @@ def test_soft_token_model_exports_its_inference_context(tiny, tmp_path, kind):
 def test_export_errors(tiny, tmp_path):
     from zsdr.cli import main
 
-    folder = Encoder.from_pretrained(tiny["bert"], pooling="cls_linear_ln", similarity="dot",
-                                     head="new").save_pretrained(tmp_path / "ance")
-    with pytest.raises(DataError, match="cannot export"):
+    folder = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="dot", pool_skip=1,
+                                     special_tokens=False).save_pretrained(tmp_path / "tct")
+    assert not (folder / ST_MODULES).exists()
+    with pytest.raises(DataError, match="cannot export: TCT-ColBERT"):
         export_model(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     plain = Encoder.from_pretrained(tiny["bert"], **SETTINGS).save_pretrained(tmp_path / "plain")

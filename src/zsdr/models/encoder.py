@@ -615,10 +615,12 @@ class Encoder(nn.Module):
             raise DataError(name, None, f"no config.json in {where}: not a model checkpoint",
                             "pass a folder written by save_pretrained or a Hugging Face id"
                             + ("" if local else " whose files are in the cache"))
-        settings: dict[str, Any] = dict(sentence_transformers_settings(name))
+        saved_file = checkpoint_file(name, CONFIG_FILE)
+        # zsdr.json says every setting; a folder zsdr wrote may also carry sentence-transformers modules
+        # (ANCE's head as Dense + LayerNorm) that only sentence-transformers itself reads
+        settings: dict[str, Any] = {} if saved_file is not None else dict(sentence_transformers_settings(name))
         saved_rem = None
         saved_retrieval: dict = {}
-        saved_file = checkpoint_file(name, CONFIG_FILE)
         if saved_file is not None:
             saved = read_json(saved_file, _REWRITE)
             EncoderConfig.from_dict(saved, saved_file)  # validates
@@ -731,7 +733,7 @@ class Encoder(nn.Module):
                 save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                           str(tmp / HEAD_FILE))
             if st_blocker(self.config, rem=self.rem is not None) is None:
-                write_st_metadata(tmp, self.retrieval_config(), self.dim)
+                write_st_metadata(tmp, self.retrieval_config(), self.dim, head=self.head)
         return directory
 
     def retrieval_config(self) -> EncoderConfig:

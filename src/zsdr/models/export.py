@@ -10,7 +10,7 @@ The files use the classic layout (``sentence_transformers.models.*``), which eve
 release since 2.x loads and :func:`zsdr.models.encoder.sentence_transformers_settings` reads back.
 :meth:`Encoder.save_pretrained <zsdr.models.encoder.Encoder.save_pretrained>` writes them whenever
 the folder's own weights and tokenizer encode that way (:func:`st_blocker` says when not: a REM,
-soft tokens, an ANCE head, TCT-ColBERT's input convention).
+soft tokens, TCT-ColBERT's input convention).
 
 :func:`export_model` (``zsdr export MODEL_DIR OUT_DIR [--rem REM_DIR]``) writes a plain Hugging Face
 folder that needs neither zsdr nor a second folder:
@@ -59,25 +59,38 @@ def st_blocker(config: "EncoderConfig", rem: bool = False, soft: bool = False) -
         return "its weights are the bare DAM and the REM sits apart in rem/ (use `zsdr export`)"
     if soft or config.soft_tokens is not None:
         return "its texts take soft tokens the plain tokenizer does not insert (use `zsdr export`)"
-    if config.pooling not in ("cls", "mean"):
-        return f"{config.pooling} pooling (ANCE's head) has no sentence-transformers module here"
     if not config.special_tokens or config.pool_skip or config.query_fill:
         return "TCT-ColBERT's input convention (markers, pool_skip, query_fill) is not sentence-transformers'"
     return None
 
 
 def st_metadata(config: "EncoderConfig", dim: int) -> dict[str, dict | list]:
-    """The sentence-transformers files (relative path -> JSON content) for an encoder of ``config``."""
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": ST_POOLING_DIR, "type": "sentence_transformers.models.Pooling"}]
+    """The sentence-transformers files (relative path -> JSON content) for an encoder of ``config``.
+    ANCE's ``cls_linear_ln`` head is CLS pooling, a ``Dense`` module (identity activation) and a
+    ``LayerNorm`` module (eps 1e-5, as the head's); their weights are :func:`st_head_weights`'."""
+    kinds = ["Transformer", "Pooling"]
+    if config.pooling == "cls_linear_ln":
+        kinds += ["Dense", "LayerNorm"]
     if config.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
-    pooling = {"word_embedding_dimension": int(dim), "pooling_mode_cls_token": config.pooling == "cls",
+        kinds.append("Normalize")
+    paths = {"Transformer": "", "Pooling": ST_POOLING_DIR}
+    modules = []
+    for i, kind in enumerate(kinds):
+        paths.setdefault(kind, f"{i}_{kind}")
+        modules.append({"idx": i, "name": str(i), "path": paths[kind], "type": f"sentence_transformers.models.{kind}"})
+    cls = config.pooling in ("cls", "cls_linear_ln")
+    pooling = {"word_embedding_dimension": int(dim), "pooling_mode_cls_token": cls,
                "pooling_mode_mean_tokens": config.pooling == "mean", "pooling_mode_max_tokens": False,
                "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
                "pooling_mode_lasttoken": False, "include_prompt": True}
+    heads = {}
+    if config.pooling == "cls_linear_ln":
+        heads = {f"{paths['Dense']}/config.json": {"in_features": int(dim), "out_features": int(dim), "bias": True,
+                                                   "activation_function": "torch.nn.modules.linear.Identity"},
+                 f"{paths['LayerNorm']}/config.json": {"dimension": int(dim)}}
     return {
         ST_MODULES: modules,
+        **heads,
         f"{ST_POOLING_DIR}/config.json": pooling,
         ST_CONFIG: {"max_seq_length": int(config.doc_max_length), "do_lower_case": False},
         ST_MODEL_CONFIG: {"prompts": {"query": config.query_prefix, "document": config.doc_prefix},
@@ -86,13 +99,24 @@ def st_metadata(config: "EncoderConfig", dim: int) -> dict[str, dict | list]:
     }
 
 
-def write_st_metadata(folder: str | os.PathLike, config: "EncoderConfig", dim: int) -> None:
-    """Write :func:`st_metadata` into ``folder`` (an existing, possibly temporary, model folder)."""
+def write_st_metadata(folder: str | os.PathLike, config: "EncoderConfig", dim: int, head=None) -> None:
+    """Write :func:`st_metadata` into ``folder`` (an existing, possibly temporary, model folder);
+    ``head``: the encoder's :class:`~zsdr.models.encoder.AnceHead` (``cls_linear_ln`` pooling)."""
     folder = Path(folder)
     for rel, content in st_metadata(config, dim).items():
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+    if config.pooling == "cls_linear_ln":
+        from safetensors.torch import save_file
+
+        if head is None:
+            raise ValueError("cls_linear_ln pooling needs its head to write the sentence-transformers modules")
+        state = {k: v.detach().float().cpu().contiguous() for k, v in head.state_dict().items()}
+        save_file({"linear.weight": state["linear.weight"], "linear.bias": state["linear.bias"]},
+                  str(folder / "2_Dense" / "model.safetensors"))
+        save_file({"norm.weight": state["norm.weight"], "norm.bias": state["norm.bias"]},
+                  str(folder / "3_LayerNorm" / "model.safetensors"))
 
 
 def _rem_code(model_type: str) -> str:
@@ -192,7 +216,7 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
 
     enc: Encoder = Encoder.from_pretrained(model, rem=rem, merge_rem=True, **overrides)
     cfg = enc.config
-    if cfg.pooling not in ("cls", "mean") or not cfg.special_tokens or cfg.pool_skip or cfg.query_fill:
+    if not cfg.special_tokens or cfg.pool_skip or cfg.query_fill:
         raise DataError(model, None, f"cannot export: {st_blocker(cfg)}",
                         "encode this model with zsdr (Encoder.from_pretrained)")
     out = Path(out)
@@ -237,7 +261,7 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
             data = json.loads(tok_config.read_text(encoding="utf-8"))
             data["tokenizer_class"] = "PreTrainedTokenizerFast"
             tok_config.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        write_st_metadata(tmp, cfg, enc.dim)
+        write_st_metadata(tmp, cfg, enc.dim, head=enc.head)
         info = {"source": str(model), "rem": None if rem is None else str(rem),
                 "encoder": {k: v for k, v in cfg.to_dict().items()},
                 "rem_settings": None if enc.rem is None else enc.rem.config.to_dict(),
