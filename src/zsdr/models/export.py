@@ -1,13 +1,14 @@
 """Model folders usable outside zsdr: sentence-transformers metadata and standalone exports.
 
 :func:`write_st_metadata` writes the files with which ``SentenceTransformer(folder)`` encodes as the
-:class:`~zsdr.models.encoder.Encoder` does: ``modules.json`` (Transformer, Pooling and, for cosine
-similarity, Normalize), ``1_Pooling/config.json``, ``sentence_bert_config.json`` (the *documents'*
+:class:`~zsdr.models.encoder.Encoder` does: ``modules.json`` (Transformer, Pooling, for ANCE's head Dense
+and LayerNorm, and for cosine similarity Normalize), ``1_Pooling/config.json``, ``sentence_bert_config.json`` (the *documents'*
 maximum length: sentence-transformers has one length for every text; queries were encoded at
 ``query_max_length``, which ``model.max_seq_length = ...`` sets before encoding them) and
 ``config_sentence_transformers.json`` (the query and document prefixes as prompts, the similarity).
 The files use the classic layout (``sentence_transformers.models.*``), which every sentence-transformers
-release since 2.x loads and :func:`zsdr.models.encoder.sentence_transformers_settings` reads back.
+release since 2.x loads (zsdr reads a folder's ``zsdr.json`` instead; the plain-pooling layout is
+what :func:`zsdr.models.encoder.sentence_transformers_settings` reads from a folder without one).
 :meth:`Encoder.save_pretrained <zsdr.models.encoder.Encoder.save_pretrained>` writes them whenever
 the folder's own weights and tokenizer encode that way (:func:`st_blocker` says when not: a REM,
 soft tokens, TCT-ColBERT's input convention).
