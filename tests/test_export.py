@@ -218,6 +218,10 @@ def test_retrieval_settings_apply_on_load_and_reach_st_and_the_rem(tiny, tmp_pat
     assert Encoder.from_pretrained(folder, retrieval=False).config.doc_max_length == 40
     assert Encoder.from_pretrained(folder, doc_max_length=20).config.doc_max_length == 20
     assert json.loads((folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 30
+    # saved again after a plain load: the training settings stay those, the retrieval ones stay apart
+    again = Encoder.from_pretrained(folder).save_pretrained(tmp_path / "again")
+    saved = json.loads((again / "zsdr.json").read_text())
+    assert (saved["doc_max_length"], saved["retrieval"]) == (40, {"doc_max_length": 30})
     with_rem = Encoder.from_pretrained(folder, retrieval=False).add_rem(BOTH)
     with_rem.retrieval = {"doc_max_length": 30}
     ddr = with_rem.save_pretrained(tmp_path / "ddr")

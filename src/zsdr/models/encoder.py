@@ -356,6 +356,7 @@ class Encoder(nn.Module):
         # settings the model's retrieval system encodes with over ``config`` (a recipe's `system:`;
         # ``zsdr.json``'s ``retrieval``): applied by from_pretrained, saved apart from the training settings
         self.retrieval: dict[str, Any] = {}
+        self._trained: dict[str, Any] = {}  # training settings ``config`` holds the retrieval values of
         self._special: tuple[list[int], list[int]] | None = None
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
         self._half: tuple | None = None  # (key, backbone, head): the half-precision inference copy on a GPU
@@ -621,6 +622,7 @@ class Encoder(nn.Module):
         settings: dict[str, Any] = {} if saved_file is not None else dict(sentence_transformers_settings(name))
         saved_rem = None
         saved_retrieval: dict = {}
+        trained_values: dict = {}  # the training settings the retrieval ones replace
         if saved_file is not None:
             saved = read_json(saved_file, _REWRITE)
             EncoderConfig.from_dict(saved, saved_file)  # validates
@@ -629,6 +631,7 @@ class Encoder(nn.Module):
             if not isinstance(saved_retrieval, dict) or set(saved_retrieval) - set(EncoderConfig.field_names()):
                 raise DataError(saved_file, None, f"retrieval must map encoder settings to values, got "
                                 f"{saved_retrieval!r}", _REWRITE)
+            trained_values = {k: settings[k] for k in saved_retrieval if k in settings}
             if retrieval:
                 settings.update(saved_retrieval)
             if saved.get("rem") is not None:
@@ -682,6 +685,8 @@ class Encoder(nn.Module):
                 raise DataError(saved_file or name, None, str(exc), _SOFT_FIX) from None
         encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
         encoder.retrieval = dict(saved_retrieval)
+        if retrieval and trained_values and not overrides:
+            encoder._trained = trained_values
         encoder.head_source = None
         if encoder.head is not None:
             if saved_head is not None:
@@ -721,7 +726,8 @@ class Encoder(nn.Module):
                 (tmp / REM_DIR).mkdir()
                 self.rem.write(tmp / REM_DIR, encoder=self.retrieval_config().to_dict())
             self.tokenizer.save_pretrained(tmp)
-            data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
+            trained = {k: v for k, v in self._trained.items() if getattr(self.config, k) == self.retrieval.get(k)}
+            data = {"version": CONFIG_VERSION, **self.config.to_dict(), **trained, "backbone": self.name_or_path}
             if self.rem is not None:
                 data["rem"] = REM_DIR
             if self.retrieval:
