@@ -8,6 +8,7 @@ rule table1:
             "{m}/{d}/{s}.json", m=METRICS, d=PLAN.EVAL_DATASETS, s=PLAN.TABLE1_SYSTEMS
         ),
         code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance", script="table1"),
+        cards=f"{RESULTS}/model_cards.json",
     output:
         csv=report(
             f"{RESULTS}/table1.csv",
@@ -39,6 +40,31 @@ rule table1:
         scale=config["scale"],
     script:
         "../workflow_scripts/table1.py"
+
+
+rule model_cards:
+    """A model card (README.md) in every trained model folder a table-1 system uses, with its scores."""
+    input:
+        PLAN.model_card_inputs(),
+        code=PLAN.code("zsdr.models.cards", script="model_cards"),
+    output:
+        cards=[f"{folder}/README.md" for folder in PLAN.MODEL_CARDS],
+        index=f"{RESULTS}/model_cards.json",
+    log:
+        f"{LOGS}/tables/model_cards.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **PLAN.cluster_resources(),
+        mem_mb=1000,
+        runtime=PLAN.runtime(5),
+    params:
+        cards=PLAN.MODEL_CARDS,
+        metric=config["table1"]["metric"],
+        scale=config["scale"],
+        source=PLAN.SOURCE,
+    script:
+        "../workflow_scripts/model_cards.py"
 
 
 rule paper_table:

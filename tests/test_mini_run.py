@@ -85,6 +85,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert all(kept[k].equal(by_name[k.removeprefix("roberta.")]) for k in shared)
     rem = yaml.safe_load((workdir / "models" / "trained" / "ddr-contrast" / "rem" / "rem.json").read_text())
     assert 0 < rem["train_pct"] < 100 and rem["parameters"]["trainable"] == rem["parameters"]["lora"] + rem["parameters"]["adapter"]
+    # every trained table-1 model carries its card, with the table's numbers
+    card = (workdir / "models" / "trained" / "ddr-contrast" / "README.md").read_text()
+    assert "pipeline_tag: sentence-similarity" in card and "zsdr export" in card
+    assert "| `ddr-contrast` | " + " | ".join(f"{value('ddr-contrast', c):.4f}" for c in cols) + " |" in card
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
     # MoDIR: Global Domain-Acc of documents (MoDIR's analysis, a fresh linear classifier on held-out
@@ -231,7 +235,8 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     n = len(distilled)
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     # every mini dataset has one shard: each system is encoded and searched on all three by one grouped job
-    assert jobs == {"train": n, "dense_search_group": n, "evaluate": datasets, "table1": 1}, jobs
+    # (the model cards read the retrained models and the new metrics: their one job runs again)
+    assert jobs == {"train": n, "dense_search_group": n, "evaluate": datasets, "model_cards": 1, "table1": 1}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:
         assert f"train {name} (0 GPU(s), 1 node(s), 1 CPU(s), " in proc.stdout

@@ -72,6 +72,24 @@ def test_training_specs_carry_the_recipe_settings(mini, paper):
     # the dry-run line names the loss, the batch shape and the steps
     summary = paper.spec_summary(dpr, paper.launch_settings(paper.RECIPES["dpr"]))
     assert "pairwise_nll with 1 negative" in summary and "300000 steps" in summary
+    # the settings a recipe's system encodes with beyond its training ones reach the saved model
+    assert paper.train_spec("ddr-dr-contrast")["retrieval"] == {"query_max_length": 512, "doc_max_length": 512}
+    assert {k: paper.encoder_options("ddr-dr-contrast")[k] for k in ("query_max_length", "doc_max_length")} == \
+        paper.train_spec("ddr-dr-contrast")["retrieval"]
+    assert "retrieval" not in mini.train_spec("dpr")  # no recipe `system:` at mini scale
+
+
+
+def test_model_cards_cover_the_trained_table1_models(mini):
+    cards = mini.MODEL_CARDS
+    ddr = cards[f"{mini.MODELS}/trained/ddr-contrast"]  # one card for the REM, scored on every dataset
+    assert ddr["paper"] == "ddr" and list(ddr["metrics"]["ddr-contrast"]) == mini.EVAL_DATASETS
+    # per-target models: each folder scored where its system uses it
+    for target in mini.TARGETS:
+        entry = cards[mini.dense_model("rmsc-cd", target)]
+        assert target in entry["metrics"]["rmsc-cd"] and entry["paper"] == "rmsc"
+    assert not any("backbones" in f for f in cards)  # untrained systems get no card
+    assert f"{mini.METRICS}/{mini.SOURCE}/dpr.json" in mini.model_card_inputs()
 
 
 def test_systems_route_to_their_model_per_dataset(mini):

@@ -7,6 +7,7 @@
     zsdr doctor [--warm]           the installation: library versions, torch's devices, Java, faiss;
                                    --warm compiles ranx's numba code
     zsdr check-config [FILE...]    check config files as the workflow reads them
+    zsdr export MODEL_DIR OUT_DIR [--rem REM_DIR]   a standalone Hugging Face / sentence-transformers folder
 
 Every expected failure ends the command with one line on stderr, ``zsdr CMD: error: ...``, naming the
 file or argument and the fix: exit status 2 for a usage error (a bad argument), 1 for bad data or a
@@ -222,6 +223,7 @@ MODULE_COMMANDS = {
     "score-pairs": "zsdr.training.teacher",
     "mine": "zsdr.retrieval.mine",
     "store": "zsdr.data.store",
+    "export": "zsdr.models.export",
 }
 
 

@@ -25,7 +25,16 @@ A REM folder (:meth:`Rem.save`) holds peft's ``adapter_config.json`` and
 and ``rem.json``: the :class:`RemConfig` (``config``), the architecture it fits (``architecture``:
 model type, hidden size, number of layers), the parameter counts (``parameters``: backbone,
 LoRA, adapter, trainable) and the two shares DDR reports (``train_pct``: 100 (LoRA + adapter) /
-backbone; ``infer_pct``: 100 adapter / backbone, LoRA being merged at inference).
+backbone; ``infer_pct``: 100 adapter / backbone, LoRA being merged at inference). A REM saved
+with its encoder (:meth:`zsdr.models.encoder.Encoder.save_pretrained`) also records ``encoder``: the
+encoder settings (pooling, similarity, lengths, formats) it was trained under, which
+:meth:`~zsdr.models.encoder.Encoder.from_pretrained` applies when the REM is plugged into a bare
+DAM, so a DAM + REM encodes as it was trained without further arguments.
+
+peft's ``adapter_config.json`` names the DAM the REM was trained on (``base_model_name_or_path``) as
+the training job saw it: a path relative to the workflow's directory. ``PeftModel.from_pretrained``
+needs the DAM model passed to it, and it loads LoRA only: the parallel adapter is ours.
+``zsdr export`` (:mod:`zsdr.models.export`) writes a standalone folder with both merged in.
 """
 
 from __future__ import annotations
@@ -53,6 +62,8 @@ ADAPTER_FILE = "parallel_adapter.safetensors"
 PEFT_CONFIG_FILE = "adapter_config.json"
 PEFT_WEIGHTS_FILE = "adapter_model.safetensors"
 REM_VERSION = 1
+# Encoder settings a REM does not carry: soft tokens live in a model's tokenizer and embeddings, not in the REM.
+REM_ENCODER_SKIP = ("soft_tokens",)
 _LORA_MARK = "lora_"
 _FIT_HINT = "a REM only plugs into a DAM of the architecture it was trained on"
 
@@ -341,15 +352,16 @@ class Rem(nn.Module):
         self._hooks = []
 
     # ------------------------------------------------------------------------------- saving
-    def save(self, directory: str | os.PathLike) -> Path:
+    def save(self, directory: str | os.PathLike, encoder: dict | None = None) -> Path:
         """Write the REM to ``directory`` atomically (see the module docstring for the files)."""
         directory = Path(directory)
         with atomic_dir(directory) as tmp:
-            self.write(tmp)
+            self.write(tmp, encoder=encoder)
         return directory
 
-    def write(self, folder: Path) -> None:
-        """Write the REM's files into an existing (temporary) ``folder``; :meth:`save` is the atomic form."""
+    def write(self, folder: Path, encoder: dict | None = None) -> None:
+        """Write the REM's files into an existing (temporary) ``folder``; :meth:`save` is the atomic form.
+        ``encoder``: the encoder settings the REM was trained under, recorded in ``rem.json``."""
         if self.lora_merged:
             raise ValueError("this REM's LoRA is merged into the backbone weights and can no longer be saved apart; "
                              "save the REM before merging (load with merge_rem=False to keep it unmerged)")
@@ -370,6 +382,8 @@ class Rem(nn.Module):
         info = {"version": REM_VERSION, "config": self.config.to_dict(), "architecture": self.arch,
                 "parameters": {k: counts[k] for k in ("backbone", "lora", "adapter", "trainable")},
                 "train_pct": counts["train_pct"], "infer_pct": counts["infer_pct"], "files": files}
+        if encoder is not None:
+            info["encoder"] = {k: v for k, v in encoder.items() if k not in REM_ENCODER_SKIP}
         (folder / REM_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
 
 
@@ -452,6 +466,26 @@ def read_rem_info(path: str | os.PathLike) -> tuple[RemConfig, dict]:
     if missing:
         raise DataError(folder, None, f"REM files missing: {', '.join(missing)}", "save the REM again")
     return config, info
+
+
+def rem_encoder_settings(path: str | os.PathLike) -> dict:
+    """The encoder settings a REM was trained under: ``encoder`` of its ``rem.json``; for a REM saved
+    before that was recorded, the ``zsdr.json`` of the model folder that holds it as its own REM
+    (``"rem": "<this folder's name>"``); empty otherwise (a converted release)."""
+    folder = Path(path)
+    _, info = read_rem_info(folder)
+    settings = info.get("encoder")
+    owner = folder.resolve().parent / "zsdr.json"
+    if settings is None and owner.is_file():
+        saved = read_json(owner, "save the model again (Encoder.save_pretrained)")
+        if saved.get("rem") == folder.resolve().name:
+            settings = {k: v for k, v in saved.items() if k not in ("version", "backbone", "rem", "retrieval")}
+            settings.update(saved.get("retrieval") or {})
+    settings = settings or {}
+    if not isinstance(settings, dict):
+        raise DataError(Path(path) / REM_FILE, None, f"encoder must be a JSON object, got {settings!r}",
+                        "save the REM again (Encoder.save_pretrained)")
+    return {k: v for k, v in settings.items() if k not in REM_ENCODER_SKIP}
 
 
 def _check_peft_config(folder: Path, config: RemConfig) -> None:

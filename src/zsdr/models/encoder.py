@@ -53,8 +53,10 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
+from zsdr.models.export import st_blocker, write_st_metadata
 from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, weights_location
-from zsdr.models.adapters import Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_settings
+from zsdr.models.adapters import (Rem, RemConfig, attach_rem, bare_state_dict, load_rem, rem_encoder_settings,
+                                  rem_settings)
 from zsdr.models.soft_tokens import SoftTokens
 
 log = logging.getLogger(__name__)
@@ -137,7 +139,7 @@ class EncoderConfig:
     @classmethod
     def from_dict(cls, data: dict, path: str | os.PathLike | None = None) -> "EncoderConfig":
         known = set(cls.field_names())
-        unknown = sorted(set(data) - known - {"version", "backbone", "rem"})
+        unknown = sorted(set(data) - known - {"version", "backbone", "rem", "retrieval"})
         if unknown:
             raise DataError(path, None, f"unknown encoder settings {unknown}", f"known: {', '.join(sorted(known))}")
         try:
@@ -351,6 +353,10 @@ class Encoder(nn.Module):
         self.head: AnceHead | None = None
         self.head_source: str | None = None  # the file the head was loaded from (None: new or none)
         self.rem: Rem | None = None
+        # settings the model's retrieval system encodes with over ``config`` (a recipe's `system:`;
+        # ``zsdr.json``'s ``retrieval``): applied by from_pretrained, saved apart from the training settings
+        self.retrieval: dict[str, Any] = {}
+        self._trained: dict[str, Any] = {}  # training settings ``config`` holds the retrieval values of
         self._special: tuple[list[int], list[int]] | None = None
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
         self._half: tuple | None = None  # (key, backbone, head): the half-precision inference copy on a GPU
@@ -570,7 +576,8 @@ class Encoder(nn.Module):
     @classmethod
     def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
                         precision: str = "auto", rem: str | os.PathLike | bool | None = None,
-                        merge_rem: bool = True, head: str | None = None, **overrides) -> "Encoder":
+                        merge_rem: bool = True, head: str | None = None, retrieval: bool = True,
+                        **overrides) -> "Encoder":
         """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
 
         ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
@@ -580,13 +587,18 @@ class Encoder(nn.Module):
         weights (inference); ``False`` keeps it unmerged and trainable.
 
         Settings come from ``zsdr.json``, else from a sentence-transformers configuration (hub ids
-        too), else from ``overrides``; a checkpoint with neither file must be given ``pooling`` and
+        too); a REM's ``rem.json`` settings (those it was trained under) take precedence over both,
+        so a bare DAM with a REM encodes as the REM was trained; ``overrides`` win over all; a checkpoint with neither file must be given ``pooling`` and
         ``similarity`` explicitly (DataError otherwise: settings are never guessed).
 
         ``head`` (``cls_linear_ln`` pooling): ``None`` or ``"checkpoint"`` take the head the checkpoint
         carries (:func:`find_head`) and fail, naming the files searched, when it carries none;
         ``"new"`` starts a seeded head (``head_seed``) on a checkpoint that has none, such as a plain
         backbone a recipe fine-tunes, and fails when the checkpoint carries one.
+
+        ``retrieval``: apply ``zsdr.json``'s ``retrieval`` settings (those the model's retrieval system
+        encodes with, e.g. a longer document length than it trained at); ``False`` loads the training
+        settings (a recipe continuing from the model). They are kept either way and saved again.
         """
         from transformers import AutoTokenizer
 
@@ -604,13 +616,24 @@ class Encoder(nn.Module):
             raise DataError(name, None, f"no config.json in {where}: not a model checkpoint",
                             "pass a folder written by save_pretrained or a Hugging Face id"
                             + ("" if local else " whose files are in the cache"))
-        settings: dict[str, Any] = dict(sentence_transformers_settings(name))
-        saved_rem = None
         saved_file = checkpoint_file(name, CONFIG_FILE)
+        # zsdr.json says every setting; a folder zsdr wrote may also carry sentence-transformers modules
+        # (ANCE's head as Dense + LayerNorm) that only sentence-transformers itself reads
+        settings: dict[str, Any] = {} if saved_file is not None else dict(sentence_transformers_settings(name))
+        saved_rem = None
+        saved_retrieval: dict = {}
+        trained_values: dict = {}  # the training settings the retrieval ones replace
         if saved_file is not None:
             saved = read_json(saved_file, _REWRITE)
             EncoderConfig.from_dict(saved, saved_file)  # validates
             settings.update({k: v for k, v in saved.items() if k in EncoderConfig.field_names()})
+            saved_retrieval = saved.get("retrieval") or {}
+            if not isinstance(saved_retrieval, dict) or set(saved_retrieval) - set(EncoderConfig.field_names()):
+                raise DataError(saved_file, None, f"retrieval must map encoder settings to values, got "
+                                f"{saved_retrieval!r}", _REWRITE)
+            trained_values = {k: settings[k] for k in saved_retrieval if k in settings}
+            if retrieval:
+                settings.update(saved_retrieval)
             if saved.get("rem") is not None:
                 if not isinstance(saved["rem"], str) or not saved["rem"]:
                     raise DataError(saved_file, None, f"rem must be a subfolder name, got {saved['rem']!r}", _REWRITE)
@@ -618,6 +641,14 @@ class Encoder(nn.Module):
                     raise DataError(saved_file, None, "a REM is loaded from a local folder only",
                                     "download the model folder and load it from disk")
                 saved_rem = folder / saved["rem"]
+        rem_path = saved_rem if rem is None else (None if rem is False else rem)
+        if rem_path is True:
+            raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
+        if rem_path is not None and retrieval:
+            # the settings the REM's system encodes with (rem.json): a bare DAM has none of its own
+            trained = rem_encoder_settings(rem_path)
+            EncoderConfig.from_dict(trained, Path(rem_path) / "rem.json")  # validates
+            settings.update({k: v for k, v in trained.items() if k in EncoderConfig.field_names()})
         unknown = [k for k in ("pooling", "similarity") if k not in settings and k not in overrides]
         if unknown:
             raise DataError(name, None, f"has no {CONFIG_FILE} and no sentence-transformers modules.json, so its "
@@ -653,6 +684,9 @@ class Encoder(nn.Module):
                                      "does") from None
                 raise DataError(saved_file or name, None, str(exc), _SOFT_FIX) from None
         encoder = cls(backbone, tokenizer, config, name_or_path=name, precision=precision)
+        encoder.retrieval = dict(saved_retrieval)
+        if retrieval and trained_values and not overrides:
+            encoder._trained = trained_values
         encoder.head_source = None
         if encoder.head is not None:
             if saved_head is not None:
@@ -665,9 +699,6 @@ class Encoder(nn.Module):
                 log.info("%s: cls_linear_ln head from %s", name, looked_in)
             else:
                 log.info("%s: new cls_linear_ln head from seed %d (head='new')", name, config.head_seed)
-        rem_path = saved_rem if rem is None else (None if rem is False else rem)
-        if rem_path is True:
-            raise ValueError("rem must be a REM folder, None (the model's own) or False (none)")
         if rem_path is not None:
             encoder.load_rem(rem_path, merge=merge_rem)
         encoder.eval()
@@ -676,7 +707,9 @@ class Encoder(nn.Module):
         return encoder
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically.
+        """Write backbone, tokenizer, ``zsdr.json`` (and ``head.safetensors``) to ``directory`` atomically,
+        with sentence-transformers metadata where the folder's weights and tokenizer encode as this
+        encoder does under sentence-transformers (:mod:`zsdr.models.export`).
 
         With a REM the backbone is written bare (the DAM's own weights and keys) and the REM goes
         to ``rem/``; an encoder whose LoRA was merged cannot be saved (the DAM is gone).
@@ -691,18 +724,27 @@ class Encoder(nn.Module):
             else:
                 self.backbone.save_pretrained(tmp, state_dict=bare_state_dict(self.backbone, self.rem))
                 (tmp / REM_DIR).mkdir()
-                self.rem.write(tmp / REM_DIR)
+                self.rem.write(tmp / REM_DIR, encoder=self.retrieval_config().to_dict())
             self.tokenizer.save_pretrained(tmp)
-            data = {"version": CONFIG_VERSION, **self.config.to_dict(), "backbone": self.name_or_path}
+            trained = {k: v for k, v in self._trained.items() if getattr(self.config, k) == self.retrieval.get(k)}
+            data = {"version": CONFIG_VERSION, **self.config.to_dict(), **trained, "backbone": self.name_or_path}
             if self.rem is not None:
                 data["rem"] = REM_DIR
+            if self.retrieval:
+                data["retrieval"] = dict(self.retrieval)
             (tmp / CONFIG_FILE).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
             if self.head is not None:
                 from safetensors.torch import save_file
 
                 save_file({k: v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()},
                           str(tmp / HEAD_FILE))
+            if st_blocker(self.config, rem=self.rem is not None) is None:
+                write_st_metadata(tmp, self.retrieval_config(), self.dim, head=self.head)
         return directory
+
+    def retrieval_config(self) -> EncoderConfig:
+        """The settings the model's retrieval system encodes with: ``config`` and the ``retrieval`` ones."""
+        return replace(self.config, **self.retrieval) if self.retrieval else self.config
 
     # ------------------------------------------------------------------------------ forward
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -80,6 +80,7 @@ class Plan(
         self._setup_training_2()
         self._setup_rmsc_2()
         self._setup_ddr_2()
+        self.MODEL_CARDS = self.model_cards()  # routes every table-1 system to its folders: last
         self.write_training_stamps()
 
 

@@ -26,6 +26,51 @@ class TablesPlan:
             for d, s in self.TABLE_CELLS[key]
         ]
 
+    def model_cards(self) -> dict[str, dict[str, Any]]:
+        """Every trained model folder a dense table-1 system retrieves with -> its card's entry: the run,
+        its recipe, paper and method sections, and per system the metrics file of each dataset it
+        scores that folder on (a DDR system: its trained folder, whose REM every dataset uses)."""
+        from zsdr.models.cards import recipe_paper
+
+        prefix = f"{self.MODELS}/trained/"
+        out: dict[str, dict[str, Any]] = {}
+        for system in self.TABLE1_SYSTEMS:
+            if self.SYSTEMS[system]["kind"] != "dense":
+                continue
+            for dataset in self.EVAL_DATASETS:
+                spec = self.SYSTEMS[self.routed(system, dataset)]
+                folder = spec["model"] if "rem_of" in spec else self.dense_model(system, dataset)
+                run = folder[len(prefix) :].split("/snapshots/")[0] if folder.startswith(prefix) else None
+                if run not in self.TRAIN_RUNS:
+                    continue
+                recipe = self.TRAIN_RUNS[run][0]
+                r = self.RECIPES[recipe]
+                entry = out.setdefault(
+                    folder,
+                    {
+                        "run": run,
+                        "recipe": recipe,
+                        "paper": recipe_paper(r, set(self.PRETRAINED)),
+                        "description": r.get("description", ""),
+                        "sections": {
+                            k: r[k] for k in ("rem", "berm", "modir", "dro", "mixture") if r.get(k)
+                        },
+                        "metrics": {},
+                    },
+                )
+                entry["metrics"].setdefault(system, {})[dataset] = f"{self.METRICS}/{dataset}/{system}.json"
+        return out
+
+    def model_card_inputs(self) -> list[str]:
+        """The files the cards read: each run's zsdr.json and training.json (a snapshot exists once its
+        run is trained), and the metrics."""
+        files = []
+        for entry in self.MODEL_CARDS.values():
+            run = f"{self.MODELS}/trained/{entry['run']}"
+            files += [f"{run}/zsdr.json", f"{run}/training.json"]
+            files += [f for m in entry["metrics"].values() for f in m.values()]
+        return list(dict.fromkeys(files))
+
     def _setup_tables(self) -> None:
         """Resolve table 1's systems and baselines and the cells and statistics of every paper table."""
         self.TABLE1_SYSTEMS = [

@@ -156,6 +156,8 @@ class TrainingPlan:
             "out": f"{self.MODELS}/trained/{run}",
             "checkpoint_dir": f"{self.MODELS}/.checkpoints/{run}",
             "encoder": r["encoder"],
+            # the settings the recipe's retrieval system encodes with beyond `encoder` (saved in zsdr.json)
+            **({"retrieval": r["system"]} if r.get("system") else {}),
             **({"head": r["head"]} if r.get("head") and k == 1 else {}),
             "loss": r["loss"],
             "negatives_per_query": r["negatives_per_query"],

@@ -317,7 +317,7 @@ def build_mixture_task(spec: dict) -> MixtureTask:
     from zsdr.models.encoder import Encoder, set_dropout
 
     seed = int(spec["train"].get("seed", 42))
-    encoder = Encoder.from_pretrained(spec["init"], **spec.get("encoder", {}))
+    encoder = Encoder.from_pretrained(spec["init"], retrieval=False, **spec.get("encoder", {}))
     soft = spec.get("soft_tokens")
     if soft and not encoder.config.soft_tokens:
         encoder.add_soft_tokens(k=int(soft.get("k", 1)), seed=int(soft.get("seed", seed)))

@@ -139,7 +139,9 @@ def build_task(spec: dict):
         return CrossEncoderTask(model, data, negatives=spec.get("negatives_per_query", 7), seed=seed)
     from zsdr.models.encoder import Encoder
 
-    encoder = Encoder.from_pretrained(spec["init"], head=spec.get("head"), **spec.get("encoder", {}))
+    # a trained init continues from the settings it was trained at, not those its system retrieves with
+    encoder = Encoder.from_pretrained(spec["init"], head=spec.get("head"), retrieval=False, **spec.get("encoder", {}))
+    encoder.retrieval = dict(spec.get("retrieval") or {})
     set_dropout(encoder.backbone, spec.get("dropout"))
     if spec.get("rem"):
         from zsdr.models.adapters import RemConfig
