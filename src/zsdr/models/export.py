@@ -277,10 +277,8 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
 
 
 def cmd_export(args) -> int:
-    from zsdr.cli import check_model_folder
-
+    # MODEL_DIR itself is checked by zsdr.cli before any command runs (check_model_folder)
     if args.rem is not None:
-        check_model_folder(args.model, "MODEL_DIR")
         if not Path(args.rem).is_dir():
             raise DataError(args.rem, None, "REM folder not found", "pass --rem the rem/ folder of a trained DDR model")
     out = Path(args.out)
@@ -295,7 +293,7 @@ def register_cli(sub) -> None:
     p = sub.add_parser("export", help="write a model folder (or a DAM + --rem) as a standalone Hugging Face / "
                                       "sentence-transformers folder")
     p.add_argument("model", metavar="MODEL_DIR", help="a zsdr model folder (models/trained/<run>, a DAM with --rem)")
-    p.add_argument("out", metavar="OUT_DIR")
+    p.add_argument("out", metavar="OUT_DIR", help="the standalone folder to write (refused if it exists, unless --force)")
     p.add_argument("--rem", default=None, metavar="REM_DIR",
                    help="a REM folder to plug into MODEL_DIR (default: the model's own, if it has one)")
     p.add_argument("--force", action="store_true", help="replace OUT_DIR if it exists")
