@@ -1,0 +1,258 @@
+"""Disk at paper scale, stage by stage: what `results/all` under configs/paper.yaml writes and what it
+leaves behind, from the paper plan's outputs and per-item costs measured here with the pipeline's own
+writers.
+
+    .venv/bin/python benchmarks/disk_paper.py [--sample DATASET_DIR]
+
+1. measure, on a real BEIR corpus (SciFact from the project's shared data folder, or ``--sample``): the
+   bytes per word of text of the converted corpus (corpus.jsonl, queries, qrels), of its text store
+   (``zsdr.data.store.build_store``) and of both Lucene indexes (``zsdr.sparse.lucene.build_index``), and
+   the bytes per line of a TREC run (``bm25_run`` at depth 1000). Embeddings and model folders follow
+   from their shapes: 768 float16 dimensions plus an id per document; 4 bytes per parameter of a
+   BERT-base / BERT-large model built from its configuration (a DDR REM: the LoRA and adapter
+   parameters of the recipe's ``rem`` settings as the project attaches them, ``attach_rem``).
+2. count: every output of the paper plan (tests/golden/plan-paper.jsonl.gz, which tests/test_plan_golden.py
+   keeps equal to the workflow's plan) by stage, each dataset at its published size (documents, mean
+   words per document, test queries: BEIR's Table 1 as COCO-DR's Table 5 prints it, DDR's Table 1 for
+   LoTTE and the Chinese sets; src/zsdr/tables/published/).
+3. print per stage: outputs, bytes written, bytes left behind (temporary outputs: embeddings with
+   `dense.keep_embeddings: false`, the scattered searches' per-shard top-k, training checkpoints).
+
+The figures are estimates: text costs scale linearly in words (Lucene's term dictionary grows more
+slowly, so indexes are over-estimated), Chinese text is counted at the English cost per word (DDR's
+Table 1 counts characters), and datasets without published statistics (named in the output) are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLISHED = ROOT / "src" / "zsdr" / "tables" / "published"
+PLAN = ROOT / "tests" / "golden" / "plan-paper.jsonl.gz"
+DIMS, FLOAT16 = 768, 2
+DEPTH = 1000
+# CQADupStack's forums (BEIR, Thakur et al. 2021): documents per forum; COCO-DR's Table 5 gives the total
+CQA_FORUMS = {"android": 22_998, "english": 40_221, "gaming": 45_301, "gis": 37_637, "mathematica": 16_705,
+              "physics": 38_316, "programmers": 32_176, "stats": 42_269, "tex": 68_184, "unix": 47_382,
+              "webmasters": 17_405, "wordpress": 48_605}
+# the published tables' dataset names -> the registry's
+BEIR_NAMES = {"MS MARCO": "msmarco", "TREC-COVID": "trec-covid", "NFCorpus": "nfcorpus", "BioASQ": "bioasq",
+              "NQ": "nq", "HotpotQA": "hotpotqa", "FiQA-2018": "fiqa", "Signal-1M (RT)": "signal1m",
+              "TREC-NEWS": "trec-news", "Robust04": "robust04", "ArguAna": "arguana",
+              "Touché-2020": "webis-touche2020", "Quora": "quora", "DBPedia": "dbpedia-entity",
+              "SCIDOCS": "scidocs", "FEVER": "fever", "Climate-FEVER": "climate-fever", "SciFact": "scifact"}
+DDR_NAMES = {"Lotte-Write": "lotte-writing-test", "Lotte-Rec": "lotte-recreation-test",
+             "Lotte-Tech": "lotte-technology-test", "Lotte-Life": "lotte-lifestyle-test",
+             "Lotte-Sci": "lotte-science-test", "CPR-Ecom": "cpr-ecom", "CPR-Video": "cpr-video",
+             "CPR-Medical": "cpr-medical", "cMedQAv2": "cmedqa2"}
+
+
+def dataset_sizes() -> dict[str, dict[str, float]]:
+    """``{dataset: {docs, words, queries}}`` from the published statistics tables."""
+    sizes: dict[str, dict[str, float]] = {}
+    with open(PUBLISHED / "cocodr_table5.csv", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            q = float(row["test_queries"] or row["dev_queries"] or 0)
+            stats = {"docs": float(row["corpus"]), "words": float(row["avg_doc_words"]), "queries": q}
+            if row["dataset"] == "CQADupStack":
+                for forum, n in CQA_FORUMS.items():
+                    share = n / sum(CQA_FORUMS.values())
+                    sizes[f"cqadupstack-{forum}"] = {**stats, "docs": float(n), "queries": q * share}
+            elif row["dataset"] in BEIR_NAMES:
+                sizes[BEIR_NAMES[row["dataset"]]] = stats
+    sizes["trec-covid-beir"] = sizes["trec-covid"]          # DDR's variant of the same corpus
+    with open(PUBLISHED / "ddr_table1.csv", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["dataset"] in DDR_NAMES:
+                sizes[DDR_NAMES[row["dataset"]]] = {"docs": float(row["doc_num"]), "words": float(row["doc_avg_words"]),
+                                                    "queries": float(row["query_num"])}
+    return sizes
+
+
+def measure(sample: Path, work: Path) -> dict[str, float]:
+    """Bytes per word (text, store, indexes), per run line, per parameter of the model shapes."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from zsdr.data.formats import iter_records  # noqa: F401  (the converted layout the stores read)
+    from zsdr.data.store import build_store
+    from zsdr.sparse.lucene import bm25_run, build_index
+
+    words = 0
+    with open(sample / "corpus.jsonl", encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            words += len(f"{doc.get('title', '')} {doc.get('text', '')}".split())
+    n_docs = sum(1 for _ in open(sample / "corpus.jsonl", encoding="utf-8"))
+    text = sum(p.stat().st_size for p in sample.rglob("*") if p.is_file())
+    data = work / "data"
+    data.mkdir()
+    for p in sample.rglob("*"):
+        if p.is_file():
+            (data / p.relative_to(sample)).parent.mkdir(parents=True, exist_ok=True)
+            (data / p.relative_to(sample)).write_bytes(p.read_bytes())
+    store = build_store(data)
+    out = {"docs": n_docs, "words": words, "text": text / words,
+           "store": sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) / words}
+    for fields in ("flat", "multifield"):
+        index = build_index(data, work / f"lucene-{fields}", fields=fields)
+        out[f"lucene-{fields}"] = sum(p.stat().st_size for p in index.rglob("*") if p.is_file()) / words
+    run = work / "bm25.trec"
+    bm25_run(data, "test", run, index_dir=work / "lucene-flat", depth=DEPTH, tag="bm25-flat")
+    lines = run.read_text(encoding="utf-8").splitlines()
+    out["run_line"] = run.stat().st_size / max(1, len(lines))
+    out["id"] = sum(len(json.loads(line)["_id"]) + 1 for line in open(sample / "corpus.jsonl", encoding="utf-8")) / n_docs
+    out.update(model_bytes())
+    return out
+
+
+def model_bytes() -> dict[str, float]:
+    """Bytes of a model folder's weights (float32) for BERT-base and BERT-large, built from their configurations."""
+    from transformers import BertConfig, BertModel
+
+    large = BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)
+    return {"bert-base": 4.0 * sum(p.numel() for p in BertModel(BertConfig()).parameters()),
+            "bert-large": 4.0 * sum(p.numel() for p in BertModel(large).parameters())}
+
+
+_REMS: dict[str, float] = {}
+
+
+def rem_bytes(rem: dict) -> float:
+    """Bytes (float32) of a DDR REM of the recipe's ``rem`` settings on BERT-base, as the project attaches it."""
+    key = json.dumps(rem, sort_keys=True)
+    if key not in _REMS:
+        from transformers import BertConfig, BertModel
+
+        from zsdr.models.adapters import RemConfig, attach_rem
+
+        attached = attach_rem(BertModel(BertConfig()), RemConfig.from_dict(rem))
+        _REMS[key] = 4.0 * sum(p.numel() for _, p in attached.named_rem_parameters())
+    return _REMS[key]
+
+
+STAGES = ("downloads", "data", "stores", "indexes", "embeddings", "runs", "models", "other")
+
+
+def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool) -> tuple[dict, set]:
+    """``{stage: [outputs, written, left]}`` and the datasets without published statistics."""
+    table = {s: [0, 0.0, 0.0] for s in STAGES}
+    unknown: set[str] = set()
+
+    def add(stage: str, nbytes: float, temporary: bool = False) -> None:
+        t = table[stage]
+        t[0] += 1
+        t[1] += nbytes
+        t[2] += 0.0 if temporary else nbytes
+
+    def size(dataset: str) -> dict | None:
+        if dataset not in sizes:
+            unknown.add(dataset)
+            return None
+        return sizes[dataset]
+
+    for job in jobs:
+        rule, wc = job["rule"], job["wildcards"]
+        if rule == "convert" and (s := size(wc["dataset"])):
+            add("data", s["docs"] * s["words"] * cost["text"])
+        elif rule == "text_store" and (s := size(wc["dataset"])):
+            add("stores", s["docs"] * s["words"] * cost["store"])
+        elif rule == "lucene_index" and (s := size(wc["dataset"])):
+            add("indexes", s["docs"] * s["words"] * cost[f"lucene-{wc['fields']}"])
+        elif rule in ("encode_corpus", "dense_search_group"):
+            shards = [(wc["dataset"], int(wc["shards"]))] if rule == "encode_corpus" else [
+                (re.match(r"embeddings/([^/]+)/", o).group(1), 1) for o in job["output"] if o.startswith("embeddings/")]
+            for dataset, n in shards:
+                if s := size(dataset):
+                    add("embeddings", s["docs"] / n * (DIMS * FLOAT16 + cost["id"]), temporary=not keep_embeddings)
+                    if rule == "dense_search_group":                # and the run of each dataset
+                        add("runs", s["queries"] * DEPTH * cost["run_line"])
+        elif rule == "search_shard" and (s := size(wc["dataset"])):
+            add("runs", s["queries"] * DEPTH * 12, temporary=True)      # ids (int64) + scores (float32)
+        elif rule in ("dense_search", "bm25") and (s := size(wc["dataset"])):
+            add("runs", s["queries"] * DEPTH * cost["run_line"])
+        elif rule in ("train", "train_dam", "pretrain_coco", "train_cross_encoder", "train_reader", "train_generator"):
+            spec = job["params"].get("spec", {})
+            name = " ".join([json.dumps(wc), str(spec.get("init", ""))])
+            weights = rem_bytes(spec["rem"]) if spec.get("rem") else cost["bert-large" if "large" in name else "bert-base"]
+            add("models", weights)
+            # the checkpoint while it trains: weights + AdamW's two moments, removed once the model is written
+            table["models"][1] += 3 * weights
+        elif rule == "download":
+            add("downloads", 0.0)
+        else:
+            table["other"][0] += 1
+    return table, unknown
+
+
+def download_bytes(jobs: list[dict]) -> float:
+    """The registry's approximate archive sizes of the planned downloads."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from zsdr.data.registry import REGISTRY
+
+    planned = {j["wildcards"]["path"] for j in jobs if j["rule"] == "download"}
+    total, seen = 0.0, set()
+    for ds in REGISTRY.values():
+        for f in ds.files:
+            path = re.sub(r"^https?://", "", f.url)
+            if path in planned and path not in seen:
+                seen.add(path)
+                m = re.match(r"([\d.]+)\s*(KB|MB|GB|TB)", ds.size or "")
+                if m:
+                    total += float(m.group(1)) * {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[m.group(2)] / len(ds.files)
+    return total
+
+
+def gb(n: float) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    shared = Path(os.environ.get("ZSDR_SHARED_DATA", ROOT.parent / "shared" / "data")) / "beir" / "scifact"
+    ap.add_argument("--sample", type=Path, default=shared, help="a BEIR dataset folder to measure the costs on")
+    args = ap.parse_args(argv)
+    if not (args.sample / "corpus.jsonl").is_file():
+        sys.exit(f"{args.sample}: no corpus.jsonl (give --sample a BEIR dataset folder)")
+    with tempfile.TemporaryDirectory(prefix="zsdr-disk-") as tmp:
+        cost = measure(args.sample, Path(tmp))
+    print(f"measured on {args.sample.name} ({cost['docs']:,} documents, {cost['words']:,} words): bytes per word: "
+          f"converted text {cost['text']:.1f}, store {cost['store']:.1f}, Lucene flat {cost['lucene-flat']:.1f}, "
+          f"multifield {cost['lucene-multifield']:.1f}; run line {cost['run_line']:.0f} B; id {cost['id']:.1f} B; "
+          f"model weights: BERT-base {gb(cost['bert-base'])}, BERT-large {gb(cost['bert-large'])}")
+    with gzip.open(PLAN, "rt", encoding="utf-8") as f:
+        jobs = [json.loads(line) for line in f]
+    import yaml
+
+    keep = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["dense"].get("keep_embeddings", True)
+    table, unknown = stage_bytes(jobs, dataset_sizes(), cost, keep)
+    if _REMS:
+        print("DDR REM weights: " + ", ".join(f"{json.loads(k)} {v / 1e6:.1f} MB" for k, v in _REMS.items()))
+    table["downloads"][1] = table["downloads"][2] = download_bytes(jobs)
+    print(f"\npaper plan (results/all, {len(jobs)} jobs), dense.keep_embeddings: {keep}")
+    print(f"{'stage':<12}{'outputs':>9}{'written':>14}{'left behind':>14}")
+    for stage in STAGES:
+        n, written, left = table[stage]
+        if stage == "other":
+            print(f"{stage:<12}{n:>9}{'(small)':>14}{'(small)':>14}")
+        else:
+            print(f"{stage:<12}{n:>9}{gb(written):>14}{gb(left):>14}")
+    total_w, total_l = sum(t[1] for t in table.values()), sum(t[2] for t in table.values())
+    print(f"{'total':<12}{'':>9}{gb(total_w):>14}{gb(total_l):>14}")
+    print("\nwritten: every output once (models: + the training checkpoints, weights and AdamW moments, removed "
+          "when each model is written); left behind: without the temporary outputs")
+    if unknown:
+        print(f"no published statistics, left out: {', '.join(sorted(unknown))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
