@@ -262,6 +262,8 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--gpu", "maybe"], 2,
          "argument --gpu: invalid choice"),
         (["store", missing], 1, f"{missing}: dataset folder not found (fix: check the path given to the dataset"),
+        (["export", missing, tmp_path / "exported"], 1, f"{missing}: no such model folder"),
+        (["export", empty_model, tmp_path / "exported"], 1, f"{empty_model}: the model folder is empty"),
     ]
 
 

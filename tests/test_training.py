@@ -339,28 +339,31 @@ def test_sigterm_to_one_of_two_gloo_processes_stops_both_at_the_same_step(tiny):
     assert [r["step"] for r in losses(s["out"])] == list(range(1, 41))
 
 
-def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(tiny):
-    """As SLURM does at a time limit or preemption: SIGTERM to every process of the job (launcher, torchrun
-    and both workers). The launching process stays until the workers have written their checkpoint, then
-    fails with their status; the checkpoint is there for the retry."""
-    s, path = spec(tiny, "signal-launch", train={**SIGNAL_STEPS, "batch_size": 4})
-    log_file = tiny / "signal-launch.log"
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
+def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(tiny, sig):
+    """As SLURM does at preemption (SIGTERM) or before a time limit (`--signal=USR1@300`, to the job's steps):
+    the signal to every process of the job (launcher, torchrun's agent and both workers). The launching
+    process stays until the workers have written their checkpoint, then fails with their status; the
+    checkpoint is there for the retry, which resumes from it."""
+    name = f"signal-launch-{sig.name}"
+    s, path = spec(tiny, name, train={**SIGNAL_STEPS, "batch_size": 4})
+    log_file = tiny / f"{name}.log"
     code = ("import json, sys; from zsdr.training.recipes import launch; "
-            f"launch(json.load(open({str(path)!r})), processes=2, spec_path={str(tiny / 'signal-launch.run.json')!r}, "
+            f"launch(json.load(open({str(path)!r})), processes=2, spec_path={str(tiny / (name + '.run.json'))!r}, "
             f"log_file={str(log_file)!r})")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl"), "training ended before step 1"
-    os.killpg(proc.pid, signal.SIGTERM)
+    os.killpg(proc.pid, sig)
     err = proc.communicate(timeout=180)[1]
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert "SIGTERM received: waiting for the training processes to checkpoint and stop" in err, err
+    assert proc.returncode == 128 + sig, err
+    assert f"{sig.name} received: waiting for the training processes to checkpoint and stop" in err, err
     [step] = checkpoint_steps(s["checkpoint_dir"])
     # the workers' stop, repeated where the job's console sees it (their own lines go to the log file)
-    assert (f"stopped by SIGTERM at step {step}: checkpoint written, the next run resumes from it "
+    assert (f"stopped by {sig.name} at step {step}: checkpoint written, the next run resumes from it "
             "[2 of 2 processes]") in err, err
-    stopped = re.findall(r"stopped by SIGTERM at step (\d+): checkpoint written", log_file.read_text())
+    stopped = re.findall(rf"stopped by {sig.name} at step (\d+): checkpoint written", log_file.read_text())
     assert stopped == [str(step)] * 2, log_file.read_text()[-3000:]
     assert not Path(s["out"]).exists()
     # the retry: both processes resume from that checkpoint and say so in the job's log (INFO, --log-info)

@@ -36,8 +36,9 @@ def planned_jobs(output: str) -> dict[str, int]:
     return counts
 
 
+# e.g. "train cocodr-base-ep1 (8 GPU(s), 1 node(s), 64 CPUs (8 per GPU), 52500 MB, 1440 min): init ..."
 TRAINING_JOB = re.compile(r"(pretrain|train(?: DAM| generator| cross-encoder| reader)?) ([\w.@-]+) "
-                          r"\((\d+) GPU\(s\)\): (init .*)")
+                          r"\((\d+) GPU\(s\), \d+ node\(s\), [^:]*? \d+ MB, \d+ min\): (init .*)")
 
 
 def training_plan(output: str, kind: str = "train", gpus_per_process: int | None = None) -> dict[str, str]:

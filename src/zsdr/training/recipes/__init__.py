@@ -207,6 +207,18 @@ def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = No
             "--rdzv_endpoint", f"{first_host(nodelist)}:{port}", "--rdzv_id", str(job)]
 
 
+# The signals torchrun's agent handles by passing them to its workers and waiting for them to end. Its
+# default leaves out SIGUSR1 (what `sbatch --signal=USR1@...` sends before a time limit), which would kill
+# the agent at once and, with it, the job step around workers still writing their checkpoint. Recent
+# torchrun reads the list from its --signals-to-handle option (environment PET_SIGNALS_TO_HANDLE), older
+# ones from TORCHELASTIC_SIGNALS_TO_HANDLE; the agent then waits up to TORCH_ELASTIC_SHUTDOWN_TIMEOUT
+# seconds (default 30) for the workers to finish their step and checkpoint: 240, within the 300 s the
+# SLURM profile's warning leaves.
+TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+                    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+                    "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "240"}
+
+
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
            log_file: str | os.PathLike | None = None, loop: dict | None = None,
@@ -235,9 +247,8 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     cmd = list(launcher) if launcher else torchrun_command(processes, nodes)
     cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet", "--log-info"]
     log.info("launching: %s", " ".join(cmd))
-    # torchrun's agent forwards these to its workers; SIGUSR1 (sbatch --signal=USR1@...) would otherwise
-    # kill the agent before the workers could write their checkpoint.
-    env = {**os.environ, "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"}
+    # torchrun's agent must handle (and pass on) SIGUSR1 too: see TORCHRUN_SIGNALS.
+    env = {**os.environ, **TORCHRUN_SIGNALS}
     if threads:
         env["OMP_NUM_THREADS"] = str(max(1, int(threads) // max(1, processes)))
     fh = open(log_file, "a", encoding="utf-8") if log_file else None
