@@ -33,12 +33,12 @@ import os
 import re
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = ROOT / "src" / "zsdr" / "tables" / "published"
 PLAN = ROOT / "tests" / "golden" / "plan-paper.jsonl.gz"
+sys.path.insert(0, str(ROOT / "src"))          # the checkout's library, installed or not
 DIMS, FLOAT16 = 768, 2
 DEPTH = 1000
 # CQADupStack's forums (BEIR, Thakur et al. 2021): documents per forum; COCO-DR's Table 5 gives the total
@@ -81,17 +81,16 @@ def dataset_sizes() -> dict[str, dict[str, float]]:
 
 def measure(sample: Path, work: Path) -> dict[str, float]:
     """Bytes per word (text, store, indexes), per run line, per parameter of the model shapes."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from zsdr.data.formats import iter_records  # noqa: F401  (the converted layout the stores read)
     from zsdr.data.store import build_store
     from zsdr.sparse.lucene import bm25_run, build_index
 
-    words = 0
+    n_docs = words = id_bytes = 0
     with open(sample / "corpus.jsonl", encoding="utf-8") as f:
         for line in f:
             doc = json.loads(line)
+            n_docs += 1
             words += len(f"{doc.get('title', '')} {doc.get('text', '')}".split())
-    n_docs = sum(1 for _ in open(sample / "corpus.jsonl", encoding="utf-8"))
+            id_bytes += len(doc["_id"]) + 1               # ids.txt beside the embeddings: one per line
     text = sum(p.stat().st_size for p in sample.rglob("*") if p.is_file())
     data = work / "data"
     data.mkdir()
@@ -109,7 +108,7 @@ def measure(sample: Path, work: Path) -> dict[str, float]:
     bm25_run(data, "test", run, index_dir=work / "lucene-flat", depth=DEPTH, tag="bm25-flat")
     lines = run.read_text(encoding="utf-8").splitlines()
     out["run_line"] = run.stat().st_size / max(1, len(lines))
-    out["id"] = sum(len(json.loads(line)["_id"]) + 1 for line in open(sample / "corpus.jsonl", encoding="utf-8")) / n_docs
+    out["id"] = id_bytes / n_docs
     out.update(model_bytes())
     return out
 
@@ -195,7 +194,6 @@ def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool
 
 def download_bytes(jobs: list[dict]) -> float:
     """The registry's approximate archive sizes of the planned downloads."""
-    sys.path.insert(0, str(ROOT / "src"))
     from zsdr.data.registry import REGISTRY
 
     planned = {j["wildcards"]["path"] for j in jobs if j["rule"] == "download"}
