@@ -35,7 +35,6 @@ qrels give the positive pairs, default ``train``), ``max_length`` (passage token
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
