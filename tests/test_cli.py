@@ -10,7 +10,7 @@ import pytest
 from zsdr.cli import DOCTOR_PACKAGES, build_parser, main
 
 from .test_formats import make_dataset
-from .test_reliability import error_lines, zsdr
+from .test_reliability import the_error_line, zsdr
 
 
 def _actions(parser: argparse.ArgumentParser, path: tuple[str, ...] = ("zsdr",)):
@@ -119,5 +119,5 @@ def test_a_missing_or_non_dataset_folder_is_one_line_naming_it(tmp_path, capsys,
             argv += ["--out", tmp_path / "r.trec"]
         code, out, err = zsdr(capsys, *argv)
         assert code == 1 and out == ""
-        [line] = error_lines(err)
+        line = the_error_line(err)
         assert line.startswith(f"zsdr {command[0]}: error: {folder}: {problem}") and "(fix: " in line, line

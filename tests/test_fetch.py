@@ -290,7 +290,7 @@ def test_every_source_ir_datasets_knows_gets_its_checksum():
 
 
 def test_a_file_that_fails_ir_datasets_checksum_is_one_line(tmp_path, capsys):
-    from .test_reliability import error_lines, zsdr
+    from .test_reliability import the_error_line, zsdr
 
     remote = registry.get("msmarco").files[0]
     mirror = tmp_path / "mirror"
@@ -298,7 +298,7 @@ def test_a_file_that_fails_ir_datasets_checksum_is_one_line(tmp_path, capsys):
     (mirror / remote.local_path).write_bytes(b"not MS MARCO")
     code, out, err = zsdr(capsys, "fetch", "msmarco", "--no-extras", "--quiet", "--mirror", mirror,
                           "--downloads", tmp_path / "downloads", "--data", tmp_path / "data")
-    [line] = error_lines(err)
+    line = the_error_line(err)
     assert code == 1 and out == ""
     assert line.startswith(f"zsdr fetch: error: {remote.url}: downloaded file (mirror copy ") and "(fix: " in line
     assert "md5: expected 31644046b18952c1386cd4564ba2ae69, got " in line, line

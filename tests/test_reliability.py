@@ -4,6 +4,7 @@ temporaries left by a killed process."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,28 @@ def zsdr(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
+LOG_RECORD = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (DEBUG|INFO|WARNING) ")
+
+
 def error_lines(err: str) -> list[str]:
-    """stderr without the log lines (``<date> <time> LEVEL logger: ...``)."""
-    return [line for line in err.splitlines() if line.strip() and " WARNING " not in line and " INFO " not in line]
+    """stderr without the log records below ERROR (``<date> <time> LEVEL logger: ...``), the lines that
+    continue one included (a logged Python warning's source line, a traceback)."""
+    lines, in_record = [], False
+    for line in err.splitlines():
+        if LOG_RECORD.match(line):
+            in_record = True
+        elif line.startswith("zsdr ") or re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ ", line):
+            in_record = False
+        if not in_record and line.strip():
+            lines.append(line)
+    return lines
+
+
+def the_error_line(err: str) -> str:
+    """The one error line stderr must hold (besides log records); all of stderr in the failure otherwise."""
+    lines = error_lines(err)
+    assert len(lines) == 1, f"expected one error line on stderr, got {len(lines)}:\n{err}"
+    return lines[0]
 
 
 # ------------------------------------------------------------------- 1. silent wrong results

@@ -3,8 +3,9 @@ through snakemake-executor-plugin-slurm, and its outputs equal those of the same
 
 The cluster comes from Debian's packages (tests/slurm/cluster.sh: slurmctld, slurmd, munge), installed and
 started by the test where it runs as root with apt-get; elsewhere the test skips unless a cluster already
-answers `sinfo`. Job status comes from `squeue` (finished jobs stay visible for MinJobAge = 600 s; there is no
-slurmdbd, so `sacct` has no database to ask).
+answers `sinfo`. Job status comes from `squeue`: finished jobs stay visible for MinJobAge = 7200 s, longer
+than the test takes (there is no slurmdbd, so `sacct` has no database to ask). A cluster already running
+keeps its own MinJobAge, and a shorter one can drop the first jobs from squeue before the test reads it.
 
 The training runs as one SLURM job of two processes (torchrun --standalone, DDP over gloo on the CPU), the
 launch path of a multi-GPU training: the job asks for a CPU per process, and the model must equal the local
@@ -165,6 +166,40 @@ def _interrupt_training(workdir: Path, seen: dict) -> None:
         seen["error"] = repr(exc)
 
 
+class _Queue(threading.Thread):
+    """Every job the cluster shows while the test runs, with its last state and CPU count: squeue forgets a
+    finished job after MinJobAge, so the first jobs of a long run may be gone by the time it ends."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.jobs: dict[str, tuple[str, str, str]] = {}   # id -> (state, reason, CPUs)
+        self.done = threading.Event()
+
+    def poll(self) -> None:
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%r|%C"], capture_output=True, text=True,
+                             timeout=60).stdout
+        for line in out.splitlines():
+            job, state, reason, cpus = line.strip().split("|")
+            self.jobs[job] = (state, reason, cpus)
+
+    def run(self) -> None:
+        while not self.done.wait(2.0):
+            try:
+                self.poll()
+            except (subprocess.SubprocessError, ValueError):
+                pass
+
+    def stop(self) -> dict[str, tuple[str, str, str]]:
+        self.done.set()
+        self.join(timeout=60)
+        self.poll()
+        return self.jobs
+
+    def table(self) -> str:
+        return "\n".join(f"{job:>8} {state:<10} {cpus:>4} CPU(s) {reason}"
+                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=lambda kv: int(kv[0])))
+
+
 def _content(path: Path):
     """A file's bytes; a JSON record without its wall-clock timings (they differ between any two runs)."""
     if path.suffix == ".json":
@@ -189,6 +224,8 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     seen: dict = {}
     watcher = threading.Thread(target=_interrupt_training, args=(on_slurm, seen), daemon=True)
     watcher.start()
+    cluster_queue = _Queue()
+    cluster_queue.start()
     log = _run(["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
                 "--slurm-init-seconds-before-status-checks", "2", "--slurm-no-account"], on_slurm, 1500)
     watcher.join(timeout=60)
@@ -197,17 +234,14 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     assert len(jobs) >= 9, log[-3000:]                    # the retry of the training included
     # the two statistics jobs ran as one SLURM job of the profile's `statistics` group
     assert "group job statistics" in log.lower(), log[-3000:]
-    queue = subprocess.run(["squeue", "-t", "all", "-o", "%.8i %.9P %.40j %.10T %.10M %R"], capture_output=True,
-                           text=True, timeout=60).stdout
-    seen_ids = {line.split()[0] for line in queue.splitlines()[1:]}
-    assert jobs <= seen_ids, (jobs, queue)
-    for line in queue.splitlines()[1:]:
-        if line.split()[0] in jobs:                      # the signalled job failed; every other one completed
-            assert ("FAILED" if line.split()[0] == seen["signalled"] else "COMPLETED") in line, queue
+    states = cluster_queue.stop()
+    queue = cluster_queue.table()
+    assert jobs <= states.keys(), (jobs, queue)
+    for job in jobs:                                     # the signalled job failed; every other one completed
+        assert states[job][0] == ("FAILED" if job == seen["signalled"] else "COMPLETED"), (job, queue)
     # the training ran as one job of two processes, with a CPU for each
-    cpus = dict(line.split() for line in _slurm("squeue", "-h", "-t", "all", "-o", "%i %C").splitlines())
     trainings = {seen["signalled"], seen["requeued"]}
-    assert all(cpus[job] == "2" for job in trainings), (cpus, trainings)
+    assert all(states[job][2] == "2" for job in trainings), (trainings, queue)
     # the signalled job: this Snakemake outlived SIGUSR1, the trainer checkpointed and exited
     [first_log] = (on_slurm / "logs" / "slurm").rglob(f"{seen['signalled']}.log")
     text = first_log.read_text()

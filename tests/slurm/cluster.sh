@@ -59,7 +59,7 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=$LOGDIR/jobcomp.log
-MinJobAge=600
+MinJobAge=7200
 KillWait=30
 NodeName=$host CPUs=$cpus RealMemory=$((mem > 1024000 ? mem : 1024000)) State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP
