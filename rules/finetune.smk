@@ -99,6 +99,7 @@ rule mine_negatives:
             "seed"
         ]
         + PLAN.MINED[wc.run][1],
+        max_examples=lambda wc: PLAN.RECIPES[PLAN.MINED[wc.run][0]].get("max_examples"),
         dense=config["dense"],
     script:
         "../workflow_scripts/mine_negatives.py"

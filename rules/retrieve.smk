@@ -3,14 +3,16 @@
 
 
 rule encode_corpus:
-    """One shard of a corpus encoded by a dense system, streamed to disk."""
+    """One shard of a corpus encoded by a dense system, streamed to disk (a shard of several reads its
+    rows from the dataset's store)."""
     input:
-        data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        data=PLAN.shard_corpus,
         model=PLAN.dense_model_input,
         code=PLAN.code(
             "zsdr.retrieval.encode",
             "zsdr.models.encoder",
             "zsdr.data.formats",
+            "zsdr.data.store",
             script="encode_corpus",
         ),
     output:

@@ -62,15 +62,40 @@ def test_sharded_encoding_covers_every_doc_once_and_equals_one_shard(tiny, bert,
     assert (meta["dim"], meta["dtype"], meta["shard"], meta["num_shards"]) == (32, "float32", 0, 1)
     assert meta["encoder"]["pooling"] == "mean" and meta["encoder"]["similarity"] == "cosine"
     np.testing.assert_allclose(emb, bert.encode_docs(list(corpus.values())), atol=1e-5)
-    seen = []
+    seen, n = [], len(corpus)
     for s in range(3):
         out = encode_corpus_shard(bert, tiny["data"], tmp_path / f"s{s}", s, 3, dtype="float32", chunk_size=7,
                                   batch_size=4, show_progress=False)
         part, part_ids, part_meta = load_embeddings(out)
-        assert part_ids == list(corpus)[s::3] and part_meta["assignment"] == "modulo"
-        np.testing.assert_allclose(part, emb[s::3], atol=1e-5)
+        start, stop = s * n // 3, (s + 1) * n // 3            # contiguous rows, sizes within one of each other
+        assert (part_meta["assignment"], part_meta["start"], part_meta["stop"]) == ("range", start, stop)
+        assert part_ids == list(corpus)[start:stop]
+        np.testing.assert_allclose(part, emb[start:stop], atol=1e-5)
         seen += part_ids
-    assert sorted(seen) == sorted(corpus) and len(seen) == len(set(seen))
+    assert seen == list(corpus)
+
+
+def test_a_shard_of_several_reads_its_rows_from_the_store_not_the_corpus_file(tiny, bert, tmp_path, caplog):  # noqa: F811
+    """With the store built, a shard never opens corpus.jsonl (its text is hidden here); without one it warns
+    once that it builds a temporary store, and the embeddings are the same."""
+    import logging
+
+    from tests.conftest import texts_hidden
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny["data"], data, ignore=shutil.ignore_patterns("store"))
+    with caplog.at_level(logging.WARNING, logger="zsdr.retrieval.encode"):
+        built = [encode_corpus_shard(bert, data, tmp_path / f"t{s}", s, 2, show_progress=False) for s in range(2)]
+    assert [r.message for r in caplog.records].count(
+        f"{data} has no current store: a temporary one is built from the whole corpus for this process "
+        f"(build it once for every shard job with `zsdr store {data}`)") == 1
+    with texts_hidden(data):
+        stored = [encode_corpus_shard(bert, data, tmp_path / f"s{s}", s, 2, show_progress=False) for s in range(2)]
+    for a, b in zip(built, stored):
+        assert (a / "ids.txt").read_text() == (b / "ids.txt").read_text()
+        assert (a / "embeddings.npy").read_bytes() == (b / "embeddings.npy").read_bytes()
+    with texts_hidden(data), pytest.raises(DataError):   # one shard streams corpus.jsonl itself
+        encode_corpus_shard(bert, data, tmp_path / "whole", 0, 1, show_progress=False)
 
 
 def test_embeddings_record_the_inference_precision(tiny, bert, tmp_path):  # noqa: F811
@@ -102,7 +127,8 @@ def _record_precisions(bert, tiny, tmp_path, torch):  # noqa: F811
 
 
 def test_more_shards_than_docs_gives_empty_shards(tiny, bert, tmp_path):  # noqa: F811
-    out = encode_corpus_shard(bert, tiny["data"], tmp_path / "empty", 99, 100, show_progress=False)
+    assert len(read_corpus(tiny["data"])) < 100   # shard 0 of 100 holds rows [0, n // 100): none
+    out = encode_corpus_shard(bert, tiny["data"], tmp_path / "empty", 0, 100, show_progress=False)
     emb, meta = open_embeddings(out)
     assert emb.shape == (0, 32) and meta["count"] == 0 and read_ids(out) == []
 
@@ -153,13 +179,17 @@ def test_query_encoding_keeps_only_judged_queries(tiny, bert, tmp_path):  # noqa
 # Search
 
 
-def write_shard(path, ids, emb, shard=None, num_shards=None, dtype="float32"):
+def write_shard(path, ids, emb, shard=None, num_shards=None, dtype="float32", start=None):
+    """An embeddings folder: modulo shard ``shard`` of ``num_shards`` (earlier versions' layout), the
+    range shard of rows from ``start`` (with ``shard``), or plain rows (neither)."""
     path.mkdir(parents=True)
     with NpyAppender(path / "embeddings.npy", emb.shape[1], dtype) as w:
         w.append(emb)
     (path / "ids.txt").write_text("".join(f"{i}\n" for i in ids))
     meta = {"count": len(ids), "dim": emb.shape[1], "dtype": dtype}
-    if shard is not None:
+    if start is not None:
+        meta.update(shard=shard, num_shards=num_shards, assignment="range", start=start, stop=start + len(ids))
+    elif shard is not None:
         meta.update(shard=shard, num_shards=num_shards, assignment="modulo")
     (path / "meta.json").write_text(json.dumps(meta))
     return path
@@ -196,6 +226,21 @@ def test_modulo_shards_equal_brute_force_with_ties(tmp_path, tied, k):
     for block_rows, batch in ((None, 4096), (7, 3), (1, 13)):
         run = search_shards(queries, qids, dirs[::-1], k=k, gpu=False, block_rows=block_rows, batch_queries=batch)
         assert as_lists(run, qids) == want, (k, block_rows)
+
+
+@pytest.mark.parametrize("k", [1, 5, 37, 1000])
+def test_range_shards_in_any_order_equal_brute_force_with_ties(tmp_path, tied, k):
+    """Ties go to the earlier corpus position (start + row), whatever order the folders come in, empty
+    shards included."""
+    queries, docs, doc_ids, qids = tied
+    n = len(doc_ids)
+    bounds = [(s * n // 5, (s + 1) * n // 5) for s in range(5)] + [(n, n)]
+    dirs = [write_shard(tmp_path / f"r{s}", doc_ids[a:b], docs[a:b], s, len(bounds), start=a)
+            for s, (a, b) in enumerate(bounds)]
+    want = brute_force(queries, docs, doc_ids, k)
+    for order in (dirs, dirs[::-1], dirs[2:] + dirs[:2]):
+        run = search_shards(queries, qids, order, k=k, gpu=False, block_rows=7, batch_queries=5)
+        assert as_lists(run, qids) == want, k
 
 
 @pytest.mark.parametrize("k", [3, 50, 400])
@@ -258,12 +303,17 @@ def test_scattered_search_equals_one_job_search_with_ties(tmp_path, tied, k):
     cuts = [0, 40, 41, 200, 301]
     contiguous = [write_shard(tmp_path / f"c{i}", doc_ids[a:b], docs[a:b], dtype="float16")
                   for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
-    for name, dirs in (("modulo", modulo), ("reversed", modulo[::-1]), ("contiguous", contiguous)):
+    cuts = [0, 0, 40, 41, 41, 200, 301]   # range shards, two of them empty
+    ranges = [write_shard(tmp_path / f"r{i}", doc_ids[a:b], docs[a:b], i, len(cuts) - 1, dtype="float16", start=a)
+              for i, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    for name, dirs in (("modulo", modulo), ("reversed", modulo[::-1]), ("contiguous", contiguous),
+                       ("range", ranges), ("range-reversed", ranges[::-1])):
         one = tmp_path / f"{name}-one.trec"
         search_folders(q, dirs, one, k=k, tag="t", gpu=False, block_rows=16)
         assert scatter(q, dirs, tmp_path / f"{name}-scattered.trec", k, block_rows=16) == one.read_text(), name
     want = brute_force(queries, docs, doc_ids, k)
     assert as_lists(merge_shard_topk(sorted((tmp_path / "parts").glob("modulo-*")), k=k), qids) == want
+    assert as_lists(merge_shard_topk(sorted((tmp_path / "parts").glob("range-reversed-*")), k=k), qids) == want
 
 
 def test_scattered_search_of_three_encoded_shards_equals_the_one_job_run(tiny, bert, tmp_path):  # noqa: F811
@@ -521,8 +571,8 @@ def test_prefetching_tokenizer_thread_gives_the_same_chunks(tiny, bert):  # noqa
     from zsdr.retrieval.encode import _shard_chunks, _tokenized
 
     corpus = tiny["data"] / "corpus.jsonl"
-    plain = list(_tokenized(bert, _shard_chunks(corpus, 1, 2, 8), prefetch=False))
-    threaded = list(_tokenized(bert, _shard_chunks(corpus, 1, 2, 8), prefetch=True))
+    plain = list(_tokenized(bert, _shard_chunks(tiny["data"], corpus, 1, 2, 8, {}), prefetch=False))
+    threaded = list(_tokenized(bert, _shard_chunks(tiny["data"], corpus, 1, 2, 8, {}), prefetch=True))
     assert plain == threaded and len(plain) == 4 and sum(len(ids) for ids, _ in plain) == 30
 
     def broken():
@@ -531,3 +581,18 @@ def test_prefetching_tokenizer_thread_gives_the_same_chunks(tiny, bert):  # noqa
 
     with pytest.raises(DataError, match="bad line"):
         list(_tokenized(bert, broken(), prefetch=True))
+
+
+def test_mining_with_max_examples_writes_the_first_lines_of_mining_everything(tiny, bert, tmp_path):  # noqa: F811
+    """A recipe that trains on its first N examples gets them without every query being encoded and
+    searched: the file is the first N lines of the full one (same draws: seeded by qrels position)."""
+    from zsdr.retrieval.mine import mine_negatives
+
+    shard = encode_corpus_shard(bert, tiny["data"], tmp_path / "shard", show_progress=False)
+    full = mine_negatives(bert, tiny["data"], [shard], tmp_path / "all.jsonl", split="test", depth=10, sample=3)
+    lines = (tmp_path / "all.jsonl").read_text().splitlines()
+    assert full["queries"] == full["of"] == 8 and full["with_negatives"] == len(lines) > 3
+    part = mine_negatives(bert, tiny["data"], [shard], tmp_path / "three.jsonl", split="test", depth=10, sample=3,
+                          max_examples=3)
+    assert (tmp_path / "three.jsonl").read_text().splitlines() == lines[:3] and part["with_negatives"] == 3
+    assert part["queries"] < 8 and part["of"] == 8

@@ -21,6 +21,12 @@ class DatasetsPlan:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
         return f"{self.DATA}/{name}/dataset.json"
 
+    def shard_corpus(self, wc) -> list[str]:
+        """What an encode shard reads: the dataset, and for a corpus in several shards its store too (each
+        shard reads its own rows from it, never parsing the whole ``corpus.jsonl``; zsdr.retrieval.encode)."""
+        marker = self.dataset_marker(wc.dataset)
+        return [marker] if int(wc.shards) == 1 else [marker, f"{self.DATA}/{wc.dataset}/store/store.json"]
+
     def eval_split(self, name: str) -> str:
         return self.config["datasets"]["eval_splits"].get(name, "test")
 

@@ -5,7 +5,8 @@ An embeddings folder (written atomically: it appears complete or not at all)::
     <dir>/embeddings.npy   N x D float16 or float32, rows in corpus order (np.load(mmap_mode="r"))
     <dir>/ids.txt          the N document (or query) ids, one a line, same order
     <dir>/meta.json        {"kind", "count", "dim", "dtype", "precision", "compute_dtype", "model",
-                            "encoder", "dataset", "shard", "num_shards", "assignment": "modulo", ...}
+                            "encoder", "dataset", "shard", "num_shards", "assignment": "range",
+                            "start", "stop", ...}
 
 ``precision`` is the requested inference precision (``dense.precision``: fp32, fp16, bf16 or auto)
 and ``compute_dtype`` what the encoder ran in (on a GPU the half dtype its weights were cast to;
@@ -13,11 +14,15 @@ float32 on the CPU).
 bf16 keeps 8 mantissa bits to fp16's 11, enough to reorder near-tied documents, which is why the
 small and paper configs encode in fp16 (the papers' inference precision).
 
-Shard ``s`` of ``n`` holds the documents whose 0-based position in ``corpus.jsonl`` is ``s`` modulo
-``n``: every document lands in exactly one shard, whatever ``n``, and the shards of one corpus
-stay balanced in length. The corpus is streamed: ``chunk_size`` documents at a time are
-tokenised, length-bucketed, encoded and appended to ``embeddings.npy``, so memory does not grow
-with the corpus. ``batch_size`` is a token budget (:meth:`Encoder.encode_tokenized`); on a GPU the
+Shard ``s`` of ``n`` holds the contiguous rows ``[s * N // n, (s + 1) * N // n)`` of the ``N``
+documents in ``corpus.jsonl`` order (:func:`shard_range`): every document lands in exactly one shard,
+whatever ``n``, and shard sizes differ by at most one document. A corpus in one shard is streamed from
+``corpus.jsonl``; a shard of several reads only its own rows from the dataset's memory-mapped store
+(:mod:`zsdr.data.store`, the workflow's ``text_store`` rule), so no shard job parses the whole corpus
+(MS MARCO in 16 shards: each job reads ~190 MB of text instead of 3 GB of JSON). Folders written by
+earlier versions (``"assignment": "modulo"``: position ``s`` modulo ``n``) still search correctly.
+Either way ``chunk_size`` documents at a time are tokenised, length-bucketed, encoded and appended to
+``embeddings.npy``, so memory does not grow with the corpus. ``batch_size`` is a token budget (:meth:`Encoder.encode_tokenized`); on a GPU the
 next chunk is read and tokenised in a worker thread while the current one is encoded.
 """
 
@@ -142,6 +147,47 @@ def load_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, list[str]
     return emb, ids, meta
 
 
+_WARNED: set[str] = set()   # datasets whose missing store was reported
+
+
+def shard_range(docs: int, shard: int, num_shards: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of shard ``shard`` of ``num_shards`` over ``docs`` documents: contiguous,
+    in corpus order, sizes differing by at most one."""
+    return shard * docs // num_shards, (shard + 1) * docs // num_shards
+
+
+def _shard_chunks(dataset_dir: Path, corpus: Path, shard: int, num_shards: int, chunk_size: int,
+                  bounds: dict) -> Iterator[tuple[list, list]]:
+    """``(ids, docs)`` lists of up to ``chunk_size`` documents of the shard, in corpus order; ``bounds``
+    gets the shard's ``start`` and ``stop`` rows (once known)."""
+    ids: list[str] = []
+    docs: list[dict] = []
+    if num_shards == 1:   # the whole corpus: one sequential read of the file, no store needed
+        records = ((rid, obj) for _, rid, obj in iter_records(corpus, "corpus"))
+        bounds["start"] = 0
+    else:
+        from zsdr.data.store import open_current, store_dir, store_is_current
+
+        if not store_is_current(store_dir(dataset_dir), dataset_dir) and str(dataset_dir) not in _WARNED:
+            _WARNED.add(str(dataset_dir))
+            log.warning("%s has no current store: a temporary one is built from the whole corpus for this "
+                        "process (build it once for every shard job with `zsdr store %s`)", dataset_dir, dataset_dir)
+        store, _ = open_current(dataset_dir)
+        bounds["start"], bounds["stop"] = shard_range(len(store), shard, num_shards)
+        records = store.iter_range(bounds["start"], bounds["stop"])
+    count = 0
+    for rid, obj in records:
+        ids.append(rid)
+        docs.append({"title": obj.get("title") or "", "text": obj["text"]})
+        count += 1
+        if len(docs) >= chunk_size:
+            yield ids, docs
+            ids, docs = [], []
+    if docs:
+        yield ids, docs
+    bounds.setdefault("stop", bounds["start"] + count)
+
+
 def _shard_total(dataset_dir: Path, shard: int, num_shards: int) -> int | None:
     """Documents in this shard according to ``dataset.json`` (progress bar only)."""
     manifest = dataset_dir / "dataset.json"
@@ -149,23 +195,8 @@ def _shard_total(dataset_dir: Path, shard: int, num_shards: int) -> int | None:
         docs = int(json.loads(manifest.read_text(encoding="utf-8"))["docs"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return len(range(shard, docs, num_shards))
-
-
-def _shard_chunks(corpus: Path, shard: int, num_shards: int, chunk_size: int) -> Iterator[tuple[list, list]]:
-    """``(ids, docs)`` lists of up to ``chunk_size`` documents of the shard, in corpus order."""
-    ids: list[str] = []
-    docs: list[dict] = []
-    for position, (_, rid, obj) in enumerate(iter_records(corpus, "corpus")):
-        if position % num_shards != shard:
-            continue
-        ids.append(rid)
-        docs.append({"title": obj.get("title") or "", "text": obj["text"]})
-        if len(docs) >= chunk_size:
-            yield ids, docs
-            ids, docs = [], []
-    if docs:
-        yield ids, docs
+    start, stop = shard_range(docs, shard, num_shards)
+    return stop - start
 
 
 def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, Packed]]:
@@ -199,7 +230,8 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                         out_dir: str | os.PathLike, shard: int = 0, num_shards: int = 1, batch_size: int = 64,
                         dtype: str = "float16", device: str | None = None, precision: str | None = None,
                         chunk_size: int = 10_000, show_progress: bool = True, **encoder_overrides) -> Path:
-    """Encode the documents ``i % num_shards == shard`` of ``dataset_dir/corpus.jsonl`` into ``out_dir``.
+    """Encode shard ``shard`` of ``num_shards`` of ``dataset_dir``'s corpus (:func:`shard_range`: contiguous
+    rows in ``corpus.jsonl`` order; several shards read the dataset's store) into ``out_dir``.
 
     ``model_dir_or_encoder`` is an HF id, a model folder or a loaded :class:`Encoder`;
     ``encoder_overrides`` (pooling, similarity, max_length, doc_format, ...) apply when loading.
@@ -221,12 +253,13 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                unit="doc", disable=not show_progress, smoothing=0.05)
     # On a GPU the next chunk is read and tokenised in a thread while this one is encoded.
     prefetch = encoder._target_device(device).type == "cuda"
+    bounds: dict = {}
     with atomic_dir(out_dir) as tmp:
         with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
                 open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
             try:
-                for chunk_ids, features in _tokenized(encoder, _shard_chunks(corpus, shard, num_shards, chunk_size),
-                                                      prefetch):
+                chunks = _shard_chunks(dataset_dir, corpus, shard, num_shards, chunk_size, bounds)
+                for chunk_ids, features in _tokenized(encoder, chunks, prefetch):
                     emb = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
                                                    precision=precision, desc="docs")
                     emb_out.append(emb)
@@ -238,8 +271,9 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
         seconds = time.perf_counter() - start
         meta = {"format_version": FORMAT_VERSION, "kind": "corpus", "count": emb_out.count, "dim": encoder.dim,
                 "dtype": dtype, **precision_meta(encoder, device, precision), "model": encoder.name_or_path,
-                "encoder": encoder.describe(), "dataset": str(dataset_dir), "corpus_file": corpus.name, "shard": shard, "num_shards": num_shards,
-                "assignment": "modulo", "seconds": round(seconds, 3),
+                "encoder": encoder.describe(), "dataset": str(dataset_dir), "corpus_file": corpus.name,
+                "shard": shard, "num_shards": num_shards, "assignment": "range", "start": bounds["start"],
+                "stop": bounds["stop"], "seconds": round(seconds, 3),
                 "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     log.info("shard %d/%d of %s: %d docs in %.1f s -> %s", shard, num_shards, dataset_dir, meta["count"], seconds,

@@ -5,7 +5,10 @@ any other); this step encodes the training queries, searches the shards exactly 
 ``depth``, 200 in ANCE / COCO-DR), removes every document labelled relevant to the query and
 samples ``sample`` negatives uniformly without replacement (20 in ANCE / MoDIR / BERM, 30 in
 COCO-DR; docs/methods/baselines.md#ance-negative-refresh), kept in rank order. Sampling is seeded per query (its position in
-the qrels), so the same checkpoint gives the same file. Output: the negatives JSON-lines format
+the qrels), so the same checkpoint gives the same file. With ``max_examples`` (the recipe's: its training
+reads only the first that many examples) only as many queries are encoded and searched as give that
+many examples, in qrels order, in blocks: the file is the first ``max_examples`` lines of the file
+that mining every query would write. Output: the negatives JSON-lines format
 (system ``ance``) that :class:`zsdr.training.data.TrainingSet` reads.
 """
 
@@ -26,10 +29,11 @@ log = logging.getLogger(__name__)
 
 
 def sample_negatives(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], sample: int,
-                     seed: int) -> list[Example]:
-    """Per query (qrels order): the run's documents minus its relevant ones, ``sample`` drawn uniformly."""
+                     seed: int, start: int = 0) -> list[Example]:
+    """Per query (qrels order): the run's documents minus its relevant ones, ``sample`` drawn uniformly;
+    ``qrels`` may be a block of the split's, from position ``start`` (the position seeds the draw)."""
     out = []
-    for i, (qid, judged) in enumerate(qrels.items()):
+    for i, (qid, judged) in enumerate(qrels.items(), start):
         positives = tuple(d for d, g in judged.items() if g > 0)
         if not positives:
             continue
@@ -46,18 +50,30 @@ def sample_negatives(run: dict[str, dict[str, float]], qrels: dict[str, dict[str
 def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str | os.PathLike], out: str | os.PathLike,
                    *, split: str = "train", depth: int = 200, sample: int = 20, seed: int = 42, batch_size: int = 64,
                    device: str | None = None, precision: str | None = None, gpu: bool | None = None,
-                   system: str = "ance", show_progress: bool = False, **overrides) -> dict:
+                   system: str = "ance", show_progress: bool = False, max_examples: int | None = None,
+                   **overrides) -> dict:
     from zsdr.models.encoder import load_encoder
     from zsdr.retrieval.encode import encode_judged_queries
     from zsdr.retrieval.search import search_shards
 
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
-    qrels = read_qrels(dataset, split)
-    q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress, qrels)
-    run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress)
-    examples = sample_negatives(run, qrels, sample, seed)
+    items = list(read_qrels(dataset, split).items())
+    examples: list[Example] = []
+    start = 0
+    while start < len(items) and not (max_examples and len(examples) >= max_examples):
+        # the queries still needed, 5% more for those that give no example (no positive, nothing left)
+        need = max_examples - len(examples) if max_examples else len(items)
+        size = need + need // 20 + 1
+        block = dict(items[start:start + size])
+        q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress,
+                                             block)
+        run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress)
+        examples += sample_negatives(run, block, sample, seed, start)
+        start += len(block)
+    if max_examples:
+        examples = examples[:max_examples]
     write_negatives(out, examples, system)
-    stats = {"queries": len(q_ids), "with_negatives": len(examples),
+    stats = {"queries": start, "of": len(items), "with_negatives": len(examples),
              "mean_negatives": float(np.mean([len(e.negatives) for e in examples])) if examples else 0.0}
     log.info("mined negatives: %s", json.dumps(stats))
     return stats
@@ -66,7 +82,7 @@ def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str |
 def cmd_mine(args) -> int:
     stats = mine_negatives(args.model, args.dataset, args.shards, args.out, split=args.split, depth=args.depth,
                            sample=args.sample, seed=args.seed, batch_size=args.batch_size, device=args.device,
-                           show_progress=not args.quiet)
+                           show_progress=not args.quiet, max_examples=args.max_examples)
     print(json.dumps(stats))
     return 0
 
@@ -83,6 +99,9 @@ def register_cli(sub) -> None:
     p.add_argument("--sample", type=positive_int, default=20,
                    help="negatives sampled per query from what is left (default: 20)")
     p.add_argument("--seed", type=int, default=42, help="seed of the sampling (default: 42)")
+    p.add_argument("--max-examples", type=positive_int, default=None,
+                   help="stop once this many queries have negatives, in qrels order (a recipe's max_examples: "
+                        "the training reads no more); default: every judged query")
     p.add_argument("--batch-size", type=positive_int, default=64, help="queries encoded per batch (default: 64)")
     p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")

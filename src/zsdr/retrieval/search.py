@@ -3,9 +3,10 @@
 :func:`search_shards` scores every document of every shard with faiss ``IndexFlatIP`` (on a GPU
 when faiss sees one), one bounded block of one shard at a time (float16 shards are widened to
 float32 a block at a time), and keeps a running top-``k`` per query, so the corpus never has to fit
-in memory. Ties are broken by corpus position (earlier wins), whatever the sharding: for modulo
-shards written by :func:`zsdr.retrieval.encode.encode_corpus_shard` the position is
-``row * num_shards + shard``; for other folders it is the concatenation order given.
+in memory. Ties are broken by corpus position (earlier wins), whatever the sharding: for the range
+shards written by :func:`zsdr.retrieval.encode.encode_corpus_shard` the position is ``start + row``
+(``row * num_shards + shard`` for the modulo shards of earlier versions); for other folders it is the
+concatenation order given.
 
 The same search can be scattered over jobs: :func:`search_shard_topk` writes one shard's top-``k``
 (ids and scores) and :func:`merge_shard_topk` merges those files into the run that
@@ -41,28 +42,38 @@ class _Layout:
     def __init__(self, metas: list[dict]):
         shards = [m.get("shard") for m in metas]
         ns = {m.get("num_shards") for m in metas}
-        self.modulo = (all(m.get("assignment") == "modulo" for m in metas) and len(ns) == 1
-                       and len(set(shards)) == len(shards))
-        if self.modulo:
+        self.kind = "concatenated"
+        if (all(m.get("assignment") == "modulo" for m in metas) and len(ns) == 1
+                and len(set(shards)) == len(shards)):
+            self.kind = "modulo"
             self.n = int(ns.pop())
             self.shard_of = [int(s) for s in shards]
             self.folder_of = np.full(self.n, -1, dtype=np.int64)
             self.folder_of[self.shard_of] = np.arange(len(shards))
+            return
+        if all(m.get("assignment") == "range" and isinstance(m.get("start"), int) for m in metas):
+            self.kind = "range"
+            self.offsets = np.array([m["start"] for m in metas], dtype=np.int64)
         else:
             counts = np.array([int(m["count"]) for m in metas], dtype=np.int64)
             self.offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        # locate(): the folders holding rows, by first key (an empty folder holds no key)
+        held = [i for i, m in enumerate(metas) if int(m["count"]) > 0]
+        held.sort(key=lambda i: self.offsets[i])
+        self._held = np.array(held, dtype=np.int64)
+        self._starts = self.offsets[self._held] if held else np.zeros(0, dtype=np.int64)
 
     def keys(self, folder: int, rows: np.ndarray) -> np.ndarray:
         rows = rows.astype(np.int64)
-        if self.modulo:
+        if self.kind == "modulo":
             return rows * self.n + self.shard_of[folder]
         return rows + self.offsets[folder]
 
     def locate(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.modulo:
+        if self.kind == "modulo":
             return self.folder_of[keys % self.n], keys // self.n
-        folders = np.searchsorted(self.offsets, keys, side="right") - 1
-        return folders, keys - self.offsets[folders]
+        at = np.searchsorted(self._starts, keys, side="right") - 1
+        return self._held[at], keys - self._starts[at]
 
 
 def _exact_topk(scores: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
