@@ -41,13 +41,14 @@ install-gpu: $(VENV)/.installed-gpu
 run: install
 	$(BIN)/snakemake --cores all results/table1.csv
 
-# Test modules run side by side, one module per worker (module fixtures are built once), the mini run first.
+# Test modules run side by side, one module per worker (module fixtures are built once), the longest first
+# (tests/conftest.py); the slowest tests are listed at the end.
 test: install-dev
-	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The default suite plus the whole mini DAG of every paper table (about 40 more minutes on 2 cores).
 test-full: install-dev
-	ZSDR_FULL_DAG=1 $(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile
+	ZSDR_FULL_DAG=1 $(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
 
 lint: install-dev
 	$(BIN)/snakemake --lint

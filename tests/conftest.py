@@ -75,11 +75,13 @@ def texts_hidden(dataset: Path):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The real mini run (tests/test_mini_run.py, the longest module by far) starts first, so that with
-    pytest-xdist (`make test`: one module per worker) the other modules run beside it; the SLURM test
-    runs last (it installs, starts and stops a one-node cluster)."""
-    first, last = "test_mini_run.py", "test_slurm.py"
-    items.sort(key=lambda item: {first: 0, last: 2}.get(Path(str(item.fspath)).name, 1))
+    """The longest modules first: the real mini run (tests/test_mini_run.py, by far the longest), then the
+    real SLURM run (tests/test_slurm.py), then the rest in file order. With pytest-xdist (`make test`:
+    `--dist loadfile --no-loadscope-reorder`, one module per worker, handed out in this order) the two
+    start at once on two workers and the short modules fill in beside them, so no worker idles at the end
+    while one long module finishes (xdist's own order, by number of tests, would start them last)."""
+    order = {"test_mini_run.py": 0, "test_slurm.py": 1}
+    items.sort(key=lambda item: order.get(Path(str(item.fspath)).name, 2))
 
 
 @pytest.fixture
