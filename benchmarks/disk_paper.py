@@ -26,7 +26,6 @@ Table 1 counts characters), and datasets without published statistics (named in 
 from __future__ import annotations
 
 import argparse
-import csv
 import gzip
 import json
 import os
@@ -36,49 +35,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLISHED = ROOT / "src" / "zsdr" / "tables" / "published"
 PLAN = ROOT / "tests" / "golden" / "plan-paper.jsonl.gz"
 sys.path.insert(0, str(ROOT / "src"))          # the checkout's library, installed or not
+from zsdr.data.sizes import published_sizes  # noqa: E402
 DIMS, FLOAT16 = 768, 2
 DEPTH = 1000
-# CQADupStack's forums (BEIR, Thakur et al. 2021): documents per forum; COCO-DR's Table 5 gives the total
-CQA_FORUMS = {"android": 22_998, "english": 40_221, "gaming": 45_301, "gis": 37_637, "mathematica": 16_705,
-              "physics": 38_316, "programmers": 32_176, "stats": 42_269, "tex": 68_184, "unix": 47_382,
-              "webmasters": 17_405, "wordpress": 48_605}
-# the published tables' dataset names -> the registry's
-BEIR_NAMES = {"MS MARCO": "msmarco", "TREC-COVID": "trec-covid", "NFCorpus": "nfcorpus", "BioASQ": "bioasq",
-              "NQ": "nq", "HotpotQA": "hotpotqa", "FiQA-2018": "fiqa", "Signal-1M (RT)": "signal1m",
-              "TREC-NEWS": "trec-news", "Robust04": "robust04", "ArguAna": "arguana",
-              "Touché-2020": "webis-touche2020", "Quora": "quora", "DBPedia": "dbpedia-entity",
-              "SCIDOCS": "scidocs", "FEVER": "fever", "Climate-FEVER": "climate-fever", "SciFact": "scifact"}
-DDR_NAMES = {"Lotte-Write": "lotte-writing-test", "Lotte-Rec": "lotte-recreation-test",
-             "Lotte-Tech": "lotte-technology-test", "Lotte-Life": "lotte-lifestyle-test",
-             "Lotte-Sci": "lotte-science-test", "CPR-Ecom": "cpr-ecom", "CPR-Video": "cpr-video",
-             "CPR-Medical": "cpr-medical", "cMedQAv2": "cmedqa2"}
-
-
-def dataset_sizes() -> dict[str, dict[str, float]]:
-    """``{dataset: {docs, words, queries}}`` from the published statistics tables."""
-    sizes: dict[str, dict[str, float]] = {}
-    with open(PUBLISHED / "cocodr_table5.csv", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            q = float(row["test_queries"] or row["dev_queries"] or 0)
-            stats = {"docs": float(row["corpus"]), "words": float(row["avg_doc_words"]), "queries": q}
-            if row["dataset"] == "CQADupStack":
-                for forum, n in CQA_FORUMS.items():
-                    share = n / sum(CQA_FORUMS.values())
-                    sizes[f"cqadupstack-{forum}"] = {**stats, "docs": float(n), "queries": q * share}
-            elif row["dataset"] in BEIR_NAMES:
-                sizes[BEIR_NAMES[row["dataset"]]] = stats
-    sizes["trec-covid-beir"] = sizes["trec-covid"]          # DDR's variant of the same corpus
-    with open(PUBLISHED / "ddr_table1.csv", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if row["dataset"] in DDR_NAMES:
-                sizes[DDR_NAMES[row["dataset"]]] = {"docs": float(row["doc_num"]), "words": float(row["doc_avg_words"]),
-                                                    "queries": float(row["query_num"])}
-    return sizes
-
-
 def measure(sample: Path, work: Path) -> dict[str, float]:
     """Bytes per word (text, store, indexes), per run line, per parameter of the model shapes."""
     from zsdr.data.store import build_store
@@ -231,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     keep = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["dense"].get("keep_embeddings", True)
-    table, unknown = stage_bytes(jobs, dataset_sizes(), cost, keep)
+    table, unknown = stage_bytes(jobs, published_sizes(), cost, keep)
     if _REMS:
         print("DDR REM weights: " + ", ".join(f"{json.loads(k)} {v / 1e6:.1f} MB" for k, v in _REMS.items()))
     table["downloads"][1] = table["downloads"][2] = download_bytes(jobs)

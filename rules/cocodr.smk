@@ -54,7 +54,9 @@ rule pretrain_coco:
     threads: PLAN.training_threads(lambda wc: PLAN.PRETRAINED[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.PRETRAINED[wc.name]),
-        mem_mb=32000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),

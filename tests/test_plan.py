@@ -194,6 +194,31 @@ def test_training_memory_follows_processes_data_and_teacher(paper, tree):
     assert fixed.training_memory(spec, fixed.launch_settings(fixed.RECIPES["kd"]))[0] == 64000
 
 
+def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tree):
+    """COCO pretraining's mem_mb: its processes beside the span files of its corpora, each sized by the
+    config's dataset_mb, else its published statistics (documents x words x bytes per word), else the
+    default; shown in the dry run, overridden by training.memory.mb."""
+    from zsdr.data.sizes import TEXT_BYTES_PER_WORD, published_sizes
+
+    m = paper.TRAINING["memory"]
+    spec = paper.coco_spec("coco")
+    launch = paper.launch_settings(paper.PRETRAINED["coco"])
+    corpora = paper.pretrained_corpora("coco")
+    assert len(corpora) == 30 and launch["processes"] == 8
+    bioasq = published_sizes()["bioasq"]
+    assert paper.corpus_mb("bioasq") == (-(-int(14914602 * 202.61 * TEXT_BYTES_PER_WORD) // 10**6), "published size")
+    assert bioasq["docs"] == 14914602 and paper.corpus_mb("msmarco") == (m["dataset_mb"]["msmarco"], "configured")
+    assert paper.corpus_mb("no-such-corpus") == (m["default_dataset_mb"], "default")
+    mb, why = paper.training_memory(spec, launch)
+    assert mb == 8 * m["process_mb"] + sum(paper.corpus_mb(c)[0] for c in corpora)
+    assert why.startswith(f"{mb} MB = 8 process(es) x {m['process_mb']} + span files of 30 corpora ")
+    assert why in paper.spec_summary(spec, launch)
+    cfg = tree / "fixed-pretraining-memory.yaml"
+    cfg.write_text(yaml.safe_dump({"training": {"memory": {"mb": 64000}}}))
+    fixed = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
+    assert fixed.training_memory(fixed.coco_spec("coco"), launch)[0] == 64000
+
+
 def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
     """Snakemake lists the stamp folder once while it builds the DAG: the plan writes every training's
     stamp while the Snakefile is read, not when an input function first asks for it."""

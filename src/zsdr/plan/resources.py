@@ -48,6 +48,8 @@ class ResourcesPlan:
         m = self.TRAINING["memory"]
         if m["mb"]:
             return int(m["mb"]), f"{m['mb']} MB (training.memory.mb)"
+        if spec["kind"] == "coco":
+            return self._pretraining_memory(spec, launch)
         if spec["kind"] not in ("bi_encoder", "cross_encoder"):  # e.g. RMSC mixtures: weak pairs held in memory
             return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived for a {spec['kind']} training)"
         name = os.path.basename(str(spec.get("dataset") or ""))
@@ -59,6 +61,35 @@ class ResourcesPlan:
         total = max(run, convert)
         why = (f"{total} MB = max({procs} process(es) x {m['process_mb']} + {name or 'data'} {data}, "
                f"arrays conversion {convert}{' incl. teacher ' + str(teacher) if teacher else ''})")
+        return total, why
+
+    def corpus_mb(self, name: str) -> tuple[int, str]:
+        """A corpus's mapped text in MB and where the figure comes from: `training.memory.dataset_mb`, else
+        its published statistics (zsdr.data.sizes: documents x mean words x bytes per word), else
+        `default_dataset_mb`."""
+        from zsdr.data.sizes import corpus_text_mb
+
+        m = self.TRAINING["memory"]
+        if name in m["dataset_mb"]:
+            return int(m["dataset_mb"][name]), "configured"
+        published = corpus_text_mb(name)
+        if published is not None:
+            return published, "published size"
+        return int(m["default_dataset_mb"]), "default"
+
+    def _pretraining_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
+        """COCO pretraining: its processes, each `process_mb`, beside the span files of its corpora, mapped
+        once for all of them (zsdr.pretrain.spans: a span file holds about its corpus's text)."""
+        m = self.TRAINING["memory"]
+        procs = int(launch["processes"])
+        corpora = [os.path.basename(os.path.dirname(os.path.dirname(str(p)))) for p in spec["spans"]]
+        sizes = [self.corpus_mb(c) for c in corpora]
+        spans = sum(mb for mb, _ in sizes)
+        sources = ", ".join(f"{n} {k}" for k, n in sorted(
+            {k: sum(1 for _, kk in sizes if kk == k) for _, k in sizes}.items()))
+        total = procs * int(m["process_mb"]) + spans
+        why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + span files of {len(corpora)} "
+               f"corpora {spans} ({sources})")
         return total, why
 
     def runtime(self, minutes: int) -> int:
