@@ -219,6 +219,27 @@ def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tre
     assert fixed.training_memory(fixed.coco_spec("coco"), launch)[0] == 64000
 
 
+def test_mixture_memory_follows_processes_stores_and_weak_tables(paper):
+    """An RMSC mixture's mem_mb: its processes beside the stores of its datasets and its weak-pair tables
+    (mapped: each at most rmsc.weak.max_pairs documents' worth of its corpus's text); in the dry run."""
+    from zsdr.data.sizes import published_sizes
+
+    m = paper.TRAINING["memory"]
+    run = "rmsc-cd@lotte-writing-test"
+    spec = paper.train_spec(run)
+    launch = paper.launch_settings(paper.RECIPES["rmsc-cd"])
+    assert spec["kind"] == "mixture" and [e["relevance"] for e in spec["sets"]] == ["human", "weak", "weak"]
+    cap = paper.config["rmsc"]["weak"]["max_pairs"]
+    source, target = paper.corpus_mb("msmarco")[0], paper.corpus_mb("lotte-writing-test")[0]
+    weak = sum(-(-int(mb * min(1.0, cap / published_sizes()[name]["docs"]) * 1000) // 1000)
+               for name, mb in (("msmarco", source), ("lotte-writing-test", target)))
+    mb, why = paper.training_memory(spec, launch)
+    assert mb == launch["processes"] * m["process_mb"] + source + target + weak
+    assert why == (f"{mb} MB = {launch['processes']} process(es) x {m['process_mb']} + stores of 2 dataset(s) "
+                   f"{source + target} + weak-pair tables {weak}")
+    assert why in paper.spec_summary(spec, launch)
+
+
 def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
     """Snakemake lists the stamp folder once while it builds the DAG: the plan writes every training's
     stamp while the Snakefile is read, not when an input function first asks for it."""

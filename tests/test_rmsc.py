@@ -2,6 +2,7 @@
 soft-token contexts, random negatives, and a trained model that reloads to identical embeddings."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.conftest import mini_with_backbones, texts_hidden
+from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
 from zsdr.training.rmsc import MixtureTask, StoredItem, build_mixture_task, group_mask, load_sets
 
@@ -137,6 +139,37 @@ def test_sizes_random_negatives_and_set_errors(mini):
         load_sets([{"domain": "target", "relevance": "weak", "dataset": str(mini / "data" / "src")}], seed=1)
 
 
+def test_weak_sets_map_a_table_of_their_pairs_shared_by_the_jobs_processes(mini, tmp_path):
+    """A weak set's examples are read on use from a mapped Arrow table of its pairs file, converted once into
+    the training's checkpoint folder (the launcher does it before the processes start) and found there by
+    every process; the examples, and a seeded subset of them, are those the pairs file gives."""
+    from zsdr.training.rmsc import PAIRS_TABLES, Item, WeakItems, pairs_table_path, prepare_pairs_tables
+    from zsdr.training.weak import PairsTable, read_weak_pairs
+
+    pairs = read_weak_pairs(mini / "weak.jsonl")
+    want = [Item(1, p.query, p.positive, p.id, frozenset({p.id, p.doc_id})) for p in pairs]
+    spec = spec_of(mini, tmp_path, sets_of(mini, [("source", "human"), ("target", "weak")], size=None))
+    prepare_pairs_tables(spec)
+    [table] = (tmp_path / "ckpt" / PAIRS_TABLES).iterdir()
+    assert table == pairs_table_path(mini / "weak.jsonl", tmp_path / "ckpt" / PAIRS_TABLES)
+    assert list(PairsTable(table)) == pairs
+    stamp = table.stat().st_mtime_ns
+    task = build_mixture_task(spec)
+    weak = task.sets[1].items
+    assert isinstance(weak, WeakItems) and weak.table.path == table and table.stat().st_mtime_ns == stamp
+    assert list(weak) == want
+    sub = load_sets([sets_of(mini, [("source", "human")])[0], {**sets_of(mini, [("target", "weak")])[0], "size": 7}],
+                    seed=1, tables=tmp_path / "ckpt" / PAIRS_TABLES)[1].items
+    keep = np.sort(np.random.default_rng([1, 77, 1]).choice(len(want), size=7, replace=False))
+    assert list(sub) == [want[int(i)] for i in keep]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"_id": "x", "doc_id": "d", "query": "q", "positive": {"title": "", "text": "t"}, '
+                   '"method": "nope"}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:1: .*method"):
+        load_sets([{**sets_of(mini, [("target", "weak")])[0], "pairs": str(bad)}], seed=1, tables=tmp_path / "t")
+    assert not [p for p in (tmp_path / "t").glob("*") if p.is_file() and not p.name.startswith(".")]
+
+
 def test_sets_read_their_texts_from_the_store_as_the_dicts_gave_them(mini):
     """A human set's queries and positives and every set's random negatives come from the dataset's
     store (corpus.jsonl and queries.jsonl unreadable), equal to what the corpus and queries read as
@@ -223,3 +256,33 @@ def test_curves_figure_rows_and_errors(tmp_path):
     assert header == "recipe,label,dataset,in_domain,step,ndcg@10"
     with pytest.raises(ValueError, match="two curve points"):
         render_curves(points + points[:1], tmp_path / "x.png", tmp_path / "x.csv")
+
+
+def test_a_two_process_mixture_maps_one_table_converted_by_the_launcher(mini, tmp_path, monkeypatch):
+    """torchrun with two processes (gloo on the CPU), as an 8-GPU RMSC job runs: the launcher converts the
+    weak pairs once into the checkpoint folder before the processes start (they map that table), and the
+    training's losses match the one-process run of the same global batch."""
+    import zsdr.training.rmsc as rmsc
+    from zsdr.training.recipes import launch, run_spec
+
+    sets = sets_of(mini, [("source", "human"), ("source", "weak"), ("target", "weak")])
+    one = spec_of(mini, tmp_path / "one", sets, dropout=0.0)
+    two = spec_of(mini, tmp_path / "two", sets, dropout=0.0, train={**one["train"], "batch_size": 4})
+    run_spec(one, cpu=True, progress=False)
+    converted = []
+
+    def prepare(spec):
+        rmsc_prepare(spec)
+        converted.append(sorted(p.name for p in (Path(spec["checkpoint_dir"]) / rmsc.PAIRS_TABLES).iterdir()))
+
+    rmsc_prepare = rmsc.prepare_pairs_tables
+    monkeypatch.setattr(rmsc, "prepare_pairs_tables", prepare)
+    launch(two, processes=2, spec_path=tmp_path / "two.json", log_file=tmp_path / "two.log")
+    table = rmsc.pairs_table_path(mini / "weak.jsonl", Path(two["checkpoint_dir"]) / rmsc.PAIRS_TABLES)
+    assert converted == [[table.name]]             # one weak-pair file (two sets), one table
+    losses = [[json.loads(line)["loss"] for line in (Path(s["out"]) / "train_log.jsonl").read_text().splitlines()]
+              for s in (one, two)]
+    assert len(losses[0]) == len(losses[1]) == 3 and losses[1] == pytest.approx(losses[0], rel=1e-4, abs=1e-5)
+    # (the weights after the last step are not compared: Adam turns the last bits of near-zero gradients,
+    # which the all-reduce sums in another order, into updates of up to lr)
+    assert np.isfinite(Encoder.from_pretrained(two["out"]).encode_queries(["what colour is the sky"])).all()

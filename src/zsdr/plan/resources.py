@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-FLAT_TRAINING_MB = 32000  # trainings whose memory request is not derived from their data
+FLAT_TRAINING_MB = 32000  # trainings whose memory request is not derived from their data (reader, generator)
 
 
 class ResourcesPlan:
@@ -50,7 +50,9 @@ class ResourcesPlan:
             return int(m["mb"]), f"{m['mb']} MB (training.memory.mb)"
         if spec["kind"] == "coco":
             return self._pretraining_memory(spec, launch)
-        if spec["kind"] not in ("bi_encoder", "cross_encoder"):  # e.g. RMSC mixtures: weak pairs held in memory
+        if spec["kind"] == "mixture":
+            return self._mixture_memory(spec, launch)
+        if spec["kind"] not in ("bi_encoder", "cross_encoder"):
             return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived for a {spec['kind']} training)"
         name = os.path.basename(str(spec.get("dataset") or ""))
         data = int(m["dataset_mb"].get(name, m["default_dataset_mb"]))
@@ -90,6 +92,28 @@ class ResourcesPlan:
         total = procs * int(m["process_mb"]) + spans
         why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + span files of {len(corpora)} "
                f"corpora {spans} ({sources})")
+        return total, why
+
+    def _mixture_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
+        """An RMSC mixture: its processes, each `process_mb`, beside what they map once for all: the stores
+        of its datasets and the tables of its weak pairs (zsdr.training.rmsc). A weak table holds at most
+        `rmsc.weak.max_pairs` of its corpus's documents' text (all of it without a cap)."""
+        from zsdr.data.sizes import published_sizes
+
+        m = self.TRAINING["memory"]
+        procs = int(launch["processes"])
+        names = [os.path.basename(str(e["dataset"])) for e in spec["sets"]]
+        stores = sum(self.corpus_mb(n)[0] for n in dict.fromkeys(names))
+        cap = self.config.get("rmsc", {}).get("weak", {}).get("max_pairs")
+        weak = 0
+        for name, entry in zip(names, spec["sets"]):
+            if entry.get("pairs"):
+                docs = published_sizes().get(name, {}).get("docs")
+                share = min(1.0, int(cap) / docs) if cap and docs else 1.0
+                weak += -(-int(self.corpus_mb(name)[0] * share * 1000) // 1000)
+        total = procs * int(m["process_mb"]) + stores + weak
+        why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + stores of {len(dict.fromkeys(names))} "
+               f"dataset(s) {stores} + weak-pair tables {weak}")
         return total, why
 
     def runtime(self, minutes: int) -> int:

@@ -176,7 +176,7 @@ class SummaryPlan:
         )
         memory = (
             f"; memory {self.training_memory(spec, launch)[1]}"
-            if spec["kind"] in ("bi_encoder", "cross_encoder", "coco")
+            if spec["kind"] in ("bi_encoder", "cross_encoder", "coco", "mixture")
             else ""
         )
         dropout = (

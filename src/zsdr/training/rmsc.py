@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import abc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,7 +101,7 @@ class SupervisionSet:
     name: str
     domain: str
     relevance: str
-    items: list[Item | StoredItem]
+    items: list[StoredItem] | WeakItems
     corpus_rows: np.ndarray
     corpus: ById
     negatives: str
@@ -125,12 +126,38 @@ def _check_set(entry: dict, where: str) -> dict:
     return entry
 
 
-def _subset(items: list, size: int | None, seed: int, salt: int) -> list:
+def _subset(items, size: int | None, seed: int, salt: int):
     """A seeded subset of ``size`` items in their original order (all when ``size`` is None or larger)."""
     if size is None or size >= len(items):
         return items
     keep = np.sort(np.random.default_rng([seed, 77, salt]).choice(len(items), size=size, replace=False))
+    if isinstance(items, WeakItems):
+        return items.subset(keep)
     return [items[int(i)] for i in keep]
+
+
+class WeakItems(abc.Sequence):
+    """The examples of a weak set, read on use from its mapped pairs table
+    (:class:`zsdr.training.weak.PairsTable`), shared by every process of the job: ``items[i]`` is an
+    :class:`Item` (``rows``: the table rows of a subset, in order; all rows without)."""
+
+    def __init__(self, table, group: int, rows: np.ndarray | None = None):
+        self.table, self.group, self.rows = table, group, rows
+
+    def __len__(self) -> int:
+        return len(self.table) if self.rows is None else len(self.rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        p = self.table[int(i) if self.rows is None else int(self.rows[i])]
+        # a QGen positive is the document itself: its key is the document's id
+        key = p.doc_id if p.method == "qgen" else p.id
+        return Item(self.group, p.query, p.positive, key, frozenset({p.id, p.doc_id}))
+
+    def subset(self, keep: np.ndarray) -> "WeakItems":
+        base = np.arange(len(self.table)) if self.rows is None else self.rows
+        return WeakItems(self.table, self.group, np.asarray(base[keep], dtype=np.int64))
 
 
 def _human_items(dataset: Path, corpus: TextStore, queries: TextStore, split: str, group: int) -> list[StoredItem]:
@@ -155,20 +182,57 @@ def _human_items(dataset: Path, corpus: TextStore, queries: TextStore, split: st
     return items
 
 
-def _weak_items(pairs: Path, group: int) -> list[Item]:
-    from zsdr.training.weak import read_weak_pairs
+def pairs_table_path(pairs: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """Where the mapped table of weak-pair file ``pairs`` lives in ``folder``: named by the file's path,
+    size and modification time, so a new file gets a new table."""
+    import hashlib
 
-    items = []
-    for p in read_weak_pairs(pairs):
-        # a QGen positive is the document itself: its key is the document's id
-        key = p.doc_id if p.method == "qgen" else p.id
-        items.append(Item(group, p.query, p.positive, key, frozenset({p.id, p.doc_id})))
-    if not items:
+    pairs = Path(pairs)
+    st = pairs.stat()
+    key = hashlib.sha1(f"{pairs.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    return Path(folder) / f"{pairs.name}.{key}.arrow"
+
+
+def prepare_pairs_tables(spec: dict) -> None:
+    """Convert the weak-pair files of a mixture spec into their mapped tables in its checkpoint folder (the
+    launcher does it once, before the processes start, so that they map one copy)."""
+    from zsdr.training.weak import write_pairs_table
+
+    folder = Path(spec["checkpoint_dir"]) / PAIRS_TABLES
+    for entry in spec.get("sets") or []:
+        if entry.get("pairs"):
+            path = pairs_table_path(entry["pairs"], folder)
+            if not path.is_file():
+                write_pairs_table(entry["pairs"], path)
+
+
+PAIRS_TABLES = "weak-pairs"   # the folder of a mixture's mapped weak-pair tables, in its checkpoint folder
+
+
+def _weak_items(pairs: Path, group: int, tables: Path | None) -> WeakItems:
+    import shutil
+    import tempfile
+
+    from zsdr.training.weak import PairsTable, write_pairs_table
+
+    if tables is not None:
+        path = pairs_table_path(pairs, tables)
+        if not path.is_file():
+            write_pairs_table(pairs, path)
+        table = PairsTable(path)
+    else:   # no checkpoint folder: a table for this process (its pages stay mapped once the file is gone)
+        tmp = Path(tempfile.mkdtemp(prefix="zsdr-pairs-"))
+        try:
+            table = PairsTable(write_pairs_table(pairs, tmp / "pairs.arrow"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if not len(table):
         raise DataError(pairs, None, "no weak pairs", "extract the weak pairs again")
-    return items
+    return WeakItems(table, group)
 
 
-def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[SupervisionSet]:
+def load_sets(entries: list[dict], seed: int, where: str = "sets",
+              tables: str | os.PathLike | None = None) -> list[SupervisionSet]:
     """The supervision sets of a spec (groups numbered by first appearance of each (domain, relevance));
     each dataset's store is opened once, however many sets draw from it."""
     if not entries:
@@ -189,7 +253,7 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets") -> list[Super
         if entry["relevance"] == "human":
             items = _human_items(dataset, corpus.store, queries, entry.get("split", "train"), group)
         else:
-            items = _weak_items(Path(entry["pairs"]), group)
+            items = _weak_items(Path(entry["pairs"]), group, None if tables is None else Path(tables))
         size = entry.get("size")
         if size == "supervised":
             if supervised is None:
@@ -323,6 +387,7 @@ def build_mixture_task(spec: dict) -> MixtureTask:
         encoder.add_soft_tokens(k=int(soft.get("k", 1)), seed=int(soft.get("seed", seed)))
     set_dropout(encoder.backbone, spec.get("dropout"))
     encoder.train()
-    sets = load_sets(spec["sets"], seed)
+    tables = Path(spec["checkpoint_dir"]) / PAIRS_TABLES if spec.get("checkpoint_dir") else None
+    sets = load_sets(spec["sets"], seed, tables=tables)
     return MixtureTask(encoder, sets, scale=spec.get("scale", 1.0), seed=seed,
                        group_negatives=spec.get("group_negatives", True), soft_tokens=bool(soft))

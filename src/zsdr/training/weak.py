@@ -55,9 +55,10 @@ import json
 import logging
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterator
 
 import numpy as np
 
@@ -390,10 +391,14 @@ def read_weak_pairs(path: str | os.PathLike) -> list[WeakPair]:
     """The pairs of a weak-pair file, in file order. A line without ``_id``, ``doc_id``, ``query``,
     ``positive.text`` (non-empty strings) or a known ``method``, a ``positive`` that is not an object
     with a string ``title``, or a repeated ``_id`` raises :class:`DataError` naming the file and line."""
+    return list(iter_weak_pairs(path))
+
+
+def iter_weak_pairs(path: str | os.PathLike) -> Iterator[WeakPair]:
+    """:func:`read_weak_pairs` one pair at a time (the ids seen so far are kept, to refuse a repeat)."""
     from zsdr.data.formats import iter_jsonl
 
     path = Path(path)
-    out: list[WeakPair] = []
     seen: dict[str, int] = {}
     for line, obj in iter_jsonl(path):
         pid = _text(obj, "_id", path, line)
@@ -413,5 +418,83 @@ def read_weak_pairs(path: str | os.PathLike) -> list[WeakPair]:
         if pid in seen:
             raise DataError(path, line, f"duplicate _id {pid!r} (first on line {seen[pid]})", _FIX)
         seen[pid] = line
-        out.append(WeakPair(pid, doc_id, query, {"title": title, "text": text}, method))
+        yield WeakPair(pid, doc_id, query, {"title": title, "text": text}, method)
+
+
+# ------------------------------------------------------------------------------ mapped pair tables
+# A weak-pair file converted for training: an Arrow IPC file of the same pairs in the same order (large-string
+# columns, record batches of TABLE_ROWS pairs), memory-mapped by every process of a job. The pages live once in
+# the page cache; a process keeps a few megabytes whatever the number of pairs, where a list of WeakPair costs
+# ~1.3 KB a pair in every process (RMSC's weak sets at paper scale: ~0.5M pairs each, per set and process).
+TABLE_COLUMNS = ("id", "doc_id", "query", "title", "text", "method")
+TABLE_ROWS = 65_536
+
+
+def write_pairs_table(path: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Convert the weak-pair file ``path`` (validated as :func:`read_weak_pairs` does) into the mapped table
+    ``out``, streaming (one record batch in memory), written atomically. Returns ``out``."""
+    import pyarrow as pa
+
+    from zsdr.io import temp_sibling
+
+    out = Path(out)
+    schema = pa.schema([(c, pa.large_string()) for c in TABLE_COLUMNS])
+    tmp = temp_sibling(out, is_dir=False)
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            rows: dict[str, list[str]] = {c: [] for c in TABLE_COLUMNS}
+
+            def flush() -> None:
+                writer.write_batch(pa.record_batch([pa.array(rows[c], pa.large_string()) for c in TABLE_COLUMNS],
+                                                   schema=schema))
+                for c in TABLE_COLUMNS:
+                    rows[c].clear()
+
+            for p in iter_weak_pairs(path):
+                for c, v in zip(TABLE_COLUMNS, (p.id, p.doc_id, p.query, p.positive["title"], p.positive["text"],
+                                                p.method)):
+                    rows[c].append(v)
+                if len(rows["id"]) == TABLE_ROWS:
+                    flush()
+            if rows["id"]:
+                flush()
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out
+
+
+class PairsTable(Sequence):
+    """A mapped pairs table (:func:`write_pairs_table`): ``table[i]`` is pair ``i`` as a :class:`WeakPair`,
+    read from the mapped pages when asked for."""
+
+    def __init__(self, path: str | os.PathLike):
+        import pyarrow as pa
+
+        self.path = Path(path)
+        try:
+            table = pa.ipc.open_file(pa.memory_map(str(self.path), "r")).read_all()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(self.path, None, f"not a weak-pairs table ({str(exc).splitlines()[0][:120]})",
+                            "remove it: it is converted again from its weak-pair file") from None
+        if table.schema.names != list(TABLE_COLUMNS):
+            raise DataError(self.path, None, f"expected the columns {', '.join(TABLE_COLUMNS)}, found "
+                            f"{', '.join(table.schema.names)}", "remove it: it is converted again from its weak-pair file")
+        self._chunks = [table.column(c).chunks for c in TABLE_COLUMNS]
+        self._starts = np.cumsum([0] + [len(c) for c in self._chunks[0]])
+        self._table = table
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"pair {i} of {len(self)} in {self.path}")
+        k = int(np.searchsorted(self._starts, i, side="right")) - 1
+        pid, doc_id, query, title, text, method = (col[k][i - int(self._starts[k])].as_py() for col in self._chunks)
+        return WeakPair(pid, doc_id, query, {"title": title, "text": text}, method)

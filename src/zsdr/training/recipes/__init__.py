@@ -240,6 +240,10 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
         return
     if training_arrays(spec) is not None:  # built once here; the processes below map it
         training_set(spec)
+    if spec.get("kind") == "mixture" and spec.get("checkpoint_dir"):   # the weak pairs' tables, likewise
+        from zsdr.training.rmsc import prepare_pairs_tables
+
+        prepare_pairs_tables(spec)
     spec_path = Path(spec_path or Path(spec["out"]).parent / f".{Path(spec['out']).name}.spec.json")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
