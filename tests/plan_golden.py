@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -65,6 +66,18 @@ def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = RO
          target: str = TARGET) -> list[str]:
     """The planned jobs of one scale, as sorted JSON lines (``snakefile``: this workflow's, or one that
     imports it as a module; ``workdir``: the working directory)."""
+    # The Snakefile sets variables for its jobs (ZSDR_DEBUG, HF_HUB_OFFLINE, ...) in this process's environment:
+    # put it back afterwards, or a test that runs `zsdr` in the same process later sees them (ZSDR_DEBUG=1
+    # turns its one-line errors into tracebacks).
+    saved = dict(os.environ)
+    try:
+        return _plan(scale, snakefile, workdir, target)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _plan(scale: str, snakefile: Path, workdir: Path, target: str) -> list[str]:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,

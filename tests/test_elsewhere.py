@@ -65,8 +65,13 @@ def test_plan_from_another_directory_is_the_golden_plan(tmp_path):
     assert all(Path(f).resolve().is_relative_to(ROOT) for f in files)
 
 
-def test_plan_as_a_module_of_another_workflow_is_the_golden_plan(tmp_path):
+def test_plan_as_a_module_of_another_workflow_is_the_golden_plan(tmp_path, monkeypatch):
+    """... and planning in this process leaves its environment as it was: the Snakefile sets ZSDR_DEBUG and
+    the offline switches for its jobs, which a later `zsdr` call in this process must not inherit."""
+    monkeypatch.delenv("ZSDR_DEBUG", raising=False)
+    before = dict(os.environ)
     assert plan("mini", snakefile=_module(tmp_path, {}), workdir=tmp_path) == _golden("mini")
+    assert dict(os.environ) == before
 
 
 def test_the_command_line_from_another_directory(tmp_path):
