@@ -1,4 +1,5 @@
-"""Paper-scale data plane: an MS MARCO-sized KD training set and COCO-DR's spans, opened as 4-process jobs.
+"""Paper-scale data plane: an MS MARCO-sized KD training set, COCO-DR's spans and RMSC's weak pairs, opened as
+4-process jobs.
 
 Section ``marco`` (``--sections``):
 
@@ -37,6 +38,13 @@ dropped, as ``write_spans`` drops them. Then
    before tokenising): open time, documents/s, private memory and mapped file pages per process;
 3. does the same with the lists the pipeline used before (the old ``read_spans``: every spans.jsonl
    parsed into lists of lists of strings in every process) on the ``--coco-list-fraction``.
+
+Section ``rmsc``: a weak-pair file of ``--rmsc-pairs`` pairs (500,000 by default: a weak set as large as MS
+MARCO's labelled one, RMSC's "comparable to the supervised set"; queries of ~8 random words, positives of
+MS MARCO's passage lengths) in the JSON-lines format of ``zsdr.training.weak``. It is converted with the
+pipeline's own ``write_pairs_table`` (timed), then opened in 1, then 4 processes at once as the ranks of an
+RMSC job open a weak set (``WeakItems`` over the mapped ``PairsTable``), which draw batches of 32 examples;
+and in 4 processes with the list of examples the pipeline built before (``read_weak_pairs`` -> ``Item``\ s).
 
     python benchmarks/data_plane.py --root /tmp/marco --fraction 1.0      # full size (~9 GB of disk)
     python benchmarks/data_plane.py --root /tmp/marco --fraction 0.01     # a quick run
@@ -436,8 +444,94 @@ def coco_section(root: Path, fraction: float, list_fraction: float, batches: int
         shutil.rmtree(root, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------------------ RMSC weak pairs
+def generate_pairs(path: Path, pairs: int, seed: int = 0) -> float:
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(30_000)]
+    t0 = time.perf_counter()
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(pairs):
+            n = max(4, int(rng.lognormal(np.log(MEAN_WORDS), SIGMA)))
+            picks = rng.integers(0, len(words), size=n + 8).tolist()
+            fh.write(json.dumps({"_id": f"scl-d{i}-0", "doc_id": f"d{i}", "query": " ".join(words[j] for j in picks[:8]),
+                                 "positive": {"title": "", "text": " ".join(words[j] for j in picks[8:])},
+                                 "method": "scl"}) + "\n")
+    return time.perf_counter() - t0
+
+
+def _rmsc_rank(kind: str, jsonl: str, table: str, batches: int, start, done, queue) -> None:
+    """One rank of an RMSC job reading a weak set: mapped (``table``) or the old list of examples."""
+    rng = np.random.default_rng(os.getpid())
+    from zsdr.training.rmsc import Item, WeakItems
+    from zsdr.training.weak import PairsTable, read_weak_pairs
+
+    base = smaps()["uss"]
+    t0 = time.perf_counter()
+    if kind == "table":
+        items = WeakItems(PairsTable(table), 1)
+    else:
+        items = [Item(1, p.query, p.positive, p.id, frozenset({p.id, p.doc_id})) for p in read_weak_pairs(jsonl)]
+    opened = time.perf_counter() - t0
+    start.wait()
+    t1 = time.perf_counter()
+    for _ in range(batches):
+        for i in rng.integers(0, len(items), size=BATCH).tolist():
+            item = items[i]
+            _ = (item.query, item.positive["text"], item.relevant)
+    rate = batches * BATCH / (time.perf_counter() - t1)
+    queue.put({"pid": os.getpid(), "open_s": opened, "per_s": rate, "examples": len(items), "base_uss": base,
+               **smaps()})
+    done.wait()
+
+
+def rmsc_section(root: Path, pairs: int, batches: int, keep: bool) -> None:
+    from zsdr.training.weak import write_pairs_table
+
+    root = root / "rmsc"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    jsonl, table = root / "scl.jsonl", root / "scl.arrow"
+    gen_s = generate_pairs(jsonl, pairs)
+    t0 = time.perf_counter()
+    write_pairs_table(jsonl, table)
+    convert_s = time.perf_counter() - t0
+    print(f"\n## RMSC weak pairs: {pairs:,} pairs, {gb(jsonl.stat().st_size)} of JSON lines (written in {gen_s:.0f} s)\n")
+    print(f"converted (write_pairs_table): {convert_s:.1f} s, {gb(table.stat().st_size)} table")
+    ctx = mp.get_context("spawn")
+    rows = []
+    for kind, procs in (("table", 1), ("table", 4), ("list", 4)):
+        start, done, queue = ctx.Barrier(procs + 1), ctx.Barrier(procs + 1), ctx.Queue()
+        ps = [ctx.Process(target=_rmsc_rank, args=(kind, str(jsonl), str(table), batches, start, done, queue))
+              for _ in range(procs)]
+        for p in ps:
+            p.start()
+        start.wait()
+        ranks = [queue.get() for _ in ps]
+        for r in ranks:
+            r.update({f"now_{k}": v for k, v in smaps(r["pid"]).items()})
+        done.wait()
+        for p in ps:
+            p.join()
+        rows.append(("mapped table" if kind == "table" else "list of examples (before)", procs, ranks))
+    print("\n| loading | processes | examples | open (s, max) | examples drawn/s per process | private per process "
+          "beyond imports (max) | mapped files per process (max) | all processes: private + mapped once |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, procs, ranks in rows:
+        data = max(r["now_uss"] - r["base_uss"] for r in ranks)
+        mapped = max(r["now_mapped"] for r in ranks)
+        total = sum(r["now_uss"] - r["base_uss"] for r in ranks) + mapped
+        print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.2f} | "
+              f"{np.mean([r['per_s'] for r in ranks]):,.0f} | {gb(data)} | {gb(mapped)} | {gb(total)} |")
+    listed = rows[2][2]
+    per_pair = max(r["now_uss"] - r["base_uss"] for r in listed) / pairs
+    print(f"\nlist of examples: {per_pair:,.0f} private bytes per pair in every process (x 8 for an 8-GPU job); "
+          f"the table: {table.stat().st_size / pairs:,.0f} bytes per pair of page cache, once per node.")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--root", type=Path, required=True, help="where the synthetic source is written")
     parser.add_argument("--fraction", type=float, default=1.0, help="of MS MARCO's size (1.0: full size)")
     parser.add_argument("--scores", type=int, default=80, help="teacher scores per query (80: 40.2M at full size)")
@@ -445,18 +539,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="of the generated data that the dict-based loading reads (what fits in memory)")
     parser.add_argument("--batches", type=int, default=200, help="KD batches each process draws")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
-    parser.add_argument("--sections", default="marco,coco", help="marco, coco or both (comma-separated)")
+    parser.add_argument("--sections", default="marco,coco,rmsc",
+                        help="any of marco, coco, rmsc (comma-separated)")
     parser.add_argument("--coco-fraction", type=float, default=1.0,
                         help="of the 30 COCO corpora's documents (1.0: 52,764,546)")
     parser.add_argument("--coco-list-fraction", type=float, default=0.1,
                         help="of the generated span documents that the old list loading reads (what fits)")
     parser.add_argument("--coco-batches", type=int, default=100, help="batches of 200 documents each process draws")
+    parser.add_argument("--rmsc-pairs", type=int, default=500_000, help="weak pairs of the rmsc section")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     sections = {x.strip() for x in args.sections.split(",") if x.strip()}
-    unknown = sections - {"marco", "coco"}
+    unknown = sections - {"marco", "coco", "rmsc"}
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(sorted(unknown))} (use marco, coco)")
+        parser.error(f"--sections: unknown {', '.join(sorted(unknown))} (use marco, coco, rmsc)")
+    if "rmsc" in sections:
+        rmsc_section(args.root, args.rmsc_pairs, max(20, args.batches), args.keep)
     if "coco" in sections:
         coco_section(args.root, args.coco_fraction, args.coco_list_fraction, args.coco_batches, args.keep)
     if "marco" not in sections:
