@@ -245,22 +245,44 @@ class DictTrainingSet:
         return ex, pos, [ex.negatives[int(i)] for i in picks]
 
 
-def run_ranks(kind: str, procs: int, root: Path, arrays: Path, dict_fraction: float, batches: int,
-              touch: bool = True) -> list[dict]:
+def spawn_ranks(target, args: tuple, procs: int) -> list[dict]:
+    """``procs`` processes running ``target(*args, start, done, queue)`` at once, as the ranks of a job: each
+    opens its data, waits for the others, draws batches and reports; their memory is read while every rank
+    is alive (the shared pages counted once across them)."""
     ctx = mp.get_context("spawn")
     start, done, queue = ctx.Barrier(procs + 1), ctx.Barrier(procs + 1), ctx.Queue()
-    ps = [ctx.Process(target=_rank, args=(kind, str(root), str(arrays), dict_fraction, batches, touch, start, done, queue))
-          for _ in range(procs)]
+    ps = [ctx.Process(target=target, args=(*args, start, done, queue)) for _ in range(procs)]
     for p in ps:
         p.start()
     start.wait()
     out = [queue.get() for _ in ps]
-    for r in out:  # every rank alive: the shared pages counted once across them
+    for r in out:
         r.update({f"now_{k}": v for k, v in smaps(r["pid"]).items()})
     done.wait()
     for p in ps:
         p.join()
     return out
+
+
+def print_ranks(rows: list[tuple[str, int, list[dict]]], what: str, rate: str, imports_counted: bool) -> None:
+    """A Markdown table of ``(loading, processes, ranks)`` rows: open time, ``what`` drawn per second (the
+    ranks' ``rate``), private memory beyond the imports and mapped file pages per process, and all the
+    processes together (their private memory, with the imports where ``imports_counted``, plus the mapped
+    pages once)."""
+    print(f"\n| loading | processes | {what} | open (s, max) | {what} drawn/s per process | private per process "
+          "beyond imports (max) | mapped files per process (max) | all processes: private + mapped once |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, procs, ranks in rows:
+        data = max(r["now_uss"] - r["base_uss"] for r in ranks)
+        mapped = max(r["now_mapped"] for r in ranks)
+        total = sum(r["now_uss"] - (0 if imports_counted else r["base_uss"]) for r in ranks) + mapped
+        print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.2f} | "
+              f"{np.mean([r[rate] for r in ranks]):,.0f} | {gb(data)} | {gb(mapped)} | {gb(total)} |")
+
+
+def run_ranks(kind: str, procs: int, root: Path, arrays: Path, dict_fraction: float, batches: int,
+              touch: bool = True) -> list[dict]:
+    return spawn_ranks(_rank, (kind, str(root), str(arrays), dict_fraction, batches, touch), procs)
 
 
 # ------------------------------------------------------------------------------------------ COCO spans
@@ -387,20 +409,7 @@ def _coco_rank(kind: str, root: str, batches: int, touch: bool, start, done, que
 
 
 def run_coco_ranks(kind: str, procs: int, root: Path, batches: int) -> list[dict]:
-    ctx = mp.get_context("spawn")
-    start, done, queue = ctx.Barrier(procs + 1), ctx.Barrier(procs + 1), ctx.Queue()
-    ps = [ctx.Process(target=_coco_rank, args=(kind, str(root), batches, True, start, done, queue))
-          for _ in range(procs)]
-    for p in ps:
-        p.start()
-    start.wait()
-    out = [queue.get() for _ in ps]
-    for r in out:
-        r.update({f"now_{k}": v for k, v in smaps(r["pid"]).items()})
-    done.wait()
-    for p in ps:
-        p.join()
-    return out
+    return spawn_ranks(_coco_rank, (kind, str(root), batches, True), procs)
 
 
 def coco_section(root: Path, fraction: float, list_fraction: float, batches: int, keep: bool) -> None:
@@ -423,15 +432,7 @@ def coco_section(root: Path, fraction: float, list_fraction: float, batches: int
           f"{gen['listed']:,} documents, {gb(gen['jsonl_bytes'])}")
     rows = [("span files (mapped)", procs, run_coco_ranks("spans", procs, root, batches)) for procs in (1, 4)]
     rows.append((f"lists ({list_fraction:g} of it)", 4, run_coco_ranks("lists", 4, root, max(10, batches // 4))))
-    print("\n| loading | processes | documents | open (s, max) | documents drawn/s per process | private per process "
-          "beyond imports (max) | mapped files per process (max) | all processes: private + mapped once |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, procs, ranks in rows:
-        data = max(r["now_uss"] - r["base_uss"] for r in ranks)
-        mapped = max(r["now_mapped"] for r in ranks)
-        total = sum(r["now_uss"] for r in ranks) + mapped
-        print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.2f} | "
-              f"{np.mean([r['docs_per_s'] for r in ranks]):,.0f} | {gb(data)} | {gb(mapped)} | {gb(total)} |")
+    print_ranks(rows, "documents", "docs_per_s", imports_counted=True)
     lists = rows[2][2]
     per_doc = max(r["now_uss"] - r["base_uss"] for r in lists) / max(lists[0]["examples"], 1)
     kept_full = gen["kept"] / fraction
@@ -497,31 +498,11 @@ def rmsc_section(root: Path, pairs: int, batches: int, keep: bool) -> None:
     convert_s = time.perf_counter() - t0
     print(f"\n## RMSC weak pairs: {pairs:,} pairs, {gb(jsonl.stat().st_size)} of JSON lines (written in {gen_s:.0f} s)\n")
     print(f"converted (write_pairs_table): {convert_s:.1f} s, {gb(table.stat().st_size)} table")
-    ctx = mp.get_context("spawn")
     rows = []
     for kind, procs in (("table", 1), ("table", 4), ("list", 4)):
-        start, done, queue = ctx.Barrier(procs + 1), ctx.Barrier(procs + 1), ctx.Queue()
-        ps = [ctx.Process(target=_rmsc_rank, args=(kind, str(jsonl), str(table), batches, start, done, queue))
-              for _ in range(procs)]
-        for p in ps:
-            p.start()
-        start.wait()
-        ranks = [queue.get() for _ in ps]
-        for r in ranks:
-            r.update({f"now_{k}": v for k, v in smaps(r["pid"]).items()})
-        done.wait()
-        for p in ps:
-            p.join()
+        ranks = spawn_ranks(_rmsc_rank, (kind, str(jsonl), str(table), batches), procs)
         rows.append(("mapped table" if kind == "table" else "list of examples (before)", procs, ranks))
-    print("\n| loading | processes | examples | open (s, max) | examples drawn/s per process | private per process "
-          "beyond imports (max) | mapped files per process (max) | all processes: private + mapped once |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, procs, ranks in rows:
-        data = max(r["now_uss"] - r["base_uss"] for r in ranks)
-        mapped = max(r["now_mapped"] for r in ranks)
-        total = sum(r["now_uss"] - r["base_uss"] for r in ranks) + mapped
-        print(f"| {name} | {procs} | {ranks[0]['examples']:,} | {max(r['open_s'] for r in ranks):.2f} | "
-              f"{np.mean([r['per_s'] for r in ranks]):,.0f} | {gb(data)} | {gb(mapped)} | {gb(total)} |")
+    print_ranks(rows, "examples", "per_s", imports_counted=False)
     listed = rows[2][2]
     per_pair = max(r["now_uss"] - r["base_uss"] for r in listed) / pairs
     print(f"\nlist of examples: {per_pair:,.0f} private bytes per pair in every process (x 8 for an 8-GPU job); "
