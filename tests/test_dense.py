@@ -568,11 +568,11 @@ def test_scifact_minilm_ndcg(shared_data, tmp_path):
 
 
 def test_prefetching_tokenizer_thread_gives_the_same_chunks(tiny, bert):  # noqa: F811
-    from zsdr.retrieval.encode import _shard_chunks, _tokenized
+    from zsdr.retrieval.encode import _shard_chunks, _shard_records, _tokenized
 
     corpus = tiny["data"] / "corpus.jsonl"
-    plain = list(_tokenized(bert, _shard_chunks(tiny["data"], corpus, 1, 2, 8, {}), prefetch=False))
-    threaded = list(_tokenized(bert, _shard_chunks(tiny["data"], corpus, 1, 2, 8, {}), prefetch=True))
+    plain = list(_tokenized(bert, _shard_chunks(_shard_records(tiny["data"], corpus, 1, 2)[1], 8), prefetch=False))
+    threaded = list(_tokenized(bert, _shard_chunks(_shard_records(tiny["data"], corpus, 1, 2)[1], 8), prefetch=True))
     assert plain == threaded and len(plain) == 4 and sum(len(ids) for ids, _ in plain) == 30
 
     def broken():

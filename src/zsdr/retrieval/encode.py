@@ -22,8 +22,9 @@ whatever ``n``, and shard sizes differ by at most one document. A corpus in one 
 (MS MARCO in 16 shards: each job reads ~190 MB of text instead of 3 GB of JSON). Folders written by
 earlier versions (``"assignment": "modulo"``: position ``s`` modulo ``n``) still search correctly.
 Either way ``chunk_size`` documents at a time are tokenised, length-bucketed, encoded and appended to
-``embeddings.npy``, so memory does not grow with the corpus. ``batch_size`` is a token budget (:meth:`Encoder.encode_tokenized`); on a GPU the
-next chunk is read and tokenised in a worker thread while the current one is encoded.
+``embeddings.npy``, so memory does not grow with the corpus. ``batch_size`` is a token budget
+(:meth:`Encoder.encode_tokenized`); on a GPU the next chunk is read and tokenised in a worker thread
+while the current one is encoded.
 """
 
 from __future__ import annotations
@@ -156,36 +157,35 @@ def shard_range(docs: int, shard: int, num_shards: int) -> tuple[int, int]:
     return shard * docs // num_shards, (shard + 1) * docs // num_shards
 
 
-def _shard_chunks(dataset_dir: Path, corpus: Path, shard: int, num_shards: int, chunk_size: int,
-                  bounds: dict) -> Iterator[tuple[list, list]]:
-    """``(ids, docs)`` lists of up to ``chunk_size`` documents of the shard, in corpus order; ``bounds``
-    gets the shard's ``start`` and ``stop`` rows (once known)."""
+def _shard_records(dataset_dir: Path, corpus: Path, shard: int,
+                   num_shards: int) -> tuple[int, Iterator[tuple[str, dict]]]:
+    """The shard's first row and its ``(id, record)`` pairs in corpus order: the whole ``corpus.jsonl`` read
+    once for one shard (no store needed), else the shard's rows of the dataset's store."""
+    if num_shards == 1:
+        return 0, ((rid, obj) for _, rid, obj in iter_records(corpus, "corpus"))
+    from zsdr.data.store import open_current, store_dir, store_is_current
+
+    if not store_is_current(store_dir(dataset_dir), dataset_dir) and str(dataset_dir) not in _WARNED:
+        _WARNED.add(str(dataset_dir))
+        log.warning("%s has no current store: a temporary one is built from the whole corpus for this "
+                    "process (build it once for every shard job with `zsdr store %s`)", dataset_dir, dataset_dir)
+    store, _ = open_current(dataset_dir)
+    start, stop = shard_range(len(store), shard, num_shards)
+    return start, store.iter_range(start, stop)
+
+
+def _shard_chunks(records: Iterator[tuple[str, dict]], chunk_size: int) -> Iterator[tuple[list, list]]:
+    """``(ids, docs)`` lists of up to ``chunk_size`` of ``records``, in their order."""
     ids: list[str] = []
     docs: list[dict] = []
-    if num_shards == 1:   # the whole corpus: one sequential read of the file, no store needed
-        records = ((rid, obj) for _, rid, obj in iter_records(corpus, "corpus"))
-        bounds["start"] = 0
-    else:
-        from zsdr.data.store import open_current, store_dir, store_is_current
-
-        if not store_is_current(store_dir(dataset_dir), dataset_dir) and str(dataset_dir) not in _WARNED:
-            _WARNED.add(str(dataset_dir))
-            log.warning("%s has no current store: a temporary one is built from the whole corpus for this "
-                        "process (build it once for every shard job with `zsdr store %s`)", dataset_dir, dataset_dir)
-        store, _ = open_current(dataset_dir)
-        bounds["start"], bounds["stop"] = shard_range(len(store), shard, num_shards)
-        records = store.iter_range(bounds["start"], bounds["stop"])
-    count = 0
     for rid, obj in records:
         ids.append(rid)
         docs.append({"title": obj.get("title") or "", "text": obj["text"]})
-        count += 1
         if len(docs) >= chunk_size:
             yield ids, docs
             ids, docs = [], []
     if docs:
         yield ids, docs
-    bounds.setdefault("stop", bounds["start"] + count)
 
 
 def _shard_total(dataset_dir: Path, shard: int, num_shards: int) -> int | None:
@@ -253,13 +253,12 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                unit="doc", disable=not show_progress, smoothing=0.05)
     # On a GPU the next chunk is read and tokenised in a thread while this one is encoded.
     prefetch = encoder._target_device(device).type == "cuda"
-    bounds: dict = {}
+    first, records = _shard_records(dataset_dir, corpus, shard, num_shards)
     with atomic_dir(out_dir) as tmp:
         with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
                 open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
             try:
-                chunks = _shard_chunks(dataset_dir, corpus, shard, num_shards, chunk_size, bounds)
-                for chunk_ids, features in _tokenized(encoder, chunks, prefetch):
+                for chunk_ids, features in _tokenized(encoder, _shard_chunks(records, chunk_size), prefetch):
                     emb = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
                                                    precision=precision, desc="docs")
                     emb_out.append(emb)
@@ -272,8 +271,8 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
         meta = {"format_version": FORMAT_VERSION, "kind": "corpus", "count": emb_out.count, "dim": encoder.dim,
                 "dtype": dtype, **precision_meta(encoder, device, precision), "model": encoder.name_or_path,
                 "encoder": encoder.describe(), "dataset": str(dataset_dir), "corpus_file": corpus.name,
-                "shard": shard, "num_shards": num_shards, "assignment": "range", "start": bounds["start"],
-                "stop": bounds["stop"], "seconds": round(seconds, 3),
+                "shard": shard, "num_shards": num_shards, "assignment": "range", "start": first,
+                "stop": first + emb_out.count, "seconds": round(seconds, 3),
                 "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     log.info("shard %d/%d of %s: %d docs in %.1f s -> %s", shard, num_shards, dataset_dir, meta["count"], seconds,
