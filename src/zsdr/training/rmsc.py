@@ -193,17 +193,23 @@ def pairs_table_path(pairs: str | os.PathLike, folder: str | os.PathLike) -> Pat
     return Path(folder) / f"{pairs.name}.{key}.arrow"
 
 
+def pairs_table(pairs: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """The mapped table of weak-pair file ``pairs`` in ``folder`` (:func:`pairs_table_path`), converted first
+    when it is not there yet."""
+    from zsdr.training.weak import write_pairs_table
+
+    path = pairs_table_path(pairs, folder)
+    if not path.is_file():
+        write_pairs_table(pairs, path)
+    return path
+
+
 def prepare_pairs_tables(spec: dict) -> None:
     """Convert the weak-pair files of a mixture spec into their mapped tables in its checkpoint folder (the
     launcher does it once, before the processes start, so that they map one copy)."""
-    from zsdr.training.weak import write_pairs_table
-
-    folder = Path(spec["checkpoint_dir"]) / PAIRS_TABLES
     for entry in spec.get("sets") or []:
         if entry.get("pairs"):
-            path = pairs_table_path(entry["pairs"], folder)
-            if not path.is_file():
-                write_pairs_table(entry["pairs"], path)
+            pairs_table(entry["pairs"], Path(spec["checkpoint_dir"]) / PAIRS_TABLES)
 
 
 PAIRS_TABLES = "weak-pairs"   # the folder of a mixture's mapped weak-pair tables, in its checkpoint folder
@@ -216,10 +222,7 @@ def _weak_items(pairs: Path, group: int, tables: Path | None) -> WeakItems:
     from zsdr.training.weak import PairsTable, write_pairs_table
 
     if tables is not None:
-        path = pairs_table_path(pairs, tables)
-        if not path.is_file():
-            write_pairs_table(pairs, path)
-        table = PairsTable(path)
+        table = PairsTable(pairs_table(pairs, tables))
     else:   # no checkpoint folder: a table for this process (its pages stay mapped once the file is gone)
         tmp = Path(tempfile.mkdtemp(prefix="zsdr-pairs-"))
         try:
