@@ -301,14 +301,14 @@ class SpanFile(abc.Sequence):
         return self._ids[k][local].as_py()
 
 
-def _locate(starts: np.ndarray, i: int, where: str = "") -> tuple[int, int]:
+def _locate(starts: np.ndarray, i: int, where: str = "", what: str = "document") -> tuple[int, int]:
     """Item ``i`` (negative: from the end) of parts that start at ``starts`` (cumulative, last = the total)
     as (part, index in the part)."""
     i, total = int(i), int(starts[-1])
     if i < 0:
         i += total
     if not 0 <= i < total:
-        raise IndexError(f"document {i} of {total}{where}")
+        raise IndexError(f"{what} {i} of {total}{where}")
     k = int(np.searchsorted(starts, i, side="right")) - 1
     return k, i - int(starts[k])
 

@@ -490,11 +490,8 @@ class PairsTable(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        i = int(i)
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(f"pair {i} of {len(self)} in {self.path}")
-        k = int(np.searchsorted(self._starts, i, side="right")) - 1
-        pid, doc_id, query, title, text, method = (col[k][i - int(self._starts[k])].as_py() for col in self._chunks)
+        from zsdr.pretrain.spans import _locate
+
+        k, local = _locate(self._starts, i, f" in {self.path}", "pair")
+        pid, doc_id, query, title, text, method = (col[k][local].as_py() for col in self._chunks)
         return WeakPair(pid, doc_id, query, {"title": title, "text": text}, method)
