@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -87,8 +88,7 @@ class ResourcesPlan:
         corpora = [os.path.basename(os.path.dirname(os.path.dirname(str(p)))) for p in spec["spans"]]
         sizes = [self.corpus_mb(c) for c in corpora]
         spans = sum(mb for mb, _ in sizes)
-        sources = ", ".join(f"{n} {k}" for k, n in sorted(
-            {k: sum(1 for _, kk in sizes if kk == k) for _, k in sizes}.items()))
+        sources = ", ".join(f"{n} {k}" for k, n in sorted(Counter(k for _, k in sizes).items()))
         total = procs * int(m["process_mb"]) + spans
         why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + span files of {len(corpora)} "
                f"corpora {spans} ({sources})")
@@ -103,7 +103,8 @@ class ResourcesPlan:
         m = self.TRAINING["memory"]
         procs = int(launch["processes"])
         names = [os.path.basename(str(e["dataset"])) for e in spec["sets"]]
-        stores = sum(self.corpus_mb(n)[0] for n in dict.fromkeys(names))
+        datasets = list(dict.fromkeys(names))
+        stores = sum(self.corpus_mb(n)[0] for n in datasets)
         cap = self.config.get("rmsc", {}).get("weak", {}).get("max_pairs")
         weak = 0
         for name, entry in zip(names, spec["sets"]):
@@ -112,7 +113,7 @@ class ResourcesPlan:
                 share = min(1.0, int(cap) / docs) if cap and docs else 1.0
                 weak += -(-int(self.corpus_mb(name)[0] * share * 1000) // 1000)
         total = procs * int(m["process_mb"]) + stores + weak
-        why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + stores of {len(dict.fromkeys(names))} "
+        why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + stores of {len(datasets)} "
                f"dataset(s) {stores} + weak-pair tables {weak}")
         return total, why
 
