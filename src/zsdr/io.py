@@ -15,10 +15,12 @@
 * :func:`file_lock` — an exclusive ``fcntl`` lock on ``<path>.lock`` (waits for the holder; removed after).
 * :func:`file_digest` — streaming md5/sha256 of a file.
 * :func:`save_figure` — a matplotlib figure written atomically, the same numbers giving the same bytes.
+* :func:`locate_item` — item ``i`` of a sequence stored in parts, as (part, index in the part).
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gzip
 import hashlib
@@ -35,7 +37,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, Sequence
 
 log = logging.getLogger("zsdr.io")
 
@@ -416,3 +418,16 @@ def save_figure(fig, out: str | os.PathLike) -> None:
         fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
                     {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
     plt.close(fig)
+
+
+def locate_item(starts: Sequence[int], i: int, where: str = "", what: str = "document") -> tuple[int, int]:
+    """Item ``i`` (negative: from the end) of parts that start at ``starts`` (cumulative from 0, the
+    last entry the total) as (part, index in the part); out of range: an ``IndexError`` that says
+    ``<what> <i> of <total><where>``."""
+    i, total = int(i), int(starts[-1])
+    if i < 0:
+        i += total
+    if not 0 <= i < total:
+        raise IndexError(f"{what} {i} of {total}{where}")
+    k = bisect.bisect_right(starts, i) - 1
+    return k, i - int(starts[k])

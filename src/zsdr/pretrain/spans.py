@@ -39,7 +39,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_write
+from zsdr.io import DataError, atomic_write, locate_item
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ class SpanFile(abc.Sequence):
         return int(self._starts[-1])
 
     def _locate(self, i: int) -> tuple[int, int]:
-        return _locate(self._starts, i, f" in {self.path}")
+        return locate_item(self._starts, i, f" in {self.path}")
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -299,18 +299,6 @@ class SpanFile(abc.Sequence):
     def id(self, i: int) -> str:
         k, local = self._locate(i)
         return self._ids[k][local].as_py()
-
-
-def _locate(starts: np.ndarray, i: int, where: str = "", what: str = "document") -> tuple[int, int]:
-    """Item ``i`` (negative: from the end) of parts that start at ``starts`` (cumulative, last = the total)
-    as (part, index in the part)."""
-    i, total = int(i), int(starts[-1])
-    if i < 0:
-        i += total
-    if not 0 <= i < total:
-        raise IndexError(f"{what} {i} of {total}{where}")
-    k = int(np.searchsorted(starts, i, side="right")) - 1
-    return k, i - int(starts[k])
 
 
 class SpanDocuments(abc.Sequence):
@@ -328,7 +316,7 @@ class SpanDocuments(abc.Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        k, local = _locate(self._starts, i)
+        k, local = locate_item(self._starts, i)
         return self.files[k][local]
 
 

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, Callable, Hashable, Iterator
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_write
+from zsdr.io import DataError, atomic_write, locate_item
 
 if TYPE_CHECKING:
     from zsdr.models.generator import QueryGenerator
@@ -490,8 +490,6 @@ class PairsTable(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
-        from zsdr.pretrain.spans import _locate
-
-        k, local = _locate(self._starts, i, f" in {self.path}", "pair")
+        k, local = locate_item(self._starts, i, f" in {self.path}", "pair")
         pid, doc_id, query, title, text, method = (col[k][local].as_py() for col in self._chunks)
         return WeakPair(pid, doc_id, query, {"title": title, "text": text}, method)
