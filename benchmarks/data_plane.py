@@ -46,6 +46,11 @@ pipeline's own ``write_pairs_table`` (timed), then opened in 1, then 4 processes
 RMSC job open a weak set (``WeakItems`` over the mapped ``PairsTable``), which draw batches of 32 examples;
 and in 4 processes with the list of examples the pipeline built before (``read_weak_pairs`` -> ``Item``\ s).
 
+Section ``dam``: a corpus of ``--dam-fraction`` of MS MARCO's passages (their length distribution), stored with
+``build_store`` (timed), then read in 1, then 4 processes at once as the ranks of a DDR DAM job read their
+texts (``CorpusTexts`` over the mapped store: kept rows only), which draw batches of 128 documents; and in 4
+processes with the list of every document's text the pipeline built before.
+
     python benchmarks/data_plane.py --root /tmp/marco --fraction 1.0      # full size (~9 GB of disk)
     python benchmarks/data_plane.py --root /tmp/marco --fraction 0.01     # a quick run
     python benchmarks/data_plane.py --root /tmp/zsdr-bench --sections coco --coco-fraction 0.05
@@ -92,16 +97,10 @@ def gb(n: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------ generation
-def generate(root: Path, fraction: float, scores: int, seed: int = 0) -> dict:
-    """Write the synthetic source into ``root`` (a BEIR folder plus negatives.jsonl and teacher.pkl)."""
-    rng = np.random.default_rng(seed)
-    n_docs, n_q = max(1000, int(PASSAGES * fraction)), max(100, int(QUERIES * fraction))
-    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
-                      for _ in range(30_000)])
-    root.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+def write_corpus(path: Path, n_docs: int, vocab: np.ndarray, rng: np.random.Generator) -> None:
+    """``n_docs`` passages of MS MARCO's length distribution (log-normal around 56 words) of random words."""
     mu = np.log(MEAN_WORDS) - SIGMA ** 2 / 2
-    with open(root / "corpus.jsonl", "w", encoding="utf-8") as fh:
+    with open(path, "w", encoding="utf-8") as fh:
         for lo in range(0, n_docs, 100_000):
             hi = min(n_docs, lo + 100_000)
             lengths = np.clip(np.rint(rng.lognormal(mu, SIGMA, size=hi - lo)), 3, 250).astype(np.int64)
@@ -110,6 +109,17 @@ def generate(root: Path, fraction: float, scores: int, seed: int = 0) -> dict:
             starts = ends - lengths
             fh.writelines(f'{{"_id": "{lo + i}", "title": "", "text": "{" ".join(words[s:e])}"}}\n'
                           for i, (s, e) in enumerate(zip(starts, ends)))
+
+
+def generate(root: Path, fraction: float, scores: int, seed: int = 0) -> dict:
+    """Write the synthetic source into ``root`` (a BEIR folder plus negatives.jsonl and teacher.pkl)."""
+    rng = np.random.default_rng(seed)
+    n_docs, n_q = max(1000, int(PASSAGES * fraction)), max(100, int(QUERIES * fraction))
+    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
+                      for _ in range(30_000)])
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    write_corpus(root / "corpus.jsonl", n_docs, vocab, rng)
     with open(root / "queries.jsonl", "w", encoding="utf-8") as fh:
         for i in range(n_q):
             fh.write(f'{{"_id": "q{i}", "text": "{" ".join(vocab[rng.integers(0, len(vocab), size=6)])}"}}\n')
@@ -511,6 +521,74 @@ def rmsc_section(root: Path, pairs: int, batches: int, keep: bool) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+# ------------------------------------------------------------------------------------------ DDR's DAM texts
+DAM_BATCH = 128     # documents per GPU per step (DDR's DAMs: 512 over 4 GPUs)
+
+
+def _dam_rank(kind: str, root: str, batches: int, start, done, queue) -> None:
+    """One rank of a DAM's MLM job reading its corpus: the mapped store (``CorpusTexts``) or the old list of
+    every document's text (``corpus_texts`` before: the corpus parsed into Python strings in every process)."""
+    import itertools
+
+    rng = np.random.default_rng(os.getpid())
+    import pyarrow.compute  # noqa: F401  (imported by either path's job anyway: counted with the imports)
+
+    from zsdr.pretrain.mlm import CorpusTexts
+    from zsdr.pretrain.spans import corpus_documents
+
+    base = smaps()["uss"]
+    t0 = time.perf_counter()
+    if kind == "store":
+        texts = CorpusTexts(root)
+    else:
+        texts = list(itertools.islice((t for _, _, t in corpus_documents(root) if t), None))
+    opened = time.perf_counter() - t0
+    start.wait()
+    t1 = time.perf_counter()
+    for _ in range(batches):
+        for i in rng.integers(0, len(texts), size=DAM_BATCH).tolist():
+            _ = texts[i]
+    rate = batches * DAM_BATCH / (time.perf_counter() - t1)
+    queue.put({"pid": os.getpid(), "open_s": opened, "per_s": rate, "examples": len(texts), "base_uss": base,
+               **smaps()})
+    done.wait()
+
+
+def dam_section(root: Path, fraction: float, batches: int, keep: bool) -> None:
+    from zsdr.data.store import build_store
+
+    root = root / "dam"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
+                      for _ in range(30_000)])
+    n_docs = max(1000, int(PASSAGES * fraction))
+    t0 = time.perf_counter()
+    write_corpus(root / "corpus.jsonl", n_docs, vocab, rng)
+    (root / "queries.jsonl").write_text('{"_id": "q0", "text": "a query"}\n', encoding="utf-8")
+    gen_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    build_store(root)
+    store_s = time.perf_counter() - t0
+    print(f"\n## DDR's DAM texts: {n_docs:,} MS MARCO-length passages, {gb((root / 'corpus.jsonl').stat().st_size)} "
+          f"of JSON lines (written in {gen_s:.0f} s)\n")
+    print(f"store (build_store): {store_s:.1f} s, "
+          f"{gb(sum(f.stat().st_size for f in (root / 'store').iterdir()))}")
+    rows = []
+    for kind, procs in (("store", 1), ("store", 4), ("list", 4)):
+        ranks = spawn_ranks(_dam_rank, (kind, str(root), batches), procs)
+        rows.append(("mapped store (CorpusTexts)" if kind == "store" else "list of texts (before)", procs, ranks))
+    print_ranks(rows, "documents", "per_s", imports_counted=False)
+    listed = rows[2][2]
+    per_doc = max(r["now_uss"] - r["base_uss"] for r in listed) / n_docs
+    print(f"\nlist of texts: {per_doc:,.0f} private bytes per document in every process "
+          f"({gb(per_doc * PASSAGES)} per process for MS MARCO's {PASSAGES:,} passages, x 4 for DDR's 4-GPU DAM); "
+          f"the store: {max(r['now_uss'] - r['base_uss'] for r in rows[1][2]) / n_docs:,.1f} private bytes per document.")
+    if not keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--root", type=Path, required=True, help="where the synthetic source is written")
@@ -520,20 +598,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="of the generated data that the dict-based loading reads (what fits in memory)")
     parser.add_argument("--batches", type=int, default=200, help="KD batches each process draws")
     parser.add_argument("--keep", action="store_true", help="keep the generated files")
-    parser.add_argument("--sections", default="marco,coco,rmsc",
-                        help="any of marco, coco, rmsc (comma-separated)")
+    parser.add_argument("--sections", default="marco,coco,rmsc,dam",
+                        help="any of marco, coco, rmsc, dam (comma-separated)")
     parser.add_argument("--coco-fraction", type=float, default=1.0,
                         help="of the 30 COCO corpora's documents (1.0: 52,764,546)")
     parser.add_argument("--coco-list-fraction", type=float, default=0.1,
                         help="of the generated span documents that the old list loading reads (what fits)")
     parser.add_argument("--coco-batches", type=int, default=100, help="batches of 200 documents each process draws")
     parser.add_argument("--rmsc-pairs", type=int, default=500_000, help="weak pairs of the rmsc section")
+    parser.add_argument("--dam-fraction", type=float, default=0.25,
+                        help="of MS MARCO's passages in the dam section (the old list loading reads them all)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     sections = {x.strip() for x in args.sections.split(",") if x.strip()}
-    unknown = sections - {"marco", "coco", "rmsc"}
+    unknown = sections - {"marco", "coco", "rmsc", "dam"}
     if unknown:
-        parser.error(f"--sections: unknown {', '.join(sorted(unknown))} (use marco, coco, rmsc)")
+        parser.error(f"--sections: unknown {', '.join(sorted(unknown))} (use marco, coco, rmsc, dam)")
+    if "dam" in sections:
+        dam_section(args.root, args.dam_fraction, max(20, args.batches), args.keep)
     if "rmsc" in sections:
         rmsc_section(args.root, args.rmsc_pairs, max(20, args.batches), args.keep)
     if "coco" in sections:

@@ -165,7 +165,9 @@ rule train_reader:
     threads: PLAN.training_threads(lambda wc: PLAN.READERS[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.READERS[wc.name]),
-        mem_mb=32000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
@@ -181,15 +183,13 @@ rule train_reader:
 
 
 rule teacher_scores:
-    """Teacher scores of every (query, candidate) pair of the training negatives."""
+    """Teacher scores of every (query, candidate) pair of the training negatives (of the queries the
+    distilling recipes read: their max_examples)."""
     input:
         model=f"{MODELS}/cross-encoders/{{name}}/config.json",
         data=lambda wc: PLAN.dataset_marker(wc.source),
         store=f"{DATA}/{{source}}/store/store.json",
-        negatives=lambda wc: PLAN.training_data(
-            PLAN.CROSS_ENCODERS[wc.name] | {"dataset": wc.source, "negatives": "hard"},
-            f"cross_encoders.{wc.name}",
-        )[1],
+        negatives=lambda wc: PLAN.teacher_negatives(wc.name, wc.source),
         code=PLAN.code(
             "zsdr.training.teacher",
             "zsdr.training.data",
@@ -218,6 +218,7 @@ rule teacher_scores:
             "random_candidates", 0
         ),
         seed=PLAN.TRAINING["seed"],
+        max_examples=lambda wc: PLAN.teacher_max_examples(wc.name, wc.source),
         dense=config["dense"],
     script:
         "../workflow_scripts/teacher_scores.py"

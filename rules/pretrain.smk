@@ -23,7 +23,9 @@ rule train_dam:
             lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam)),
             nodes=lambda wc: PLAN.dam_launch(wc.dam)["nodes"],
         ),
-        mem_mb=32000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam)
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),

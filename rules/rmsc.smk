@@ -53,7 +53,10 @@ rule train_generator:
     threads: PLAN.training_threads(lambda wc: PLAN.GENERATORS[wc.name])
     resources:
         **PLAN.training_resources(lambda wc: PLAN.GENERATORS[wc.name]),
-        mem_mb=16000,
+        mem_mb=lambda wc: PLAN.training_memory(
+            PLAN.generator_spec(wc.name),
+            PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
+        )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
         shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),

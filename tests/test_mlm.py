@@ -235,3 +235,43 @@ def test_untied_output_layer_starts_as_the_input_embeddings_and_trains_apart(min
     again = build_mlm_task({**mlm_spec(mini, kind), "init": str(tmp_path / "dam"), "tie_embeddings": False})
     kept = again.model.get_output_embeddings().weight
     assert torch.equal(kept, out) and not torch.equal(kept, again.model.get_input_embeddings().weight)
+
+
+# -------------------------------------------------------------------------------------- texts
+def test_corpus_texts_read_the_store_and_skip_what_strip_empties(tmp_path):
+    """A DAM's texts: title + " " + text of every document whose stripped text is not empty (Python's
+    whitespace, Unicode included), in corpus order, the first max_examples of them; read from the mapped
+    store when drawn, the process holding only the kept rows."""
+    from zsdr.data.store import build_store
+    from zsdr.pretrain.mlm import CorpusTexts, corpus_texts
+
+    docs = [("a", "", "hello"), ("b", "  ", " \t\n"), ("c", "\u3000", "\x1c\x85\u2028"), ("d", "T", ""),
+            ("e", None, "\u00a0x\u2003"), ("f", None, ""), ("g", "Title", "  body  "), ("h", "\x0b", "\u200bz")]
+    with (tmp_path / "corpus.jsonl").open("w", encoding="utf-8") as f:
+        for rid, title, text in docs:
+            f.write(json.dumps({"_id": rid, **({} if title is None else {"title": title}), "text": text}) + "\n")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q", "text": "x"}) + "\n", encoding="utf-8")
+    build_store(tmp_path)
+    expected = [f"{t or ''} {x}".strip() for _, t, x in docs if f"{t or ''} {x}".strip()]
+    assert expected == ["hello", "T", "x", "Title   body", "\u200bz"]
+    texts = corpus_texts(tmp_path)
+    assert isinstance(texts, CorpusTexts) and len(texts) == 5
+    assert list(texts) == expected and texts[-1] == "\u200bz" and texts[1:3] == expected[1:3]
+    assert texts.rows.dtype == np.int32 and texts.rows.tolist() == [0, 3, 4, 6, 7]
+    assert list(corpus_texts(tmp_path, 2)) == expected[:2] and list(corpus_texts(tmp_path, 0)) == []
+    with pytest.raises(IndexError):
+        texts[5]
+
+
+def test_mlm_task_keeps_the_store_backed_texts(mini):
+    """The task draws from the store-backed sequence (no list of the corpus in the process), and its
+    texts are those of the corpus file in order."""
+    from zsdr.data.formats import iter_records
+    from zsdr.pretrain.mlm import CorpusTexts
+
+    task = build_mlm_task(mlm_spec(mini))
+    assert isinstance(task.texts, CorpusTexts)
+    path = mini / "data" / "src" / "corpus.jsonl"
+    expected = [f"{o.get('title') or ''} {o['text']}".strip() for _, _, o in iter_records(path, "corpus")]
+    assert list(task.texts) == [t for t in expected if t]
+    assert build_mlm_task(mlm_spec(mini, max_examples=7)).num_examples == 7

@@ -250,3 +250,60 @@ def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
     stamps = {plan.TRAINING_STAMPS[run] for run in plan.TRAIN_RUNS}
     assert stamps and all((tmp_path / s).is_file() for s in stamps)
     assert plan.recipe_code("kd") == plan.TRAINING_STAMPS["kd"]
+
+
+def test_dam_reader_and_generator_memory_follow_processes_examples_and_the_store(paper, mini):
+    """mem_mb of the trainings that once asked for a flat 32 GB: a DAM's processes beside its corpus's
+    mapped store; a reader's or generator's processes, each holding its pairs as Python objects
+    (published training pairs, or max_examples, x example_bytes), beside the store; in the dry run."""
+    m = paper.TRAINING["memory"]
+    spec = paper.dam_spec("bert-base--msmarco")
+    launch = paper.dam_launch("bert-base--msmarco")
+    mb, why = paper.training_memory(spec, launch)
+    assert launch["processes"] == 4 and f"{spec['dataset']}/store/store.json" in paper.spec_inputs(spec)
+    assert mb == 4 * m["process_mb"] + m["dataset_mb"]["msmarco"]
+    assert why == f"{mb} MB = 4 process(es) x {m['process_mb']} + msmarco store {m['dataset_mb']['msmarco']} (configured)"
+    assert why in paper.spec_summary(spec, launch)
+    bioasq = paper.dam_spec("bert-base--msmarco--bioasq")   # 14.9M documents: ~22.7 GB of text, mapped once
+    assert paper.corpus_mb("bioasq")[0] > 20000
+    assert paper.training_memory(bioasq, launch)[0] == 4 * m["process_mb"] + paper.corpus_mb("bioasq")[0]
+
+    assert paper.train_pairs("msmarco", None) == (532761, "published")
+    assert paper.train_pairs("msmarco", 1000) == (1000, "max_examples")
+    assert paper.train_pairs("msmarco", 10**9) == (532761, "published")
+    assert paper.train_pairs("no-such-set", None) == (None, "unknown")
+    one = {"processes": 1, "nodes": 1}
+    for kind in ("reader", "generator"):
+        mb, why = paper.training_memory({"kind": kind, "dataset": "data/msmarco"}, one)
+        examples = -(-532761 * m["example_bytes"] // 10**6)
+        assert mb == m["process_mb"] + examples + m["dataset_mb"]["msmarco"]
+        assert f"examples {examples}: 532761 pairs (published)" in why
+        two = paper.training_memory({"kind": kind, "dataset": "data/msmarco", "max_examples": 1000},
+                                    {"processes": 2, "nodes": 1})[0]
+        assert two == 2 * (m["process_mb"] + -(-1000 * m["example_bytes"] // 10**6)) + m["dataset_mb"]["msmarco"]
+    for name in mini.TRAINED_READERS:
+        spec, launch = mini.reader_spec(name), mini.launch_settings(mini.READERS[name])
+        assert mini.training_memory(spec, launch)[1] in mini.spec_summary(spec, launch)
+    with pytest.raises(ValueError, match="training.memory.mb"):
+        paper.training_memory({"kind": "unknown", "dataset": "data/msmarco"}, one)
+
+
+def test_teacher_scores_cover_what_the_distilling_recipes_read(mini, tree):
+    """A cross-encoder scores the queries of the first max_examples examples when every recipe distilling from
+    its scores reads only those (the largest of their max_examples), every query otherwise."""
+    assert mini.teacher_max_examples("tiny-cross-encoder", mini.SOURCE) is None      # kd reads every example
+    users = [n for n, r in mini.RECIPES.items() if r.get("teacher") == "tiny-cross-encoder"]
+    assert {"kd", "ddr-dr-distill"} <= set(users)
+
+    def plan_with(**recipes):
+        cfg = tree / "teacher-overlay.yaml"
+        cfg.write_text(yaml.safe_dump({"recipes": recipes}))
+        return load_plan(tree, cfg)
+
+    capped = plan_with(**{u: {"max_examples": 5 + i} for i, u in enumerate(users)})
+    assert capped.teacher_max_examples("tiny-cross-encoder", capped.SOURCE) == 5 + len(users) - 1
+    one_reads_all = plan_with(**{u: {"max_examples": 5} for u in users[1:]})
+    assert one_reads_all.teacher_max_examples("tiny-cross-encoder", one_reads_all.SOURCE) is None
+    other_file = plan_with(**{u: {"max_examples": 5, **({"negatives": "bm25"} if u == users[0] else {})}
+                              for u in users})
+    assert other_file.teacher_max_examples("tiny-cross-encoder", other_file.SOURCE) is None

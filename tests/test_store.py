@@ -223,3 +223,45 @@ def _open_and_sample(root, arrays, barrier, queue):
         queue.put(tuple(data.sample(i, 0, 1, 2)[1] for i in range(len(data))))
     except Exception as exc:  # noqa: BLE001 - reported to the test
         queue.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_teacher_scores_of_max_examples_give_a_recipe_the_whole_files_arrays(tmp_path):
+    """Scoring with a distilling recipe's max_examples covers only the queries it reads, and its training
+    arrays are those it would build from the scores of every query: lines that do not qualify (a positive
+    outside the corpus) are passed over, and a query met again later keeps all its candidates."""
+    import torch
+
+    from zsdr.training.teacher import score_pairs
+
+    root = mini_with_backbones(tmp_path, MINI, SIZE, kinds=("bert",))
+    src = root / "data" / "src"
+    build_store(src)
+    lines = (src / "negatives.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    last = json.loads(lines[-1])["qid"]
+    odd = [json.dumps({**first, "qid": last, "pos": ["no-such-doc"]}),       # does not qualify; its query's own line comes last
+           json.dumps({**json.loads(lines[3]), "neg": {"extra": first["neg"][next(iter(first["neg"]))][:2]}})]
+    negatives = tmp_path / "negatives.jsonl"
+    negatives.write_text("\n".join([odd[0], *lines[:12], odd[1], *lines[12:]]) + "\n")   # lines[3]'s query again
+
+    def score(tag, **kw):
+        torch.manual_seed(0)
+        out = tmp_path / f"teacher-{tag}.jsonl"
+        n = score_pairs(root / "bert", src, negatives, out, batch_size=16, max_candidates=3, random_candidates=2,
+                        seed=5, device="cpu", **kw)
+        return n, out
+
+    (n_all, every), (n_some, some) = score("all"), score("some", max_examples=8)
+    assert n_some < n_all
+    queries = [json.loads(x)["qid"] for x in some.read_text().splitlines()]
+    assert len(set(queries)) == 9 < len({json.loads(x)["qid"] for x in every.read_text().splitlines()})
+    built = {}
+    for tag, teacher in (("all", every), ("some", some)):
+        built[tag] = build_training_arrays(src, negatives, tmp_path / f"arrays-{tag}", teacher=teacher,
+                                           max_examples=8)
+    for name in ("qrow", "pos_ptr", "pos", "neg_ptr", "neg", "rel_ptr", "rel"):
+        assert np.array_equal(np.load(built["all"] / f"{name}.npy"), np.load(built["some"] / f"{name}.npy")), name
+    for name in ("pos_score", "neg_score"):
+        np.testing.assert_allclose(np.load(built["all"] / f"{name}.npy"), np.load(built["some"] / f"{name}.npy"),
+                                   rtol=1e-5, atol=1e-5)
+    assert len(np.load(built["some"] / "qrow.npy")) == 8

@@ -34,12 +34,14 @@ DDR_NAMES = {"Lotte-Write": "lotte-writing-test", "Lotte-Rec": "lotte-recreation
 
 @functools.lru_cache(maxsize=1)
 def published_sizes() -> dict[str, dict[str, float]]:
-    """``{dataset: {docs, words, queries}}`` (the registry's names) from the published statistics tables."""
+    """``{dataset: {docs, words, queries}}`` (the registry's names) from the published statistics tables, with
+    ``train_pairs`` (the training qrels' pairs) where BEIR publishes them."""
     sizes: dict[str, dict[str, float]] = {}
     with (PUBLISHED / "cocodr_table5.csv").open(encoding="utf-8") as f:
         for row in csv.DictReader(f):
             q = float(row["test_queries"] or row["dev_queries"] or 0)
-            stats = {"docs": float(row["corpus"]), "words": float(row["avg_doc_words"]), "queries": q}
+            stats = {"docs": float(row["corpus"]), "words": float(row["avg_doc_words"]), "queries": q,
+                     **({"train_pairs": float(row["train_pairs"])} if row["train_pairs"] else {})}
             if row["dataset"] == "CQADupStack":
                 for forum, n in CQA_FORUMS.items():
                     share = n / sum(CQA_FORUMS.values())

@@ -187,6 +187,10 @@ class TextStore:
     def id(self, row: int) -> str:
         return self._value("id", int(row))
 
+    def chunks(self, field: str) -> list:
+        """``field``'s column as the store's record batches (Arrow arrays over the mapped file, no copy)."""
+        return self._chunks[field]
+
     def __getitem__(self, row: int):
         row = int(row)
         if not 0 <= row < self._n:

@@ -8,9 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 
-FLAT_TRAINING_MB = 32000  # trainings whose memory request is not derived from their data (reader, generator)
-
-
 class ResourcesPlan:
     """Resources: what each job asks a cluster for (GPUs, memory, runtime, partition) (a part of :class:`zsdr.plan.core.Plan`)."""
 
@@ -53,8 +50,12 @@ class ResourcesPlan:
             return self._pretraining_memory(spec, launch)
         if spec["kind"] == "mixture":
             return self._mixture_memory(spec, launch)
+        if spec["kind"] == "mlm":
+            return self._mlm_memory(spec, launch)
+        if spec["kind"] in ("reader", "generator"):
+            return self._examples_memory(spec, launch)
         if spec["kind"] not in ("bi_encoder", "cross_encoder"):
-            return FLAT_TRAINING_MB, f"{FLAT_TRAINING_MB} MB (not derived for a {spec['kind']} training)"
+            raise ValueError(f"no memory estimate for a {spec['kind']!r} training: set training.memory.mb")
         name = os.path.basename(str(spec.get("dataset") or ""))
         data = int(m["dataset_mb"].get(name, m["default_dataset_mb"]))
         procs = int(launch["processes"])
@@ -116,6 +117,45 @@ class ResourcesPlan:
         why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + stores of {len(datasets)} "
                f"dataset(s) {stores} + weak-pair tables {weak}")
         return total, why
+
+    def _mlm_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
+        """A DAM's masked-LM training: its processes, each `process_mb`, beside its corpus's store, mapped once
+        for all of them (zsdr.pretrain.mlm.CorpusTexts: a process keeps 4 bytes per document, the text is read
+        when drawn)."""
+        m = self.TRAINING["memory"]
+        procs = int(launch["processes"])
+        name = os.path.basename(str(spec["dataset"]))
+        store, source = self.corpus_mb(name)
+        total = procs * int(m["process_mb"]) + store
+        return total, f"{total} MB = {procs} process(es) x {m['process_mb']} + {name} store {store} ({source})"
+
+    def train_pairs(self, name: str, max_examples: int | None) -> tuple[int | None, str]:
+        """The training pairs a reader or generator holds, and where the figure comes from: the first
+        `max_examples`, else the dataset's published training pairs (zsdr.data.sizes), else unknown."""
+        from zsdr.data.sizes import published_sizes
+
+        published = published_sizes().get(name, {}).get("train_pairs")
+        if max_examples is not None and (published is None or max_examples < published):
+            return int(max_examples), "max_examples"
+        return (int(published), "published") if published is not None else (None, "unknown")
+
+    def _examples_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
+        """A reader or generator training: each process holds its examples as Python objects (the pairs'
+        question, passage and answer: `example_bytes` each) beside its `process_mb`, and the dataset's
+        store is mapped once for all of them. Pairs the plan cannot count (no published figure, no
+        `max_examples`) are sized as `default_dataset_mb`."""
+        m = self.TRAINING["memory"]
+        procs = int(launch["processes"])
+        name = os.path.basename(str(spec["dataset"]))
+        store, source = self.corpus_mb(name)
+        pairs, counted = self.train_pairs(name, spec.get("max_examples"))
+        examples = (-(-pairs * int(m["example_bytes"]) // 1_000_000) if pairs is not None
+                    else int(m["default_dataset_mb"]))
+        total = procs * (int(m["process_mb"]) + examples) + store
+        held = (f"{pairs} pairs ({counted}) x {m['example_bytes']} B" if pairs is not None
+                else "pairs unknown: default_dataset_mb")
+        return total, (f"{total} MB = {procs} process(es) x ({m['process_mb']} + examples {examples}: {held}) "
+                       f"+ {name} store {store} ({source})")
 
     def runtime(self, minutes: int) -> int:
         """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest

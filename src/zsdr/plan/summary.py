@@ -174,11 +174,7 @@ class SummaryPlan:
             if spec["kind"] in ("bi_encoder", "mixture")
             else ""
         )
-        memory = (
-            f"; memory {self.training_memory(spec, launch)[1]}"
-            if spec["kind"] in ("bi_encoder", "cross_encoder", "coco", "mixture")
-            else ""
-        )
+        memory = f"; memory {self.training_memory(spec, launch)[1]}"
         dropout = (
             ""
             if "dropout" not in spec

@@ -104,6 +104,26 @@ class TrainingPlan:
             )
         return f"{self.DATA}/{src}/teacher/{name}.jsonl"
 
+    def teacher_negatives(self, name: str, source: str) -> str:
+        """The negatives file whose (query, candidate) pairs the cross-encoder ``name`` scores on ``source``."""
+        item = self.CROSS_ENCODERS[name] | {"dataset": source, "negatives": "hard"}
+        return self.training_data(item, f"cross_encoders.{name}")[1]
+
+    def teacher_max_examples(self, name: str, source: str) -> int | None:
+        """How many examples of its negatives file the teacher ``name`` must score on ``source``: the largest
+        `max_examples` of the recipes that distil from those scores, when every one of them trains on that
+        same file (its first N kept examples are then all they read); None (every query) when one of them
+        reads all its examples or trains on another file, or when no recipe uses the scores."""
+        negatives = self.teacher_negatives(name, source)
+        limits = []
+        for recipe, r in self.RECIPES.items():
+            if r.get("mixture") or r.get("teacher") != name or self.train_source(r) != source:
+                continue
+            if self.training_data(r, f"recipes.{recipe}")[1] != negatives or r.get("max_examples") is None:
+                return None
+            limits.append(int(r["max_examples"]))
+        return max(limits) if limits else None
+
     def train_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """The recipe's `train` section over the shared `training` defaults."""
         shared = {k: self.TRAINING[k] for k in ("seed", "precision", "save_every", "log_every")}
@@ -334,7 +354,7 @@ class TrainingPlan:
             files += [x["pairs"] for x in spec["sets"] if x.get("pairs")]
             return list(dict.fromkeys(files)) + self.model_files(spec["init"])
         files = [f"{spec['dataset']}/dataset.json"]
-        if spec["kind"] in ("bi_encoder", "cross_encoder", "generator", "reader"):
+        if spec["kind"] in ("bi_encoder", "cross_encoder", "generator", "reader", "mlm"):
             files.append(f"{spec['dataset']}/store/store.json")
         files += [spec["negatives"]] if spec.get("negatives") else []
         files += [spec["dro"]["clusters_file"]] if spec.get("dro") else []

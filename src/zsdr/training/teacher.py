@@ -18,8 +18,9 @@ import torch
 
 from zsdr.argtypes import device, nonnegative_int, positive_int
 from zsdr.data.store import ById, open_current
+from zsdr.io import DataError
 from zsdr.models.encoder import autocast_dtype, resolve_device
-from zsdr.training.data import read_negatives, write_teacher_scores
+from zsdr.training.data import iter_negatives, write_teacher_scores
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +28,18 @@ log = logging.getLogger(__name__)
 def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negatives: str | os.PathLike,
                 out: str | os.PathLike, *, batch_size: int = 64, max_candidates: int | None = None,
                 random_candidates: int = 0, seed: int = 42, device: str | None = None, precision: str = "auto",
-                show_progress: bool = False) -> int:
+                show_progress: bool = False, max_examples: int | None = None) -> int:
     """Score each query's positives and negative pool (first ``max_candidates`` negatives); returns #pairs.
 
     ``random_candidates`` adds that many corpus documents drawn uniformly per query (seeded by the
     query's position), so a student distilled from these scores also sees easy negatives with large
     teacher margins (which candidates the teacher scores is an open choice: docs/methods/ddr.md#teacher-scores).
+
+    ``max_examples`` (a distilling recipe's: it keeps the first N examples with a scored positive and
+    another scored document, :func:`zsdr.training.data.build_training_arrays`) scores the lines of the file
+    until N of them qualify, and after that only the later lines of queries already met (their pairs add to
+    those queries' scores): the N examples such a recipe keeps get exactly the scores the whole file
+    would give them, and the other queries are never scored.
     """
     import numpy as np
 
@@ -48,7 +55,13 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
     docs, query_store = open_current(dataset)
     corpus, queries = ById(docs), ById(query_store)
     pairs = []
-    for i, ex in enumerate(read_negatives(negatives)):
+    scored_so_far: dict[str, set[str]] = {}   # with max_examples: each query's candidates in the corpus
+    qualified, lines = 0, 0
+    for i, ex in enumerate(iter_negatives(negatives)):
+        lines += 1
+        full = bool(max_examples) and qualified >= max_examples
+        if full and ex.qid not in scored_so_far:
+            continue
         negs = ex.negatives[:max_candidates] if max_candidates else ex.negatives
         extra: list[str] = []
         if random_candidates:
@@ -56,7 +69,18 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
             taken = set(ex.positives) | set(negs)
             drawn = docs.ids(rng.choice(len(docs), size=min(len(docs), random_candidates * 2), replace=False))
             extra = [d for d in drawn if d not in taken][:random_candidates]
-        pairs.extend((ex.qid, did) for did in dict.fromkeys((*ex.positives, *negs, *extra)) if did in corpus)
+        candidates = [did for did in dict.fromkeys((*ex.positives, *negs, *extra)) if did in corpus]
+        pairs.extend((ex.qid, did) for did in candidates)
+        if max_examples and not full:
+            got = scored_so_far.setdefault(ex.qid, set())
+            got.update(candidates)
+            positives = set(ex.positives)
+            qualified += bool(got & positives) and bool(got - positives)
+    if not lines:
+        raise DataError(negatives, None, "no training examples", "the file is empty")
+    if max_examples:
+        log.info("scored the queries of the first %d examples with a scored positive and negative (max_examples "
+                 "%d): %d of %d lines' queries", qualified, max_examples, len(scored_so_far), lines)
     scores: dict[str, dict[str, float]] = {}
     with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:
         for start in range(0, len(pairs), batch_size):
@@ -76,7 +100,7 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
 def cmd_score_pairs(args) -> int:
     n = score_pairs(args.model, args.dataset, args.negatives, args.out, batch_size=args.batch_size,
                     max_candidates=args.max_candidates, random_candidates=args.random_candidates,
-                    device=args.device, show_progress=not args.quiet)
+                    device=args.device, show_progress=not args.quiet, max_examples=args.max_examples)
     print(json.dumps({"pairs": n, "out": args.out}))
     return 0
 
@@ -90,6 +114,9 @@ def register_cli(sub) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64, help="pairs scored per batch (default: 64)")
     p.add_argument("--max-candidates", type=positive_int, default=None,
                    help="score only the first N negatives of each query's pool (default: all)")
+    p.add_argument("--max-examples", type=positive_int, default=None,
+                   help="score only what a recipe with this max_examples reads: the queries of the first N "
+                        "examples with a scored positive and negative (default: every query)")
     p.add_argument("--random-candidates", type=nonnegative_int, default=0, help="random corpus documents scored per query")
     p.add_argument("--device", type=device, default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
