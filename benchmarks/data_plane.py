@@ -97,6 +97,12 @@ def gb(n: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------ generation
+def random_vocabulary(rng: np.random.Generator, size: int = 30_000) -> np.ndarray:
+    """``size`` random lowercase words of 2-9 letters."""
+    return np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
+                     for _ in range(size)])
+
+
 def write_corpus(path: Path, n_docs: int, vocab: np.ndarray, rng: np.random.Generator) -> None:
     """``n_docs`` passages of MS MARCO's length distribution (log-normal around 56 words) of random words."""
     mu = np.log(MEAN_WORDS) - SIGMA ** 2 / 2
@@ -115,8 +121,7 @@ def generate(root: Path, fraction: float, scores: int, seed: int = 0) -> dict:
     """Write the synthetic source into ``root`` (a BEIR folder plus negatives.jsonl and teacher.pkl)."""
     rng = np.random.default_rng(seed)
     n_docs, n_q = max(1000, int(PASSAGES * fraction)), max(100, int(QUERIES * fraction))
-    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
-                      for _ in range(30_000)])
+    vocab = random_vocabulary(rng)
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     write_corpus(root / "corpus.jsonl", n_docs, vocab, rng)
@@ -272,6 +277,22 @@ def spawn_ranks(target, args: tuple, procs: int) -> list[dict]:
     for p in ps:
         p.join()
     return out
+
+
+def draw_and_report(examples, batch: int, batches: int, read, opened: float, base: int, start, done, queue) -> None:
+    """A rank's part after opening its data: wait for the others, ``read`` ``batches`` batches of ``batch`` random
+    examples, report the rate and memory (with the open time and the private memory before opening, ``base``)
+    and stay alive until every rank has been measured."""
+    rng = np.random.default_rng(os.getpid())
+    start.wait()
+    t1 = time.perf_counter()
+    for _ in range(batches):
+        for i in rng.integers(0, len(examples), size=batch).tolist():
+            read(examples[i])
+    rate = batches * batch / (time.perf_counter() - t1)
+    queue.put({"pid": os.getpid(), "open_s": opened, "per_s": rate, "examples": len(examples), "base_uss": base,
+               **smaps()})
+    done.wait()
 
 
 def print_ranks(rows: list[tuple[str, int, list[dict]]], what: str, rate: str, imports_counted: bool) -> None:
@@ -472,7 +493,6 @@ def generate_pairs(path: Path, pairs: int, seed: int = 0) -> float:
 
 def _rmsc_rank(kind: str, jsonl: str, table: str, batches: int, start, done, queue) -> None:
     """One rank of an RMSC job reading a weak set: mapped (``table``) or the old list of examples."""
-    rng = np.random.default_rng(os.getpid())
     from zsdr.training.rmsc import Item, WeakItems
     from zsdr.training.weak import PairsTable, read_weak_pairs
 
@@ -483,16 +503,8 @@ def _rmsc_rank(kind: str, jsonl: str, table: str, batches: int, start, done, que
     else:
         items = [Item(1, p.query, p.positive, p.id, frozenset({p.id, p.doc_id})) for p in read_weak_pairs(jsonl)]
     opened = time.perf_counter() - t0
-    start.wait()
-    t1 = time.perf_counter()
-    for _ in range(batches):
-        for i in rng.integers(0, len(items), size=BATCH).tolist():
-            item = items[i]
-            _ = (item.query, item.positive["text"], item.relevant)
-    rate = batches * BATCH / (time.perf_counter() - t1)
-    queue.put({"pid": os.getpid(), "open_s": opened, "per_s": rate, "examples": len(items), "base_uss": base,
-               **smaps()})
-    done.wait()
+    draw_and_report(items, BATCH, batches, lambda item: (item.query, item.positive["text"], item.relevant),
+                    opened, base, start, done, queue)
 
 
 def rmsc_section(root: Path, pairs: int, batches: int, keep: bool) -> None:
@@ -530,7 +542,6 @@ def _dam_rank(kind: str, root: str, batches: int, start, done, queue) -> None:
     every document's text (``corpus_texts`` before: the corpus parsed into Python strings in every process)."""
     import itertools
 
-    rng = np.random.default_rng(os.getpid())
     import pyarrow.compute  # noqa: F401  (imported by either path's job anyway: counted with the imports)
 
     from zsdr.pretrain.mlm import CorpusTexts
@@ -543,15 +554,7 @@ def _dam_rank(kind: str, root: str, batches: int, start, done, queue) -> None:
     else:
         texts = list(itertools.islice((t for _, _, t in corpus_documents(root) if t), None))
     opened = time.perf_counter() - t0
-    start.wait()
-    t1 = time.perf_counter()
-    for _ in range(batches):
-        for i in rng.integers(0, len(texts), size=DAM_BATCH).tolist():
-            _ = texts[i]
-    rate = batches * DAM_BATCH / (time.perf_counter() - t1)
-    queue.put({"pid": os.getpid(), "open_s": opened, "per_s": rate, "examples": len(texts), "base_uss": base,
-               **smaps()})
-    done.wait()
+    draw_and_report(texts, DAM_BATCH, batches, lambda text: text, opened, base, start, done, queue)
 
 
 def dam_section(root: Path, fraction: float, batches: int, keep: bool) -> None:
@@ -561,8 +564,7 @@ def dam_section(root: Path, fraction: float, batches: int, keep: bool) -> None:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    vocab = np.array(["".join(chr(97 + c) for c in rng.integers(0, 26, size=rng.integers(2, 10)))
-                      for _ in range(30_000)])
+    vocab = random_vocabulary(rng)
     n_docs = max(1000, int(PASSAGES * fraction))
     t0 = time.perf_counter()
     write_corpus(root / "corpus.jsonl", n_docs, vocab, rng)
