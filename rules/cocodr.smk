@@ -4,10 +4,13 @@
 
 
 rule coco_spans:
-    """A corpus's documents as spans of <= max_tokens word pieces (COCO's pretraining examples)."""
+    """A corpus's documents as spans of <= max_tokens word pieces (COCO's pretraining examples): one pass
+    over the corpus, or, for a corpus in several shards, its shards' span files merged in order.
+    """
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
         tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
+        parts=lambda wc: PLAN.span_parts(wc.corpus),
         code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
     output:
         f"{DATA}/{{corpus}}/coco/spans.arrow",
@@ -28,10 +31,38 @@ rule coco_spans:
             if input.tokenizer
             else PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])
         ),
+        parts=lambda wc, input: list(input.parts),
         spans=PLAN.COCODR["spans"],
         seed=config["seed"],
     script:
         "../workflow_scripts/coco_spans.py"
+
+
+use rule coco_spans as coco_spans_shard with:
+    """One shard of a large corpus as spans: its contiguous rows, read from the dataset's store."""
+    input:
+        data=lambda wc: PLAN.dataset_marker(wc.corpus),
+        store=f"{DATA}/{{corpus}}/store/store.json",
+        tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
+        parts=[],
+        code=PLAN.code(
+            "zsdr.pretrain.spans",
+            "zsdr.data.formats",
+            "zsdr.data.store",
+            script="coco_spans",
+        ),
+    output:
+        temp(f"{DATA}/{{corpus}}/coco/spans.{{shard}}-of-{{shards}}.arrow"),
+    log:
+        f"{LOGS}/data/coco_spans_{{corpus}}_{{shard}}-of-{{shards}}.log",
+    wildcard_constraints:
+        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
+        shard=r"\d+",
+        shards=r"\d+",
+    resources:
+        **PLAN.cluster_resources(),
+        mem_mb=8000,
+        runtime=PLAN.runtime(240),
 
 
 rule pretrain_coco:

@@ -163,6 +163,41 @@ def test_write_spans_counts_and_bad_span_files_are_named(mini, tmp_path):
     assert not (tmp_path / "refused.arrow").exists()                        # nothing written on failure
 
 
+def test_shards_of_a_corpus_merge_into_the_one_pass_span_file(mini, tmp_path):
+    """A corpus written in shards (contiguous rows of its store, each seeded by the document's position)
+    and merged in order gives the same documents and spans as one pass over corpus.jsonl, with max_docs
+    too; a shard past max_docs is an empty span file, which the merge passes through."""
+    from transformers import AutoTokenizer
+
+    from tests.conftest import texts_hidden
+    from zsdr.data.store import build_store, shard_range
+    from zsdr.pretrain.spans import merge_span_files
+
+    tok = AutoTokenizer.from_pretrained(mini / "bert")
+    src = mini / "data" / "src"
+    build_store(src)
+    whole = read_spans(mini / "spans-bert.arrow")
+    for max_docs in (None, 50):
+        one = tmp_path / f"one-{max_docs}.arrow"
+        write_spans(src, one, tok, 30, 0.1, seed=0, max_docs=max_docs)
+        parts, stats = [], []
+        with texts_hidden(src):                              # the shards read the store only
+            for k in range(3):
+                part = tmp_path / f"part{k}-{max_docs}.arrow"
+                stats.append(write_spans(src, part, tok, 30, 0.1, seed=0, max_docs=max_docs,
+                                         rows=shard_range(120, k, 3)))
+                parts.append(part)
+        merged = tmp_path / f"merged-{max_docs}.arrow"
+        n = merge_span_files(parts, merged)
+        a, b = read_spans(one), read_spans(merged)
+        assert n == len(a) == len(b) and list(a) == list(b) and [a.id(i) for i in range(n)] == [b.id(i) for i in range(n)]
+        assert sum(x["documents"] for x in stats) == (120 if max_docs is None else 50)
+        if max_docs is None:
+            assert list(a) == list(whole)
+        else:
+            assert stats[-1]["documents"] == 0 and len(read_spans(parts[-1])) == 0
+
+
 def test_span_files_map_lazily_across_record_batches_and_files(tmp_path):
     rng = np.random.default_rng(3)
     docs = [(f"d{i}", [f"span {i}.{k} é" for k in range(int(rng.integers(2, 6)))]) for i in range(23)]

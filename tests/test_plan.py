@@ -307,3 +307,12 @@ def test_teacher_scores_cover_what_the_distilling_recipes_read(mini, tree):
     other_file = plan_with(**{u: {"max_examples": 5, **({"negatives": "bm25"} if u == users[0] else {})}
                               for u in users})
     assert other_file.teacher_max_examples("tiny-cross-encoder", other_file.SOURCE) is None
+
+
+def test_large_corpora_are_cut_into_span_shards(paper, mini):
+    """COCO's span files of a corpus in several shards (as its encoding: BioASQ 6, MS MARCO 4) are merged
+    from one job per shard; small corpora, the mini ones and a max_docs prefix are one pass."""
+    assert paper.COCODR["spans"].get("max_docs") is None
+    assert paper.span_parts("bioasq") == [f"{paper.DATA}/bioasq/coco/spans.{i}-of-6.arrow" for i in range(6)]
+    assert len(paper.span_parts("msmarco")) == 4 and paper.span_parts("scifact") == []
+    assert "bioasq" in paper.SPAN_CORPORA and all(mini.span_parts(c) == [] for c in mini.SPAN_CORPORA)

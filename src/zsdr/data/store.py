@@ -48,6 +48,12 @@ def digest(rid: str) -> int:
     return int.from_bytes(hashlib.blake2b(rid.encode("utf-8"), digest_size=8).digest(), "little")
 
 
+def shard_range(docs: int, shard: int, num_shards: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of shard ``shard`` of ``num_shards`` over ``docs`` documents: contiguous,
+    in corpus order, sizes differing by at most one (what an encode or span shard reads of the store)."""
+    return shard * docs // num_shards, (shard + 1) * docs // num_shards
+
+
 def store_dir(dataset: str | os.PathLike) -> Path:
     return Path(dataset) / STORE_DIR
 

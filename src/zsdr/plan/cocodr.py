@@ -26,6 +26,13 @@ class CocodrPlan:
     def spans_file(self, corpus: str) -> str:
         return f"{self.DATA}/{corpus}/coco/spans.arrow"
 
+    def span_parts(self, corpus: str) -> list[str]:
+        """The shard span files a corpus's span file is merged from: one per corpus shard
+        (`dense.dataset_shards`, as its encoding), none for a corpus of one shard or when
+        `cocodr.spans.max_docs` keeps only the corpus's first documents (written in one pass)."""
+        n = 1 if self.COCODR["spans"].get("max_docs") else len(self.shards(corpus))
+        return [] if n == 1 else [f"{self.DATA}/{corpus}/coco/spans.{i}-of-{n}.arrow" for i in range(n)]
+
     def coco_spec(self, name: str) -> dict[str, Any]:
         """The resolved spec (zsdr.pretrain.coco) of a pretrained model the pipeline trains."""
         p = self.PRETRAINED[name]

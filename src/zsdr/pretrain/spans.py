@@ -19,6 +19,10 @@ and there, which the limit tolerates.
 The random draws of a document come from ``numpy.random.default_rng([seed, index])`` (``index``:
 its position in the corpus file), so the spans do not depend on which other documents are read.
 
+A large corpus is written in shards (``rows``: contiguous positions read from the dataset's store, each
+shard a job), merged in order into its span file (:func:`merge_span_files`): the same documents and
+spans as one pass over the corpus.
+
 Span files. :func:`write_spans` writes the kept documents, in corpus order, to an Arrow IPC file
 (:class:`SpanWriter`): columns ``id`` (large string) and ``spans`` (large list of large strings),
 record batches of :data:`BATCH_ROWS` documents. :func:`read_spans` maps one (:class:`SpanFile`),
@@ -135,8 +139,19 @@ def document_spans(text: str, tokenizer, max_tokens: int = 30, new_span_probabil
                            seed, index)
 
 
-def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None) -> Iterable[tuple[int, str, str]]:
-    """``(index, id, title + " " + text)`` of a BEIR corpus in file order (``max_docs``: the first N)."""
+def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None,
+                     rows: tuple[int, int] | None = None) -> Iterable[tuple[int, str, str]]:
+    """``(index, id, title + " " + text)`` of a BEIR corpus in file order (``max_docs``: the first N).
+    ``rows`` ``(start, stop)``: only the documents at those positions (a shard), read from the dataset's
+    store (:func:`zsdr.data.store.open_current`), never parsing the rest of ``corpus.jsonl``."""
+    if rows is not None:
+        from zsdr.data.store import open_current
+
+        corpus = open_current(dataset_dir)[0]
+        start, stop = int(rows[0]), min(int(rows[1]), len(corpus), len(corpus) if max_docs is None else int(max_docs))
+        for index, (rid, doc) in enumerate(corpus.iter_range(start, max(start, stop)), start):
+            yield index, rid, f"{doc['title']} {doc['text']}".strip()
+        return
     from zsdr.data.formats import find_file, iter_records
 
     path = find_file(Path(dataset_dir), "corpus.jsonl")
@@ -147,11 +162,14 @@ def corpus_documents(dataset_dir: str | os.PathLike, max_docs: int | None = None
 
 
 def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tokenizer, max_tokens: int = 30,
-                new_span_probability: float = 0.1, seed: int = 0, max_docs: int | None = None) -> dict:
+                new_span_probability: float = 0.1, seed: int = 0, max_docs: int | None = None,
+                rows: tuple[int, int] | None = None) -> dict:
     """Write the spans of every kept document of the BEIR corpus in ``dataset_dir`` to the span file
     ``out_path`` (:class:`SpanWriter`: ids and span lists in corpus order, written atomically). Document
     ``i`` (0-based position in ``corpus.jsonl``) gives ``document_spans(text, tokenizer, max_tokens,
     new_span_probability, seed, i)``; the tokenizer counts the sentences of 256 documents per call.
+    ``rows``: only the documents at positions ``[start, stop)`` (a shard of the corpus, read from its
+    store); the shards' files, merged in order (:func:`merge_span_files`), are the corpus's span file.
     Returns ``{"documents", "kept", "dropped", "spans"}``."""
     stats = {"documents": 0, "kept": 0, "dropped": 0, "spans": 0}
 
@@ -173,7 +191,7 @@ def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tok
 
     with SpanWriter(out_path) as writer:
         chunk: list[tuple[int, str, list[str]]] = []
-        for index, rid, text in corpus_documents(dataset_dir, max_docs):
+        for index, rid, text in corpus_documents(dataset_dir, max_docs, rows):
             chunk.append((index, rid, split_sentences(text)))
             if len(chunk) == _CHUNK:
                 flush(writer, chunk)
@@ -223,6 +241,13 @@ class SpanWriter:
         if len(self._ids) == self.batch_rows:
             self._flush()
 
+    def add_file(self, span_file: "SpanFile") -> None:
+        """Append every document of a span file (its record batches, as they are)."""
+        self._flush()
+        for batch in span_file.record_batches():
+            self._writer.write_batch(batch)
+            self.documents += batch.num_rows
+
     def _flush(self) -> None:
         import pyarrow as pa
 
@@ -242,6 +267,15 @@ class SpanWriter:
         finally:
             out = self._context.__exit__(exc_type, exc, tb)
         return bool(out)
+
+
+def merge_span_files(parts: Sequence[str | os.PathLike], out_path: str | os.PathLike) -> int:
+    """Write the documents of the span files ``parts`` (a corpus's shards), in this order, as one span file
+    (record batches copied as they are: no text is parsed); returns how many documents."""
+    with SpanWriter(out_path) as writer:
+        for part in parts:
+            writer.add_file(SpanFile(part))
+    return writer.documents
 
 
 def write_span_documents(path: str | os.PathLike, documents: Iterable[tuple[str, Sequence[str]]]) -> int:
@@ -286,6 +320,10 @@ class SpanFile(abc.Sequence):
 
     def __len__(self) -> int:
         return int(self._starts[-1])
+
+    def record_batches(self) -> list:
+        """The file's record batches (mapped: no copy)."""
+        return self._table.to_batches()
 
     def _locate(self, i: int) -> tuple[int, int]:
         return locate_item(self._starts, i, f" in {self.path}")

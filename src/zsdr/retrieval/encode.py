@@ -40,6 +40,7 @@ from typing import IO, Iterator, Sequence
 import numpy as np
 
 from zsdr.data.formats import find_file, iter_records, judged_queries
+from zsdr.data.store import shard_range
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.encoder import Encoder, Packed, load_encoder, prefetched
 
@@ -149,12 +150,6 @@ def load_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, list[str]
 
 
 _WARNED: set[str] = set()   # datasets whose missing store was reported
-
-
-def shard_range(docs: int, shard: int, num_shards: int) -> tuple[int, int]:
-    """Rows ``[start, stop)`` of shard ``shard`` of ``num_shards`` over ``docs`` documents: contiguous,
-    in corpus order, sizes differing by at most one."""
-    return shard * docs // num_shards, (shard + 1) * docs // num_shards
 
 
 def _shard_records(dataset_dir: Path, corpus: Path, shard: int,
