@@ -16,9 +16,10 @@ depend on its neighbours, on the number of processes or on a resume.
 
 from __future__ import annotations
 
+import functools
 import os
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -220,10 +221,12 @@ class MlmTask(nn.Module):
         return directory
 
 
-# every character Python's str.strip() removes, as one regex class: a document is kept when its title or
-# text has a character outside it, the test `f"{title} {text}".strip() != ""` makes, run by Arrow
-_WHITESPACE = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
-_NOT_WHITESPACE = "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in _WHITESPACE) + "]"
+@functools.cache
+def _not_whitespace() -> str:
+    """A regex class of every character Python's ``str.strip()`` keeps: a document is kept when its title or
+    text has one, the test ``f"{title} {text}".strip() != ""`` makes, run by Arrow over the mapped column."""
+    spaces = (chr(c) for c in range(0x110000) if chr(c).isspace())
+    return "[^" + "".join(f"\\x{{{ord(c):x}}}" for c in spaces) + "]"
 
 
 class CorpusTexts(Sequence):
@@ -242,8 +245,8 @@ class CorpusTexts(Sequence):
         self.store = open_current(dataset)[0]
         kept, start = [], 0
         for title, text in zip(self.store.chunks("title"), self.store.chunks("text")):
-            mask = pc.or_(pc.match_substring_regex(title, _NOT_WHITESPACE),
-                          pc.match_substring_regex(text, _NOT_WHITESPACE))
+            mask = pc.or_(pc.match_substring_regex(title, _not_whitespace()),
+                          pc.match_substring_regex(text, _not_whitespace()))
             kept.append(np.flatnonzero(mask.to_numpy(zero_copy_only=False)).astype(np.int32) + start)
             start += len(title)
         rows = np.concatenate(kept) if kept else np.zeros(0, np.int32)
