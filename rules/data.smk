@@ -205,3 +205,31 @@ rule text_store:
         runtime=PLAN.runtime(120),
     script:
         "../workflow_scripts/text_store.py"
+
+
+rule corpus_overlap:
+    """The documents a dataset's corpus shares with its `datasets.shared_corpus` donor (the same id, title
+    and text): per row, the donor's row or -1, and the counts."""
+    input:
+        store=f"{DATA}/{{dataset}}/store/store.json",
+        donor=f"{DATA}/{{donor}}/store/store.json",
+        code=PLAN.code("zsdr.data.store", script="corpus_overlap"),
+    output:
+        f"{DATA}/{{dataset}}/overlap/{{donor}}.npy",
+        f"{DATA}/{{dataset}}/overlap/{{donor}}.json",
+    log:
+        f"{LOGS}/data/corpus_overlap_{{dataset}}_{{donor}}.log",
+    wildcard_constraints:
+        dataset=PLAN.alternation(PLAN.SHARED_CORPUS),
+        donor=PLAN.alternation(PLAN.SHARED_CORPUS.values()),
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **PLAN.cluster_resources(),
+        mem_mb=4000,
+        runtime=PLAN.runtime(60),
+    params:
+        dataset=lambda wc: f"{DATA}/{wc.dataset}",
+        donor=lambda wc: f"{DATA}/{wc.donor}",
+    script:
+        "../workflow_scripts/corpus_overlap.py"

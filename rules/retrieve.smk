@@ -4,10 +4,12 @@
 
 rule encode_corpus:
     """One shard of a corpus encoded by a dense system, streamed to disk (a shard of several reads its
-    rows from the dataset's store)."""
+    rows from the dataset's store; with a `datasets.shared_corpus` donor, the documents both corpora hold
+    are read from the donor's embeddings)."""
     input:
         data=PLAN.shard_corpus,
         model=PLAN.dense_model_input,
+        donor=PLAN.donor_inputs,
         code=PLAN.code(
             "zsdr.retrieval.encode",
             "zsdr.models.encoder",
@@ -38,6 +40,9 @@ rule encode_corpus:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
+        donor=lambda wc, input: (
+            (list(input.donor[:-1]), input.donor[-1]) if input.donor else None
+        ),
         dense=config["dense"],
     script:
         "../workflow_scripts/encode_corpus.py"

@@ -98,6 +98,48 @@ def test_a_shard_of_several_reads_its_rows_from_the_store_not_the_corpus_file(ti
         encode_corpus_shard(bert, data, tmp_path / "whole", 0, 1, show_progress=False)
 
 
+def test_a_corpus_sharing_most_documents_with_a_donor_encodes_only_the_others(tiny, bert, tmp_path):  # noqa: F811
+    """Climate-FEVER and FEVER: a corpus whose documents (same id, title and text) the donor's encode jobs already
+    encoded takes their vectors and encodes only the rest (a new id, an id whose text differs); the embeddings
+    equal encoding the corpus itself (float32 here), in its own order; a donor encoded otherwise is refused."""
+    from zsdr.data.store import build_store, corpus_overlap, write_corpus_overlap
+    from zsdr.data.formats import write_beir
+
+    corpus = read_corpus(tiny["data"])
+    ids = list(corpus)
+    donor, mine = tmp_path / "donor", tmp_path / "mine"
+    write_beir(donor, corpus, {"q": "x"}, {"test": {"q": {ids[0]: 1}}})
+    own = {i: corpus[i] for i in reversed(ids[3:])}                        # another order, three left out
+    own[ids[5]] = {"title": corpus[ids[5]].get("title", ""), "text": "a text of its own"}   # same id, other text
+    own["new-doc"] = {"title": "", "text": "a document only this corpus has"}
+    write_beir(mine, own, {"q": "x"}, {"test": {"q": {"new-doc": 1}}})
+    for d in (donor, mine):
+        build_store(d)
+    rows, counts = corpus_overlap(mine, donor)
+    assert counts == {"documents": len(own), "shared": len(own) - 2, "other_text": 1, "absent": 1}
+    assert rows[list(own).index("new-doc")] == -1 and rows[list(own).index(ids[5])] == -1
+    assert rows[0] == ids.index(list(own)[0])
+    overlap = tmp_path / "overlap" / "donor.npy"
+    assert write_corpus_overlap(mine, donor, overlap) == counts and json.loads(overlap.with_suffix(".json").read_text())["shared"] == counts["shared"]
+    given = [encode_corpus_shard(bert, donor, tmp_path / f"d{s}", s, 2, dtype="float32", show_progress=False)
+             for s in range(2)]
+    for s in range(3):
+        alone = encode_corpus_shard(bert, mine, tmp_path / f"a{s}", s, 3, dtype="float32", show_progress=False)
+        shared = encode_corpus_shard(bert, mine, tmp_path / f"m{s}", s, 3, dtype="float32", chunk_size=5,
+                                     show_progress=False, donor=(given[::-1], overlap))
+        a, a_ids, _ = load_embeddings(alone)
+        b, b_ids, meta = load_embeddings(shared)
+        assert a_ids == b_ids
+        np.testing.assert_allclose(a, b, atol=1e-5)
+        start, stop = meta["start"], meta["stop"]
+        assert meta["donor"]["reused"] == int((rows[start:stop] >= 0).sum()) > 0
+    other = Encoder.from_pretrained(tiny["bert"], pooling="cls", similarity="dot")
+    with pytest.raises(DataError, match="encoded with other settings"):
+        encode_corpus_shard(other, mine, tmp_path / "x", 0, 3, dtype="float32", show_progress=False,
+                            donor=(given, overlap))
+    assert not (tmp_path / "x").exists()
+
+
 def test_embeddings_record_the_inference_precision(tiny, bert, tmp_path):  # noqa: F811
     """meta.json says which precision was asked (dense.precision) and what the encoder computed in:
     on the CPU always float32; on a GPU the autocast dtype (fp16 -> float16, bf16 -> bfloat16)."""

@@ -316,3 +316,26 @@ def test_large_corpora_are_cut_into_span_shards(paper, mini):
     assert paper.span_parts("bioasq") == [f"{paper.DATA}/bioasq/coco/spans.{i}-of-6.arrow" for i in range(6)]
     assert len(paper.span_parts("msmarco")) == 4 and paper.span_parts("scifact") == []
     assert "bioasq" in paper.SPAN_CORPORA and all(mini.span_parts(c) == [] for c in mini.SPAN_CORPORA)
+
+
+def test_climate_fever_takes_fevers_embeddings_where_a_system_encodes_both_alike(paper, mini, tree):
+    """datasets.shared_corpus: Climate-FEVER's encode jobs read FEVER's shards and the overlap map for every
+    system with one model and setting for both; per-target systems (DDR's DAMs, MoDIR, RMSC) encode their own."""
+    from types import SimpleNamespace
+
+    assert paper.SHARED_CORPUS == {"climate-fever": "fever"} and mini.SHARED_CORPUS == {}
+    assert paper.embedding_donor("tas-b", "climate-fever") == "fever"
+    assert paper.embedding_donor("tas-b", "fever") is None
+    for own in ("ddr-contrast", "dpr-modir", "rmsc-cd"):
+        assert paper.embedding_donor(own, "climate-fever") is None
+        assert paper.dense_model(own, "climate-fever") != paper.dense_model(own, "fever")
+    inputs = paper.donor_inputs(SimpleNamespace(system="tas-b", dataset="climate-fever"))
+    assert inputs == [f"{paper.EMBEDDINGS}/fever/tas-b/{s}" for s in paper.shards("fever")] + [
+        f"{paper.DATA}/climate-fever/overlap/fever.npy"]
+    cfg = tree / "shared-bad.yaml"
+    for bad, match in (({"fever": "fever"}, "must be another dataset"),
+                       ({"climate-fever": "fever", "fever": "nq"}, "takes no donor itself"),
+                       ({"climate-fever": "no-such-set"}, "neither a mini domain nor a registry dataset")):
+        cfg.write_text(yaml.safe_dump({"datasets": {"shared_corpus": bad}}))
+        with pytest.raises(ValueError, match=match):
+            load_plan(tree, tree / "configs" / "paper.yaml", cfg)

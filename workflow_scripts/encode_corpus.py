@@ -9,4 +9,4 @@ d = p.dense
 w = snakemake.wildcards
 encode_corpus_shard(p.model, p.dataset, snakemake.output[0], shard=int(w.shard), num_shards=int(w.shards),
                     batch_size=d["batch_size"], dtype=d["dtype"], device=d["device"],
-                    precision=d["precision"], show_progress=False, **p.options)
+                    precision=d["precision"], show_progress=False, donor=p.donor, **p.options)

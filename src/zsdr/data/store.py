@@ -303,6 +303,43 @@ class ById:
         return len(self.store)
 
 
+def corpus_overlap(dataset: str | os.PathLike, donor: str | os.PathLike) -> tuple[np.ndarray, dict]:
+    """For every document of ``dataset``'s corpus (in row order), the row of the same document in ``donor``'s
+    corpus: the same id with the same title and text; -1 where the donor has no such id or its text differs.
+    Returns ``(rows, counts)``, ``rows`` int64, ``counts`` ``{"documents", "shared", "other_text", "absent"}``.
+    Both corpora are read from their stores, a record batch at a time."""
+    mine, theirs = open_current(dataset)[0], open_current(donor)[0]
+    out = np.full(len(mine), -1, dtype=np.int64)
+    other_text = absent = 0
+    for lo in range(0, len(mine), BATCH_ROWS):
+        rows = np.arange(lo, min(len(mine), lo + BATCH_ROWS))
+        found = theirs.find_rows(mine.ids(rows))
+        hit = np.flatnonzero(found >= 0)
+        absent += len(rows) - len(hit)
+        same = [a == b for a, b in zip(mine.rows(rows[hit]), theirs.rows(found[hit]))]
+        other_text += same.count(False)
+        keep = hit[np.asarray(same, dtype=bool)] if len(hit) else hit
+        out[rows[keep]] = found[keep]
+    counts = {"documents": len(mine), "shared": int((out >= 0).sum()), "other_text": other_text, "absent": absent}
+    return out, counts
+
+
+def write_corpus_overlap(dataset: str | os.PathLike, donor: str | os.PathLike, out: str | os.PathLike) -> dict:
+    """:func:`corpus_overlap` saved as ``out`` (a ``.npy`` of the rows) with its counts in ``<out>.json``
+    beside it (both written atomically); returns the counts."""
+    from zsdr.io import atomic_write
+
+    rows, counts = corpus_overlap(dataset, donor)
+    out = Path(out)
+    with atomic_write(out, "wb") as fh:
+        np.save(fh, rows)
+    with atomic_write(out.with_suffix(".json")) as fh:
+        fh.write(json.dumps({"dataset": str(dataset), "donor": str(donor), **counts}, indent=1) + "\n")
+    log.info("%s shares %d of its %d documents with %s (%d with another text, %d absent there)", dataset,
+             counts["shared"], counts["documents"], donor, counts["other_text"], counts["absent"])
+    return counts
+
+
 def open_store(dataset: str | os.PathLike) -> tuple[TextStore, TextStore]:
     """The corpus and queries stores of ``dataset`` (``<dataset>/store``)."""
     d = store_dir(dataset)

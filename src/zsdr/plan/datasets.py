@@ -27,6 +27,10 @@ class DatasetsPlan:
         marker = self.dataset_marker(wc.dataset)
         return [marker] if int(wc.shards) == 1 else [marker, f"{self.DATA}/{wc.dataset}/store/store.json"]
 
+    def overlap_file(self, dataset: str, donor: str) -> str:
+        """The map of the documents ``dataset``'s corpus shares with ``donor``'s (zsdr.data.store.corpus_overlap)."""
+        return f"{self.DATA}/{dataset}/overlap/{donor}.npy"
+
     def eval_split(self, name: str) -> str:
         return self.config["datasets"]["eval_splits"].get(name, "test")
 
@@ -86,3 +90,10 @@ class DatasetsPlan:
             if d not in self.MINI_DATASETS
         ]
         self.REMOTE = {**registry.remote_files(), **released_files()}
+        self.SHARED_CORPUS = {}
+        for name, donor in self.config["datasets"]["shared_corpus"].items():
+            where = f"config key datasets.shared_corpus.{name}"
+            self.check_dataset(name), self.check_dataset(donor)
+            if donor == name or donor in self.config["datasets"]["shared_corpus"]:
+                raise ValueError(f"{where}: {donor!r} must be another dataset that takes no donor itself")
+            self.SHARED_CORPUS[name] = donor

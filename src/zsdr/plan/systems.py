@@ -137,6 +137,27 @@ class SystemsPlan:
             return self.model_ref(spec["model"])
         return self.on_this_machine(spec["model"])
 
+    def embedding_donor(self, system: str, dataset: str) -> str | None:
+        """The dataset whose embeddings of ``system`` an encode job of ``dataset`` reads for the documents both
+        corpora hold (`datasets.shared_corpus`): only where the system encodes both alike (the same model,
+        REM and settings) and an `encode_corpus` job encodes ``dataset`` (not a group job); else None."""
+        donor = self.SHARED_CORPUS.get(dataset)
+        if donor is None or (dataset in self.GROUP_DATASETS and system in self.GROUP_SYSTEMS):
+            return None
+        same = (self.routed(system, dataset) == self.routed(system, donor)
+                and self.dense_model(system, dataset) == self.dense_model(system, donor)
+                and self.encoder_options(system, dataset) == self.encoder_options(system, donor))
+        return donor if same else None
+
+    def donor_inputs(self, wc: Any) -> list[str]:
+        """What an encode job reads of its donor (:meth:`embedding_donor`): the donor's shards and the overlap map."""
+        donor = self.embedding_donor(wc.system, wc.dataset)
+        if donor is None:
+            return []
+        return [f"{self.EMBEDDINGS}/{donor}/{wc.system}/{s}" for s in self.shards(donor)] + [
+            self.overlap_file(wc.dataset, donor)
+        ]
+
     def dense_model_input(self, wc: Any) -> list[str]:
         """The model files a dense job waits for (none for a Hugging Face id)."""
         files = self.model_files(self.dense_model(wc.system, wc.dataset))

@@ -194,6 +194,77 @@ def _shard_total(dataset_dir: Path, shard: int, num_shards: int) -> int | None:
     return stop - start
 
 
+class _Donor:
+    """Embeddings another dataset's encode jobs wrote for the documents this corpus shares with it (the same
+    id, title and text: :func:`zsdr.data.store.corpus_overlap`), read instead of encoding them again: the
+    donor's range shards, memory-mapped, and the overlap map (per row of this corpus, the donor's row or -1)."""
+
+    def __init__(self, shard_dirs: Sequence[str | os.PathLike], overlap: str | os.PathLike, encoder: Encoder,
+                 dtype: str):
+        opened = sorted((open_embeddings(d) + (Path(d),) for d in shard_dirs), key=lambda x: x[1].get("start", 0))
+        for emb, meta, folder in opened:
+            if meta.get("assignment") != "range":
+                raise DataError(folder / META, None, "not a range shard (encoded before contiguous shards)",
+                                "encode the donor dataset again")
+            if meta.get("encoder") != json.loads(json.dumps(encoder.describe())) or meta["dim"] != encoder.dim \
+                    or meta["dtype"] != dtype:
+                raise DataError(folder / META, None, "encoded with other settings than this corpus "
+                                f"({meta.get('encoder')}, {meta['dtype']}; here {encoder.describe()}, {dtype})",
+                                "share embeddings only between datasets a system encodes alike "
+                                "(datasets.shared_corpus)")
+        bounds = [(meta["start"], meta["stop"]) for _, meta, _ in opened]
+        if [b[0] for b in bounds] != [0] + [b[1] for b in bounds[:-1]]:
+            raise DataError(opened[0][2].parent, None, f"the donor's shards {bounds} do not cover its corpus "
+                            "contiguously from row 0", "give every shard folder of the donor")
+        self.arrays = [emb for emb, _, _ in opened]
+        self.starts = np.array([b[0] for b in bounds] + [bounds[-1][1]], dtype=np.int64)
+        self.map = np.load(overlap, mmap_mode="r")
+        self.path = Path(overlap)
+        self.reused = 0
+
+    def rows(self, first: int, count: int) -> np.ndarray:
+        if first + count > len(self.map):
+            raise DataError(self.path, None, f"maps {len(self.map)} documents, the corpus has more",
+                            "write the overlap map again from the current stores")
+        return np.asarray(self.map[first:first + count])
+
+    def vectors(self, donor_rows: np.ndarray) -> np.ndarray:
+        """The donor's embeddings of ``donor_rows``, in their order."""
+        part = np.searchsorted(self.starts, donor_rows, side="right") - 1
+        out = np.empty((len(donor_rows), self.arrays[0].shape[1]), dtype=self.arrays[0].dtype)
+        for k in np.unique(part).tolist():
+            at = np.flatnonzero(part == k)
+            out[at] = self.arrays[k][donor_rows[at] - self.starts[k]]
+        self.reused += len(donor_rows)
+        return out
+
+
+def _encode_chunks(encoder: Encoder, chunks: Iterator[tuple[list, list]], first: int, donor: _Donor | None,
+                   prefetch: bool, batch_size: int, device: str | None,
+                   precision: str | None) -> Iterator[tuple[list, np.ndarray]]:
+    """``(ids, embeddings)`` per chunk, in corpus order: the documents a donor holds are read from it, the
+    others encoded."""
+    if donor is None:
+        for ids, features in _tokenized(encoder, chunks, prefetch):
+            yield ids, encoder.encode_tokenized(features, batch_size=batch_size, device=device, precision=precision,
+                                                desc="docs")
+        return
+    row = first
+    for ids, docs in chunks:
+        held = donor.rows(row, len(ids))
+        row += len(ids)
+        known = held >= 0
+        emb = np.empty((len(ids), encoder.dim), dtype=np.float32)
+        if known.any():
+            emb[known] = donor.vectors(held[known])
+        todo = np.flatnonzero(~known).tolist()
+        if todo:
+            features = Packed.of(encoder.tokenize_docs([docs[i] for i in todo]))
+            emb[todo] = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
+                                                 precision=precision, desc="docs")
+        yield ids, emb
+
+
 def _tokenized(encoder: Encoder, chunks: Iterator[tuple[list, list]], prefetch: bool) -> Iterator[tuple[list, Packed]]:
     """``(ids, packed token ids)`` per chunk; with ``prefetch`` the next chunk is read, tokenised and
     packed in a worker thread while this one is encoded."""
@@ -224,9 +295,16 @@ def precision_meta(encoder: Encoder, device: str | None, precision: str | None) 
 def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, dataset_dir: str | os.PathLike,
                         out_dir: str | os.PathLike, shard: int = 0, num_shards: int = 1, batch_size: int = 64,
                         dtype: str = "float16", device: str | None = None, precision: str | None = None,
-                        chunk_size: int = 10_000, show_progress: bool = True, **encoder_overrides) -> Path:
+                        chunk_size: int = 10_000, show_progress: bool = True,
+                        donor: tuple[Sequence[str | os.PathLike], str | os.PathLike] | None = None,
+                        **encoder_overrides) -> Path:
     """Encode shard ``shard`` of ``num_shards`` of ``dataset_dir``'s corpus (:func:`shard_range`: contiguous
     rows in ``corpus.jsonl`` order; several shards read the dataset's store) into ``out_dir``.
+
+    ``donor`` ``(shard folders, overlap map)``: another dataset's embeddings by the same encoder, and the map
+    of the documents this corpus shares with it (:func:`zsdr.data.store.write_corpus_overlap`): those are
+    read from its folders, only the others are encoded (FEVER's and Climate-FEVER's 5.4M Wikipedia abstracts
+    are encoded once).
 
     ``model_dir_or_encoder`` is an HF id, a model folder or a loaded :class:`Encoder`;
     ``encoder_overrides`` (pooling, similarity, max_length, doc_format, ...) apply when loading.
@@ -249,17 +327,17 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     # On a GPU the next chunk is read and tokenised in a thread while this one is encoded.
     prefetch = encoder._target_device(device).type == "cuda"
     first, records = _shard_records(dataset_dir, corpus, shard, num_shards)
+    given = _Donor(*donor, encoder, dtype) if donor else None
     with atomic_dir(out_dir) as tmp:
         with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
                 open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
             try:
-                for chunk_ids, features in _tokenized(encoder, _shard_chunks(records, chunk_size), prefetch):
-                    emb = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
-                                                   precision=precision, desc="docs")
+                for chunk_ids, emb in _encode_chunks(encoder, _shard_chunks(records, chunk_size), first, given,
+                                                     prefetch, batch_size, device, precision):
                     emb_out.append(emb)
                     ids_out.write("".join(f"{i}\n" for i in chunk_ids))
                     bar.update(len(chunk_ids))
-                    del chunk_ids, features, emb  # one chunk in memory at a time (two with prefetch)
+                    del chunk_ids, emb  # one chunk in memory at a time (two with prefetch)
             finally:
                 bar.close()
         seconds = time.perf_counter() - start
@@ -268,7 +346,8 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                 "encoder": encoder.describe(), "dataset": str(dataset_dir), "corpus_file": corpus.name,
                 "shard": shard, "num_shards": num_shards, "assignment": "range", "start": first,
                 "stop": first + emb_out.count, "seconds": round(seconds, 3),
-                "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None}
+                "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None,
+                **({"donor": {"overlap": str(given.path), "reused": given.reused}} if given else {})}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     log.info("shard %d/%d of %s: %d docs in %.1f s -> %s", shard, num_shards, dataset_dir, meta["count"], seconds,
              out_dir)
