@@ -435,32 +435,25 @@ def write_pairs_table(path: str | os.PathLike, out: str | os.PathLike) -> Path:
     ``out``, streaming (one record batch in memory), written atomically. Returns ``out``."""
     import pyarrow as pa
 
-    from zsdr.io import temp_sibling
-
     out = Path(out)
     schema = pa.schema([(c, pa.large_string()) for c in TABLE_COLUMNS])
-    tmp = temp_sibling(out, is_dir=False)
-    try:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
-            rows: dict[str, list[str]] = {c: [] for c in TABLE_COLUMNS}
+    with atomic_write(out, "wb") as fh, pa.PythonFile(fh, mode="w") as sink, pa.ipc.new_file(sink, schema) as writer:
+        rows: dict[str, list[str]] = {c: [] for c in TABLE_COLUMNS}
 
-            def flush() -> None:
-                writer.write_batch(pa.record_batch([pa.array(rows[c], pa.large_string()) for c in TABLE_COLUMNS],
-                                                   schema=schema))
-                for c in TABLE_COLUMNS:
-                    rows[c].clear()
+        def flush() -> None:
+            writer.write_batch(pa.record_batch([pa.array(rows[c], pa.large_string()) for c in TABLE_COLUMNS],
+                                               schema=schema))
+            for c in TABLE_COLUMNS:
+                rows[c].clear()
 
-            for p in iter_weak_pairs(path):
-                for c, v in zip(TABLE_COLUMNS, (p.id, p.doc_id, p.query, p.positive["title"], p.positive["text"],
-                                                p.method)):
-                    rows[c].append(v)
-                if len(rows["id"]) == TABLE_ROWS:
-                    flush()
-            if rows["id"]:
+        for p in iter_weak_pairs(path):
+            for c, v in zip(TABLE_COLUMNS, (p.id, p.doc_id, p.query, p.positive["title"], p.positive["text"],
+                                            p.method)):
+                rows[c].append(v)
+            if len(rows["id"]) == TABLE_ROWS:
                 flush()
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+        if rows["id"]:
+            flush()
     return out
 
 
