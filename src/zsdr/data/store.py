@@ -318,7 +318,7 @@ def corpus_overlap(dataset: str | os.PathLike, donor: str | os.PathLike) -> tupl
         absent += len(rows) - len(hit)
         same = [a == b for a, b in zip(mine.rows(rows[hit]), theirs.rows(found[hit]))]
         other_text += same.count(False)
-        keep = hit[np.asarray(same, dtype=bool)] if len(hit) else hit
+        keep = hit[np.asarray(same, dtype=bool)]
         out[rows[keep]] = found[keep]
     counts = {"documents": len(mine), "shared": int((out >= 0).sum()), "other_text": other_text, "absent": absent}
     return out, counts

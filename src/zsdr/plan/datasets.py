@@ -92,8 +92,9 @@ class DatasetsPlan:
         self.REMOTE = {**registry.remote_files(), **released_files()}
         self.SHARED_CORPUS = {}
         for name, donor in self.config["datasets"]["shared_corpus"].items():
-            where = f"config key datasets.shared_corpus.{name}"
-            self.check_dataset(name), self.check_dataset(donor)
+            self.check_dataset(name)
+            self.check_dataset(donor)
             if donor == name or donor in self.config["datasets"]["shared_corpus"]:
-                raise ValueError(f"{where}: {donor!r} must be another dataset that takes no donor itself")
+                raise ValueError(f"config key datasets.shared_corpus.{name}: {donor!r} must be another dataset "
+                                 "that takes no donor itself")
             self.SHARED_CORPUS[name] = donor

@@ -241,7 +241,6 @@ class CorpusTexts(Sequence):
 
         from zsdr.data.store import open_current
 
-        self.dataset = Path(dataset)
         self.store = open_current(dataset)[0]
         kept, start = [], 0
         for title, text in zip(self.store.chunks("title"), self.store.chunks("text")):

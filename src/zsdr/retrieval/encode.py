@@ -244,10 +244,13 @@ def _encode_chunks(encoder: Encoder, chunks: Iterator[tuple[list, list]], first:
                    precision: str | None) -> Iterator[tuple[list, np.ndarray]]:
     """``(ids, embeddings)`` per chunk, in corpus order: the documents a donor holds are read from it, the
     others encoded."""
+    def encode(features: Packed) -> np.ndarray:
+        return encoder.encode_tokenized(features, batch_size=batch_size, device=device, precision=precision,
+                                        desc="docs")
+
     if donor is None:
         for ids, features in _tokenized(encoder, chunks, prefetch):
-            yield ids, encoder.encode_tokenized(features, batch_size=batch_size, device=device, precision=precision,
-                                                desc="docs")
+            yield ids, encode(features)
         return
     row = first
     for ids, docs in chunks:
@@ -259,9 +262,7 @@ def _encode_chunks(encoder: Encoder, chunks: Iterator[tuple[list, list]], first:
             emb[known] = donor.vectors(held[known])
         todo = np.flatnonzero(~known).tolist()
         if todo:
-            features = Packed.of(encoder.tokenize_docs([docs[i] for i in todo]))
-            emb[todo] = encoder.encode_tokenized(features, batch_size=batch_size, device=device,
-                                                 precision=precision, desc="docs")
+            emb[todo] = encode(Packed.of(encoder.tokenize_docs([docs[i] for i in todo])))
         yield ids, emb
 
 
