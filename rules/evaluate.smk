@@ -47,6 +47,28 @@ use rule evaluate as evaluate_system with:
         system=PLAN.alternation(PLAN.EXTRA_EVAL_SYSTEMS),
 
 
+# Table 1's systems with a model per target (MoDIR, RMSC) exist on every evaluation dataset: there one job
+# per dataset evaluates every table-1 system (their `evaluate_system` jobs would each start ranx again).
+if set(PLAN.TABLE1_SYSTEMS) - set(PLAN.EVAL_SYSTEMS):
+
+    use rule evaluate as evaluate_table1 with:
+        input:
+            runs=lambda wc: expand(
+                f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.TABLE1_SYSTEMS
+            ),
+            data=lambda wc: PLAN.dataset_marker(wc.dataset),
+            code=PLAN.code(
+                "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
+            ),
+        output:
+            [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.TABLE1_SYSTEMS],
+        wildcard_constraints:
+            dataset=PLAN.alternation(PLAN.EVAL_DATASETS),
+
+    ruleorder: evaluate_table1 > evaluate
+    ruleorder: evaluate_table1 > evaluate_system
+
+
 rule dataset_stats:
     """Corpus, query and qrels statistics of every split of a dataset (DDR T1, COCO-DR T5)."""
     input:

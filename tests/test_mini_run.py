@@ -236,7 +236,7 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     # every mini dataset has one shard: each system is encoded and searched on all three by one grouped job
     # (the model cards read the retrained models and the new metrics: their one job runs again)
-    assert jobs == {"train": n, "dense_search_group": n, "evaluate": datasets, "model_cards": 1, "table1": 1}, jobs
+    assert jobs == {"train": n, "dense_search_group": n, "evaluate_table1": datasets, "model_cards": 1, "table1": 1}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:
         assert f"train {name} (0 GPU(s), 1 node(s), 1 CPU(s), " in proc.stdout
