@@ -46,9 +46,11 @@ SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "models/tr
         "embeddings/mini-alpha/dpr/shard0-of-2", "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json",
         "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
-# Two shards of mini-alpha; the training in two processes (144 steps of 2 x 32 examples); a checkpoint every
-# 20 steps (the config's 100 leaves no time to interrupt it between two checkpoints).
-OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 20, "processes": 2}}
+# Two shards of mini-alpha; the training in two processes (72 steps of 2 x 32 examples: 4 epochs of the 1,200
+# training queries); a checkpoint every 10 steps (the config's 100 leaves no time to interrupt it between two
+# checkpoints).
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10, "processes": 2}}
+DPR_STEPS = 72
 CHECKPOINTS = "models/.checkpoints/dpr"
 
 
@@ -251,7 +253,7 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     # the requeued run resumed from the checkpoint its first run wrote after resuming from the signal's
     rule_log = (on_slurm / "logs" / "train" / "dpr.log").read_text()
     assert re.search(r"launching: .*--nproc_per_node 2 --standalone", rule_log), rule_log[-3000:]
-    resumed = re.search(r"resuming from \S+ \(step (\d+) of 144\)", rule_log)   # 296 at one process, batch 32
+    resumed = re.search(rf"resuming from \S+ \(step (\d+) of {DPR_STEPS}\)", rule_log)   # 148 at one process
     assert resumed and int(resumed.group(1)) >= seen["requeue_after"] > int(stopped.group(1)), (seen, rule_log[-2000:])
     with capsys.disabled():                      # the cluster's own account of the run, in the test log
         print(f"\nSLURM jobs of the mini slice ({slurm_cluster} cluster), from squeue:\n{queue}")
