@@ -29,7 +29,7 @@ def workdir(tmp_path_factory):
 
 
 def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
-    # ~24 min alone on 2 cores with a cold numba cache (the whole mini table 1); a hang guard, not a timing
+    # ~10 min alone on 2 cores (the whole mini table 1); a hang guard, not a timing
     snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=2700)
     with open(workdir / "results" / "table1.csv", newline="") as f:
         header, *rows = list(csv.reader(f))
