@@ -9,7 +9,7 @@ dropout 0.1 and at 0.0 (config.yaml's mini `training.dropout`), two ways:
 
 * zsdr: ``Trainer.train`` as a training job runs it (sampling, reading the texts from the store,
   tokenising and collating every batch on the side thread, forward, backward, clipping, LAMB, the
-  schedule, logging and a checkpoint at the end);
+  schedule, logging, and the model and its loss plot written at the end);
 * ceiling: the same task's forward, backward, clipping and LAMB step on batches built beforehand (no
   sampling, tokenising or collating inside the timed loop, no logging, no checkpoint).
 
@@ -88,7 +88,8 @@ def ceiling_steps_per_s(s: dict) -> float:
     cfg = TrainConfig.from_dict(s["train"])
     task = build_task(s)
     steps = cfg.max_steps
-    batches = [task.make_batch(list(range(i * 32, (i + 1) * 32)), 0) for i in range(min(steps, 20))]
+    size = cfg.batch_size
+    batches = [task.make_batch(list(range(i * size, (i + 1) * size)), 0) for i in range(min(steps, 20))]
     optimizer = build_optimizer(task.parameters(), cfg)
     schedule = build_schedule(optimizer, cfg, steps)
     task.train()

@@ -172,7 +172,9 @@ class CocodrPlan:
         # Systems evaluated on every dataset by one job per dataset (table 1's: the main target stays one
         # job per dataset), and the further systems that paper tables and BERM's loss-weight grid need,
         # evaluated one job per (dataset, system) so that table 1 never waits for them.
-        # A MoDIR system exists only on its targets and the source, so it is always evaluated by its own job.
+        # A system with a model per target (MoDIR, RMSC) exists only on its targets and the source, so it is
+        # no EVAL_SYSTEM; on table 1's datasets, where every table-1 system exists, rules/evaluate.smk's
+        # evaluate_table1 evaluates them with the others in the dataset's one job.
         self.EVAL_SYSTEMS = [
             s
             for s in dict.fromkeys(self.TABLE1_SYSTEMS)
