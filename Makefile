@@ -17,14 +17,14 @@ $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "zsdr needs Python 3.11 (set PYTHON=/path/to/python3.11)")'
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install --quiet -e .
+# tools/install.py: uv (pinned, installed by pip) with pip's package sources; pip where uv fails.
+$(VENV)/.installed: pyproject.toml tools/install.py | $(BIN)/python
+	$(BIN)/python tools/install.py $(BIN)/python $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX))
 	$(BIN)/zsdr doctor --warm
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python tools/install.py $(BIN)/python --extra dev
 	touch $@
 
 # faiss-cpu and faiss-gpu ship the same `faiss` module: swap one for the other.
