@@ -80,6 +80,35 @@ if config["offline"]:
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
 
 
+# Local runs: every Python job forks from one interpreter that has torch and transformers loaded
+# (zsdr.warm, config `warm_start`). Started when a local run of at least MIN_JOBS Python jobs starts:
+# dry runs, cluster runs and the jobs of a cluster (Snakemake runs them without hooks) never start it.
+WARM = {}
+
+
+onstart:
+    from zsdr.warm import MIN_JOBS, python_jobs, start_server
+
+    if (
+        config["warm_start"]
+        and workflow.local_exec
+        and (python_jobs(workflow) or MIN_JOBS) >= MIN_JOBS
+    ):
+        WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
+
+
+onsuccess:
+    from zsdr.warm import stop_server
+
+    stop_server(WARM)
+
+
+onerror:
+    from zsdr.warm import stop_server
+
+    stop_server(WARM)
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/sparse.smk"

@@ -31,6 +31,9 @@ def workdir(tmp_path_factory):
 def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     # ~10 min alone on 2 cores (the whole mini table 1); a hang guard, not a timing
     snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=2700)
+    # the Python jobs forked from the warm server (zsdr.warm), none declined; it ended with the run
+    warm = re.search(r"zsdr.warm: (\d+) jobs started warm, (\d+) cold", (workdir / ".snakemake" / "warm.log").read_text())
+    assert warm and int(warm.group(1)) >= 50 and warm.group(2) == "0", (workdir / ".snakemake" / "warm.log").read_text()
     with open(workdir / "results" / "table1.csv", newline="") as f:
         header, *rows = list(csv.reader(f))
     assert header == ["system", "paper", "description", "role", "mini-source", "mini-alpha", "mini-beta",

@@ -1,0 +1,180 @@
+"""zsdr.warm: a job forked from the warm server behaves as `python <script>` would, or runs cold."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from zsdr.warm import start_server, stop_server
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENT = ROOT / "src" / "zsdr" / "warm_client.py"
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="zsdr.warm runs on Linux")
+
+
+class Shell:
+    """Stands in for Snakemake's `shell`: keeps the prefix start_server sets."""
+
+    value = None
+
+    @classmethod
+    def prefix(cls, value):
+        cls.value = value
+
+
+@pytest.fixture
+def server(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    started = []
+
+    def start(preload=("json",)):
+        warm = start_server(Shell, CLIENT, log=str(tmp_path / "warm.log"), preload=preload)
+        started.append(warm)
+        deadline = time.time() + 60
+        while not os.path.exists(os.environ["ZSDR_WARM_SOCKET"]) and warm["process"].poll() is None:
+            assert time.time() < deadline, "the server did not come up"
+            time.sleep(0.02)
+        return warm
+
+    yield start
+    for warm in started:
+        stop_server(warm)
+
+
+def job(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def run(script, env=None, **kwargs):
+    """The job as Snakemake runs it: bash, the prefix, then `python <script>`."""
+    command = f"{Shell.value}{sys.executable} {script}"
+    return subprocess.Popen(["bash", "-c", command], env={**os.environ, **(env or {})}, **kwargs)
+
+
+def log(tmp_path):
+    return (tmp_path / "warm.log").read_text()
+
+
+def test_a_warm_job_is_python_script(server, tmp_path):
+    server()
+    script = job(tmp_path, "job.py", """
+        import os, sys
+        print(sys.argv, os.getcwd(), __name__, os.environ["OMP_NUM_THREADS"], oct(os.umask(0)))
+        print("to stderr", file=sys.stderr)
+        sys.exit(3)
+    """)
+    (tmp_path / "sub").mkdir()
+    proc = run(script, {"OMP_NUM_THREADS": "2"}, cwd=tmp_path / "sub", stdout=subprocess.PIPE,
+               stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.umask(0o027))
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3
+    assert out == f"['{script}'] {tmp_path / 'sub'} __main__ 2 0o27\n"
+    assert err == "to stderr\n"
+    assert "cold start" not in log(tmp_path)
+
+
+def test_an_uncaught_exception_exits_1_with_the_scripts_traceback(server, tmp_path):
+    server()
+    script = job(tmp_path, "fails.py", """
+        def f():
+            raise ValueError("the job's own error")
+        f()
+    """)
+    proc = run(script, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert err.startswith("Traceback (most recent call last):\n") and "ValueError: the job's own error" in err
+    assert "warm.py" not in err and "runpy" not in err, err
+    assert "cold start" not in log(tmp_path)
+
+
+def test_signals_are_forwarded_and_a_signal_death_is_reported_as_such(server, tmp_path):
+    server()
+    script = job(tmp_path, "handles.py", """
+        import signal, sys, time
+        from pathlib import Path
+        signal.signal(signal.SIGUSR1, lambda *_: sys.exit(7))
+        Path("ready").write_text("")
+        time.sleep(60)
+    """)
+    proc = run(script)
+    while not (tmp_path / "ready").exists():
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGUSR1)  # to bash, which runs the client in its place
+    assert proc.wait(timeout=60) == 7
+
+    script = job(tmp_path, "killed.py", """
+        import os, signal
+        os.kill(os.getpid(), signal.SIGTERM)
+    """)
+    assert run(script).wait(timeout=60) == -signal.SIGTERM  # bash ran the client in its place: it died of it too
+
+
+def test_a_killed_client_takes_its_job_with_it(server, tmp_path):
+    server()
+    script = job(tmp_path, "sleeps.py", """
+        import os, time
+        from pathlib import Path
+        Path("pid").write_text(str(os.getpid()))
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(CLIENT), sys.executable, str(script)])
+    while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+        time.sleep(0.02)
+    child = int((tmp_path / "pid").read_text())
+    assert child != proc.pid  # it runs in the server's child
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while Path(f"/proc/{child}").exists() and "Z" not in Path(f"/proc/{child}/stat").read_text().split()[2]:
+        assert time.time() < deadline, "the job outlived its client"
+        time.sleep(0.05)
+
+
+def test_a_job_whose_environment_differs_runs_cold(server, tmp_path):
+    server()
+    script = job(tmp_path, "pid.py", """
+        import os, sys
+        print(os.getppid(), os.environ.get("EXTRA"))
+    """)
+    proc = run(script, {"EXTRA": "1"}, stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.split()[1] == "1"
+    assert "cold start" in log(tmp_path) and "differs from the server's: EXTRA" in log(tmp_path)
+    # the per-job thread variables and TMPDIR are not a difference
+    proc = run(script, {"OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE, text=True)
+    proc.communicate(timeout=60)
+    assert log(tmp_path).count("cold start") == 1
+
+
+def test_without_a_server_or_for_another_command_the_client_execs(tmp_path, monkeypatch):
+    script = job(tmp_path, "plain.py", "import os; print(os.getpid())\n")
+    monkeypatch.setenv("ZSDR_WARM_SOCKET", str(tmp_path / "missing"))
+    monkeypatch.setenv("ZSDR_WARM_PYTHON", sys.executable)
+    proc = subprocess.Popen([sys.executable, "-I", "-S", str(CLIENT), sys.executable, str(script)],
+                            stdout=subprocess.PIPE, text=True)
+    out, _ = proc.communicate(timeout=60)
+    assert int(out) == proc.pid  # the client became the job
+    out = subprocess.run([sys.executable, "-I", "-S", str(CLIENT), "echo", "a", "b"], capture_output=True, text=True)
+    assert out.stdout == "a b\n"
+
+
+def test_a_server_whose_libraries_start_threads_serves_nothing(server, tmp_path):
+    (tmp_path / "threaded.py").write_text("import threading, time\n"
+                                          "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n")
+    os.environ["PYTHONPATH"] += os.pathsep + str(tmp_path)
+    warm = server(preload=("threaded",))
+    assert warm["process"].wait(timeout=60) == 1
+    assert "started 1 thread(s); jobs start cold" in log(tmp_path)
+    script = job(tmp_path, "ok.py", "print('ran')\n")
+    proc = run(script, stdout=subprocess.PIPE, text=True)
+    assert proc.communicate(timeout=60)[0] == "ran\n" and proc.returncode == 0
