@@ -552,3 +552,19 @@ def test_loss_plot_draws_each_loss_term_and_the_learning_rate_on_a_labelled_axis
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
     plot_losses([], tmp_path / "empty.png")
     assert (tmp_path / "empty.png").stat().st_size > 0
+
+
+def test_launch_gives_each_process_its_share_of_every_math_librarys_threads(tmp_path, monkeypatch):
+    """Snakemake sets OMP_NUM_THREADS, MKL_NUM_THREADS, ... to the job's threads; each of the job's training
+    processes must get its share in all of them (torch's CPU matmuls use MKL's pool: a job of 2 processes on
+    2 CPUs with MKL at 2 threads each ran 4x slower)."""
+    from zsdr.training.recipes import THREAD_VARIABLES, launch
+
+    for name in THREAD_VARIABLES:
+        monkeypatch.setenv(name, "4")
+    dump = tmp_path / "env.json"
+    launcher = [sys.executable, "-c", f"import json, os, sys; json.dump(dict(os.environ), open({str(dump)!r}, 'w'))"]
+    launch({"kind": "mlm", "out": str(tmp_path / "model")}, processes=2, launcher=launcher, threads=4)
+    env = json.loads(dump.read_text())
+    assert {name: env[name] for name in THREAD_VARIABLES} == dict.fromkeys(THREAD_VARIABLES, "2")
+    assert set(THREAD_VARIABLES) >= {"OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"}

@@ -213,6 +213,9 @@ def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = No
 # ones from TORCHELASTIC_SIGNALS_TO_HANDLE; the agent then waits up to TORCH_ELASTIC_SHUTDOWN_TIMEOUT
 # seconds (default 30) for the workers to finish their step and checkpoint: 240, within the 300 s the
 # SLURM profile's warning leaves.
+# The thread-count variables of the math libraries (those Snakemake sets to a job's `threads`).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                     "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "240"}
@@ -227,7 +230,8 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
     --multi_gpu ...``. ``loop`` (``{"workers": ..., "compile": ...}``, config ``training.loader_workers``
     and ``training.compile``) says how the training loop runs; it changes no result. ``threads`` are the
-    job's CPU threads on this node: each of several processes gets its share (``OMP_NUM_THREADS``).
+    job's CPU threads on this node: each of several processes gets its share (``OMP_NUM_THREADS``,
+    ``MKL_NUM_THREADS`` and the other :data:`THREAD_VARIABLES`).
 
     When the processes stop at a signal (a time limit, preemption), their "stopped by ..." line is
     repeated here, where the job's console sees it, and this process exits as they did (128 + the
@@ -252,8 +256,10 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent must handle (and pass on) SIGUSR1 too: see TORCHRUN_SIGNALS.
     env = {**os.environ, **TORCHRUN_SIGNALS}
-    if threads:
-        env["OMP_NUM_THREADS"] = str(max(1, int(threads) // max(1, processes)))
+    if threads:  # every math library's pool (torch's matmuls go through MKL): one share per process, not
+        # the whole job's count in each, which oversubscribes the job's CPUs (6x slower on 2 x 1 CPU)
+        share = str(max(1, int(threads) // max(1, processes)))
+        env.update(dict.fromkeys(THREAD_VARIABLES, share))
     fh = open(log_file, "a", encoding="utf-8") if log_file else None
     start = fh.tell() if fh else 0
     try:
