@@ -3,8 +3,8 @@
 A job of a local run is a new Python process (`python <script>`) that spends ~3.5 s of CPU importing
 torch, transformers and the model classes before its first line of work; a mini run has ~70 such jobs.
 With `warm_start: true` (the default), the Snakefile starts this module's server at the start of a local
-run: one process that imports those libraries once and then listens on a Unix socket under
-`.snakemake/`. Each job's command goes through `warm_client.py`, which hands the server its command,
+run: one process that imports those libraries once and then listens on a Unix socket in a private
+temporary folder (its messages go to `.snakemake/warm.log`). Each job's command goes through `warm_client.py`, which hands the server its command,
 working directory, environment, umask and standard streams; the server forks a child that becomes the
 job (`python <script>` from then on: `sys.argv`, `__main__`, exit status, atexit handlers, uncaught
 exceptions and their traceback on stderr), and the client exits with the child's status or dies of its
@@ -12,10 +12,10 @@ signal. Whatever the server cannot reproduce exactly runs as before, in a new pr
 environment differs from the server's beyond the per-job thread and temporary-folder variables, another
 interpreter (a conda environment), a command that is not `python <script>`, no server (a cluster job, or
 a job that starts while the server is still loading), or a server that has threads (fork would copy a
-held lock).
+held lock) or has initialised CUDA (a forked child cannot use it).
 
-Signals: the client forwards every signal another process sends it (Snakemake's SIGTERM when a run is
-cancelled, a user's SIGUSR1) to the child. Signals from the terminal (Ctrl-C) already reach the child,
+Signals: the client forwards SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM to the child
+(Snakemake's SIGTERM when a run is cancelled, a user's SIGUSR1). Signals from the terminal (Ctrl-C) already reach the child,
 which is in the same process group. A client that dies (SIGKILL) takes its child with it: the server
 kills the child when the client's connection closes, and a child dies with the server (PR_SET_PDEATHSIG).
 The server exits when the run ends or when the Snakemake process that started it is gone.
@@ -134,6 +134,10 @@ class Server:
         if _thread_count() != 1:
             print(f"zsdr.warm: the loaded libraries started {_thread_count() - 1} thread(s); "
                   "jobs start cold", file=sys.stderr)
+            return 1
+        if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+            print("zsdr.warm: CUDA was initialised while loading (a fork cannot use it); jobs start cold",
+                  file=sys.stderr)
             return 1
         sys.stdout.flush()
         sys.stderr.flush()
