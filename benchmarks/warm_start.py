@@ -83,7 +83,8 @@ def main() -> None:
     print(f"{'way':<6} {'s/job':>8}")
     print(f"{'cold':<6} {cold:>8.3f}")
     print(f"{'warm':<6} {hot:>8.3f}")
-    print(f"warm start: {cold / hot:.1f}x faster per job ({cold - hot:.2f} s less); the server loads once in {loading:.1f} s")
+    print(f"warm start: {cold / hot:.1f}x faster per job ({cold - hot:.2f} s less); "
+          f"the server loads once in {loading:.1f} s")
 
 
 if __name__ == "__main__":

@@ -184,7 +184,8 @@ def test_a_large_environment_travels_whole(server, tmp_path, monkeypatch):
     for i in range(8):  # 160 kB: the request is sent and read in several pieces
         monkeypatch.setenv(f"LARGE{i}", "x" * 20_000)
     server()
-    script = job(tmp_path, "env.py", "import os; print(sum(len(v) for k, v in os.environ.items() if k[:5] == 'LARGE'))\n")
+    script = job(tmp_path, "env.py",
+                 "import os; print(sum(len(v) for k, v in os.environ.items() if k[:5] == 'LARGE'))\n")
     proc = run(script, stdout=subprocess.PIPE, text=True)
     assert proc.communicate(timeout=60)[0] == "160000\n" and proc.returncode == 0
     assert "cold start" not in log(tmp_path)

@@ -84,7 +84,8 @@ def main(argv=None):
         if torch_index:  # the given index replaces pip's own for torch
             i = sources.index("--index-url") if "--index-url" in sources else None
             torch_sources = sources if i is None else sources[:i] + sources[i + 2:]
-        if run(uv_install + torch_sources + torch_index + [TORCH], env) and run(uv_install + sources + ["-e", target], env):
+        if (run(uv_install + torch_sources + torch_index + [TORCH], env)
+                and run(uv_install + sources + ["-e", target], env)):
             return 0
         print("install.py: uv failed (above); installing with pip instead", file=sys.stderr, flush=True)
     pip = [python, "-m", "pip", "install", "--quiet"]

@@ -4,23 +4,26 @@ A job of a local run is a new Python process (`python <script>`) that spends ~3.
 torch, transformers and the model classes before its first line of work; a mini run has ~70 such jobs.
 With `warm_start: true` (the default), the Snakefile starts this module's server at the start of a local
 run: one process that imports those libraries once and then listens on a Unix socket in a private
-temporary folder (its messages go to `.snakemake/warm.log`). Each job's command goes through `warm_client.py`, which hands the server its command,
-working directory, environment, umask and standard streams; the server forks a child that becomes the
-job (`python <script>` from then on: `sys.argv`, `__main__`, exit status, atexit handlers, uncaught
-exceptions and their traceback on stderr), and the client exits with the child's status or dies of its
-signal. Whatever the server cannot reproduce exactly runs as before, in a new process: a job whose
-environment differs from the server's beyond the per-job thread and temporary-folder variables, another
-interpreter (a conda environment), a command that is not `python <script>`, no server (a cluster job, or
-a job that starts while the server is still loading), or a server that has threads (fork would copy a
-held lock) or has initialised CUDA (a forked child cannot use it).
+temporary folder (its messages go to `.snakemake/warm.log`). Each job's command goes through
+`warm_client.py`, which hands the server its command, working directory, environment, umask and standard
+streams; the server forks a child that becomes the job (`python <script>` from then on: `sys.argv`,
+`__main__`, exit status, atexit handlers, uncaught exceptions and their traceback on stderr), and the
+client exits with the child's status or dies of its signal. Whatever the server cannot reproduce exactly
+runs as before, in a new process: a job whose environment differs from the server's beyond the per-job
+thread and temporary-folder variables, another interpreter (a conda environment), a command that is not
+`python <script>`, no server (a cluster job, or a job that starts while the server is still loading), or a
+server that has threads (fork would copy a held lock) or has initialised CUDA (a forked child cannot use
+it).
 
 Signals: the client forwards SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM to the child
-(Snakemake's SIGTERM when a run is cancelled, a user's SIGUSR1). Signals from the terminal (Ctrl-C) already reach the child,
-which is in the same process group. A client that dies (SIGKILL) takes its child with it: the server
-kills the child when the client's connection closes, and a child dies with the server (PR_SET_PDEATHSIG).
-The server exits when the run ends or when the Snakemake process that started it is gone.
+(Snakemake's SIGTERM when a run is cancelled, a user's SIGUSR1). Signals from the terminal (Ctrl-C)
+already reach the child, which is in the same process group. A client that dies (SIGKILL) takes its child
+with it: the server kills the child when the client's connection closes, and a child dies with the server
+(PR_SET_PDEATHSIG). The server exits when the run ends or when the Snakemake process that started it is
+gone.
 
     python -m zsdr.warm serve SOCKET PARENT_PID [MODULES]   # what the Snakefile starts (start_server)
+
 """
 
 import array
@@ -36,7 +39,8 @@ import sys
 # The variables Snakemake sets for each job (threads, the tmpdir resource): the child applies them.
 JOB_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                  "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "TMPDIR", "TMP", "TEMP", "TEMPDIR")
-# What a shell sets for the command it runs (and the terminal size): not a difference between a job's environment and the server's.
+# What a shell sets for the command it runs (and the terminal size): not a difference between a job's
+# environment and the server's.
 SHELL_VARIABLES = ("_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS4", "COLUMNS", "LINES")
 # What a job's start-up imports, loaded once by the server. Nothing here may start a thread (checked).
 PRELOAD = (
@@ -201,10 +205,12 @@ class Server:
 
     def start(self, conn, listener):
         """Fork the job of one request; the child never returns from here."""
+        conn.settimeout(30)  # a client sends its request at once; one that does not cannot hold the server
         try:
             request, fds = _read_request(conn)
         except (OSError, EOFError, ValueError):
             return None
+        conn.settimeout(None)
         reason = self.refuse(request, fds)
         if reason:
             self.cold += 1
@@ -221,7 +227,10 @@ class Server:
             self.started += 1
             for fd in fds:
                 os.close(fd)
-            conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            try:
+                conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+            except OSError:  # the client is gone already: the loop sees its connection closed and ends the job
+                pass
             return pid
         # the child: becomes `python <script>`; the server's descriptors are not the job's
         listener.close()
@@ -250,8 +259,9 @@ class Server:
         if os.getppid() == 1:
             os._exit(1)
         for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
         os.umask(request["umask"])
         os.chdir(request["cwd"])
         os.environ.clear()
