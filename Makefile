@@ -46,7 +46,7 @@ run: install
 test: install-dev
 	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The default suite plus the whole mini DAG of every paper table (about 40 more minutes on 2 cores).
+# The default suite plus the whole mini DAG of every paper table (about 20 more minutes on 2 cores).
 test-full: install-dev
 	ZSDR_FULL_DAG=1 $(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
 

@@ -142,7 +142,7 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
 FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
 
 
-@pytest.mark.skipif(not FULL_DAG, reason="runs the whole mini DAG of every paper table (about 40 min on 2 cores): "
+@pytest.mark.skipif(not FULL_DAG, reason="runs the whole mini DAG of every paper table (about 20 min on 2 cores): "
                                          "ZSDR_FULL_DAG=1, or `make test-full`")
 def test_mini_paper_tables_figure_and_report(workdir):
     """Every paper table renders at mini scale (data tables from the mini data), and the report bundles them;
