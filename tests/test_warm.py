@@ -189,3 +189,13 @@ def test_a_large_environment_travels_whole(server, tmp_path, monkeypatch):
     proc = run(script, stdout=subprocess.PIPE, text=True)
     assert proc.communicate(timeout=60)[0] == "160000\n" and proc.returncode == 0
     assert "cold start" not in log(tmp_path)
+
+
+def test_a_server_that_ends_on_its_own_leaves_no_folder(server, tmp_path):
+    """As when Snakemake is killed before its onerror: the server ends and takes its socket folder along."""
+    warm = server()
+    folder = Path(os.environ["ZSDR_WARM_SOCKET"]).parent
+    warm["process"].terminate()
+    assert warm["process"].wait(timeout=60) == 0
+    assert not folder.exists()
+    assert "jobs started warm" in log(tmp_path)

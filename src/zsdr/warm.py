@@ -320,13 +320,17 @@ def serve(path, parent, preload=PRELOAD):
     server.preload(preload)
     me = os.getpid()
 
-    def cleanup():
+    def cleanup():  # the socket and its private folder (start_server made it for this server alone)
         if os.getpid() == me:
             for stale in (path, path + ".part"):
                 try:
                     os.unlink(stale)
                 except FileNotFoundError:
                     pass
+            try:
+                os.rmdir(os.path.dirname(path))
+            except OSError:
+                pass
 
     import atexit
 
