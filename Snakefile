@@ -87,13 +87,9 @@ WARM = {}
 
 
 onstart:
-    from zsdr.warm import MIN_JOBS, python_jobs, start_server
+    from zsdr.warm import start_server, worth_starting
 
-    if (
-        config["warm_start"]
-        and workflow.local_exec
-        and (python_jobs(workflow) or MIN_JOBS) >= MIN_JOBS
-    ):
+    if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
         WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
 
 

@@ -199,3 +199,19 @@ def test_a_server_that_ends_on_its_own_leaves_no_folder(server, tmp_path):
     assert warm["process"].wait(timeout=60) == 0
     assert not folder.exists()
     assert "jobs started warm" in log(tmp_path)
+
+
+def test_the_server_is_worth_starting_for_four_python_jobs_or_an_unreadable_dag():
+    from types import SimpleNamespace
+
+    from zsdr.warm import MIN_JOBS, worth_starting
+
+    def workflow(scripts):
+        jobs = [SimpleNamespace(is_script=s is not None, rule=SimpleNamespace(script=s)) for s in scripts]
+        return SimpleNamespace(dag=SimpleNamespace(needrun_jobs=lambda: iter(jobs)))
+
+    assert MIN_JOBS == 4
+    assert worth_starting(workflow(["a.py"] * 4))
+    assert not worth_starting(workflow(["a.py"] * 3 + ["b.R", None, None]))
+    assert not worth_starting(workflow([]))  # nothing to run: no server
+    assert worth_starting(SimpleNamespace())  # a DAG this cannot read: started, as before this check

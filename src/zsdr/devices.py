@@ -15,6 +15,9 @@ gives back what it took and waits, so two jobs never each hold half of what both
 The pool of devices is the ``pool`` argument, else ``ZSDR_GPUS`` (e.g. ``0,1``), else the
 inherited ``CUDA_VISIBLE_DEVICES``, else what ``nvidia-smi`` lists. Under SLURM (``SLURM_JOB_ID``
 set) the scheduler has already assigned the devices and nothing is done.
+
+The CPU side: :data:`THREAD_VARIABLES`, the math libraries' thread counts, which Snakemake sets to a
+job's ``threads`` and a job of several processes divides among them.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ from pathlib import Path
 from typing import IO, Iterable
 
 _log = logging.getLogger(__name__)
+
+# The thread-count variables of the math libraries, which Snakemake sets to a job's `threads`.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 # Lock files of the devices this process holds (kept open: closing one releases its lock).
 _HELD: list[IO] = []

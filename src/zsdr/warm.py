@@ -36,9 +36,10 @@ import socket
 import struct
 import sys
 
+from zsdr.devices import THREAD_VARIABLES
+
 # The variables Snakemake sets for each job (threads, the tmpdir resource): the child applies them.
-JOB_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                 "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS", "TMPDIR", "TMP", "TEMP", "TEMPDIR")
+JOB_VARIABLES = THREAD_VARIABLES + ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 # What a shell sets for the command it runs (and the terminal size): not a difference between a job's
 # environment and the server's.
 SHELL_VARIABLES = ("_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS4", "COLUMNS", "LINES")
@@ -171,7 +172,7 @@ class Server:
                     pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
                     self.children[pid] = (conn, pidfd)
                     selector.register(conn, selectors.EVENT_READ, ("client", pid))
-                    if pidfd is not None:
+                    if pidfd is not None:  # readable when the child ends: wakes the loop to reap it
                         selector.register(pidfd, selectors.EVENT_READ, ("child", pid))
                 elif key.data[0] == "client":  # the client is gone (it only ever waits): so is its job
                     pid = key.data[1]
@@ -344,12 +345,13 @@ def serve(path, parent, preload=PRELOAD):
 MIN_JOBS = 4
 
 
-def python_jobs(workflow):
-    """How many Python script jobs the run about to start has (None: the DAG could not be read)."""
+def worth_starting(workflow):
+    """Whether the run about to start has at least MIN_JOBS Python script jobs (yes when its DAG cannot be read)."""
     try:
-        return sum(1 for job in workflow.dag.needrun_jobs() if job.is_script and str(job.rule.script).endswith(".py"))
+        jobs = sum(1 for job in workflow.dag.needrun_jobs() if job.is_script and str(job.rule.script).endswith(".py"))
     except Exception:
-        return None
+        return True
+    return jobs >= MIN_JOBS
 
 
 def start_server(shell, client, log=".snakemake/warm.log", preload=PRELOAD):
@@ -399,8 +401,10 @@ def stop_server(warm):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) in (3, 4) and argv[0] == "serve":
-        return serve(argv[1], int(argv[2]), *([argv[3].split(",") if argv[3] else []] if len(argv) == 4 else []))
+    if len(argv) == 3 and argv[0] == "serve":
+        return serve(argv[1], int(argv[2]))
+    if len(argv) == 4 and argv[0] == "serve":
+        return serve(argv[1], int(argv[2]), [name for name in argv[3].split(",") if name])
     print("usage: python -m zsdr.warm serve SOCKET PARENT_PID [MODULE,MODULE,...]", file=sys.stderr)
     return 2
 

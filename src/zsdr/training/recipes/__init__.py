@@ -45,6 +45,7 @@ import sys
 from pathlib import Path
 
 from zsdr.argtypes import positive_int
+from zsdr.devices import THREAD_VARIABLES
 
 log = logging.getLogger(__name__)
 
@@ -213,9 +214,6 @@ def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = No
 # ones from TORCHELASTIC_SIGNALS_TO_HANDLE; the agent then waits up to TORCH_ELASTIC_SHUTDOWN_TIMEOUT
 # seconds (default 30) for the workers to finish their step and checkpoint: 240, within the 300 s the
 # SLURM profile's warning leaves.
-# The thread-count variables of the math libraries (those Snakemake sets to a job's `threads`).
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
-                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                     "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
                     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "240"}
