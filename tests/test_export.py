@@ -15,7 +15,8 @@ from tests.test_adapters import BOTH, perturb
 from tests.test_encoder import TINY, make_dataset
 from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
-from zsdr.models.export import EXPORT_FILE, REM_CODE, ST_MODULES, export_model
+from zsdr.models.export import EXPORT_FILE, REM_CODE, export_model
+from zsdr.models.st_files import ST_MODULES
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.encode import encode_corpus_shard, load_embeddings
 

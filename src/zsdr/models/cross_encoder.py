@@ -48,7 +48,7 @@ class CrossEncoder(nn.Module):
                         max_length: int | None = None) -> "CrossEncoder":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from zsdr.models.encoder import load_backbone, quiet_transformers
+        from zsdr.models.loading import load_backbone, quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}

@@ -424,7 +424,7 @@ def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLik
     the folder may be any backbone, with or without a Condenser head."""
     from transformers import AutoTokenizer
 
-    from zsdr.models.encoder import load_backbone
+    from zsdr.models.loading import load_backbone
 
     documents = read_spans(spans_path)
     order = np.random.default_rng(int(seed)).permutation(len(documents))[:int(docs)].tolist()
