@@ -204,20 +204,20 @@ def _truncated_model(tmp_path: Path) -> Path:
 def test_model_weights_checks_accept_complete_files_and_name_truncated_ones(tmp_path):
     import torch
 
-    from zsdr.cli import _weights_problem
+    from zsdr.models.checkpoints import weights_problem
 
     torch.save({"w": torch.zeros(100)}, tmp_path / "pytorch_model.bin")
     torch.save({"w": torch.zeros(100)}, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)
     whole = (tmp_path / "pytorch_model.bin").read_bytes()
     (tmp_path / "cut.bin").write_bytes(whole[:len(whole) // 2])
-    assert _weights_problem(tmp_path / "pytorch_model.bin") is None
-    assert _weights_problem(tmp_path / "legacy.bin") is None   # pre-1.6 pickles cannot be checked: accepted
-    assert _weights_problem(tmp_path / "cut.bin") == "not a complete PyTorch (zip) archive"
+    assert weights_problem(tmp_path / "pytorch_model.bin") is None
+    assert weights_problem(tmp_path / "legacy.bin") is None   # pre-1.6 pickles cannot be checked: accepted
+    assert weights_problem(tmp_path / "cut.bin") == "not a complete PyTorch (zip) archive"
     from safetensors.torch import save_file
 
     save_file({"w": torch.zeros(100)}, tmp_path / "model.safetensors")
-    assert _weights_problem(tmp_path / "model.safetensors") is None
-    assert "the tensors need" in _weights_problem(_truncated_model(tmp_path) / "model.safetensors")
+    assert weights_problem(tmp_path / "model.safetensors") is None
+    assert "the tensors need" in weights_problem(_truncated_model(tmp_path) / "model.safetensors")
 
 
 def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:

@@ -20,8 +20,8 @@ from zsdr.data.mini import generate
 from zsdr.io import DataError
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.mine import sample_negatives
-from zsdr.training.data import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
-                                write_teacher_scores)
+from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
+                                    write_teacher_scores)
 from zsdr.training.recipes import launch
 from zsdr.training.trainer import StopSignals
 

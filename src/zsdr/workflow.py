@@ -439,9 +439,9 @@ def check_offline_model(ref: str, config: dict, problem_of=offline_model_problem
 
 def check_model_reference(ref: str, config: dict, offline: bool) -> None:
     """A model the DAG does not build: a folder must hold a loadable model (``config.json``, complete
-    weights: :func:`zsdr.cli.check_model_folder`); with ``offline`` anything else must be in the local
+    weights: :func:`zsdr.models.checkpoints.check_model_folder`); with ``offline`` anything else must be in the local
     Hugging Face cache (:func:`check_offline_model`). Raises :class:`ConfigError` naming the config key."""
-    from zsdr.cli import check_model_folder
+    from zsdr.models.checkpoints import check_model_folder
     from zsdr.io import DataError
 
     if Path(ref).expanduser().is_dir():

@@ -11,6 +11,10 @@ what was downloaded, so populate it with every file the model needs.
 
 :func:`read_tensors` reads named tensors from a checkpoint's weights (safetensors, sharded or not,
 or a PyTorch pickle loaded with ``weights_only=True``) without building the model.
+
+:func:`check_model_folder` checks a model folder before anything loads it (the CLI's ``--model``,
+the workflow's model references): ``config.json`` and complete weights, judged from the files'
+structure alone (:func:`weights_problem`), so a damaged download is one line naming the file.
 """
 
 from __future__ import annotations
@@ -18,11 +22,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable
-
-import torch
+from typing import TYPE_CHECKING, Callable
 
 from zsdr.io import DataError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 # The weight files transformers writes, in the order it prefers them.
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -134,6 +139,8 @@ def read_tensors(files: list[Path], want: Callable[[str], bool]) -> dict[str, to
 
 def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
     """A PyTorch weight pickle as a flat ``{name: tensor}``, read with ``weights_only=True`` (no code runs)."""
+    import torch
+
     try:
         try:
             state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
@@ -150,3 +157,70 @@ def _load_pickle(path: Path) -> dict[str, torch.Tensor]:
         raise DataError(path, None, f"holds a {type(state).__name__}, not a dictionary of tensors",
                         "save the weights with torch.save(model.state_dict(), path)")
     return {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
+
+
+def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None:
+    """A model given as a folder must hold ``config.json`` and complete weights; raise
+    :class:`DataError` naming the folder, the problem and the fix otherwise (before any loading)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return  # a Hugging Face id, or a file: the loader decides
+    fix = (f"point {argument} at a folder written by zsdr (save_pretrained + zsdr.json) or a complete "
+           "Hugging Face download, or copy the model again")
+    if not any(folder.iterdir()):
+        raise DataError(folder, None, "the model folder is empty", fix)
+    if not (folder / "config.json").is_file() and (folder / "modules.json").is_file():
+        return  # a sentence-transformers folder whose transformer lives in a module subfolder
+    if not (folder / "config.json").is_file():
+        raise DataError(folder, None, "the model folder has no config.json", fix)
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not weights:
+        raise DataError(folder, None, "the model folder has no weights (model.safetensors or pytorch_model.bin)", fix)
+    for file in weights:
+        problem = weights_problem(file)
+        if problem:
+            raise DataError(file, None, f"the model weights are incomplete or damaged: {problem}", fix)
+
+
+def weights_problem(file: Path) -> str | None:
+    """Why a weights file cannot be complete, from its structure alone (no tensors are read), or None."""
+    import struct
+    import zipfile
+
+    size = file.stat().st_size
+    if file.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"the shard index is not readable ({exc.__class__.__name__})"
+        missing = sorted(s for s in shards if not (file.parent / s).is_file())
+        if missing:
+            return f"shard {missing[0]} is missing"
+        for shard in sorted(shards):
+            problem = weights_problem(file.parent / shard)
+            if problem:
+                return f"{shard}: {problem}"
+        return None
+    if file.suffix == ".safetensors":
+        with open(file, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than a safetensors header"
+            (length,) = struct.unpack("<Q", head)
+            if length > size - 8:
+                return f"the header says {length} bytes, the file has {size - 8} after it"
+            try:
+                header = json.loads(fh.read(length))
+            except ValueError:
+                return "the safetensors header is not valid JSON"
+        end = max((v["data_offsets"][1] for k, v in header.items()
+                   if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
+        if 8 + length + end > size:
+            return f"the tensors need {8 + length + end} bytes, the file has {size}"
+        return None
+    if file.suffix == ".bin" and not zipfile.is_zipfile(file):
+        with open(file, "rb") as fh:
+            if fh.read(1) == b"\x80":
+                return None   # torch's legacy (pre-1.6) pickle format: no structure to check
+        return "not a complete PyTorch (zip) archive"
+    return None

@@ -5,12 +5,14 @@
 batches by a token budget (:func:`batch_bounds`), padded from :class:`Packed` arrays on the CPU while
 the GPU runs the previous batch, written back in input order. :func:`encode_in_chunks` tokenises
 documents a chunk at a time in a worker thread (:func:`prefetched`) while the previous chunk is
-encoded.
+encoded. :func:`cls_vectors` is a bare backbone's last-layer [CLS] state of texts (COCO-DR's span
+vectors), with no encoder settings at all.
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -169,3 +171,30 @@ def encode_in_chunks(docs: list, contexts, chunk_size: int, tokenize: Callable[[
         return Packed.of(tokenize(docs[start:start + chunk_size], part))
 
     return np.concatenate([encode(packed) for packed in prefetched(map(chunk, range(0, len(docs), chunk_size)))])
+
+
+def cls_vectors(model_dir: str | os.PathLike, texts: Sequence[str], batch_size: int = 128, max_length: int = 128,
+                device=None) -> torch.Tensor:
+    """``(len(texts), dim)`` float32 on the CPU: the last-layer [CLS] state of each text, encoded in eval
+    mode as ``[CLS] text [SEP]`` truncated to ``max_length`` (at most the tokenizer's
+    ``model_max_length``), ``batch_size`` texts at a time, by the backbone of ``model_dir`` loaded as
+    the project's encoders load theirs (no pooler; any backbone, with or without a Condenser head).
+    ``device``: None picks CUDA when available."""
+    from transformers import AutoTokenizer
+
+    from zsdr.models.loading import load_backbone
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = getattr(tokenizer, "model_max_length", None)
+    if limit is not None and limit < 1_000_000:
+        max_length = min(int(max_length), int(limit))
+    model = load_backbone(str(model_dir)).to(device).eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(texts), int(batch_size)):
+            enc = tokenizer(list(texts[start:start + int(batch_size)]), truncation=True, max_length=int(max_length),
+                            padding=True, return_tensors="pt")
+            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            out.append(model(**enc).last_hidden_state[:, 0].float().cpu())
+    return torch.cat(out) if out else torch.empty((0, 0))

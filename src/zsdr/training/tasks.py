@@ -37,7 +37,8 @@ from torch import nn
 
 from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
 from zsdr.models.encoder import Encoder
-from zsdr.training.data import ReaderExample, TrainingSet
+from zsdr.data.training_set import TrainingSet
+from zsdr.training.data import ReaderExample
 from zsdr.training.terms import AdditiveTerm, Encoded, ReducingTerm, Sampled, Term
 
 LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
