@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from zsdr.models.released import RELEASES
+from zsdr.training.loss_registry import LOSSES
 from zsdr.training.term_registry import TERMS
 from zsdr.workflow import check_model_reference
 
@@ -423,11 +424,7 @@ class TrainingPlan:
 
     def _setup_training_2(self) -> None:
         """Resolve the loss modules, trainer code and triples sources, and every training spec (a config mistake stops planning here)."""
-        self.LOSS_MODULES = {
-            "pairwise_nll": "zsdr.losses.contrastive",
-            "contrastive": "zsdr.losses.contrastive",
-            "margin_mse": "zsdr.losses.margin_mse",
-        }
+        self.LOSS_MODULES = {name: loss.module for name, loss in LOSSES.items()}
         self.TRAINER_CODE = (
             "zsdr.training.trainer",
             "zsdr.training.data",
