@@ -90,6 +90,24 @@ def test_model_cards_cover_the_trained_table1_models(mini):
         assert target in entry["metrics"]["rmsc-cd"] and entry["paper"] == "rmsc"
     assert not any("backbones" in f for f in cards)  # untrained systems get no card
     assert f"{mini.METRICS}/{mini.SOURCE}/dpr.json" in mini.model_card_inputs()
+    # a card's own scores: the folder as it loads with no arguments. DDR's system plugs the REM into each
+    # target's own DAM, so there the folder itself is evaluated (system ddr-contrast.own); on the source
+    # the system loads the folder as it is
+    assert ddr["own"] == {d: f"{mini.METRICS}/{d}/" + ("ddr-contrast.json" if d == mini.SOURCE else
+                                                         "ddr-contrast.own.json") for d in mini.EVAL_DATASETS}
+    assert ddr["why"] == {"ddr-contrast": "the REM on each dataset's own DAM"}
+    assert mini.SYSTEMS["ddr-contrast.own"] == {"kind": "dense", "model": f"{mini.MODELS}/trained/ddr-contrast",
+                                                "description": mini.SYSTEMS["ddr-contrast.own"]["description"]}
+    assert mini.encoder_options("ddr-contrast.own", mini.TARGETS[0]) == {}
+    # RMSC encodes the source dataset in another soft-token context than the folder's own
+    rmsc = cards[mini.dense_model("rmsc-cd", mini.SOURCE)]
+    own = mini.own_system(mini.dense_model("rmsc-cd", mini.SOURCE), rmsc["run"])
+    assert rmsc["own"][mini.SOURCE] == f"{mini.METRICS}/{mini.SOURCE}/{own}.json"
+    assert "soft-token context" in rmsc["why"]["rmsc-cd"]
+    # a plain model's own scores are its system's
+    dpr = cards[f"{mini.MODELS}/trained/dpr"]
+    assert dpr["own"] == dpr["metrics"]["dpr"] and dpr["why"] == {}
+    assert set(mini.model_card_inputs()) >= {f for e in cards.values() for f in e["own"].values()}
 
 
 def test_systems_route_to_their_model_per_dataset(mini):

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from zsdr.io import DataError
-from zsdr.models.adapters import Rem, RemConfig, attach_rem, load_rem, rem_settings
+from zsdr.models.adapters import Rem, RemConfig, attach_rem, load_rem, rem_settings, rem_with_adapters
 from zsdr.models.heads import AnceHead
 from zsdr.models.inference import (PREFETCH_CHUNK, Packed, autocast_dtype, batch_bounds, embed_packed,
                                    encode_in_chunks, prefetched, resolve_device)
@@ -86,6 +86,7 @@ class Encoder(nn.Module):
         self.head: AnceHead | None = None
         self.head_source: str | None = None  # the file the head was loaded from (None: new or none)
         self.rem: Rem | None = None
+        self.rem_source: str | None = None  # the folder the REM was loaded from (None: new or none)
         # settings the model's retrieval system encodes with over ``config`` (a recipe's `system:`;
         # ``zsdr.json``'s ``retrieval``): applied by from_pretrained, saved apart from the training settings
         self.retrieval: dict[str, Any] = {}
@@ -236,6 +237,7 @@ class Encoder(nn.Module):
         the REM stays unmerged and trainable."""
         self._check_no_rem()
         self._install_rem(load_rem, path, trainable=not merge)
+        self.rem_source = str(path)
         if merge:
             self.rem.merge()
         return self
@@ -265,7 +267,7 @@ class Encoder(nn.Module):
     def from_pretrained(cls, name_or_path: str | os.PathLike, *, device: str | torch.device | None = None,
                         precision: str = "auto", rem: str | os.PathLike | bool | None = None,
                         merge_rem: bool = True, head: str | None = None, retrieval: bool = True,
-                        **overrides) -> "Encoder":
+                        trust_remote_code: bool = False, **overrides) -> "Encoder":
         """Load a backbone + tokenizer (HF id or folder); ``zsdr.json`` settings apply, ``overrides`` win.
 
         ``overrides`` are :class:`EncoderConfig` fields (``None`` values are ignored) plus
@@ -289,9 +291,13 @@ class Encoder(nn.Module):
         ``retrieval``: apply ``zsdr.json``'s ``retrieval`` settings (those the model's retrieval system
         encodes with, e.g. a longer document length than it trained at); ``False`` loads the training
         settings (a recipe continuing from the model). They are kept either way and saved again.
+
+        A folder ``zsdr export`` wrote loads with its ``zsdr_export.json`` settings, its REM's parallel
+        adapter rebuilt by zsdr (the folder's code never runs). ``trust_remote_code``: run the code of
+        any other checkpoint whose config asks for it (refused otherwise, never asked on stdin).
         """
         parts = read_pretrained(name_or_path, rem=rem, head=head, retrieval=retrieval,
-                                overrides=normalise_overrides(overrides))
+                                overrides=normalise_overrides(overrides), trust_remote_code=trust_remote_code)
         encoder = cls(parts.backbone, parts.tokenizer, parts.settings.config, name_or_path=parts.name,
                       precision=precision)
         encoder.retrieval = dict(parts.settings.retrieval)
@@ -311,6 +317,9 @@ class Encoder(nn.Module):
                          encoder.config.head_seed)
         if parts.rem_path is not None:
             encoder.load_rem(parts.rem_path, merge=merge_rem)
+        if parts.exported_rem is not None:  # LoRA is merged in the export's weights: its adapter alone
+            encoder._install_rem(rem_with_adapters, *parts.exported_rem, parts.name)
+            encoder.rem_source = parts.name
         encoder.eval()
         if device is not None:
             encoder.to(resolve_device(device))
@@ -517,9 +526,10 @@ class Encoder(nn.Module):
 
 
 def load_encoder(model: "str | os.PathLike | Encoder", device=None, precision: str | None = None,
-                 rem: str | os.PathLike | bool | None = None, merge_rem: bool = True, **overrides) -> Encoder:
+                 rem: str | os.PathLike | bool | None = None, merge_rem: bool = True, trust_remote_code: bool = False,
+                 **overrides) -> Encoder:
     """``model`` itself when it is an :class:`Encoder` (no overrides allowed), else ``Encoder.from_pretrained``
-    (``rem`` / ``merge_rem`` as there)."""
+    (``rem`` / ``merge_rem`` / ``trust_remote_code`` as there)."""
     if isinstance(model, Encoder):
         if normalise_overrides(overrides):
             raise ValueError("encoder settings cannot be overridden on an Encoder instance; call encoder.configure()")
@@ -529,5 +539,4 @@ def load_encoder(model: "str | os.PathLike | Encoder", device=None, precision: s
             model.precision = precision
         return model
     return Encoder.from_pretrained(model, device=device, precision=precision or "auto", rem=rem,
-                                   merge_rem=merge_rem, **overrides)
-
+                                   merge_rem=merge_rem, trust_remote_code=trust_remote_code, **overrides)

@@ -12,20 +12,30 @@ folder that needs neither zsdr nor a second folder:
   (``[CLS] [T] x [H] [SEP]``), so any tokenizer call, and sentence-transformers, gives the ids the
   encoder gives (the context takes its room from the maximum length, as in zsdr);
 * the tokenizer is copied, every path resolved, and the sentence-transformers metadata written
-  (:mod:`zsdr.models.st_files`).
+  (:mod:`zsdr.models.st_files`);
+* ``zsdr_export.json`` says what was exported (:func:`export_info`) and the model card is written anew
+  for the export (:func:`zsdr.models.cards.export_card_text`: what it holds and how to load it, the
+  scores of the source's card carried over).
+
+zsdr reads an export itself (:func:`zsdr.models.loading.read_pretrained`): its settings come from
+``zsdr_export.json``, and a parallel adapter is rebuilt from the weights by zsdr's own REM code, so
+the folder's ``zsdr_rem.py`` never runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zsdr.io import DataError, atomic_dir
+from zsdr.models.settings import EXPORT_FILE, EXPORTED_REM_TYPE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from zsdr.models.encoder import Encoder
 
 REM_CODE = "zsdr_rem.py"
-EXPORT_FILE = "zsdr_export.json"
 
 # BERT-style backbones the REM supports, with their transformers config and model classes.
 _REM_BASES = {"bert": ("BertConfig", "BertModel"), "roberta": ("RobertaConfig", "RobertaModel"),
@@ -121,10 +131,10 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
     """Write ``model`` (a zsdr model folder, or a DAM with ``rem``) to ``out`` as a standalone Hugging Face
     folder (module docstring); ``overrides`` are encoder settings as in ``Encoder.from_pretrained``.
     Returns ``out``; writes ``zsdr_export.json`` (what was exported, the settings, how to load it)."""
-    import torch
     from safetensors.torch import save_file
 
     from zsdr.models.adapters import bare_state_dict
+    from zsdr.models.cards import export_card_text
     from zsdr.models.encoder import Encoder
     from zsdr.models.st_files import st_blocker, write_st_metadata
 
@@ -144,7 +154,7 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
                                 f"export a REM on {', '.join(_REM_BASES)}")
             config = backbone.config.to_dict()
             config_cls, model_cls = _REM_BASES[arch["model_type"]]
-            config.update({"model_type": f"zsdr-rem-{arch['model_type']}", "architectures": [f"ZsdrRem{model_cls}"],
+            config.update({"model_type": f"{EXPORTED_REM_TYPE}{arch['model_type']}", "architectures": [f"ZsdrRem{model_cls}"],
                            "auto_map": {"AutoConfig": f"zsdr_rem.ZsdrRem{config_cls}",
                                         "AutoModel": f"zsdr_rem.ZsdrRem{model_cls}"},
                            "rem_adapter_bottleneck": enc.rem.config.adapter_bottleneck,
@@ -176,17 +186,29 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
             data["tokenizer_class"] = "PreTrainedTokenizerFast"
             tok_config.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         write_st_metadata(tmp, cfg, enc.dim, head=enc.head)
-        info = {"source": str(model), "rem": None if rem is None else str(rem),
-                "encoder": {k: v for k, v in cfg.to_dict().items()},
-                "rem_settings": None if enc.rem is None else enc.rem.config.to_dict(),
-                "trust_remote_code": remote,
-                "soft_token_context": None if soft is None else list(soft.inference),
-                "torch": torch.__version__}
+        info = export_info(model, enc, remote)
         (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         readme = Path(model) / "README.md"
-        if readme.is_file():
-            shutil.copyfile(readme, tmp / "README.md")
+        source_card = readme.read_text(encoding="utf-8") if readme.is_file() else None
+        (tmp / "README.md").write_text(export_card_text(Path(out).name, info, source_card), encoding="utf-8")
     return out
+
+
+def export_info(model: str | os.PathLike, enc: "Encoder", remote: bool) -> dict:
+    """The content of ``zsdr_export.json``: what was exported (the source folder, the REM merged into it),
+    the encoder settings to load the export with (``encoder``: the tokenizer writes the soft tokens,
+    so the settings have none), the REM's and the soft tokens' settings, and how to load it."""
+    import torch
+
+    cfg = enc.config
+    return {"source": str(model), "rem": enc.rem_source if enc.rem is not None else None,
+            "encoder": {**cfg.to_dict(), "soft_tokens": None},
+            "rem_settings": None if enc.rem is None else enc.rem.config.to_dict(),
+            "lora_merged": enc.rem is not None and bool(enc.rem.config.lora_r),
+            "trust_remote_code": remote,
+            "soft_tokens": cfg.soft_tokens,
+            "soft_token_context": None if cfg.soft is None else list(cfg.soft.inference),
+            "torch": torch.__version__}
 
 
 def cmd_export(args) -> int:

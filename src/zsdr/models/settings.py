@@ -35,6 +35,8 @@ DOC_FORMATS = ("title_space_text", "title_sep_text", "lower_title_text", "text")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # Keys of zsdr.json that are no encoder settings.
 FILE_KEYS = ("version", "backbone", "rem", "retrieval")
+EXPORT_FILE = "zsdr_export.json"  # what `zsdr export` exported, with the settings to load it with (``encoder``)
+EXPORTED_REM_TYPE = "zsdr-rem-"  # the model_type prefix of an export whose REM keeps its parallel adapter
 # The sources of resolve_settings, lowest precedence first (ResolvedSettings.sources names them).
 SOURCES = ("default", "sentence-transformers", "export", "zsdr.json", "zsdr.json retrieval", "rem", "override")
 

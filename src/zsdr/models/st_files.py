@@ -15,6 +15,13 @@ what :func:`sentence_transformers_settings` reads from a folder without one).
 :meth:`Encoder.save_pretrained <zsdr.models.encoder.Encoder.save_pretrained>` writes them whenever
 the folder's own weights and tokenizer encode that way (:func:`st_blocker` says when not: a REM,
 soft tokens, TCT-ColBERT's input convention).
+
+Where they do not, sentence-transformers would load the folder as a plain Transformer with mean pooling
+and return other vectors without a word. Such a folder gets :func:`write_st_refusal`'s files instead:
+``config_sentence_transformers.json`` declares a requirement no installation meets, with the reason
+(naming ``zsdr export``) as its text, which sentence-transformers (6.x) checks before it loads any
+module and raises as an ImportError; ``modules.json`` names a module class that does not exist, so a
+release that does not read requirements refuses the folder too. :func:`st_refusal` reads the reason back.
 """
 
 from __future__ import annotations
@@ -32,6 +39,10 @@ ST_MODULES = "modules.json"
 ST_POOLING_DIR = "1_Pooling"
 ST_CONFIG = "sentence_bert_config.json"
 ST_MODEL_CONFIG = "config_sentence_transformers.json"
+# The refusal: a requirement of the running Python no version meets (PEP 440 arbitrary equality), and a
+# module class sentence-transformers does not define.
+REFUSAL_PACKAGE, REFUSAL_SPECIFIER = "python", "===zsdr-export"
+REFUSAL_MODULE = "sentence_transformers.RequiresZsdrExport"
 _REWRITE = "write the file again (save the model with save_pretrained)"
 
 
@@ -80,15 +91,47 @@ def sentence_transformers_settings(name: str | os.PathLike) -> dict:
 
 def st_blocker(config: EncoderConfig, rem: bool = False, soft: bool = False) -> str | None:
     """Why the folder's own weights and tokenizer cannot encode as ``config`` says under
-    sentence-transformers (``None``: they can). ``rem``: the folder holds a REM apart from its
-    weights; ``soft``: its texts need soft tokens inserted."""
+    sentence-transformers, as the sentence its refusal shows (``None``: they can). ``rem``: the folder
+    holds a REM apart from its weights; ``soft``: its texts need soft tokens inserted."""
     if rem:
-        return "its weights are the bare DAM and the REM sits apart in rem/ (use `zsdr export`)"
+        return ("This folder holds DDR's domain module (DAM) as its weights and the relevance module (REM) apart "
+                "in rem/, which sentence-transformers would leave out: write a standalone folder with `zsdr export "
+                "THIS_FOLDER OUT_DIR` and load that (trust_remote_code=True where its zsdr_export.json says so)")
     if soft or config.soft_tokens is not None:
-        return "its texts take soft tokens the plain tokenizer does not insert (use `zsdr export`)"
+        return ("The texts of this folder take RMSC's soft tokens, which its plain tokenizer does not insert: write "
+                "a standalone folder with `zsdr export THIS_FOLDER OUT_DIR` (its tokenizer writes them) and load that")
     if not config.special_tokens or config.pool_skip or config.query_fill:
-        return "TCT-ColBERT's input convention (markers, pool_skip, query_fill) is not sentence-transformers'"
+        return ("TCT-ColBERT's input convention (markers, pool_skip, query_fill) is not sentence-transformers': "
+                "encode this folder with zsdr (Encoder.from_pretrained)")
     return None
+
+
+def write_st_refusal(folder: str | os.PathLike, reason: str) -> None:
+    """Write the files with which sentence-transformers refuses ``folder`` with ``reason`` (module docstring)."""
+    folder = Path(folder)
+    files = {ST_MODULES: [{"idx": 0, "name": "0", "path": "", "type": REFUSAL_MODULE}],
+             ST_MODEL_CONFIG: {"requirements": {REFUSAL_PACKAGE: {"specifier": REFUSAL_SPECIFIER, "reason": reason}}}}
+    for rel, content in files.items():
+        (folder / rel).write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+
+
+def st_refusal(folder: str | os.PathLike) -> str | None:
+    """The reason a folder's sentence-transformers files refuse it (:func:`write_st_refusal`), or ``None``."""
+    path = Path(folder) / ST_MODEL_CONFIG
+    if not path.is_file():
+        return None
+    try:
+        need = json.loads(path.read_text(encoding="utf-8")).get("requirements", {}).get(REFUSAL_PACKAGE, {})
+    except (OSError, ValueError, AttributeError):
+        return None
+    if isinstance(need, dict) and need.get("specifier") == REFUSAL_SPECIFIER:
+        return str(need.get("reason", ""))
+    return None
+
+
+def st_loads(folder: str | os.PathLike) -> bool:
+    """Whether ``SentenceTransformer(folder)`` gives the folder's vectors: it has the metadata, not a refusal."""
+    return (Path(folder) / ST_MODULES).is_file() and st_refusal(folder) is None
 
 
 def st_metadata(config: EncoderConfig, dim: int) -> dict[str, dict | list]:

@@ -28,8 +28,11 @@ class TablesPlan:
 
     def model_cards(self) -> dict[str, dict[str, Any]]:
         """Every trained model folder a dense table-1 system retrieves with -> its card's entry: the run,
-        its recipe, paper and method sections, and per system the metrics file of each dataset it
-        scores that folder on (a DDR system: its trained folder, whose REM every dataset uses)."""
+        its recipe, paper and method sections, per system the metrics file of each dataset it scores
+        that folder on (a DDR system: its trained folder, whose REM every dataset uses), and ``own``: per
+        dataset, the metrics of the folder itself as it loads with no arguments, which is a system's
+        where the system loads it so, else those of the folder's own system `<run>.own` (added here,
+        evaluated only there); ``why``: per system that encodes otherwise, how."""
         from zsdr.models.cards import recipe_paper
 
         prefix = f"{self.MODELS}/trained/"
@@ -56,10 +59,56 @@ class TablesPlan:
                             k: r[k] for k in ("rem", "berm", "modir", "dro", "mixture") if r.get(k)
                         },
                         "metrics": {},
+                        "own": {},
+                        "why": {},
                     },
                 )
-                entry["metrics"].setdefault(system, {})[dataset] = f"{self.METRICS}/{dataset}/{system}.json"
+                metrics = f"{self.METRICS}/{dataset}/{system}.json"
+                entry["metrics"].setdefault(system, {})[dataset] = metrics
+                why = self.encodes_otherwise(system, dataset, folder, r["system"])
+                if why is None:
+                    entry["own"].setdefault(dataset, metrics)
+                else:
+                    entry["why"].setdefault(system, why)
+        for folder, entry in out.items():
+            missing = sorted({d for m in entry["metrics"].values() for d in m} - set(entry["own"]))
+            if missing:
+                own = self.own_system(folder, entry["run"])
+                entry["own"].update({d: f"{self.METRICS}/{d}/{own}.json" for d in missing})
         return out
+
+    def encodes_otherwise(self, system: str, dataset: str, folder: str, saved: dict[str, Any]) -> str | None:
+        """How ``system`` encodes ``dataset`` otherwise than ``folder`` loaded with no arguments (whose
+        zsdr.json holds the recipe's `system` settings, ``saved``), or None when it loads it so."""
+        model = self.dense_model(system, dataset)
+        if model != folder:
+            spec = self.SYSTEMS[self.routed(system, dataset)]
+            return (
+                "the REM on each dataset's own DAM" if "rem_of" in spec else f"the model {model} on {dataset}"
+            )
+        extra = {
+            k: v for k, v in self.encoder_options(system, dataset).items() if saved.get(k) != v
+        }
+        if not extra:
+            return None
+        if set(extra) == {"soft_tokens"}:
+            return f"{dataset} in the soft-token context {extra['soft_tokens']['inference']}"
+        return f"{dataset} with {', '.join(f'{k}={v}' for k, v in sorted(extra.items()))}"
+
+    def own_system(self, folder: str, run: str) -> str:
+        """The dense system that evaluates ``folder`` as it loads with no arguments (a model card's own
+        scores), added to the systems on first use: `<run>.own`, `<run>.<snapshot>.own`."""
+        snapshot = folder.split("/snapshots/")[1] if "/snapshots/" in folder else None
+        name = f"{run}.{snapshot}.own" if snapshot else f"{run}.own"
+        if name not in self.SYSTEMS:
+            self.SYSTEMS[name] = {
+                "kind": "dense",
+                "model": folder,
+                "description": f"the folder {folder} as it loads with no arguments (its model card's own scores)",
+            }
+            self.DENSE_SYSTEMS.append(name)
+            self.EXTRA_EVAL_SYSTEMS.append(name)  # one evaluate_system job per dataset it is needed on
+        return name
 
     def model_card_inputs(self) -> list[str]:
         """The files the cards read: each run's zsdr.json and training.json (a snapshot exists once its
@@ -69,6 +118,7 @@ class TablesPlan:
             run = f"{self.MODELS}/trained/{entry['run']}"
             files += [f"{run}/zsdr.json", f"{run}/training.json"]
             files += [f for m in entry["metrics"].values() for f in m.values()]
+            files += list(entry["own"].values())
         return list(dict.fromkeys(files))
 
     def _setup_tables(self) -> None:

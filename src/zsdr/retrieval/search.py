@@ -464,11 +464,13 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
                   doc_format: str | None = None, query_prefix: str | None = None, doc_prefix: str | None = None,
                   batch_size: int = 64, k: int = 1000, num_shards: int = 1, work_dir: str | os.PathLike | None = None,
                   tag: str | None = None, device: str | None = None, precision: str | None = None,
-                  dtype: str = "float16", gpu: bool | None = None, show_progress: bool = True) -> dict:
+                  dtype: str = "float16", gpu: bool | None = None, show_progress: bool = True,
+                  trust_remote_code: bool = False) -> dict:
     """Encode the judged queries of ``split`` and the corpus (``num_shards`` shards), search, write a TREC run.
 
     ``model`` is an HF id, a folder or an :class:`~zsdr.models.encoder.Encoder`. Shards go to
     ``work_dir`` (kept) or to a temporary folder beside ``out_run`` (removed). Returns the run.
+    ``trust_remote_code``: as in :meth:`Encoder.from_pretrained <zsdr.models.encoder.Encoder.from_pretrained>`.
     """
     from zsdr.models.encoder import load_encoder
     from zsdr.retrieval.encode import encode_corpus_shard, encode_judged_queries
@@ -476,7 +478,8 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     overrides = dict(pooling=pooling, similarity=similarity, max_length=max_length, query_max_length=query_max_length,
                      doc_max_length=doc_max_length, doc_format=doc_format, query_prefix=query_prefix,
                      doc_prefix=doc_prefix)
-    encoder = load_encoder(model, device=device, precision=precision, **overrides)
+    encoder = load_encoder(model, device=device, precision=precision, trust_remote_code=trust_remote_code,
+                           **overrides)
     start = time.perf_counter()
     q_ids, q_emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     out_run = Path(out_run)
@@ -558,6 +561,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                                       "default: the checkpoint's, else title_space_text)")
     p.add_argument("--query-prefix", default=None, help="text put before every query (default: the checkpoint's)")
     p.add_argument("--doc-prefix", default=None, help="text put before every document (default: the checkpoint's)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the model folder's own code where its config.json asks for it (refused otherwise; "
+                        "folders zsdr export wrote need no code run)")
     p.add_argument("--batch-size", type=positive_int, default=64,
                    help="texts per batch at the longest length; shorter batches hold as many tokens "
                         "(default: %(default)s)")
@@ -569,9 +575,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args) -> dict:
+    """The encoder settings a command was given (and ``trust_remote_code`` where asked for)."""
     return dict(pooling=args.pooling, similarity=args.similarity, max_length=args.max_length,
                 query_max_length=args.query_max_length, doc_max_length=args.doc_max_length,
-                doc_format=args.doc_format, query_prefix=args.query_prefix, doc_prefix=args.doc_prefix)
+                doc_format=args.doc_format, query_prefix=args.query_prefix, doc_prefix=args.doc_prefix,
+                **({"trust_remote_code": True} if args.trust_remote_code else {}))
 
 
 def _gpu_flag(value: str) -> bool | None:
