@@ -375,10 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_inputs(args)
         check_device(getattr(args, "device", None))
+        if getattr(args, "check_usage", None) is not None:  # a command's own usage checks, before any model
+            args.check_usage(args)
         if getattr(args, "model", None) is not None:
-            from zsdr.models.checkpoints import check_model_folder
+            from zsdr.models.checkpoints import check_model_argument
 
-            check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
+            check_model_argument(args.model, "--model" if "--model" in argv else "the model argument")
         return args.func(args)
     except KeyboardInterrupt:
         print(f"zsdr {args.command}: interrupted", file=sys.stderr)

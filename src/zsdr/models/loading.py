@@ -38,7 +38,8 @@ from torch import nn
 
 from zsdr.io import DataError, atomic_dir, read_json
 from zsdr.models.adapters import RemConfig, bare_state_dict, rem_encoder_settings
-from zsdr.models.checkpoints import checkpoint_file, hub_offline, is_local, read_tensors, weights_location
+from zsdr.models.checkpoints import (check_vocabulary, checkpoint_file, hub_offline, hub_reachable, is_local,
+                                     looks_like_path, read_tensors, tokenizer_problem, weights_location)
 from zsdr.models.settings import EXPORT_FILE, EXPORTED_REM_TYPE, EncoderConfig, ResolvedSettings, resolve_settings
 from zsdr.models.st_files import sentence_transformers_settings, st_blocker, write_st_metadata, write_st_refusal
 from zsdr.models.texts import soft_token_ids
@@ -239,14 +240,18 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     name = str(name_or_path)
     folder = Path(name_or_path)
     local = is_local(name_or_path)
-    if not local and (folder.is_absolute() or name.startswith((".", "~")) or name.count("/") > 1):
+    if not local and looks_like_path(name):
         raise DataError(name, None, "no such model folder", "pass an existing folder or a Hugging Face id")
     if checkpoint_file(name, "config.json") is None:
         where = "this folder" if local else ("the Hugging Face cache (the hub is offline)" if hub_offline()
-                                             else "the Hugging Face hub")
+                                             else "the Hugging Face cache (the hub cannot be reached)"
+                                             if not hub_reachable() else "the Hugging Face hub")
         raise DataError(name, None, f"no config.json in {where}: not a model checkpoint",
                         "pass a folder written by save_pretrained or a Hugging Face id"
                         + ("" if local else " whose files are in the cache"))
+    if local and tokenizer_problem(folder):
+        raise DataError(name, None, tokenizer_problem(folder), "save the model's tokenizer into the folder "
+                        "(save_pretrained), or copy the folder again")
     saved_file = checkpoint_file(name, CONFIG_FILE)
     export_file = checkpoint_file(name, EXPORT_FILE) if saved_file is None else None
     export = read_export_json(export_file) if export_file is not None else None
@@ -295,6 +300,7 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     if adapter is not None and rem_path is not None:
         raise DataError(name, None, "this export already holds a REM", "load it without rem=")
     backbone = load_backbone(name, trust_remote_code, config=None if adapter is None else adapter[0])
+    check_vocabulary(name, tokenizer, backbone)
     if config.soft_tokens is not None:
         try:
             soft_token_ids(tokenizer, backbone.get_input_embeddings().num_embeddings, config.soft)

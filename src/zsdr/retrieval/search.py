@@ -583,6 +583,14 @@ def _overrides(args) -> dict:
 
 
 def _gpu_flag(value: str) -> bool | None:
+    """``--gpu`` as ``search_shards``' ``gpu``; ``yes`` where faiss sees no GPU is a usage error at once
+    (before any encoding), naming the fix."""
+    if value == "yes":
+        import faiss
+
+        if not (faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0):
+            raise UsageError("argument --gpu: yes, but faiss sees no GPU (fix: --gpu auto or no; on a CUDA machine "
+                             "`make install-gpu` installs faiss-gpu)")
     return {"auto": None, "yes": True, "no": False}[value]
 
 
@@ -597,13 +605,22 @@ def cmd_encode_search(args) -> int:
     return 0
 
 
-def cmd_encode(args) -> int:
-    from zsdr.retrieval.encode import encode_corpus_shard, read_meta
-
+def _check_shard(args) -> None:
+    """``zsdr encode``'s usage check (run by zsdr.cli before the model is looked at)."""
     if args.shard >= args.num_shards:
         raise UsageError(f"argument --shard: shard {args.shard} does not exist among --num-shards {args.num_shards} "
                          f"(fix: pass --shard 0 to {args.num_shards - 1})")
 
+
+def _check_gpu(args) -> None:
+    """The usage check of the commands with ``--gpu`` (run by zsdr.cli before the model is looked at)."""
+    _gpu_flag(args.gpu)
+
+
+def cmd_encode(args) -> int:
+    from zsdr.retrieval.encode import encode_corpus_shard, read_meta
+
+    _check_shard(args)
     _set_threads(args.threads)
     out = encode_corpus_shard(args.model, args.dataset, args.out, args.shard, args.num_shards,
                               batch_size=args.batch_size, dtype=args.dtype, device=args.device,
@@ -664,7 +681,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--work-dir", default=None, help="keep the shard folders here (default: temporary)")
     p.add_argument("--tag", default=None, help="run tag, the TREC run's last column (default: dense-<model name>)")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto", help="faiss on the GPU")
-    p.set_defaults(func=cmd_encode_search)
+    p.set_defaults(func=cmd_encode_search, check_usage=_check_gpu)
 
     p = subparsers.add_parser("encode", help="encode one shard of a corpus into an embeddings folder")
     _add_model_args(p)
@@ -677,7 +694,7 @@ def register_cli(subparsers) -> None:
                    help="stored document embeddings (default: float16)")
     p.add_argument("--chunk-size", type=positive_int, default=10_000,
                    help="documents read, encoded and written at a time")
-    p.set_defaults(func=cmd_encode)
+    p.set_defaults(func=cmd_encode, check_usage=_check_shard)
 
     p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
     _add_model_args(p)
@@ -696,7 +713,7 @@ def register_cli(subparsers) -> None:
                    help="faiss on the GPU (auto: when one is visible)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=cmd_search)
+    p.set_defaults(func=cmd_search, check_usage=_check_gpu)
 
     p = subparsers.add_parser("search-shard", help="one shard's exact top-k for query embeddings (scattered search)")
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
@@ -707,7 +724,7 @@ def register_cli(subparsers) -> None:
                    help="faiss on the GPU (auto: when one is visible)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=cmd_search_shard)
+    p.set_defaults(func=cmd_search_shard, check_usage=_check_gpu)
 
     p = subparsers.add_parser("merge-shards", help="merge per-shard top-k files (search-shard) into a TREC run")
     p.add_argument("--parts", required=True, nargs="+", help="the shards' .npz files, in shard order")
