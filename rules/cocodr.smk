@@ -90,10 +90,14 @@ rule pretrain_coco:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.coco_spec(wc.name),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(
+                PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
+            )
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.PRETRAINED[wc.name]),
     message:

@@ -134,12 +134,13 @@ rule data:
         [f"{MODELS}/backbones/{b}/config.json" for b in PLAN.BUILT_BACKBONES],
 
 
-RELEASED_ENCODERS = [n for n, r in RELEASES.items() if r.kind == "ance"]
+RELEASED_ENCODERS = [n for n, r in RELEASES.items() if r.kind in ("ance", "condenser")]
 RELEASED_REMS = [n for n, r in RELEASES.items() if r.kind == "adapter-rem"]
 
 
 rule released_encoder:
-    """A released ANCE-format archive (ANCE warmup, MoDIR's checkpoints) as an encoder folder."""
+    """A released archive as a model folder: ANCE-format checkpoints (ANCE warmup, MoDIR's) as encoders, the
+    Condenser with its head (COCO-DR's COCO init)."""
     input:
         archive=lambda wc: PLAN.released_archive(wc.release),
         code=PLAN.code(

@@ -134,11 +134,15 @@ rule train_cross_encoder:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.cross_encoder_spec(wc.name),
-            PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(
+                PLAN.cross_encoder_spec(wc.name),
+                PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
+            )
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
     message:
@@ -170,10 +174,14 @@ rule train_reader:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.reader_spec(wc.name),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(
+                PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
+            )
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.READERS[wc.name]),
     message:
@@ -250,11 +258,15 @@ rule train:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.train_spec(wc.run),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.train_spec(wc.run),
-            PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(
+                PLAN.train_spec(wc.run),
+                PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
+            )
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
     message:

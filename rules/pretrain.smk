@@ -28,10 +28,12 @@ rule train_dam:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.dam_spec(wc.dam),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam)
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam))
         ),
         launch=lambda wc: PLAN.dam_launch(wc.dam),
     message:

@@ -59,11 +59,15 @@ rule train_generator:
         )[0],
         runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
     params:
-        shape=lambda wc, resources, threads: PLAN.job_shape(resources, threads),
+        shape=lambda wc, resources, threads: PLAN.note(
+            PLAN.job_shape(resources, threads)
+        ),
         spec=lambda wc: PLAN.generator_spec(wc.name),
-        summary=lambda wc: PLAN.spec_summary(
-            PLAN.generator_spec(wc.name),
-            PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
+        summary=lambda wc: PLAN.note(
+            PLAN.spec_summary(
+                PLAN.generator_spec(wc.name),
+                PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
+            )
         ),
         launch=lambda wc: PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
     message:
@@ -114,7 +118,7 @@ rule weak_pairs:
         seed=config["seed"],
         device=config["dense"]["device"],
         precision=config["dense"]["precision"],
-        summary=PLAN.weak_summary,
+        summary=lambda wc: PLAN.note(PLAN.weak_summary(wc)),
     message:
         "weak pairs of {wildcards.corpus}: {params.summary}"
     script:
@@ -152,7 +156,7 @@ rule rmsc_curves:
         figure=lambda wc: int(wc.n),
         metric=config["table1"]["metric"],
         scale=config["scale"],
-        summary=lambda wc: PLAN.curves_summary(int(wc.n)),
+        summary=lambda wc: PLAN.note(PLAN.curves_summary(int(wc.n))),
     message:
         "RMSC figure {wildcards.n}: {params.summary}"
     script:

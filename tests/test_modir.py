@@ -169,6 +169,23 @@ def test_classifier_and_encoder_gradients_never_cross(tiny):
     assert len(term.queue) == 1 and all(not v.requires_grad for v in term.queue.entries[0].values())
 
 
+def test_target_queries_take_their_own_length(tiny):
+    """`target_query_max_length` (MoDIR's --max_query_length_tgd: ArguAna's queries at 512) tokenises the target's
+    queries at that length, the source's at the encoder's; at most the model's positions."""
+    enc, term = _term(tiny)
+    texts = ["word " * 200]
+    enc_short = enc.tokenize_queries(texts)["input_ids"][0]
+    assert len(enc_short) == 16
+    assert len(enc.tokenize_queries(texts, max_length=40)["input_ids"][0]) == 40
+    assert len(enc.tokenize_queries(texts, max_length=10_000)["input_ids"][0]) == enc._max_positions()
+    enc, term = _term(tiny, target_query_max_length=40)
+    batch = term.batch(enc, [0, 1, 2], 0, 100)
+    picks = [term.triples[term._order[i % len(term.triples)]] for i in (0, 1, 2)]
+    assert batch["q"]["input_ids"].shape[1] == max(
+        len(ids) for ids in enc.tokenize_queries([q for q, _, _ in picks], max_length=40)["input_ids"])
+    assert enc.config.query_max_length == 16
+
+
 def test_target_triples_and_their_texts_come_from_the_targets_store(tiny, tmp_path):
     """The modir_triples job and the term read the target's corpus and queries from its store (the
     .jsonl files unreadable), with the triples as int32 rows of it: the same file, the same texts and

@@ -64,14 +64,14 @@ def test_training_specs_carry_the_recipe_settings(mini, paper):
     kd = paper.train_spec("kd")
     assert kd["loss"] == "margin_mse" and kd["teacher"] and kd["negatives_per_query"] == 1
     dpr = paper.train_spec("dpr")
-    assert dpr["train"]["batch_size"] == 32 and dpr["train"]["max_steps"] == 300000
+    assert dpr["train"]["batch_size"] == 32 and dpr["train"]["max_steps"] == 60000 and dpr["examples"] == "triples"
     assert dpr["head"] == "new"
     # the spec's inputs: its dataset, negatives and starting model
     files = paper.spec_inputs(paper.train_spec("ance-ep2"))
     assert f"{paper.MODELS}/trained/ance-ep1/config.json" in files
     # the dry-run line names the loss, the batch shape and the steps
     summary = paper.spec_summary(dpr, paper.launch_settings(paper.RECIPES["dpr"]))
-    assert "pairwise_nll with 1 negative" in summary and "300000 steps" in summary
+    assert "pairwise_nll with 1 negative" in summary and "60,000 steps (max_steps; linear decay to 0 at 2,187,500" in summary
     # the settings a recipe's system encodes with beyond its training ones reach the saved model
     assert paper.train_spec("ddr-dr-contrast")["retrieval"] == {"query_max_length": 512, "doc_max_length": 512}
     assert {k: paper.encoder_options("ddr-dr-contrast")[k] for k in ("query_max_length", "doc_max_length")} == \

@@ -136,6 +136,24 @@ def test_training_learns_and_writes_an_encoder_folder(tiny):
     assert not Path(s["checkpoint_dir"]).exists()          # removed once the model is written
 
 
+def test_a_triples_epoch_counts_every_query_negative_pair_and_epoch_size_sets_the_length(tiny):
+    """`examples: triples` (the official warmups' epoch: one line of the triples file an example) trains through
+    the one trainer; `epoch_size` (ANCE's expected_train_size) sets the length as the official t_total does."""
+    from zsdr.data.training_set import TrainingSet
+
+    negatives = tiny / "data" / "src" / "negatives.jsonl"
+    pairs = len(TrainingSet(tiny / "data" / "src", negatives, unit="triples"))
+    queries = len(TrainingSet(tiny / "data" / "src", negatives))
+    assert pairs > queries
+    s, path = spec(tiny, "triples", examples="triples", loss="pairwise_nll",
+                   train={"max_steps": None, "epochs": 2, "epoch_size": 100, "batch_size": 8})
+    proc = train_cli(path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    info = json.loads((Path(s["out"]) / "training.json").read_text())
+    assert info["examples"] == pairs
+    assert [r["step"] for r in losses(s["out"])][-1] == 2 * (100 // 8)   # epochs x (epoch_size // global batch)
+
+
 def test_sigkill_then_rerun_gives_bit_identical_weights(tiny):
     steps = {"max_steps": 60, "save_every": 10, "batch_size": 16}
     ref, ref_path = spec(tiny, "straight", train=steps)

@@ -85,6 +85,34 @@ def cmd_mini(args) -> int:
     return 0
 
 
+def cmd_hparams(args) -> int:
+    """The hyperparameter card of a config (zsdr.plan.card): every training's effective numbers and every
+    dense system's inference lengths per dataset, as the workflow would run them."""
+    from zsdr.plan.card import Reference, inference_rows, markdown, training_rows
+    from zsdr.plan.core import load_plan
+    from zsdr.workflow import SRC, ConfigError
+
+    root = SRC.parent
+    for path in args.configfile:
+        if not Path(path).is_file():
+            raise DataError(path, None, "config file not found", "check the path")
+    try:
+        plan = load_plan(root, *[Path(p).resolve() for p in args.configfile])
+    except (ConfigError, ValueError) as exc:
+        raise DataError(None, None, " ".join(str(exc).split())) from None
+    scale = plan.config.get("scale", "mini")
+    reference = Reference.load(args.reference) if args.reference else None
+    if args.json:
+        rows = training_rows(plan)
+        print(json.dumps({"scale": scale,
+                          "trainings": [{"job": r.job, "source": r.source, **r.values, "marks": r.marks,
+                                         "notes": r.notes} for r in rows],
+                          "inference": inference_rows(plan)}, indent=1, default=str))
+    else:
+        sys.stdout.write(markdown(plan, scale, reference))
+    return 0
+
+
 def cmd_check_config(args) -> int:
     """Check config files as the workflow reads them: the project's config.yaml and paper files
     (configs/papers/), with each given file over them as a --configfile."""
@@ -227,7 +255,7 @@ MODULE_COMMANDS = {
 }
 
 
-BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config")
+BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config", "hparams")
 
 
 def _command_modules(argv: list[str]) -> list[str]:
@@ -291,6 +319,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-base", dest="base", action="store_false",
                    help="do not start from config.yaml and configs/papers/")
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("hparams", help="the hyperparameter card: every training's effective steps, warmup, lr "
+                                       "schedule, batch and lengths, and the inference lengths per dataset")
+    p.add_argument("--configfile", nargs="*", default=[], metavar="FILE",
+                   help="config files over the project's config.yaml and paper files (as snakemake --configfile)")
+    p.add_argument("--reference", metavar="FILE",
+                   help="official values to compare with (docs/methods/reference.yaml, for the paper scale)")
+    p.add_argument("--json", action="store_true", help="JSON instead of the Markdown card")
+    p.set_defaults(func=cmd_hparams)
 
     p = sub.add_parser("mini", help="generate the mini benchmark")
     p.add_argument("--config", default="config.yaml",

@@ -139,6 +139,9 @@ def with_teacher(examples: Sequence[Example], teacher: dict[str, dict[str, float
     return out
 
 
+# What one training example is: a query (with its positives and its pool of negatives), or one (query,
+# negative) pair of the pool (MS MARCO's triples, as the official warmups count them).
+EXAMPLE_UNITS = ("queries", "triples")
 ARRAYS = ("qrow", "pos_ptr", "pos", "pos_score", "neg_ptr", "neg", "neg_score", "rel_ptr", "rel")
 ARRAYS_FORMAT = 1
 
@@ -279,7 +282,7 @@ class ExampleRef:
 
     def __init__(self, data: "TrainingSet", index: int):
         self.data, self.index = data, index
-        self.qid = data.queries_store.id(int(data.arrays["qrow"][index]))
+        self.qid = data.queries_store.id(data.qrow(index))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, ExampleRef) and other.data is self.data and other.index == self.index
@@ -350,11 +353,14 @@ class TrainingSet:
 
     def __init__(self, dataset: str | os.PathLike, negatives: str | os.PathLike, *, systems: Sequence[str] | None = None,
                  teacher: str | os.PathLike | None = None, split: str = "train", max_examples: int | None = None,
-                 arrays: str | os.PathLike | None = None):
+                 arrays: str | os.PathLike | None = None, unit: str = "queries"):
         import tempfile
         import weakref
 
+        if unit not in EXAMPLE_UNITS:
+            raise ValueError(f"examples {unit!r}: expected one of {', '.join(EXAMPLE_UNITS)}")
         self.dataset = Path(dataset)
+        self.unit = unit
         self.teacher = teacher
         sdir = store_dir(self.dataset)
         if arrays is None:
@@ -379,11 +385,27 @@ class TrainingSet:
         self.examples = _Examples(self)
 
     def __len__(self) -> int:
+        """The examples an epoch visits: the queries, or (``unit="triples"``) every (query, negative) pair of
+        the negatives file, as the official warmups iterate the lines of MS MARCO's triples file."""
+        if self.unit == "triples":
+            return int(self.arrays["neg_ptr"][-1])
         return len(self.arrays["qrow"])
+
+    def query_of(self, index: int) -> int:
+        """The query example (row of the arrays) that example ``index`` belongs to: itself, or for a
+        (query, negative) pair the query whose negatives hold it (its pool's CSR offsets, binary search)."""
+        if self.unit == "triples":
+            return int(np.searchsorted(self.arrays["neg_ptr"], index, side="right")) - 1
+        return int(index)
+
+    def qrow(self, index: int) -> int:
+        """The queries-store row of example ``index``'s query."""
+        return int(self.arrays["qrow"][self.query_of(index)])
 
     def _span(self, name: str, index: int) -> tuple[int, int]:
         p = self.arrays[f"{name}_ptr"]
-        return int(p[index]), int(p[index + 1])
+        q = self.query_of(index)
+        return int(p[q]), int(p[q + 1])
 
     def pos_rows(self, index: int) -> np.ndarray:
         a, b = self._span("pos", index)
@@ -394,14 +416,15 @@ class TrainingSet:
         return self.arrays["neg"][a:b]
 
     def qid(self, index: int) -> str:
-        return self.queries_store.id(int(self.arrays["qrow"][index]))
+        return self.queries_store.id(self.qrow(index))
 
     def relevant_ids(self, index: int) -> set[str]:
         a, b = self._span("rel", index)
         return set(self.corpus_store.ids(self.arrays["rel"][a:b]))
 
     def sample_slots(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[int, np.ndarray]:
-        """The positive's and the negatives' positions in example ``index``'s lists in ``epoch`` (pure function)."""
+        """The positive's and the negatives' positions in example ``index``'s lists in ``epoch`` (pure function).
+        A (query, negative) pair (``unit="triples"``) keeps its own negative; it has one."""
         rng = np.random.default_rng([seed, epoch, index])
         n_pos = self._span("pos", index)
         n_pos = n_pos[1] - n_pos[0]
@@ -409,13 +432,18 @@ class TrainingSet:
         if negatives <= 0:
             return pos, np.zeros(0, dtype=np.int64)
         a, b = self._span("neg", index)
+        if self.unit == "triples":
+            if negatives != 1:
+                raise ValueError(f"a (query, negative) pair has one negative, not {negatives} "
+                                 "(set negatives_per_query: 1, or examples: queries)")
+            return pos, np.array([int(index) - a], dtype=np.int64)
         return pos, rng.choice(b - a, size=negatives, replace=(b - a) < negatives)
 
     def draw(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[list[int], list[float]]:
         """The corpus rows of the positive and the ``negatives`` negatives example ``index`` draws in
         ``epoch``, and their teacher scores (NaN without a teacher), positive first."""
         pos, negs = self.sample_slots(index, epoch, seed, negatives)
-        a, c = int(self.arrays["pos_ptr"][index]) + pos, int(self.arrays["neg_ptr"][index]) + negs
+        a, c = self._span("pos", index)[0] + pos, self._span("neg", index)[0] + negs
         rows = [int(self.arrays["pos"][a]), *self.arrays["neg"][c].tolist()]
         return rows, [float(self.arrays["pos_score"][a]), *self.arrays["neg_score"][c].tolist()]
 

@@ -383,12 +383,16 @@ class Encoder(nn.Module):
         return (pooled, hidden) if return_hidden else pooled
 
     # ---------------------------------------------------------------------------- tokenising
-    def tokenize_queries(self, texts: Sequence[str], contexts=None) -> dict[str, list[list[int]]]:
+    def tokenize_queries(self, texts: Sequence[str], contexts=None,
+                         max_length: int | None = None) -> dict[str, list[list[int]]]:
         """Token ids (and token types) of queries (:meth:`TextTokenizer.tokenize_queries
         <zsdr.models.texts.TextTokenizer.tokenize_queries>`). ``contexts`` (encoders with soft tokens
         only): ``None`` for the inference context, one ``(domain, relevance)`` pair for all, or one pair
-        per text."""
-        return self.texts.tokenize_queries(texts, contexts=contexts)
+        per text. ``max_length``: another length than ``query_max_length`` (MoDIR's target queries), at
+        most the model's."""
+        length = self.config.query_max_length if max_length is None else int(max_length)
+        limit = self._max_positions()
+        return self.texts.tokenize_queries(texts, contexts=contexts, max_length=min(length, limit) if limit else length)
 
     def tokenize_docs(self, docs: Sequence[dict | str], offsets: bool = False,
                       contexts=None) -> dict[str, list[list[int]]]:

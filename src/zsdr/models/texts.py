@@ -145,14 +145,16 @@ class TextTokenizer:
                              f"{specials} special tokens (set it to at least {reserved + specials + 1})")
         return max_length - reserved
 
-    def tokenize_queries(self, texts: Sequence[str], contexts=None) -> dict[str, list[list[int]]]:
+    def tokenize_queries(self, texts: Sequence[str], contexts=None,
+                         max_length: int | None = None) -> dict[str, list[list[int]]]:
         """Token ids (and token types) of queries. ``contexts`` (encoders with soft tokens only): ``None``
-        for the inference context, one ``(domain, relevance)`` pair for all, or one pair per text."""
+        for the inference context, one ``(domain, relevance)`` pair for all, or one pair per text.
+        ``max_length``: another length than ``query_max_length``."""
         texts = list(texts)
         soft = self.context_ids(contexts, len(texts))
         p = self.config.query_prefix
-        out = self.tokenize([p + t for t in texts], None, self.config.query_max_length, soft=soft,
-                             setting="query_max_length")
+        length = self.config.query_max_length if max_length is None else int(max_length)
+        out = self.tokenize([p + t for t in texts], None, length, soft=soft, setting="query_max_length")
         return self.fill_queries(out) if self.config.query_fill else out
 
     def fill_queries(self, out: dict[str, list[list[int]]]) -> dict[str, list[list[int]]]:

@@ -45,9 +45,12 @@ class CocodrPlan:
             raise ValueError(
                 f"config key cocodr.pretrained.{name}.init: a model cannot start from itself"
             )
+        init = self.model_ref(p["init"])
+        if p.get("head") != "new":
+            self.check_head_source(init, f"cocodr.pretrained.{name}.init")
         return {
             "kind": "coco",
-            "init": self.model_ref(p["init"]),
+            "init": init,
             "spans": [self.spans_file(c) for c in self.pretrained_corpora(name)],
             "max_length": p["max_length"],
             "mlm_probability": p["mlm_probability"],

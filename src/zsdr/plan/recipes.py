@@ -61,7 +61,7 @@ class RecipesPlan:
         # released, the others trained with COCO's objective into models/pretrained/<name>.
         self.COCODR = self.config["cocodr"]
         self.PRETRAINED = self.COCODR["pretrained"]
-        self.TRAINED_PRETRAINED = [n for n, p in self.PRETRAINED.items() if "hf" not in p]
+        self.TRAINED_PRETRAINED = [n for n, p in self.PRETRAINED.items() if "hf" not in p and "release" not in p]
         self.TRAIN_RUNS = {}  # run name -> (recipe, episode)
 
         for _name, _r in self.RECIPES.items():

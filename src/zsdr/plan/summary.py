@@ -6,8 +6,42 @@ import os
 from typing import Any
 
 
+class Note:
+    """Text a job's ``message:`` shows (``{params.summary}``), kept out of what Snakemake compares when it decides
+    which jobs to rerun: Snakemake's params check compares plain data (strings, numbers, lists, dicts) and
+    skips other objects, so rewording a summary, or a resource in it, reruns nothing."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = str(text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __format__(self, spec: str) -> str:
+        return format(self.text, spec)
+
+    def __repr__(self) -> str:
+        return f"Note({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Note) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __reduce__(self):
+        return (Note, (self.text,))
+
+
 class SummaryPlan:
     """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
+
+    @staticmethod
+    def note(text: str) -> Note:
+        """``text`` for a job's message, not compared for reruns (:class:`Note`)."""
+        return Note(text)
 
     def head_summary(self, spec: dict[str, Any]) -> str:
         """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
@@ -21,8 +55,10 @@ class SummaryPlan:
 
     def spec_summary(self, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
+        from zsdr.plan.card import budget_text
+
         t = spec["train"]
-        length = f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
+        length = budget_text(self, spec, launch)
         b = spec.get("berm")
         berm = (
             f"; + BERM R1 x{b['r1_weight']:g} ("
@@ -40,8 +76,10 @@ class SummaryPlan:
             else ""
         )
         enc = spec.get("encoder", {})
+        target_q = (spec.get("modir") or {}).get("target_query_max_length")
         lengths = (
             f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
+            + (f", target q{target_q}" if target_q else "")
             if spec["kind"] in ("bi_encoder", "mixture")
             else (
                 f"{spec['max_length']}"
@@ -164,13 +202,14 @@ class SummaryPlan:
             )
         if t.get("snapshot_every"):
             length += f", a snapshot every {t['snapshot_every']} steps"
-        if t.get("schedule_steps"):
-            offset = (
-                f", this run from step {t['schedule_offset']}" if t.get("schedule_offset") else ""
-            )
-            length += f" (decay over {t['schedule_steps']} steps{offset})"
+        per_dataset = (
+            self.dataset_lengths_text(spec["info"]["recipe"])
+            if spec["kind"] in ("bi_encoder", "mixture") and spec["info"].get("recipe") in self.SYSTEMS
+            else ""
+        )
         inference = (
             f"; inference {self.config['dense']['precision']}"
+            + (f", at other lengths on {per_dataset}" if per_dataset else "")
             if spec["kind"] in ("bi_encoder", "mixture")
             else ""
         )

@@ -57,6 +57,17 @@ class SystemsPlan:
             recipe = self.TRAIN_RUNS[spec["rem_of"]][0]
         return {**self.recipe_lengths(recipe), **out} if recipe else out
 
+    def dataset_lengths_text(self, system: str) -> str:
+        """The datasets a system encodes at their own lengths (`dataset_lengths`), for a dry-run line:
+        "arguana q128; scifact d256" ("" when it encodes every dataset alike)."""
+        parts = []
+        for dataset, lengths in self.SYSTEMS[system].get("dataset_lengths", {}).items():
+            shown = " ".join(
+                f"{'q' if k == 'query_max_length' else 'd'}{v}" for k, v in sorted(lengths.items(), reverse=True)
+            )
+            parts.append(f"{dataset} {shown}")
+        return "; ".join(parts)
+
     def mining_lengths(self, run: str) -> dict[str, int]:
         """The lengths an ANCE run's negatives are mined at: the episode's own (the lengths it trains
         at), falling back to the previous system's where the config does not say them."""
@@ -187,6 +198,9 @@ class SystemsPlan:
                     **options,
                     "rem": rem,
                 }
+        # per-dataset inference lengths (`dataset_lengths`: a paper's evaluation settings, e.g. COCO-DR's
+        # ArguAna queries at 128 tokens) over the system's own
+        options.update(options.pop("dataset_lengths", {}).get(dataset, {}))
         k = (
             self.RECIPES[spec["mixture"]]["mixture"].get("soft_tokens")
             if "mixture" in spec
@@ -244,6 +258,7 @@ class SystemsPlan:
                         "description", f"trained by recipe {_name}"
                     ),
                     "modir": _name,
+                    **self.RECIPES[_name]["system"],
                 },
             )
         self.MODIR_STEP_SYSTEMS = {}  # (recipe, dataset, step) -> system evaluated for the curves
@@ -262,6 +277,7 @@ class SystemsPlan:
                                 "description": f"{_name} after {_n} steps",
                                 "modir": _name,
                                 "modir_step": _n,
+                                **self.RECIPES[_name]["system"],
                             },
                         )
                     self.MODIR_STEP_SYSTEMS[(_name, _d, _n)] = _sys

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from zsdr.models.released import RELEASES
+from zsdr.models.released import KNOWN_CHECKPOINTS, RELEASES
 from zsdr.training.loss_registry import LOSSES
 from zsdr.training.term_registry import TERMS
 from zsdr.workflow import check_model_reference
@@ -38,6 +38,8 @@ class TrainingPlan:
             return self.trained_model(name)
         if name in self.PRETRAINED:
             p = self.PRETRAINED[name]
+            if "release" in p:
+                return self.released_model(p["release"], f"cocodr.pretrained.{name}.release")
             return (
                 self.on_this_machine(p["hf"]) if "hf" in p else f"{self.MODELS}/pretrained/{name}"
             )
@@ -48,6 +50,37 @@ class TrainingPlan:
         if name in RELEASES:
             return f"{self.MODELS}/released/{name}"
         return self.on_this_machine(name)
+
+    def released_model(self, name: str, where: str) -> str:
+        """The folder the DAG converts the release ``name`` into (zsdr.models.released), or a config error."""
+        if name not in RELEASES:
+            raise ValueError(
+                f"config key {where}: {name!r} is not a release (known: {', '.join(sorted(RELEASES))})"
+            )
+        return f"{self.MODELS}/released/{name}"
+
+    def check_head_source(self, ref: str, where: str) -> None:
+        """A COCO pretraining that continues its init's Condenser head must not start from a hub copy known to
+        lack it (zsdr.models.released.KNOWN_CHECKPOINTS): said when the plan is made, not hours into a job."""
+        known = KNOWN_CHECKPOINTS.get(ref)
+        if known is not None and known.get("condenser_head") is False:
+            instead = known.get("instead", "a checkpoint that carries one")
+            raise ValueError(
+                f"config key {where}: {ref} carries no Condenser head ({known['note']}), which COCO pretraining "
+                f"continues; start from {instead} (cocodr.pretrained.<name>: {{release: condenser}}), "
+                "or start a new head on purpose with `head: new`"
+            )
+
+    def check_ance_head(self, recipe: dict[str, Any], init: str, where: str) -> None:
+        """A cls_linear_ln recipe that keeps its init's ANCE head (no `head: new`) must not start from a hub id
+        known to carry none (zsdr.models.released.KNOWN_CHECKPOINTS): said when the plan is made."""
+        known = KNOWN_CHECKPOINTS.get(init)
+        pooling = recipe["encoder"].get("pooling") or self.recipe_pooling(recipe.get("init"))
+        if pooling == "cls_linear_ln" and recipe.get("head") != "new" and known and known.get("ance_head") is False:
+            raise ValueError(
+                f"config key {where}.head: {init} carries no ANCE head ({known['note']}), which cls_linear_ln "
+                "pooling would keep; set `head: new` to start one on purpose, or start from a checkpoint with one"
+            )
 
     def model_files(self, ref: str) -> list[str]:
         """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's
@@ -145,6 +178,8 @@ class TrainingPlan:
         where = f"recipes.{name}"
         episodes = r["episodes"]
         init = self.model_ref(r["init"]) if k == 1 else f"{self.MODELS}/trained/{name}-ep{k - 1}"
+        if k == 1:
+            self.check_ance_head(r, init, where)
         if run in self.PER_TARGET and r.get("per_target_init"):
             init = self.dam_path(
                 f"{r['per_target_init']}{self.DAM_SEP}{self.PER_TARGET[run]}", where
@@ -152,7 +187,7 @@ class TrainingPlan:
         dataset, negatives = self.training_data(r, where, run)
         train = self.train_settings(r)
         if r.get("episode_lr_decay") and k > 1:
-            train["lr"] = train["lr"] * max(0.2, 1 - (k - 1) / episodes)
+            train["lr"] = train["lr"] * self.episode_lr_factor(r, k, where)
         if r.get("episode_schedule") == "continuous" and episodes > 1:
             if not train.get("max_steps"):
                 raise ValueError(
@@ -181,6 +216,7 @@ class TrainingPlan:
             **({"retrieval": r["system"]} if r.get("system") else {}),
             **({"head": r["head"]} if r.get("head") and k == 1 else {}),
             "loss": r["loss"],
+            **({"examples": self.example_unit(r, where)} if r.get("examples", "queries") != "queries" else {}),
             "negatives_per_query": r["negatives_per_query"],
             "scale": r["scale"],
             "dropout": self.recipe_dropout(r),
@@ -223,6 +259,34 @@ class TrainingPlan:
                 ),
             },
         }
+
+    def episode_lr_factor(self, recipe: dict[str, Any], k: int, where: str) -> float:
+        """The peak lr of episode ``k`` as a fraction of the recipe's (`episode_lr_decay`). The official
+        rule (COCO-DR's run_ann.py) as a mapping ``{total_steps, floor}``: an episode resumed at global
+        step g = (k - 1) x max_steps trains at ``max(floor, 1 - g / total_steps)`` x lr; `true`: the
+        stand-in ``max(0.2, 1 - (k - 1) / episodes)`` of the mini scale, whose episodes count epochs."""
+        rule = recipe["episode_lr_decay"]
+        if rule is True:
+            return max(0.2, 1 - (k - 1) / recipe["episodes"])
+        steps = recipe["train"].get("max_steps")
+        if not steps:
+            raise ValueError(
+                f"config key {where}.episode_lr_decay: the official rule counts the steps done before an "
+                "episode, so train.max_steps must give the episode's length (or set episode_lr_decay: true)"
+            )
+        return max(float(rule["floor"]), 1 - (k - 1) * int(steps) / int(rule["total_steps"]))
+
+    def example_unit(self, recipe: dict[str, Any], where: str) -> str:
+        """What one training example is (`examples`): `triples`, every (query, negative) pair of MS MARCO's
+        triples (what the official warmups' epochs count), needs the triples and one negative per query."""
+        unit = recipe.get("examples", "queries")
+        if unit == "triples" and (recipe["negatives"] != "triples" or recipe["negatives_per_query"] > 1):
+            raise ValueError(
+                f"config key {where}.examples: triples counts the (query, negative) pairs of a triples "
+                f"file, so it needs negatives: triples and negatives_per_query <= 1 (this recipe has "
+                f"negatives: {recipe['negatives']}, negatives_per_query: {recipe['negatives_per_query']})"
+            )
+        return unit
 
     def mine_info(self, run: str) -> dict[str, str]:
         """What the summary says about an ANCE run's mining: the system and the lengths it mines at."""
@@ -276,9 +340,13 @@ class TrainingPlan:
         train["max_steps"] = self.modir_total(name, target)
         if self.is_curve_run(name, target):
             train["snapshot_every"] = self.MODIR_CURVES["snapshot_every"]
+        # the target's queries at the length its evaluation encodes them (the system's `dataset_lengths`), as
+        # MoDIR's code tokenises a target's data once for both (--max_query_length_tgd: ArguAna 512)
+        length = recipe["system"].get("dataset_lengths", {}).get(target, {}).get("query_max_length")
         return {
             "seed": train["seed"],
             **recipe["modir"],
+            **({"target_query_max_length": length} if length else {}),
             "triples": f"{self.DATA}/{target}/modir/triples.tsv",
             "target": f"{self.DATA}/{target}",
         }

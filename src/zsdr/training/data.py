@@ -23,8 +23,12 @@ from zsdr.io import DataError
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The example order of an epoch: a seeded permutation."""
-    return np.random.default_rng([seed, 1_000_003, epoch]).permutation(n)
+    """The example order of an epoch: a seeded permutation, as 32-bit integers where they hold ``n`` (4 bytes
+    an example: 159 MB for MS MARCO's 39.8M triples; the order is ``Generator.permutation(n)``'s, which
+    shuffles ``arange(n)`` the same way whatever its integer type)."""
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    np.random.default_rng([seed, 1_000_003, epoch]).shuffle(order)
+    return order
 
 
 @dataclass(frozen=True)

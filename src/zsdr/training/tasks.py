@@ -114,7 +114,7 @@ class BiEncoderTask(Task):
         qrows, doc_rows, scores = [], [], []
         for i in indices:
             rows, teacher = data.draw(i, epoch, self.seed, self.negatives)
-            qrows.append(int(data.arrays["qrow"][i]))
+            qrows.append(data.qrow(i))
             doc_rows.extend(rows)
             scores.append(teacher)
         qids, doc_ids = data.queries_store.ids(qrows), data.corpus_store.ids(doc_rows)

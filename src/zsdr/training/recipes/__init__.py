@@ -87,7 +87,8 @@ def training_set(spec: dict):
     from zsdr.data.training_set import TrainingSet
 
     return TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
-                       max_examples=spec.get("max_examples"), arrays=training_arrays(spec))
+                       max_examples=spec.get("max_examples"), arrays=training_arrays(spec),
+                       unit=spec.get("examples", "queries"))
 
 
 def build_task(spec: dict):
