@@ -95,7 +95,7 @@ def test_model_cards_cover_the_trained_table1_models(mini):
     # the system loads the folder as it is
     assert ddr["own"] == {d: f"{mini.METRICS}/{d}/" + ("ddr-contrast.json" if d == mini.SOURCE else
                                                          "ddr-contrast.own.json") for d in mini.EVAL_DATASETS}
-    assert ddr["why"] == {"ddr-contrast": "the REM on each dataset's own DAM"}
+    assert ddr["why"] == {"ddr-contrast": "the REM on each dataset's own DAM"}  # said once for every target
     assert mini.SYSTEMS["ddr-contrast.own"] == {"kind": "dense", "model": f"{mini.MODELS}/trained/ddr-contrast",
                                                 "description": mini.SYSTEMS["ddr-contrast.own"]["description"]}
     assert mini.encoder_options("ddr-contrast.own", mini.TARGETS[0]) == {}

@@ -68,8 +68,8 @@ class TablesPlan:
                 why = self.encodes_otherwise(system, dataset, folder, r["system"])
                 if why is None:
                     entry["own"].setdefault(dataset, metrics)
-                else:
-                    entry["why"].setdefault(system, why)
+                elif why not in entry["why"].get(system, "").split("; "):
+                    entry["why"][system] = "; ".join(filter(None, [entry["why"].get(system), why]))
         for folder, entry in out.items():
             missing = sorted({d for m in entry["metrics"].values() for d in m} - set(entry["own"]))
             if missing:
