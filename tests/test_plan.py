@@ -99,11 +99,14 @@ def test_model_cards_cover_the_trained_table1_models(mini):
     assert mini.SYSTEMS["ddr-contrast.own"] == {"kind": "dense", "model": f"{mini.MODELS}/trained/ddr-contrast",
                                                 "description": mini.SYSTEMS["ddr-contrast.own"]["description"]}
     assert mini.encoder_options("ddr-contrast.own", mini.TARGETS[0]) == {}
-    # RMSC encodes the source dataset in another soft-token context than the folder's own
-    rmsc = cards[mini.dense_model("rmsc-cd", mini.SOURCE)]
-    own = mini.own_system(mini.dense_model("rmsc-cd", mini.SOURCE), rmsc["run"])
-    assert rmsc["own"][mini.SOURCE] == f"{mini.METRICS}/{mini.SOURCE}/{own}.json"
-    assert "soft-token context" in rmsc["why"]["rmsc-cd"]
+    # RMSC encodes the source dataset in rmsc.source_context, at mini the folder's own inference context: the
+    # folder as it loads; another context would be named
+    folder = mini.dense_model("rmsc-cd", mini.SOURCE)
+    rmsc = cards[folder]
+    assert rmsc["own"] == rmsc["metrics"]["rmsc-cd"] and rmsc["why"] == {}
+    assert mini.encodes_otherwise("rmsc-cd", mini.SOURCE, folder, {}) == (
+        f"{mini.SOURCE} in the soft-token context {mini.RMSC_SOURCE_CONTEXT}")
+    assert mini.encodes_otherwise("rmsc-cd", mini.SOURCE, folder, mini.saved_settings(mini.RECIPES["rmsc-cd"])) is None
     # a plain model's own scores are its system's
     dpr = cards[f"{mini.MODELS}/trained/dpr"]
     assert dpr["own"] == dpr["metrics"]["dpr"] and dpr["why"] == {}

@@ -5,8 +5,8 @@ provenance), how it was trained (from its ``training.json`` and the recipe's met
 its texts are encoded (``zsdr.json``), how to load it (zsdr, sentence-transformers, ``zsdr export``)
 and its scores on the evaluation datasets of the scale (from ``metrics/``): first the folder's own,
 as it loads with no arguments, then, labelled, those of each table-1 system that encodes otherwise
-(DDR's systems plug the REM into each target's own DAM; RMSC's encode the source dataset in another
-soft-token context). Rule ``model_cards`` writes every card in one job (:func:`write_cards`), after
+(DDR's systems plug the REM into each target's own DAM; a system may encode a dataset at other
+lengths, or RMSC's the source in an rmsc.source_context other than the model's own). Rule ``model_cards`` writes every card in one job (:func:`write_cards`), after
 evaluation, with ``results/model_cards.json`` listing them. :func:`export_card_text` is the card of a
 folder ``zsdr export`` writes.
 """

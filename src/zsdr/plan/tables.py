@@ -65,7 +65,7 @@ class TablesPlan:
                 )
                 metrics = f"{self.METRICS}/{dataset}/{system}.json"
                 entry["metrics"].setdefault(system, {})[dataset] = metrics
-                why = self.encodes_otherwise(system, dataset, folder, r["system"])
+                why = self.encodes_otherwise(system, dataset, folder, self.saved_settings(r))
                 if why is None:
                     entry["own"].setdefault(dataset, metrics)
                 elif why not in entry["why"].get(system, "").split("; "):
@@ -76,6 +76,15 @@ class TablesPlan:
                 own = self.own_system(folder, entry["run"])
                 entry["own"].update({d: f"{self.METRICS}/{d}/{own}.json" for d in missing})
         return out
+
+    def saved_settings(self, recipe: dict[str, Any]) -> dict[str, Any]:
+        """The settings a recipe's trained folder loads with that a system may also give: the recipe's
+        `system` settings (zsdr.json's `retrieval`) and an RMSC model's soft tokens in their default
+        inference context (the one training leaves in zsdr.json)."""
+        from zsdr.models.soft_tokens import SoftTokens
+
+        k = (recipe.get("mixture") or {}).get("soft_tokens")
+        return {**recipe["system"], **({"soft_tokens": SoftTokens(k=int(k)).to_dict()} if k else {})}
 
     def encodes_otherwise(self, system: str, dataset: str, folder: str, saved: dict[str, Any]) -> str | None:
         """How ``system`` encodes ``dataset`` otherwise than ``folder`` loaded with no arguments (whose
