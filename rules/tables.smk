@@ -33,10 +33,7 @@ rule table1:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        systems={
-            s: PLAN.systems.by_name[s].get("description", "")
-            for s in PLAN.tables.table1_systems
-        },
+        systems=PLAN.tables.table1_labels(),
         baselines=PLAN.tables.table1_baselines,
         papers=system_papers(ROOT, PLAN.tables.table1_systems),
         datasets=PLAN.datasets.evaluated,
@@ -65,7 +62,7 @@ rule model_cards:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        cards=PLAN.tables.model_cards,
+        cards=PLAN.settings(PLAN.tables.model_cards),
         metric=config["table1"]["metric"],
         scale=config["scale"],
         source=PLAN.datasets.source,

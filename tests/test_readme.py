@@ -47,7 +47,7 @@ SKIP: list[tuple[str, str]] = [
                      "checks"),
     (r"^\.venv/bin/pytest\b", "a test module, which the test suite runs itself"),
     (r"\bzsdr fetch\b|data/(scifact|msmarco)\b", "downloads a dataset from the internet (or reads one downloaded)"),
-    (r"^\.venv/bin/snakemake (-n )?--profile profiles/slurm results/all --configfile configs/paper\.yaml$",
+    (r"^\.venv/bin/snakemake (-n )?--profile profiles/slurm paper/results/all --configfile configs/paper\.yaml$",
      "submits every paper job to SLURM; tests/test_workflow.py makes exactly this plan (-n, ~40 s of CPU)"),
     (r"\bzsdr (train|mine|score-pairs|export)\b", "reads a training's spec, models or embeddings: outputs of `make run`"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "

@@ -121,7 +121,7 @@ def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardwa
     and figure with its checksum). GPUs: a training job holds one per process — COCO-DR 8, DDR's DAMs 4,
     the DR baselines and MoDIR 1 (docs/methods/) — every encode/search job one, BM25 and the tables none.
     (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
-    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "results/all",
+    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
                      "--configfile", "configs/paper.yaml")
     out = proc.stdout + proc.stderr
     jobs = planned_jobs(out)
@@ -161,7 +161,7 @@ def test_dry_run_paper_config_plans_every_dataset():
 
 
 def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
-    proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", "configs/paper.yaml")
+    proc = snakemake("-n", "--forceall", "paper/results/table1.csv", "--configfile", "configs/paper.yaml")
     jobs = planned_jobs(proc.stdout)
     # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
     # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.code import Code
+from zsdr.plan.params import Labels
 from zsdr.plan.systems import Systems
 from zsdr.tables.inputs import cell_file
 from zsdr.tables.render import required_cells, required_statistics, spec_files
@@ -37,6 +38,10 @@ class Tables:
     @property
     def metrics(self) -> str:
         return self.systems.datasets.paths.metrics
+
+    def table1_labels(self) -> Labels:
+        """Table 1's systems with their descriptions (the legend's text, not compared for reruns)."""
+        return Labels({s: self.systems.by_name[s].get("description", "") for s in self.table1_systems})
 
     def table_inputs(self, wc: Any) -> list[str]:
         """The spec, systems.yaml and published CSVs of a paper table (edits re-render it)."""
