@@ -6,7 +6,8 @@ torch is installed first, on its own, at pyproject.toml's pin (--torch-index pic
 comes from: the CPU or a CUDA build). Then every other package is installed exactly as the lock file
 lists it — requirements/cpu.txt, or requirements/dev.txt with the `dev` extra: one version each, its
 file's hash checked, no resolution (tools/lock.py writes the locks from pyproject.toml) — and zsdr
-itself, editable. Another extra (no lock of its own) is resolved from pyproject.toml.
+itself, editable. Another extra (no lock of its own) is resolved from pyproject.toml. Last, `python -m
+zsdr.sparse.pyserini_java` adds the start-up hook that lets pyserini's own Python API start Java.
 
 The packages are installed by uv (a pinned release, itself installed by pip into the environment): it
 downloads and byte-compiles in parallel, about three times faster than pip on a 2-core machine. uv
@@ -33,6 +34,7 @@ TORCH = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["pr
              if d.startswith("torch=="))
 LOCKS = {(): ROOT / "requirements" / "cpu.txt", ("dev",): ROOT / "requirements" / "dev.txt"}
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"   # bounds on what zsdr does not import
+PYSERINI_HOOK = "zsdr.sparse.pyserini_java"
 
 
 def lock_file(extras) -> Path | None:
@@ -94,6 +96,12 @@ def ensure_uv(python) -> Path | None:
     return uv if uv.exists() or run([python, "-m", "pip", "install", "--quiet", UV]) else None
 
 
+def finish(python) -> int:
+    """After the packages: the start-up hook that gives pyserini's own Python API a Java it can start
+    (zsdr.sparse.pyserini_java)."""
+    return 0 if run([python, "-m", PYSERINI_HOOK]) else 1
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("python", help="the virtual environment's python")
@@ -114,11 +122,11 @@ def main(argv=None):
             torch_sources = sources if i is None else sources[:i] + sources[i + 2:]
         if (run(uv_install + torch_sources + torch_index + [TORCH], env)
                 and all(run(uv_install + sources + step, env) for step in steps)):
-            return 0
+            return finish(python)
         print("install.py: uv failed (above); installing with pip instead", file=sys.stderr, flush=True)
     pip = [python, "-m", "pip", "install", "--quiet"]
     if run(pip + torch_index + [TORCH]) and all(run(pip + step) for step in steps):
-        return 0
+        return finish(python)
     lock = lock_file(args.extra)
     hint = (f"; where {lock.relative_to(ROOT)} lacks a wheel of this platform, relock with "
             f"`{python} tools/lock.py`" if lock else "")
