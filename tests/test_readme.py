@@ -50,6 +50,8 @@ SKIP: list[tuple[str, str]] = [
     (r"^\.venv/bin/snakemake (-n )?--profile profiles/slurm results/all --configfile configs/paper\.yaml$",
      "submits every paper job to SLURM; tests/test_workflow.py makes exactly this plan (-n, ~40 s of CPU)"),
     (r"\bzsdr (train|mine|score-pairs|export)\b", "reads a training's spec, models or embeddings: outputs of `make run`"),
+    (r"\bsnakemake --report\b", "bundles the outputs of a finished run: tests/test_mini_run.py makes the report of "
+                                 "table 1 after its run, and that of `tables` after the whole mini DAG (make test-full)"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "
                                               "as a module; tests/test_elsewhere.py plans such a workflow"),
 ]
