@@ -59,3 +59,12 @@ def test_the_locks_are_the_ones_lock_py_writes():
     assert lock.UNLOCKED == (install.TORCH.split("==")[0],)
     for name, (_, what, target) in lock.LOCKS.items():
         assert (lock.REQUIREMENTS / name).read_text().startswith(lock.HEADER.format(what=what, target=target))
+
+
+def test_a_lock_is_installed_without_pips_constraints():
+    """uv refuses a constraint that is not pinned with == (pip's torch<=2.14.1) in --require-hashes mode;
+    the lock was compiled within the constraints, so its step goes without them."""
+    sources = ["--extra-index-url", "file:///mirror/simple", "--constraint", "/etc/c.txt", "--find-links", "/w"]
+    lock_step, zsdr_step = install.requirements(["dev"])
+    assert install.sources_for(lock_step, sources) == ["--extra-index-url", "file:///mirror/simple", "--find-links", "/w"]
+    assert install.sources_for(zsdr_step, sources) == sources

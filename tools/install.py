@@ -90,6 +90,22 @@ def run(cmd, env=None):
     return subprocess.run(cmd, env={**os.environ, **(env or {})}).returncode == 0
 
 
+def sources_for(step: list[str], sources: list[str]) -> list[str]:
+    """The package sources of one install step: a lock's (--require-hashes) without pip's constraints,
+    which uv refuses there unless pinned with == (the lock was compiled within them: tools/lock.py)."""
+    if "--require-hashes" not in step:
+        return sources
+    kept, skip = [], False
+    for arg in sources:
+        if skip:
+            skip = False
+        elif arg == "--constraint":
+            skip = True
+        else:
+            kept.append(arg)
+    return kept
+
+
 def ensure_uv(python) -> Path | None:
     """The environment's uv, installed by pip if it is not there yet (None: pip could not)."""
     uv = Path(python).parent / "uv"
@@ -121,7 +137,7 @@ def main(argv=None):
             i = sources.index("--index-url") if "--index-url" in sources else None
             torch_sources = sources if i is None else sources[:i] + sources[i + 2:]
         if (run(uv_install + torch_sources + torch_index + [TORCH], env)
-                and all(run(uv_install + sources + step, env) for step in steps)):
+                and all(run(uv_install + sources_for(step, sources) + step, env) for step in steps)):
             return finish(python)
         print("install.py: uv failed (above); installing with pip instead", file=sys.stderr, flush=True)
     pip = [python, "-m", "pip", "install", "--quiet"]
