@@ -42,7 +42,8 @@ def test_an_install_is_the_lock_then_zsdr_without_resolving():
     resolution, then zsdr itself; an extra with no lock (gpu) is resolved, within the constraints."""
     cpu, dev = str(ROOT / "requirements" / "cpu.txt"), str(ROOT / "requirements" / "dev.txt")
     assert install.requirements([]) == [["--require-hashes", "--no-deps", "-r", cpu], ["--no-deps", "-e", str(ROOT)]]
-    assert install.requirements(["dev"]) == [["--require-hashes", "--no-deps", "-r", dev], ["--no-deps", "-e", str(ROOT)]]
+    assert install.requirements(["dev"]) == [["--require-hashes", "--no-deps", "-r", dev],
+                                             ["--no-deps", "-e", str(ROOT)]]
     assert install.requirements(["dev", "dev"]) == install.requirements(["dev"])
     constraints = str(ROOT / "requirements" / "constraints.txt")
     assert install.requirements(["gpu"]) == [["--constraint", constraints, "-e", f"{ROOT}[gpu]"]]
@@ -66,5 +67,6 @@ def test_a_lock_is_installed_without_pips_constraints():
     the lock was compiled within the constraints, so its step goes without them."""
     sources = ["--extra-index-url", "file:///mirror/simple", "--constraint", "/etc/c.txt", "--find-links", "/w"]
     lock_step, zsdr_step = install.requirements(["dev"])
-    assert install.sources_for(lock_step, sources) == ["--extra-index-url", "file:///mirror/simple", "--find-links", "/w"]
+    assert install.sources_for(lock_step, sources) == ["--extra-index-url", "file:///mirror/simple",
+                                                       "--find-links", "/w"]
     assert install.sources_for(zsdr_step, sources) == sources

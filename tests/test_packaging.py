@@ -102,12 +102,13 @@ def test_the_locks_agree_with_pyproject():
             if package == "torch":
                 assert package not in lock, f"requirements/{lock_name} locks torch: install.py installs it first"
                 continue
-            assert package in lock, f"{package}=={version} (pyproject.toml) is not in requirements/{lock_name}: make lock"
+            assert package in lock, (f"{package}=={version} (pyproject.toml) is not in "
+                                     f"requirements/{lock_name}: make lock")
             assert lock[package][0] == version, (f"requirements/{lock_name} has {package}=={lock[package][0]}, "
                                                  f"pyproject.toml pins {version}: make lock")
         assert all(hashes for _, hashes in lock.values()), [p for p, (_, h) in lock.items() if not h]
     for package, (version, _) in cpu_lock.items():
-        assert dev_lock.get(package, (None,))[0] == version, f"{package}: cpu.txt {version}, dev.txt {dev_lock.get(package)}"
+        assert dev_lock.get(package, (None,))[0] == version, (package, version, dev_lock.get(package))
 
 
 def test_the_locks_keep_the_constraints():

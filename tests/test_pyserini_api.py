@@ -19,7 +19,8 @@ SEARCH = """
 import json, os, sys
 from pyserini.search.lucene import LuceneSearcher
 searcher = LuceneSearcher(sys.argv[1])
-hits = {q: {h.docid: round(h.score, 4) for h in searcher.search(text, 10)} for q, text in json.loads(sys.argv[2]).items()}
+hits = {q: {h.docid: round(h.score, 4) for h in searcher.search(text, 10)}
+        for q, text in json.loads(sys.argv[2]).items()}
 print(json.dumps({"hits": hits, "JAVA_HOME": os.environ.get("JAVA_HOME")}))
 """
 

@@ -68,8 +68,9 @@ SKIP: list[tuple[str, str]] = [
     (r"^make lock$", "resolves every package against the package indexes (~45 s, the network); "
                      "tests/test_packaging.py checks the locks it writes"),
     (r"\bzsdr (train|mine|score-pairs|export)\b", "reads a training's spec, models or embeddings: outputs of `make run`"),
-    (r"\bsnakemake --report\b", "bundles the outputs of a finished run: tests/test_mini_run.py makes the report of "
-                                 "table 1 after its run, and that of `tables` after the whole mini DAG (make test-full)"),
+    (r"\bsnakemake --report\b", "bundles the outputs of a finished run: tests/test_mini_run.py makes the report "
+                                 "of table 1 after its run, and that of `tables` after the whole mini DAG "
+                                 "(make test-full)"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "
                                               "as a module; tests/test_elsewhere.py plans such a workflow"),
 ]

