@@ -146,7 +146,12 @@ rule paper_figure:
         f"{LOGS}/tables/{{paper}}_figure{{n}}.log",
     wildcard_constraints:
         paper=PLAN.alternation({p for p, _ in FIGURE_SPECS}),
-        n=r"\d+",
+        # only the (paper, figure) pairs of FIGURE_SPECS: n is matched with the paper before it, so a
+        # figure another rule draws (results/cocodr/figure3.png) never reaches the input function
+        n="|".join(
+            rf"(?<=/{PLAN.alternation([p])}/figure){n}"
+            for p, n in sorted(FIGURE_SPECS)
+        ),
     conda:
         "../envs/cpu.yaml"
     resources:

@@ -106,6 +106,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     small = snakemake("-n", "small/results/table1.csv", "--configfile", "configs/small.yaml", cwd=workdir).stdout
     written = [o.strip() for line in re.findall(r"^\s+output: (.*)$", small, re.M) for o in line.split(",")]
     assert written and all(o.startswith(("small/", "downloads/")) for o in written), written[:5]
+    # the report docs/outputs.md gives after `make run`: table 1 and its figure under their captions
+    snakemake("--report", "results/report.html", "results/table1.csv", cwd=workdir, timeout=600)
+    report = (workdir / "results" / "report.html").read_text(encoding="utf-8", errors="replace")
+    assert "table1.csv" in report and "table1.png" in report
     # MoDIR: Global Domain-Acc of documents (MoDIR's analysis, a fresh linear classifier on held-out
     # source and target embeddings) falls over DPR+MoDIR training on mini-alpha, and does not when the
     # same run has no adversary (lambda0 = 0)

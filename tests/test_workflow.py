@@ -58,6 +58,16 @@ def training_plan(output: str, kind: str = "train", gpus_per_process: int | None
     return plan
 
 
+NOISE = re.compile(r"^.*(?:Exception|Traceback|Warning\b).*$", re.M)
+
+
+def assert_quiet(proc):
+    """A successful plan prints no exception, traceback or warning (an input function that raised and
+    was skipped, a never-awaited coroutine): they hide the messages that matter."""
+    noise = NOISE.findall(proc.stdout + proc.stderr)
+    assert not noise, "\n".join(noise[:10])
+
+
 def test_lint_is_clean():
     proc = snakemake("--lint", check=False)
     text = proc.stdout + proc.stderr
@@ -91,6 +101,7 @@ def test_dry_run_every_paper_table(configfile):
     # --forceall: the count must not depend on outputs already present in the checkout
     args = ["-n", "--forceall", "tables"] + (["--configfile", configfile] if configfile else [])
     proc = snakemake(*args)
+    assert_quiet(proc)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     from zsdr.tables.figures import FIGURES
     from zsdr.tables.spec import list_specs
@@ -123,6 +134,7 @@ def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardwa
     (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
     proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
                      "--configfile", "configs/paper.yaml")
+    assert_quiet(proc)   # (the profile's default resources once made Snakemake warn of a coroutine)
     out = proc.stdout + proc.stderr
     jobs = planned_jobs(out)
     assert jobs["all_results"] == jobs["table1"] == 1 and jobs["paper_table"] == 25, jobs
