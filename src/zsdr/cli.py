@@ -147,6 +147,14 @@ def cmd_check_config(args) -> int:
             config = command_line
         expand_recipes(config)
         check_config(config, schema, sources)
+        if args.base:
+            # the whole plan, as the workflow makes it: systems, inits, metrics and splits that only jobs
+            # would trip on are refused here, naming their key
+            from zsdr.plan.core import Plan, with_schema_defaults
+            from zsdr.workflow import expand_berm_grid, expand_cocodr_sweeps
+
+            with_schema_defaults(config, schema)
+            Plan(config, root, expand_berm_grid(config), expand_cocodr_sweeps(config))
     except (ConfigError, ValueError) as exc:
         lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
         if len(lines) > 1:
