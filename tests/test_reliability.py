@@ -232,6 +232,8 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
     missing = tmp_path / "missing"
     empty_spec = tmp_path / "spec.json"
     empty_spec.write_text("{}")
+    bad_reference = tmp_path / "reference.yaml"
+    bad_reference.write_text("dpr: 3\n")
     negatives = tmp_path / "negatives.jsonl"
     negatives.write_text("")
     return [
@@ -257,6 +259,9 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
           "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
         (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
         (["check-config", missing], 1, f"{missing}: config file not found"),
+        (["hparams", "--configfile", missing], 1, f"{missing}: config file not found"),
+        (["hparams", "--reference", missing], 1, f"{missing}: reference file not found"),
+        (["hparams", "--reference", bad_reference], 1, f"{bad_reference}: entry 'dpr' must map fields"),
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--device", "cuda:99"], 2,
          "argument --device: cuda:99 is not available, this machine has"),
         (["train", tmp_path / "ds" / "queries.jsonl"], 1, "not readable as JSON"),
@@ -374,7 +379,7 @@ def test_an_unknown_config_key_is_named_with_the_nearest_valid_one(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(text.splitlines()) < 15, text   # not the ~4,900 lines of schema
     assert ("config key recipes.dpr.train.batchsize: unknown key (did you mean 'batch_size'? allowed at "
-            "recipes.dpr.train: adam_eps, batch_size, epochs,") in text
+            "recipes.dpr.train: adam_eps, batch_size, epoch_size, epochs,") in text
 
 
 def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):

@@ -202,11 +202,11 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
         # official ANCE commands; everything encodes in fp16
         "ance-ep1": ["(mined: top-200 of dpr.mine-d256 at q64/d256, 20 sampled per query)",
                      "45,000 steps (max_steps; linear decay to 0 at 1,000,000: lr at the end 0.96 x peak);",
-                     "; inference fp16", "ANCE head: from checkpoint models/trained/dpr", "; fp32;"],
-        "ance-ep2": ["init models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
+                     "; inference fp16", "ANCE head: from checkpoint paper/models/trained/dpr", "; fp32;"],
+        "ance-ep2": ["init paper/models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
                      "warmup 5000", "q64/d256", "(mined: top-200 of ance-ep1 at q64/d256",
                      "45,000 steps (max_steps; linear decay to 0 at 1,000,000 (+45,000): lr at the end 0.915 x peak)",
-                     "ANCE head: from checkpoint models/trained/ance-ep1"],
+                     "ANCE head: from checkpoint paper/models/trained/ance-ep1"],
         "ance-ep3": ["linear decay to 0 at 1,000,000 (+90,000): lr at the end 0.869 x peak"],
         "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz", "ANCE head: new (seed 0)"],
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
@@ -219,7 +219,7 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
                      "lamb lr 2e-05, linear, warmup 1000", "300,000 steps (max_steps; linear decay to 0 at 2,187,500",
                      "q128/d128", "fp16",
                      "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)", "lucene BM25 + 0.1 x reader roberta-squad2"],
-        "ance-berm-ep1": ["init models/trained/dpr-berm", "grad-acc 2", "lamb lr 5e-06", "q64/d256",
+        "ance-berm-ep1": ["init paper/models/trained/dpr-berm", "grad-acc 2", "lamb lr 5e-06", "q64/d256",
                           "(mined: top-200 of dpr-berm.mine-d256 at q64/d256", "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)"],
         "kd-berm": ["margin_mse with 1 negative(s)", "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)"],
     }
@@ -240,14 +240,14 @@ def test_paper_config_plans_ddr_with_the_spec_values():
         "bert-base--msmarco": ["init bert-base-uncased", "MLM 15% (80/10/10) on the data/msmarco corpus",
                                "batch 64 x 4 process(es) x grad-acc 4", "adamw lr 5e-05, constant, warmup 1000",
                                "100,000 steps (max_steps)", "max length 100", "fp16"],
-        "bert-base--msmarco--lotte-writing-test": ["init models/dams/bert-base--msmarco", "batch 128 x 4 process(es)",
+        "bert-base--msmarco--lotte-writing-test": ["init paper/models/dams/bert-base--msmarco", "batch 128 x 4 process(es)",
                                                    "lr 2e-05", "50,000 steps (max_steps), a snapshot every 5000",
                                                    "max length 190"],
         "bert-base--msmarco--trec-covid-beir": ["batch 128 x 4 process(es)", "20,000 steps", "max length 190"],
-        "bert-base-chinese--dureader--cpr-ecom": ["init models/dams/bert-base-chinese--dureader",
+        "bert-base-chinese--dureader--cpr-ecom": ["init paper/models/dams/bert-base-chinese--dureader",
                                                   "batch 256 x 4 process(es)", "20,000 steps", "max length 100"],
         "bert-base--lotte-science-test": ["init bert-base-uncased", "lr 2e-05", "50,000 steps"],   # DDR\\SI, DDR\\DF
-        "ddr-contrast": ["init models/dams/bert-base--msmarco", "contrastive with 3 negative(s)",
+        "ddr-contrast": ["init paper/models/dams/bert-base--msmarco", "contrastive with 3 negative(s)",
                          "REM only, DAM frozen: LoRA r 192 alpha 192 on query+value + parallel adapter 192 x4",
                          "batch 32 x 4 process(es) x grad-acc 1", "adamw lr 2e-05, constant, warmup 0", "(5 epochs x",
                          "q24/d128", "fp16"],
@@ -255,11 +255,11 @@ def test_paper_config_plans_ddr_with_the_spec_values():
         "ddr-rem-lora96": ["LoRA r 96 alpha 96 on query+value; batch"],
         "ddr-rem-pa192": ["REM only, DAM frozen: parallel adapter 192 x4;"],
         "ddr-nodf-contrast": ["init bert-base-uncased", "LoRA r 192"],
-        "ddr-nod-contrast@lotte-writing-test": ["init models/dams/bert-base--msmarco--lotte-writing-test",
+        "ddr-nod-contrast@lotte-writing-test": ["init paper/models/dams/bert-base--msmarco--lotte-writing-test",
                                                 "lr 1e-05", "(5 epochs x"],
         # Chinese: DuReader source DAM (length 256, 6k steps [C-RM]), in-batch negatives only, 1 epoch
         "bert-base-chinese--dureader": ["init bert-base-chinese", "6,000 steps", "max length 256"],
-        "ddr-contrast-zh": ["init models/dams/bert-base-chinese--dureader", "contrastive with 0 negative(s)",
+        "ddr-contrast-zh": ["init paper/models/dams/bert-base-chinese--dureader", "contrastive with 0 negative(s)",
                             "LoRA r 192", "1 epoch(s) of the training set", "q24/d384"],
         "ddr-distill-zh": ["margin_mse with 3 negative(s)", "1 epoch(s) of the training set"],
     }
@@ -273,8 +273,8 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     assert jobs["ddr_figure4"] == 1 and jobs["train_cross_encoder"] == 1      # the DuReader teacher
     # the Chinese sets' cells of the DDR systems come from the DuReader-trained models (`by_language`)
     block = proc.stdout.split("output: runs/cpr-ecom/ddr-contrast.trec")[0].rsplit("rule dense_search:", 1)[1]
-    assert "models/dams/bert-base-chinese--dureader--cpr-ecom/config.json" in block
-    assert "models/trained/ddr-contrast-zh/config.json" in block
+    assert "paper/models/dams/bert-base-chinese--dureader--cpr-ecom/config.json" in block
+    assert "paper/models/trained/ddr-contrast-zh/config.json" in block
     assert "ddr-contrast.dam-step45000" in proc.stdout and "ddr-contrast.dam-step50000" not in proc.stdout
 
 
@@ -302,8 +302,8 @@ def test_paper_config_plans_modir_with_the_spec_values():
                                 "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10,000 steps",
                                 "ANCE head: from checkpoint castorini/ance-msmarco-passage"],
         # DPR+MoDIR starts from ANCE's released warmup checkpoint (its zip, converted), as the paper does
-        "dpr-modir@scifact": ["init models/released/ance-warmup", "from negatives.jsonl", "momentum n 1000",
-                              "; 10,000 steps", "ANCE head: from checkpoint models/released/ance-warmup"],
+        "dpr-modir@scifact": ["init paper/models/released/ance-warmup", "from negatives.jsonl", "momentum n 1000",
+                              "; 10,000 steps", "ANCE head: from checkpoint paper/models/released/ance-warmup"],
         "ance-modir@trec-covid": ["60,000 steps (max_steps; linear decay to 0 at 1,000,000: lr at the end 0.945 x "
                                   "peak), a snapshot every 2500 steps"],
         "ance-modir-single@trec-covid": ["single (n 1)", "60,000 steps"],
@@ -321,7 +321,7 @@ def test_paper_config_plans_modir_with_the_spec_values():
                                                                     "ance-modir-gan@webis-touche2020"}
     assert not [r for r in plan if r.startswith("dpr-modir-off")]
     # Table 1 evaluates the 10k-step snapshot of the long runs; ANCE's negatives are mined by ANCE FirstP
-    assert "models/trained/ance-modir@trec-covid/snapshots/step-000010000/config.json" not in proc.stdout
+    assert "paper/models/trained/ance-modir@trec-covid/snapshots/step-000010000/config.json" not in proc.stdout
     assert "ance-modir.step57500" in proc.stdout and "ance-modir.step60000" in proc.stdout
     assert "ance-modir.step10000" not in proc.stdout   # the evaluated step is the recipe's own system
     assert jobs["modir_triples"] == len(MODIR_TARGETS)
@@ -338,15 +338,15 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     jobs = planned_jobs(out)
     coco = training_plan(out, "pretrain", gpus_per_process=1)["coco"]
     # COCO from the released Condenser with its head (condenser.tar.gz, converted: the hub copy has none)
-    for part in ["init models/released/condenser", "span contrastive x1 (global batch, no temperature)",
-                 "Condenser head MLM (2 layers from layer 6; head from checkpoint models/released/condenser), "
+    for part in ["init paper/models/released/condenser", "span contrastive x1 (global batch, no temperature)",
+                 "Condenser head MLM (2 layers from layer 6; head from checkpoint paper/models/released/condenser), "
                  "backbone MLM 15% whole-word",
                  "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear",
                  "~ 263,816 steps (8 epochs x ~ 52,764,545 documents // 1,600;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)
     plan = training_plan(out)
-    assert plan["cocodr-warmup"].startswith("init models/pretrained/coco;")
+    assert plan["cocodr-warmup"].startswith("init paper/models/pretrained/coco;")
     for k in (1, 2, 3):
         run = plan[f"cocodr-base-ep{k}"]
         for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
@@ -363,7 +363,7 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     assert "51,267 steps (3 epochs x 35,000,000 triples // 2,048;" in plan["cocodr-warmup"]
     assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
-    assert plan["condenser-warmup"].startswith("init models/released/condenser;")
+    assert plan["condenser-warmup"].startswith("init paper/models/released/condenser;")
     # one clustering per iDRO/GroupDRO episode: Base, -COCO, GroupDRO, Large, Large -COCO and the 6 sweep points
     # COCO Base and Large, and Condenser continued on Table 3's targets
     assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 3
@@ -383,7 +383,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
     targets = ["lotte-writing-test", "lotte-recreation-test", "lotte-science-test", "lotte-technology-test",
                "lotte-lifestyle-test", "trec-covid", "hotpotqa", "fiqa", "webis-touche2020", "nfcorpus", "nq",
                "dbpedia-entity", "scifact", "scidocs", "quora", "fever", "climate-fever", "arguana"]
-    for init, name in (("models/released/condenser", "rmsc-cd"), ("models/pretrained/coco", "rmsc-co")):
+    for init, name in (("paper/models/released/condenser", "rmsc-cd"), ("paper/models/pretrained/coco", "rmsc-co")):
         for d in targets:
             run = plan[f"{name}@{d}"]
             method = "ict" if d.startswith("lotte") else "scl"
@@ -398,7 +398,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
                 assert part in run, (name, d, part, run)
     for name in ("condenser-rn", "cocodr-rn"):
         assert "no soft tokens" in plan[name] and "source-weak" not in plan[name] and "batch 64 x 8" in plan[name]
-    assert plan["qgen-ft@scifact"].startswith("init models/trained/condenser-rn;")
+    assert plan["qgen-ft@scifact"].startswith("init paper/models/trained/condenser-rn;")
     assert "target-qgen (qgen.jsonl)" in plan["qgen-ft@scifact"]
     # weak pairs: ICT on the five LoTTE topics and MS MARCO, SCL on the 13 BEIR sets and MS MARCO, QGen on the
     # five curve datasets (the released T5 generator: nothing to train)

@@ -90,18 +90,28 @@ def cmd_hparams(args) -> int:
     dense system's inference lengths per dataset, as the workflow would run them."""
     from zsdr.plan.card import Reference, inference_rows, markdown, training_rows
     from zsdr.plan.core import load_plan
+    import yaml
+
     from zsdr.workflow import SRC, ConfigError
 
     root = SRC.parent
     for path in args.configfile:
         if not Path(path).is_file():
             raise DataError(path, None, "config file not found", "check the path")
+    reference = None
+    if args.reference:
+        if not Path(args.reference).is_file():
+            raise DataError(args.reference, None, "reference file not found",
+                            "check the path given to --reference (docs/methods/reference.yaml)")
+        try:
+            reference = Reference.load(args.reference)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise DataError(None, None, " ".join(str(exc).split())) from None
     try:
         plan = load_plan(root, *[Path(p).resolve() for p in args.configfile])
     except (ConfigError, ValueError) as exc:
         raise DataError(None, None, " ".join(str(exc).split())) from None
     scale = plan.config.get("scale", "mini")
-    reference = Reference.load(args.reference) if args.reference else None
     if args.json:
         rows = training_rows(plan)
         print(json.dumps({"scale": scale,

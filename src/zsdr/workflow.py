@@ -526,6 +526,30 @@ def mark_scale_folders(paths: Any, scale: str, workdir: str | Path = ".") -> Non
         mark.write_text(scale + "\n", encoding="utf-8")
 
 
+def command_line_targets(argv: list[str] | None = None) -> list[str]:
+    """The targets of the `snakemake` command line (none when another program runs the workflow)."""
+    argv = sys.argv if argv is None else argv
+    if not argv or Path(argv[0]).name != "snakemake":
+        return []
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv[1:])
+    except SystemExit:
+        return []
+    return [str(t) for t in args.targets or []]
+
+
+def check_targets(paths: Any, config: dict, argv: list[str] | None = None) -> None:
+    """Refuse a command-line target typed in the mini scale's folders while another scale runs
+    (results/table1.csv asked of the paper scale): one ConfigError naming the file this scale writes."""
+    for target, here in misplaced_targets(command_line_targets(argv), paths, {}):
+        raise ConfigError(
+            f"target {target}: the {config['scale']} scale writes its outputs under "
+            f"{config['paths']['root'] or 'their own folders'}/ (paths.root); ask for {here}"
+        )
+
+
 def misplaced_targets(targets: Iterable[str], paths: Any, defaults: dict[str, str]) -> list[tuple[str, str]]:
     """``[(target, the same file in this scale's folders)]`` for each target under a default output folder this
     scale does not write (``results/table1.csv`` asked of the paper scale, whose results are paper/results)."""
