@@ -15,6 +15,7 @@ import pytest
 from zsdr.data import download as dl
 from zsdr.data.download import DownloadError, download, extract, fetch_file, resolve_url
 from zsdr.io import DataError
+from zsdr.io import DataError
 
 PAYLOAD = bytes(range(256)) * 800  # 204,800 bytes
 
@@ -265,8 +266,13 @@ def test_extract_tar_gz_and_zip_with_strip(tmp_path):
     for mode in ("w", "w:xz", "w:bz2"):
         t = _tar(tmp_path / f"p.{mode[-2:]}", [("f.txt", "file", b"f")], mode=mode)
         assert (extract(t, tmp_path / f"o{mode[-2:]}") / "f.txt").read_bytes() == b"f"
-    # an existing dest_dir is replaced whole
-    assert extract(tgz, tmp_path / "z") and not (tmp_path / "z" / "corpus.jsonl").exists()
+    # a dest_dir that holds anything is never replaced (it holds exactly an archive's contents: no marker
+    # says zsdr wrote it); an empty one is used
+    with pytest.raises(DataError, match="z: refusing to replace this folder: it holds corpus.jsonl, q/"):
+        extract(tgz, tmp_path / "z")
+    assert (tmp_path / "z" / "corpus.jsonl").is_file()
+    (tmp_path / "empty").mkdir()
+    assert (extract(tgz, tmp_path / "empty") / "top" / "y.txt").read_bytes() == b"y"
 
 
 @pytest.mark.parametrize("case", ["zip-slip", "zip-abs", "zip-symlink", "tar-slip", "tar-abs", "tar-symlink",

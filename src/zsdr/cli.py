@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 
 from zsdr.argtypes import UsageError, check_device
-from zsdr.io import DataError, MultiDataError
+from zsdr.io import DataError, MultiDataError, reading
 
 log = logging.getLogger("zsdr")
 
@@ -320,6 +320,81 @@ INPUT_PATHS = {
 }
 
 
+# What each command reads, per command: (argument, how it is read). "dataset": a BEIR folder, of which
+# its corpus, queries and qrels are the inputs (a store, an index or a run may be written inside it);
+# "path": a file, or a folder read whole. No output of the command may be, hold or lie inside an input
+# (zsdr.io.reading): `zsdr store ds --out ds`, `zsdr export m m`, `zsdr bm25 ... --out DATASET/corpus.jsonl`.
+READS = {
+    "validate": [("directory", "dataset")],
+    "stats": [("directory", "dataset")],
+    "shift": [("source", "dataset"), ("target", "dataset")],
+    "store": [("dataset", "dataset")],
+    "bm25": [("dataset", "dataset"), ("index", "path")],
+    "evaluate": [("qrels", "dataset"), ("run", "path")],
+    "encode-search": [("dataset", "dataset"), ("model", "path")],
+    "encode": [("dataset", "dataset"), ("model", "path")],
+    "encode-queries": [("dataset", "dataset"), ("model", "path")],
+    "search": [("queries", "path"), ("shards", "path")],
+    "search-shard": [("queries", "path"), ("shard", "path")],
+    "merge-shards": [("parts", "path")],
+    "mine": [("model", "path"), ("dataset", "dataset"), ("shards", "path")],
+    "score-pairs": [("model", "path"), ("dataset", "dataset"), ("negatives", "path")],
+    "export": [("model", "path"), ("rem", "path")],
+    "train": [("spec", "path")],
+    "mini": [("config", "path")],
+}
+
+
+def _dataset_inputs(folder: Path) -> list[Path]:
+    """What a command reads of a BEIR folder: its corpus, queries and qrels (a file given instead: itself)."""
+    if not folder.is_dir():
+        return [folder]
+    return [p for p in (*folder.glob("corpus.jsonl*"), *folder.glob("queries.jsonl*"), folder / "qrels")
+            if p.exists()]
+
+
+def command_inputs(args) -> list[Path]:
+    """The paths the command of ``args`` reads (:data:`READS`), those that exist."""
+    out: list[Path] = []
+    for attr, how in READS.get(args.command, ()):
+        value = getattr(args, attr, None)
+        for path in value if isinstance(value, list) else [value]:
+            if path is None or not Path(path).exists():
+                continue
+            out += _dataset_inputs(Path(path)) if how == "dataset" else [Path(path)]
+    return out
+
+
+# Output folders a command writes after slow work (loading a model): checked before it starts, as the
+# writer checks them again (zsdr.io.check_output_dir). Per command: (argument, the kind of output).
+OUTPUT_DIRS = {
+    "export": [("out", "export")],
+    "encode": [("out", "embeddings")],
+    "encode-queries": [("out", "embeddings")],
+    "store": [("out", "store")],
+}
+
+
+# Output files, per command: checked against the inputs before any work (as zsdr.io.atomic_write does).
+OUTPUT_FILES = {
+    "bm25": ["out"], "evaluate": ["per_query"], "encode-search": ["out"], "search": ["out"], "search-shard": ["out"],
+    "merge-shards": ["out"], "mine": ["out"], "score-pairs": ["out"], "stats": ["out"], "shift": ["out"],
+}
+
+
+def check_outputs(args) -> None:
+    """Every output folder of :data:`OUTPUT_DIRS` and file of :data:`OUTPUT_FILES` may be written, before
+    any slow work."""
+    from zsdr.io import check_output_dir, check_output_file
+
+    for attr, kind in OUTPUT_DIRS.get(args.command, ()):
+        if getattr(args, attr, None) is not None:
+            check_output_dir(getattr(args, attr), kind)
+    for attr in OUTPUT_FILES.get(args.command, ()):
+        if getattr(args, attr, None) is not None:
+            check_output_file(getattr(args, attr))
+
+
 def check_inputs(args) -> None:
     """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
     for attr, what, flag in INPUT_PATHS.get(args.command, ()):
@@ -448,7 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         check_device(getattr(args, "device", None))
         if getattr(args, "model", None) is not None:
             check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
-        return args.func(args)
+        with reading(command_inputs(args)):
+            check_outputs(args)
+            return args.func(args)
     except KeyboardInterrupt:
         print(f"zsdr {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -455,7 +455,7 @@ def _corrupt(archive: Path, is_zip: bool, exc: BaseException) -> None:
 
 
 def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, strip: int = 0) -> Path:
-    """Safely unpack a zip or tar(.gz/.bz2/.xz) ``archive`` into ``dest_dir`` (replaced whole); return it.
+    """Safely unpack a zip or tar(.gz/.bz2/.xz) ``archive`` into ``dest_dir`` (a new or empty folder); return it.
 
     The format is read from the content. ``strip`` drops leading path components
     (``tar --strip-components``). On any error nothing is left at ``dest_dir``.
@@ -467,7 +467,7 @@ def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, strip: i
         magic = fh.read(4)
     is_zip = magic in (b"PK\x03\x04", b"PK\x05\x06") or zipfile.is_zipfile(archive)
     try:
-        with atomic_dir(dest_dir) as tmp:
+        with atomic_dir(dest_dir, kind="extracted archive", mark=False) as tmp:
             (_extract_zip if is_zip else _extract_tar)(archive, tmp, strip)
     except DownloadError:
         raise

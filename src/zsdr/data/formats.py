@@ -363,7 +363,7 @@ class BeirWriter:
         import contextlib
 
         self._stack = contextlib.ExitStack()
-        self.root = self._stack.enter_context(atomic_dir(self.directory))
+        self.root = self._stack.enter_context(atomic_dir(self.directory, kind="dataset"))
         suffix = ".gz" if self.compress else ""
         (self.root / "qrels").mkdir()
         self._corpus = self._open(self.root / f"corpus.jsonl{suffix}")

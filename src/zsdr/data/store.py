@@ -111,7 +111,7 @@ def build_store(dataset: str | os.PathLike, out: str | os.PathLike | None = None
     out = Path(out) if out else store_dir(dataset)
     counts = {}
     start = time.perf_counter()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="store") as tmp:
         for kind in KINDS:
             path = find_file(dataset, f"{kind}.jsonl")
             counts[kind] = _write_kind(((rid, obj) for _, rid, obj in iter_records(path, kind)), kind, tmp, path)

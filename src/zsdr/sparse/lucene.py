@@ -265,7 +265,7 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
     from jnius import autoclass
 
     start = time.perf_counter()
-    with atomic_dir(index_dir) as tmp, \
+    with atomic_dir(index_dir, kind="Lucene index") as tmp, \
             scratch_dir(index_dir, "collection") as coll:
         docs = _write_collection(corpus, Path(coll), fields, threads)
         if docs == 0:
