@@ -3,6 +3,7 @@
 import argparse
 import json
 import random
+import re
 
 import numpy as np
 import pytest
@@ -463,3 +464,25 @@ def test_equals_the_trec_eval_binary(tmp_path, seed):
     zero = {q for q, docs in qrels.items() if not any(g >= 1 for g in docs.values())}
     per_query = evaluate_many([{"qrels": qrels_file, "run": run_file, "metrics": metrics}])[0]["per_query"]
     assert zero and zero <= set(per_query) and all(per_query[q]["ndcg@10"] == 0.0 for q in zero)
+
+
+@pytest.mark.parametrize("qrels_text, problem", [
+    ("", "the qrels (judge nothing|file is empty)"),
+    ("query-id\tcorpus-id\tscore\n", r"the qrels judge nothing \(no judgement line\)"),
+    ("query-id\tcorpus-id\tscore\nq1\td1\t0\n", r"the qrels judge no document relevant \(every grade is below 1\)"),
+])
+def test_qrels_that_judge_nothing_are_refused_by_validate_and_evaluate(tmp_path, capsys, qrels_text, problem):
+    """An empty or header-only qrels/test.tsv passed validate, and evaluate printed every metric 0.0."""
+    from .test_formats import make_dataset
+    from .test_reliability import the_error_line, zsdr
+
+    ds = make_dataset(tmp_path / "ds")
+    qrels = ds / "qrels" / "test.tsv"
+    qrels.write_text(qrels_text)
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    for argv in (["validate", ds], ["evaluate", "--qrels", ds, "--run", run], ["evaluate", "--qrels", qrels, "--run", run]):
+        code, out, err = zsdr(capsys, *argv)
+        assert code == 1 and out == "", argv
+        line = the_error_line(err)
+        assert line.startswith(f"zsdr {argv[0]}: error: {qrels}") and re.search(problem, line), line

@@ -1,6 +1,6 @@
 """The ``zsdr`` command (also ``python -m zsdr``): one-off use of the library outside Snakemake.
 
-    zsdr validate DIR              check a BEIR-layout folder; print its counts as JSON
+    zsdr validate DIR              check a BEIR-layout folder (and its store's checksums); print its counts as JSON
     zsdr fetch NAME                download + convert one registry dataset into data/NAME/
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
@@ -50,6 +50,11 @@ def cmd_validate(args) -> int:
     from zsdr.data.formats import validate_beir
 
     counts = validate_beir(args.directory, require_qrels=not args.no_qrels)
+    store = Path(args.directory) / "store"
+    if (store / "store.json").is_file():   # its files, checksums and all
+        from zsdr.data.store import verify_store
+
+        verify_store(store, full=True)
     print(json.dumps(counts.as_dict(), indent=1 if args.pretty else None))
     return 0
 
@@ -260,7 +265,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for module in _command_modules(sys.argv[1:] if argv is None else argv):
         importlib.import_module(module).register_cli(sub)
 
-    p = sub.add_parser("validate", help="check a BEIR-layout dataset folder and print its counts")
+    p = sub.add_parser("validate", help="check a BEIR-layout dataset folder (and every checksum of its store) and "
+                                        "print its counts")
     p.add_argument("directory", help="the dataset folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
     p.add_argument("--no-qrels", action="store_true", help="accept a folder without qrels (e.g. a corpus only)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON")

@@ -20,7 +20,9 @@
   first removes that output's temporaries left by processes of this host that no longer exist (a job
   killed with SIGKILL), never those of a live process or of another host.
 * :func:`file_lock` — an exclusive ``fcntl`` lock on ``<path>.lock`` (waits for the holder; removed after).
-* :func:`file_digest` — streaming md5/sha256 of a file.
+* :func:`file_digest` — streaming md5/sha256 of a file; :func:`file_record` / :func:`file_changed` — a
+  file's size, modification time and checksum, and whether it is still that file (a ``stat`` when the
+  size and time match, the checksum otherwise).
 * :func:`save_figure` — a matplotlib figure written atomically, the same numbers giving the same bytes.
 * :func:`locate_item` — item ``i`` of a sequence stored in parts, as (part, index in the part).
 """
@@ -547,6 +549,36 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int =
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def file_record(path: str | os.PathLike) -> dict:
+    """What identifies a file's content later, cheaply: ``{"bytes", "mtime_ns", "sha256"}``."""
+    st = os.stat(path)
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(path)}
+
+
+def file_changed(path: str | os.PathLike, record: dict, restore_mtime: bool = False) -> str | None:
+    """Why the file at ``path`` is not the one :func:`file_record` described, or None when it is.
+
+    A different size decides at once; the same size and modification time pass without reading the
+    file (one ``stat``); any other modification time is settled by the checksum (the whole file is
+    read: a copy that did not keep the times, or bytes changed in place). With ``restore_mtime``, a
+    file whose checksum matches gets the recorded modification time back (when this process may set
+    it), so the next check is a ``stat`` again."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "the file is missing"
+    if st.st_size != record.get("bytes"):
+        return f"{st.st_size} bytes where {record.get('bytes')} were recorded"
+    if st.st_mtime_ns == record.get("mtime_ns"):
+        return None
+    if file_digest(path) != record.get("sha256"):
+        return "its bytes differ from those recorded (the checksum differs)"
+    if restore_mtime:
+        with contextlib.suppress(OSError):
+            os.utime(path, ns=(st.st_atime_ns, record["mtime_ns"]))
+    return None
 
 
 def save_figure(fig, out: str | os.PathLike) -> None:

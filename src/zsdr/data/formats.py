@@ -206,6 +206,18 @@ def add_judgement(table: dict[str, dict[str, int]], lines: dict[tuple[str, str],
                         f"{lines[(qid, did)]}", "keep one grade per (query, document) pair")
 
 
+QRELS_FIX = "write at least one judgement of grade >= 1 (query-id<TAB>corpus-id<TAB>grade), or remove the file"
+
+
+def judges_nothing(qrels: dict[str, dict[str, int]]) -> str | None:
+    """Why qrels cannot score a run (every metric would be 0), or None: no judgement, or none relevant."""
+    if not any(qrels.values()):
+        return "the qrels judge nothing (no judgement line)"
+    if not any(g >= 1 for docs in qrels.values() for g in docs.values()):
+        return "the qrels judge no document relevant (every grade is below 1), so every metric would be 0"
+    return None
+
+
 def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
     """Split name -> qrels file in ``<dir>/qrels/`` (``test.tsv`` or ``test.tsv.gz``)."""
     qdir = Path(directory) / "qrels"
@@ -261,6 +273,10 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
                                          "drop the judgement or add the document"))
         except DataError as err:
             errors.add(err, fatal=True)
+        else:
+            problem = judges_nothing(table)
+            if problem:
+                errors.add(DataError(path, None, problem, QRELS_FIX))
         counts.qrels[split] = rows
         counts.qrels_queries[split] = len(judged)
     errors.raise_if_any()

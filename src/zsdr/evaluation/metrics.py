@@ -388,7 +388,9 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
         split = job.get("split", "test")
         key = _qrels_key(job["qrels"], split)
         if key not in cache:
-            cache[key] = PreparedQrels(load_qrels(job["qrels"], split), source=str(job["qrels"]))
+            qrels = load_qrels(job["qrels"], split)
+            _check_judges_something(qrels, job["qrels"], split)
+            cache[key] = PreparedQrels(qrels, source=str(job["qrels"]))
         run = job["run"]
         run_data = run if isinstance(run, Mapping) else read_trec_run_table(run)
         read = time.perf_counter()
@@ -404,6 +406,18 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
                  read - start, time.perf_counter() - read)
         results.append(result)
     return results
+
+
+def _check_judges_something(qrels: Mapping, source: str | os.PathLike, split: str | None) -> None:
+    """Qrels with no judgement, or none relevant, would score every run 0: refused, naming the file."""
+    from zsdr.data.formats import QRELS_FIX, judges_nothing, qrels_files
+
+    problem = judges_nothing(qrels)
+    if problem:
+        path = Path(source)
+        if path.is_dir():
+            path = qrels_files(path).get(split or "test", path)
+        raise DataError(path, None, problem, QRELS_FIX)
 
 
 def _check_coverage(qrels: PreparedQrels, result: dict, job: Mapping, split: str | None) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 from zsdr.argtypes import nonnegative_float, positive_int, unit_float
 from zsdr.data.formats import find_file, iter_records, judged_queries, write_trec_run
-from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
+from zsdr.io import DataError, atomic_dir, atomic_write, file_changed, file_record, read_json, scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +296,8 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
                         "as in Pyserini's BEIR %s indexes)", skipped_empty, corpus,
                         "title or text" if fields == "flat" else "text", fields)
         meta = {"fields": fields, "language": language, "documents": docs, "indexed": indexed,
-                "empty": skipped_empty, "corpus": str(corpus), "anserini": anserini_jar().name,
-                "docvectors": True}
+                "empty": skipped_empty, "corpus": str(corpus), "corpus_file": file_record(corpus),
+                "anserini": anserini_jar().name, "docvectors": True}
         with atomic_write(Path(tmp) / METADATA) as fh:
             json.dump(meta, fh, indent=1)
             fh.write("\n")
@@ -311,6 +311,30 @@ def index_metadata(index_dir: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     return read_json(path, "rebuild the index")
+
+
+def check_index_corpus(index_dir: str | os.PathLike, dataset_dir: str | os.PathLike) -> None:
+    """Refuse (:class:`DataError`) to search ``index_dir`` for ``dataset_dir``'s queries when the index was
+    built from another corpus than the dataset's ``corpus.jsonl`` as it is now (:func:`build_index`
+    records the corpus's size, time and checksum; a copy of the same corpus passes on its checksum).
+    An index built elsewhere records nothing and is searched as it is."""
+    index_dir, corpus = Path(index_dir), find_file(Path(dataset_dir), "corpus.jsonl")
+    meta = index_metadata(index_dir)
+    if meta is None:
+        return
+    built_from = meta.get("corpus", "another corpus")
+    record = meta.get("corpus_file")
+    if isinstance(record, dict):
+        problem = file_changed(corpus, record)
+    else:  # an index of an earlier zsdr: only the corpus's path was recorded
+        old = Path(str(built_from))
+        same = not old.is_file() or os.path.samefile(old, corpus) or old.stat().st_size == corpus.stat().st_size
+        problem = None if same else f"{corpus.stat().st_size} bytes, {old.stat().st_size} in {old}"
+    if problem:
+        raise DataError(index_dir / METADATA, None,
+                        f"the index was built from {built_from}, not from {corpus} as it is now: {problem}",
+                        f"search the index of {dataset_dir}, or build one (zsdr bm25 --dataset {dataset_dir} "
+                        "--index NEW_FOLDER builds it there)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,6 +461,7 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
     kwargs = dict(k1=k1, b=b, rm3=rm3, depth=depth, fields=fields, language=language, remove_query=remove_query,
                   threads=threads)
     if index_dir is not None:
+        check_index_corpus(index_dir, dataset_dir)
         run = search(index_dir, queries, **kwargs)
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -460,6 +485,7 @@ def bm25_negatives(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike,
 
     qrels = read_qrels(dataset_dir, split)
     queries = judged_queries(dataset_dir, split, qrels)
+    check_index_corpus(index_dir, dataset_dir)
     run = search(index_dir, queries, k1=k1, b=b, depth=depth, language=language, remove_query=True, threads=threads)
     n = 0
     with atomic_write(out) as fh:
