@@ -215,3 +215,63 @@ def test_the_server_is_worth_starting_for_four_python_jobs_or_an_unreadable_dag(
     assert not worth_starting(workflow(["a.py"] * 3 + ["b.R", None, None]))
     assert not worth_starting(workflow([]))  # nothing to run: no server
     assert worth_starting(SimpleNamespace())  # a DAG this cannot read: started, as before this check
+
+
+def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch):
+    """`kill -9` of Snakemake takes the server with it (PR_SET_PDEATHSIG) before either removes the socket's
+    folder: the next start removes every folder whose Snakemake is gone, and no other."""
+    import socket
+    import tempfile
+
+    from zsdr.warm import remove_stale_folders
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    snakemake = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        import tempfile
+        tempfile.tempdir = {str(tmp)!r}
+        from zsdr.warm import start_server
+        class Shell:
+            prefix = staticmethod(lambda value: None)
+        start_server(Shell, {str(CLIENT)!r}, log={str(tmp_path / 'warm.log')!r}, preload=("json",))
+        while not os.path.exists(os.environ["ZSDR_WARM_SOCKET"]):
+            time.sleep(0.02)
+        print(os.path.dirname(os.environ["ZSDR_WARM_SOCKET"]), flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    killed = Path(snakemake.stdout.readline().strip())
+    snakemake.kill()
+    snakemake.wait()
+    time.sleep(0.5)   # the server dies with it
+    assert killed.is_dir() and killed.name.startswith(f"zsdr-warm-{snakemake.pid}-")
+    live = tmp / f"zsdr-warm-{os.getpid()}-abcd1234"
+    live.mkdir()
+    old_dead = tmp / "zsdr-warm-ab12cd34"   # an earlier version's name: nothing listens on its socket
+    old_dead.mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(old_dead / "socket"))
+    old_live = tmp / "zsdr-warm-xy98zw76"
+    old_live.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(old_live / "socket"))
+    listening.listen(1)
+    other = tmp / "unrelated"
+    other.mkdir()
+    try:
+        assert sorted(remove_stale_folders(str(tmp))) == sorted([str(killed), str(old_dead)])
+    finally:
+        listening.close()
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, old_live.name, "unrelated"])
+    # start_server itself clears them
+    (tmp / "zsdr-warm-999999999-dead0000").mkdir()
+    warm = start_server(Shell, CLIENT, log=str(tmp_path / "warm2.log"), preload=("json",))
+    try:
+        assert not (tmp / "zsdr-warm-999999999-dead0000").exists()
+        assert Path(os.environ["ZSDR_WARM_SOCKET"]).parent.name.startswith(f"zsdr-warm-{os.getpid()}-")
+    finally:
+        stop_server(warm)
+
