@@ -275,3 +275,68 @@ def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, mon
     finally:
         stop_server(warm)
 
+
+def test_a_stopped_server_neither_blocks_its_client_nor_keeps_it_from_its_signals(server, tmp_path, monkeypatch):
+    """A server stopped with SIGSTOP accepted connections and never answered: the client waited forever and
+    ignored Snakemake's SIGTERM. It now gives up after ZSDR_WARM_TIMEOUT seconds and runs the job cold, and
+    a SIGTERM ends it at once."""
+    monkeypatch.setenv("ZSDR_WARM_TIMEOUT", "1")
+    warm = server()
+    script = job(tmp_path, "quick.py", """
+        import os
+        from pathlib import Path
+        Path("ran").write_text(str(os.getppid()))
+    """)
+    pid = warm["process"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # (the job's standard streams, sent to the stopped server, stay open until it reads them: a file, not a pipe)
+        start = time.monotonic()
+        assert run(script, stdout=subprocess.DEVNULL).wait(timeout=60) == 0
+        assert int((tmp_path / "ran").read_text()) != pid and time.monotonic() - start < 30   # ran cold
+        (tmp_path / "ran").unlink()
+        proc = run(script, {"ZSDR_WARM_TIMEOUT": "600"}, stdout=subprocess.DEVNULL)   # would wait 10 minutes
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # resumed, the server starts neither job again (their clients are gone)
+    time.sleep(1)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_job_that_ends_while_its_server_is_stopped_fails_instead_of_hanging(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZSDR_WARM_TIMEOUT", "2")
+    warm = server()
+    script = job(tmp_path, "slow.py", """
+        import time
+        from pathlib import Path
+        Path("started").write_text("")
+        time.sleep(1)
+    """)
+    with open(tmp_path / "err", "w") as err:
+        proc = run(script, stderr=err)
+    while not (tmp_path / "started").exists():
+        time.sleep(0.02)
+    os.kill(warm["process"].pid, signal.SIGSTOP)
+    try:
+        assert proc.wait(timeout=30) == 1
+        assert "ended but the warm server did not report its exit status within 2 s" in (tmp_path / "err").read_text()
+    finally:
+        os.kill(warm["process"].pid, signal.SIGCONT)
+
+
+def test_a_request_whose_client_has_gone_is_not_started():
+    """A client that gave up on a stopped server ran its job cold: the resumed server must not start it too."""
+    import socket
+
+    from zsdr.warm import _client_gone
+
+    server_end, client_end = socket.socketpair()
+    client_end.sendall(b"request")
+    server_end.recv(7)
+    assert not _client_gone(server_end)
+    client_end.close()
+    assert _client_gone(server_end)
+    server_end.close()

@@ -89,6 +89,16 @@ def _read_request(conn):
     return json.loads(data[:size]), fds
 
 
+def _client_gone(conn):
+    """Whether the client closed its end after sending its request."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 def _comparable(env):
     return {k: v for k, v in env.items() if k not in JOB_VARIABLES and k not in SHELL_VARIABLES}
 
@@ -213,6 +223,10 @@ class Server:
         except (OSError, EOFError, ValueError):
             return None
         conn.settimeout(None)
+        if _client_gone(conn):  # it gave up waiting (a server that was stopped) and ran the job cold
+            for fd in fds:
+                os.close(fd)
+            return None
         reason = self.refuse(request, fds)
         if reason:
             self.cold += 1
