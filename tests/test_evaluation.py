@@ -156,6 +156,19 @@ def test_metric_names_are_checked():
     for bad in (["ndcgg@10"], ["hole"], ["ndcg@0"], ["ndcg@x"], [], ["mrr@10", "mrr@10"]):
         with pytest.raises(ValueError):
             parse_metrics(bad)
+    assert parse_metrics(["recall@1000000000"])[0].k == 10 ** 9
+
+
+@pytest.mark.parametrize("metric", ["ndcg@99999999999999999999", "ndcg@1000000001", "ndcg@²", "hole@١٠", "ndcg@-1"])
+def test_a_cut_off_numba_cannot_take_is_a_usage_error_before_anything_is_read(metric, tmp_path, capsys):
+    """ndcg@99999999999999999999 passed the check and failed deep in numba (TypingError); '²'.isdigit()."""
+    from .test_reliability import the_error_line, zsdr
+
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", tmp_path / "missing", "--run", tmp_path / "missing",
+                          "--metrics", metric)
+    assert code == 2 and out == ""
+    assert the_error_line(err).startswith(f"zsdr evaluate: error: argument --metrics: metric {metric!r}: the cut-off "
+                                          "after '@' must be an integer from 1 to 1,000,000,000")
 
 
 def test_uncut_metrics_use_the_whole_ranking():

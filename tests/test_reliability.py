@@ -241,7 +241,7 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["evaluate", "--qrels", missing, "--run", missing], 1, f"{missing}"),
         (["evaluate", "--qrels", ds, "--run", missing], 1, f"{missing}: file not found"),
         (["evaluate", "--qrels", ds, "--run", missing, "--metrics", "ndcg@ten"], 2,
-         "argument --metrics: metric 'ndcg@ten': the cut-off after '@' must be a positive integer"),
+         "argument --metrics: metric 'ndcg@ten': the cut-off after '@' must be an integer from 1 to 1,000,000,000"),
         (["evaluate", "--qrels", ds, "--run", missing, "--missing", "drop"], 2, "argument --missing"),
         (["bm25", "--dataset", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}: dataset folder not found"),
         (["stats", missing], 1, f"{missing}: dataset folder not found"),

@@ -84,6 +84,9 @@ class Metric:
     k: int           # cut-off; 0 = whole ranking
 
 
+MAX_CUTOFF = 1_000_000_000   # ranx's kernels take 64-bit integers: ndcg@99999999999999999999 failed in numba
+
+
 def parse_metrics(metrics: str | Iterable[str]) -> list[Metric]:
     """``"ndcg@10,recall@100"`` or a list of names -> :class:`Metric` list; unknown names raise ValueError."""
     names = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)]
@@ -93,8 +96,9 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[Metric]:
         if base not in RANX_METRICS and base != "hole":
             raise ValueError(f"unknown metric {name!r}: use hole@K or one of {', '.join(RANX_METRICS)} "
                              "(with an optional @K cut-off)")
-        if cut and not (cut.isdigit() and int(cut) > 0):
-            raise ValueError(f"metric {name!r}: the cut-off after '@' must be a positive integer")
+        if cut and not (cut.isascii() and cut.isdigit() and 0 < int(cut) <= MAX_CUTOFF):
+            raise ValueError(f"metric {name!r}: the cut-off after '@' must be an integer from 1 to {MAX_CUTOFF:,} "
+                             "(a cut-off beyond a ranking's length counts the whole ranking)")
         if base == "hole" and not cut:
             raise ValueError("hole needs a cut-off, e.g. hole@10")
         out.append(Metric(name, base, int(cut or 0)))
