@@ -27,7 +27,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from zsdr.argtypes import UsageError, check_device
+from zsdr.argtypes import UsageError, check_dependent, check_device
 from zsdr.io import DataError, MultiDataError, reading
 
 log = logging.getLogger("zsdr")
@@ -60,10 +60,18 @@ def cmd_validate(args) -> int:
 
 
 def cmd_fetch(args) -> int:
+    from zsdr.data import registry
     from zsdr.data.fetch import fetch
 
-    counts = fetch(args.name, downloads=args.downloads, data=args.data, byo=args.byo, mirror=args.mirror,
-                   extras=not args.no_extras, progress=not args.quiet)
+    byo = registry.get(args.name).byo is not None
+    given = [flag for flag, value in (("--downloads", args.downloads), ("--mirror", args.mirror),
+                                      ("--no-extras", args.no_extras or None)) if value is not None] if byo else \
+        ["--byo"] if args.byo is not None else []
+    if given:
+        kind = "bring-your-own: nothing is downloaded" if byo else "downloaded: no --byo folder is read"
+        raise UsageError(f"argument {given[0]}: dataset {args.name!r} is {kind} (fix: drop {given[0]})")
+    counts = fetch(args.name, downloads=args.downloads or "downloads", data=args.data, byo=args.byo or "byo",
+                   mirror=args.mirror, extras=not args.no_extras, progress=not args.quiet)
     print(json.dumps({"dataset": args.name, **counts.as_dict()}))
     return 0
 
@@ -274,12 +282,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="download and convert one registry dataset")
     p.add_argument("name", help="a registry name (`zsdr datasets` lists them)")
-    p.add_argument("--downloads", default="downloads",
+    p.add_argument("--downloads", default=None,
                    help="folder of the downloaded files, laid out as <host>/<path> (default: downloads)")
     p.add_argument("--data", default="data", help="folder the dataset is written to, as <data>/<name> (default: data)")
-    p.add_argument("--byo", default="byo", help="folder of bring-your-own datasets")
-    p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies")
-    p.add_argument("--no-extras", action="store_true", help="skip training-side files (triples, negatives)")
+    p.add_argument("--byo", default=None, help="folder of bring-your-own datasets (default: byo; for those only)")
+    p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies (downloaded datasets)")
+    p.add_argument("--no-extras", action="store_true",
+                   help="skip training-side files (triples, negatives; downloaded datasets)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_fetch)
 
@@ -525,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        check_dependent(args)
         check_inputs(args)
         check_device(getattr(args, "device", None))
         if getattr(args, "model", None) is not None:

@@ -510,11 +510,16 @@ def average_cqadupstack(metrics_dir: str | os.PathLike, out: str | os.PathLike |
 
 
 def cmd_evaluate(args) -> int:
+    from zsdr.argtypes import UsageError
+
     try:
         metrics = parse_metrics(args.metrics)
     except ValueError as exc:
         raise DataError(None, None, f"--metrics: {exc}", "e.g. --metrics ndcg@10,recall@100,mrr@10,hole@10") from None
-    job = {"qrels": args.qrels, "split": args.split, "run": args.run, "metrics": [m.name for m in metrics],
+    if args.split is not None and Path(args.qrels).is_file():
+        raise UsageError(f"argument --split: applies only to a dataset folder given to --qrels; {args.qrels} is a "
+                         "qrels file (fix: drop --split, or pass the dataset folder)")
+    job = {"qrels": args.qrels, "split": args.split or "test", "run": args.run, "metrics": [m.name for m in metrics],
            "ignore_identical_ids": args.ignore_identical_ids, "missing": args.missing}
     if args.per_query:
         job["out"] = args.per_query
@@ -546,7 +551,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--run", required=True, help="TREC run file 'qid Q0 docid rank score tag'")
     p.add_argument("--metrics", type=_metrics_arg, default=",".join(DEFAULT_METRICS),
                    help=f"comma-separated (default {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--split", default="test", help="qrels split of a dataset folder (default: test)")
+    p.add_argument("--split", default=None, help="qrels split of a dataset folder given to --qrels (default: test)")
     p.add_argument("--ignore-identical-ids", action="store_true",
                    help="drop retrieved documents whose id is the query id (BEIR: ArguAna, Quora)")
     p.add_argument("--missing", choices=MISSING_CONVENTIONS, default="zero",

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from zsdr.argtypes import nonnegative_float, positive_int, unit_float
+from zsdr.argtypes import add_dependent, nonnegative_float, positive_int, unit_float
 from zsdr.data.formats import find_file, iter_records, judged_queries, write_trec_run
 from zsdr.io import DataError, atomic_dir, atomic_write, file_changed, file_record, read_json, scratch_dir
 
@@ -524,12 +524,14 @@ def register_cli(subparsers) -> None:
     p.add_argument("--fields", choices=FIELDS, default="flat",
                    help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
     p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
-    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"],
-                   help="RM3: expansion terms taken from the feedback documents (default: %(default)s)")
-    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"],
-                   help="RM3: top-ranked documents used as feedback (default: %(default)s)")
-    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"],
-                   help="RM3: weight of the original query against the expansion, in [0, 1] (default: %(default)s)")
+    add_dependent(p, "--fb-terms", requires="--rm3", type=positive_int, default=RM3_DEFAULTS["fb_terms"],
+                  help=f"RM3: expansion terms taken from the feedback documents (default: {RM3_DEFAULTS['fb_terms']})")
+    add_dependent(p, "--fb-docs", requires="--rm3", type=positive_int, default=RM3_DEFAULTS["fb_docs"],
+                  help=f"RM3: top-ranked documents used as feedback (default: {RM3_DEFAULTS['fb_docs']})")
+    add_dependent(p, "--original-query-weight", requires="--rm3", type=unit_float,
+                  default=RM3_DEFAULTS["original_query_weight"],
+                  help="RM3: weight of the original query against the expansion, in [0, 1] "
+                       f"(default: {RM3_DEFAULTS['original_query_weight']})")
     p.add_argument("--k1", type=nonnegative_float, default=0.9,
                    help="BM25 term-frequency saturation k1 (default: %(default)s, as BEIR's Anserini runs)")
     p.add_argument("--b", type=unit_float, default=0.4,
