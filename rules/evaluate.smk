@@ -9,6 +9,7 @@ rule evaluate:
     input:
         runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.EVAL_SYSTEMS),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
         ),
@@ -36,6 +37,7 @@ use rule evaluate as evaluate_system with:
     input:
         runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
         ),
@@ -57,6 +59,7 @@ if set(PLAN.TABLE1_SYSTEMS) - set(PLAN.EVAL_SYSTEMS):
                 f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.TABLE1_SYSTEMS
             ),
             data=lambda wc: PLAN.dataset_marker(wc.dataset),
+            qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
             code=PLAN.code(
                 "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
             ),

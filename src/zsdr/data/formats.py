@@ -273,6 +273,42 @@ def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
     return out
 
 
+NO_FILE = "0" * 64   # the digest a qrels stamp lists for a file that does not exist (yet)
+_digests: dict[tuple[str, int, int], str] = {}
+
+
+def qrels_stamp(directory: str | os.PathLike, split: str, stamp: str | os.PathLike,
+                shown: str | os.PathLike | None = None) -> Path:
+    """Keep ``stamp`` a ``sha256sum`` listing of ``directory``'s qrels of ``split`` (its path shown as
+    ``shown/qrels/<split>.tsv``): the workflow's evaluate jobs take it as an input, so that an edit of the
+    qrels (a file no job declares) re-plans them. It is rewritten when, and only when, the qrels' content
+    changes. A stamp written before the dataset existed (the digest :data:`NO_FILE`), or not yet, takes the
+    qrels' modification time when it is rewritten: the evaluation that followed the build is not
+    re-planned for it; any later change of content gives it the time of the change."""
+    from zsdr.io import atomic_write, file_digest
+
+    folder, stamp = Path(directory), Path(stamp)
+    path = qrels_files(folder).get(split) if folder.is_dir() else None
+    listed = Path(shown if shown is not None else folder) / "qrels" / (path.name if path else f"{split}.tsv")
+    digest = NO_FILE
+    if path is not None:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+        digest = _digests.get(key) or _digests.setdefault(key, file_digest(path))
+    body = f"{digest}  {listed}\n"
+    try:
+        before = stamp.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        before = None
+    if before == body:
+        return stamp
+    with atomic_write(stamp) as fh:
+        fh.write(body)
+    if path is not None and (before is None or before.startswith(NO_FILE)):
+        os.utime(stamp, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    return stamp
+
+
 def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> BeirCounts:
     """Check a BEIR-layout dataset; return its counts or raise :class:`MultiDataError`.
 

@@ -34,6 +34,21 @@ class DatasetsPlan:
     def eval_split(self, name: str) -> str:
         return self.config["datasets"]["eval_splits"].get(name, "test")
 
+    def eval_qrels(self, name: str) -> str:
+        """The qrels an evaluation of ``name`` reads, as an input: a stamp of their content in the code
+        stamps' folder (zsdr.data.formats.qrels_stamp), so that a hand-edited qrels file re-plans the
+        dataset's evaluate jobs (no job declares the file itself)."""
+        from pathlib import Path
+
+        from zsdr.data.formats import qrels_stamp
+        from zsdr.plan.code import STAMPS
+
+        split = self.eval_split(name)
+        into = Path(self.workdir if self.runs_elsewhere else self.root)
+        rel = f"{STAMPS}/qrels-{name}-{split}.sha256"
+        qrels_stamp(into / self.DATA / name, split, into / rel, shown=f"{self.DATA}/{name}")
+        return rel
+
     def check_dataset(self, name: str) -> str:
         if name not in self.MINI_DATASETS and name not in registry.REGISTRY:
             raise ValueError(
