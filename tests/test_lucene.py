@@ -304,3 +304,25 @@ def test_the_jvm_heap_follows_the_jobs_memory():
     env["ZSDR_JAVA_OPTIONS"] = "-Xmx600m"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0 and 500 <= int(out.stdout.split()[-1]) <= 600, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut"])
+def test_a_damaged_index_names_the_folder_not_a_java_stack_trace(tiny, tmp_path, capsys, damage):
+    """A damaged store or index gave "unexpected JavaException: ..." with Lucene's stack trace."""
+    from .test_reliability import the_error_line, zsdr
+
+    index = lucene.build_index(tiny, tmp_path / "index")
+    if damage == "flip":
+        victim = index / "_0.si"
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    else:
+        victim = next(index.glob("segments_*"))
+        victim.write_bytes(victim.read_bytes()[:10])
+    code, _, err = zsdr(capsys, "bm25", "--dataset", tiny, "--index", index, "--out", tmp_path / "r.trec")
+    assert code == 1 and not (tmp_path / "r.trec").exists()
+    line = the_error_line(err)
+    assert line.startswith(f"zsdr bm25: error: {index}: the Lucene index is damaged or incomplete (CorruptIndexException: ")
+    assert line.endswith("(fix: remove the folder and build it again (zsdr bm25 --index builds a missing index; in the "
+                         "workflow, its lucene_index rule))") and ".java:" not in line and len(line) < 600

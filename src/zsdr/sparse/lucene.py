@@ -366,6 +366,25 @@ def _check_index(index_dir: Path, fields: str, language: str) -> None:
                             f"search with {key}={meta.get(key)!r} or build an index with {key}={wanted!r}")
 
 
+def _open_searcher(index_dir: Path):
+    """Anserini's searcher over ``index_dir`` (a damaged index: :func:`_damaged`)."""
+    from jnius import JavaException, autoclass
+
+    try:
+        return autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    except JavaException as exc:
+        raise _damaged(index_dir, exc) from None
+
+
+def _damaged(index_dir: Path, exc) -> DataError:
+    """A damaged index (Lucene's CorruptIndexException, a file cut short) as a :class:`DataError` naming the
+    folder, not a Java stack trace."""
+    what = f"{str(getattr(exc, 'classname', '')).rsplit('.', 1)[-1]}: {getattr(exc, 'innermessage', exc)}"
+    return DataError(index_dir, None, f"the Lucene index is damaged or incomplete ({what})",
+                     "remove the folder and build it again (zsdr bm25 --index builds a missing index; in the "
+                     "workflow, its lucene_index rule)")
+
+
 def _batches(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -388,10 +407,10 @@ def search(index_dir: str | os.PathLike, queries: dict[str, str], k1: float = 0.
     _check_index(index_dir, fields, language)
     params = _rm3_params(rm3)
     start_jvm()
-    from jnius import autoclass
+    from jnius import JavaException, autoclass
     from tqdm.auto import tqdm
 
-    searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    searcher = _open_searcher(index_dir)
     run: dict[str, dict[str, float]] = {}
     start = time.perf_counter()
     try:
@@ -432,6 +451,8 @@ def search(index_dir: str | os.PathLike, queries: dict[str, str], k1: float = 0.
                 run[qid] = hits
             bar.update(len(chunk))
         bar.close()
+    except JavaException as exc:
+        raise _damaged(index_dir, exc) from None
     finally:
         searcher.close()
     log.info("searched %d queries in %s (%s%s) in %.1f s", len(run), index_dir, fields, "+rm3" if params else "",
