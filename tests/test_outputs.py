@@ -214,3 +214,28 @@ def test_encode_refuses_an_output_inside_its_model_or_over_its_dataset(models, c
         code, _, err = zsdr(capsys, "encode", "--model", model, "--dataset", data, "--out", out, "--device", "cpu")
         assert code == 1 and tree(models) == before
         assert "an input" in the_error_line(err)
+
+
+def test_fetch_refuses_a_data_folder_it_did_not_write_before_downloading(tmp_path, capsys):
+    mine = tmp_path / "data" / "scifact"
+    mine.mkdir(parents=True)
+    (mine / "notes.md").write_text("my own copy")
+    code, _, err = zsdr(capsys, "fetch", "scifact", "--data", tmp_path / "data", "--downloads", tmp_path / "dl",
+                        "--mirror", tmp_path / "no-mirror", "--quiet")
+    assert code == 1 and tree(mine) == {"notes.md": b"my own copy"} and not (tmp_path / "dl").exists()
+    assert the_error_line(err).startswith(f"zsdr fetch: error: {mine}: refusing to replace this folder: it holds "
+                                          "notes.md, which zsdr did not write as a dataset")
+
+
+def test_mini_refuses_a_domain_folder_it_did_not_write(tmp_path, capsys):
+    from zsdr.data.mini import generate
+    from zsdr.workflow import load_yaml
+
+    config = load_yaml(Path(__file__).resolve().parents[1] / "config.yaml")["mini"]
+    first = config["domains"][0]["name"]
+    mine = tmp_path / "data" / first
+    mine.mkdir(parents=True)
+    (mine / "corpus.jsonl").write_text('{"_id": "mine", "text": "mine"}\n')
+    with pytest.raises(DataError, match=f"{mine}: refusing to replace this folder: it holds corpus.jsonl"):
+        generate(config, tmp_path / "data")
+    assert tree(mine) == {"corpus.jsonl": b'{"_id": "mine", "text": "mine"}\n'}

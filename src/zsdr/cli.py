@@ -64,6 +64,9 @@ def cmd_fetch(args) -> int:
     from zsdr.data.fetch import fetch
 
     byo = registry.get(args.name).byo is not None
+    from zsdr.io import check_output_dir
+
+    check_output_dir(Path(args.data) / args.name, "dataset")   # before any download
     given = [flag for flag, value in (("--downloads", args.downloads), ("--mirror", args.mirror),
                                       ("--no-extras", args.no_extras or None)) if value is not None] if byo else \
         ["--byo"] if args.byo is not None else []
