@@ -239,3 +239,21 @@ def test_mini_refuses_a_domain_folder_it_did_not_write(tmp_path, capsys):
     with pytest.raises(DataError, match=f"{mine}: refusing to replace this folder: it holds corpus.jsonl"):
         generate(config, tmp_path / "data")
     assert tree(mine) == {"corpus.jsonl": b'{"_id": "mine", "text": "mine"}\n'}
+
+
+def test_the_kinds_the_command_checks_first_are_those_its_writers_mark(models, tmp_path, capsys):
+    """A command checks its output folder before loading a model, as its writer checks it again: with the
+    same kind, or it would refuse to replace its own earlier output."""
+    from zsdr.cli import OUTPUT_DIRS
+
+    model, data, out = models / "par" / "m", models / "data", tmp_path / "emb"
+    for _ in range(2):   # the second time over its own output
+        code, _, err = zsdr(capsys, "encode", "--model", model, "--dataset", data, "--out", out, "--device", "cpu",
+                            "--quiet")
+        assert code == 0, err
+    assert json.loads((out / OUTPUT_MARKER).read_text())["kind"] == OUTPUT_DIRS["encode"][0][1]
+    ds = make_dataset(tmp_path / "ds")
+    assert zsdr(capsys, "store", ds, "--out", tmp_path / "st")[0] == 0
+    assert json.loads((tmp_path / "st" / OUTPUT_MARKER).read_text())["kind"] == OUTPUT_DIRS["store"][0][1]
+    assert zsdr(capsys, "export", model, tmp_path / "x")[0] == 0
+    assert json.loads((tmp_path / "x" / OUTPUT_MARKER).read_text())["kind"] == OUTPUT_DIRS["export"][0][1]

@@ -62,17 +62,16 @@ def cmd_validate(args) -> int:
 def cmd_fetch(args) -> int:
     from zsdr.data import registry
     from zsdr.data.fetch import fetch
-
-    byo = registry.get(args.name).byo is not None
     from zsdr.io import check_output_dir
 
-    check_output_dir(Path(args.data) / args.name, "dataset")   # before any download
+    byo = registry.get(args.name).byo is not None
     given = [flag for flag, value in (("--downloads", args.downloads), ("--mirror", args.mirror),
                                       ("--no-extras", args.no_extras or None)) if value is not None] if byo else \
         ["--byo"] if args.byo is not None else []
     if given:
         kind = "bring-your-own: nothing is downloaded" if byo else "downloaded: no --byo folder is read"
         raise UsageError(f"argument {given[0]}: dataset {args.name!r} is {kind} (fix: drop {given[0]})")
+    check_output_dir(Path(args.data) / args.name, "dataset")   # before any download
     counts = fetch(args.name, downloads=args.downloads or "downloads", data=args.data, byo=args.byo or "byo",
                    mirror=args.mirror, extras=not args.no_extras, progress=not args.quiet)
     print(json.dumps({"dataset": args.name, **counts.as_dict()}))
@@ -387,8 +386,8 @@ def command_inputs(args) -> list[Path]:
 # writer checks them again (zsdr.io.check_output_dir). Per command: (argument, the kind of output).
 OUTPUT_DIRS = {
     "export": [("out", "export")],
-    "encode": [("out", "embeddings")],
-    "encode-queries": [("out", "embeddings")],
+    "encode": [("out", "embeddings folder")],
+    "encode-queries": [("out", "embeddings folder")],
     "store": [("out", "store")],
 }
 

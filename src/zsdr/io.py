@@ -8,7 +8,7 @@
   remove on failure, so a crashed job never leaves a file that looks finished. The result has the
   permissions of any file the process creates (``0o666`` / ``0o777`` less the umask), not
   ``tempfile``'s owner-only ``0o600`` / ``0o700``.
-* Output folders are never what zsdr did not write: :func:`atomic_dir` marks every folder it writes
+* Nothing zsdr did not write is replaced: :func:`atomic_dir` marks every folder it writes
   (``.zsdr-output.json``, naming the kind of output) and replaces only an empty folder or one it
   marked as the same kind; anything else (a dataset, a parent folder, another kind of output) is
   refused before any work, naming the folder (:func:`check_output_dir`). Inside a Snakemake job, the
