@@ -313,7 +313,7 @@ def test_a_job_that_ends_while_its_server_is_stopped_fails_instead_of_hanging(se
         import time
         from pathlib import Path
         Path("started").write_text("")
-        time.sleep(1)
+        time.sleep(3)
     """)
     with open(tmp_path / "err", "w") as err:
         proc = run(script, stderr=err)
