@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import mini_with_backbones
+from zsdr.data.spans import SpanDocuments, open_spans, read_spans, sample_pair
 from zsdr.io import DataError
 from zsdr.losses.coco import span_contrastive
-from zsdr.pretrain.coco import (HEAD_CONFIG, HEAD_WEIGHTS, build_coco_task, contrastive_loss_on, sample_pair,
-                                whole_word_selection)
+from zsdr.pretrain.coco import HEAD_CONFIG, HEAD_WEIGHTS, build_coco_task, contrastive_loss_on, whole_word_selection
 from zsdr.pretrain.mlm import IGNORE
-from zsdr.pretrain.spans import (SpanDocuments, SpanWriter, document_spans, open_spans, pack_spans, read_spans,
-                                 split_sentences, write_span_documents, write_spans)
+from zsdr.pretrain.spans import (SpanWriter, document_spans, pack_spans, split_sentences, write_span_documents,
+                                 write_spans)
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -447,15 +447,16 @@ def test_coco_training_learns_saves_and_continues(mini, tmp_path):
 
 
 def test_released_condenser_head_loads_from_model_pt_by_hub_id(mini, tmp_path, offline_hub):
-    """Luyu/condenser ships the masked LM plus model.pt holding ``c_head.{i}.*`` (the official
-    CondenserForPretraining.save_pretrained): the head must come from there, offline, by hub id."""
+    """A checkpoint that ships the masked LM plus model.pt holding ``c_head.{i}.*`` (the official
+    CondenserForPretraining.save_pretrained, as in condenser.tar.gz): the head must come from there, offline, by
+    hub id as from a folder."""
     fresh = build_coco_task(coco_spec(mini))
     g = torch.Generator().manual_seed(11)
     released = {f"c_head.{k}": v + torch.randn(v.shape, generator=g) for k, v in fresh.head.state_dict().items()}
     torch.save(released, tmp_path / "model.pt")
     files = {p.name: p for p in (mini / "bert").iterdir() if p.is_file()}
-    offline_hub("Luyu/condenser", {**files, "model.pt": tmp_path / "model.pt"})
-    task = build_coco_task(coco_spec(mini, init="Luyu/condenser", head=None))
+    offline_hub("someone/condenser-with-head", {**files, "model.pt": tmp_path / "model.pt"})
+    task = build_coco_task(coco_spec(mini, init="someone/condenser-with-head", head=None))
     assert task.head_source.endswith("model.pt")
     for key, value in task.head.state_dict().items():
         assert torch.equal(value, released[f"c_head.{key}"]), key
@@ -463,6 +464,43 @@ def test_released_condenser_head_loads_from_model_pt_by_hub_id(mini, tmp_path, o
     with pytest.raises(DataError, match=r"Luyu/plain-bert carries no Condenser head.*head: new"):
         build_coco_task(coco_spec(mini, init="Luyu/plain-bert", head=None))
     assert build_coco_task(coco_spec(mini, init="Luyu/plain-bert")).head_source is None   # head: new, on purpose
+
+
+def test_the_condenser_release_converts_with_its_head_and_pretraining_continues_it(mini, tmp_path):
+    """condenser.tar.gz (a masked-LM folder and model.pt with the head) becomes a model folder whose head COCO
+    pretraining continues; an archive without the head, or with a link, is refused naming it."""
+    import tarfile
+
+    from zsdr.models.released import convert
+
+    fresh = build_coco_task(coco_spec(mini))
+    head = {f"c_head.{k}": v + 1.0 for k, v in fresh.head.state_dict().items()}
+    folder = tmp_path / "condenser"
+    folder.mkdir()
+    for p in (mini / "bert").iterdir():
+        if p.is_file():
+            (folder / p.name).write_bytes(p.read_bytes())
+    torch.save(head, folder / "model.pt")
+    archive = tmp_path / "condenser.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder, arcname="condenser")
+    out = convert("condenser", archive, tmp_path / "converted")
+    assert (out / "config.json").is_file() and (out / "model.pt").is_file()
+    task = build_coco_task(coco_spec(mini, init=str(out), head=None))
+    assert task.head_source == str(out / "model.pt")
+    assert all(torch.equal(task.head.state_dict()[k], head[f"c_head.{k}"]) for k in task.head.state_dict())
+    torch.save({"lm.weight": torch.zeros(1)}, folder / "model.pt")                 # no c_head tensors
+    with tarfile.open(tmp_path / "headless.tar.gz", "w:gz") as tar:
+        tar.add(folder, arcname="condenser")
+    with pytest.raises(DataError, match=r"model\.pt: holds no c_head\.\* tensors"):
+        convert("condenser", tmp_path / "headless.tar.gz", tmp_path / "bad")
+    link = tmp_path / "evil"
+    link.mkdir()
+    (link / "model.pt").symlink_to("/etc/passwd")
+    with tarfile.open(tmp_path / "evil.tar.gz", "w:gz") as tar:
+        tar.add(link, arcname="condenser")
+    with pytest.raises(DataError, match="is a link or points outside the archive"):
+        convert("condenser", tmp_path / "evil.tar.gz", tmp_path / "evil-out")
 
 
 def test_contrastive_loss_on_a_plain_backbone(mini):

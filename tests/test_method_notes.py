@@ -123,5 +123,5 @@ def test_links_between_notes_resolve():
 
 def test_index_lists_every_note():
     index = (NOTES / "README.md").read_text(encoding="utf-8")
-    listed = set(re.findall(r"\]\(([a-z]+\.md)\)", index))
+    listed = set(re.findall(r"\]\(([a-z-]+\.md)\)", index))
     assert listed == {p.name for p in NOTES.glob("*.md")} - {"README.md"}

@@ -20,8 +20,8 @@ from zsdr.data.mini import generate
 from zsdr.io import DataError
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.mine import sample_negatives
-from zsdr.training.data import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
-                                write_teacher_scores)
+from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
+                                    write_teacher_scores)
 from zsdr.training.recipes import launch
 from zsdr.training.trainer import StopSignals
 
@@ -134,6 +134,24 @@ def test_training_learns_and_writes_an_encoder_folder(tiny):
     first, last = sum(r["loss"] for r in log[:5]) / 5, sum(r["loss"] for r in log[-5:]) / 5
     assert last < first * 0.9, (first, last)          # chance level is log(16) = 2.77
     assert not Path(s["checkpoint_dir"]).exists()          # removed once the model is written
+
+
+def test_a_triples_epoch_counts_every_query_negative_pair_and_epoch_size_sets_the_length(tiny):
+    """`examples: triples` (the official warmups' epoch: one line of the triples file an example) trains through
+    the one trainer; `epoch_size` (ANCE's expected_train_size) sets the length as the official t_total does."""
+    from zsdr.data.training_set import TrainingSet
+
+    negatives = tiny / "data" / "src" / "negatives.jsonl"
+    pairs = len(TrainingSet(tiny / "data" / "src", negatives, unit="triples"))
+    queries = len(TrainingSet(tiny / "data" / "src", negatives))
+    assert pairs > queries
+    s, path = spec(tiny, "triples", examples="triples", loss="pairwise_nll",
+                   train={"max_steps": None, "epochs": 2, "epoch_size": 100, "batch_size": 8})
+    proc = train_cli(path)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    info = json.loads((Path(s["out"]) / "training.json").read_text())
+    assert info["examples"] == pairs
+    assert [r["step"] for r in losses(s["out"])][-1] == 2 * (100 // 8)   # epochs x (epoch_size // global batch)
 
 
 def test_sigkill_then_rerun_gives_bit_identical_weights(tiny):

@@ -58,6 +58,16 @@ def training_plan(output: str, kind: str = "train", gpus_per_process: int | None
     return plan
 
 
+NOISE = re.compile(r"^.*(?:Exception|Traceback|Warning\b).*$", re.M)
+
+
+def assert_quiet(proc):
+    """A successful plan prints no exception, traceback or warning (an input function that raised and
+    was skipped, a never-awaited coroutine): they hide the messages that matter."""
+    noise = NOISE.findall(proc.stdout + proc.stderr)
+    assert not noise, "\n".join(noise[:10])
+
+
 def test_lint_is_clean():
     proc = snakemake("--lint", check=False)
     text = proc.stdout + proc.stderr
@@ -91,6 +101,7 @@ def test_dry_run_every_paper_table(configfile):
     # --forceall: the count must not depend on outputs already present in the checkout
     args = ["-n", "--forceall", "tables"] + (["--configfile", configfile] if configfile else [])
     proc = snakemake(*args)
+    assert_quiet(proc)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     from zsdr.tables.figures import FIGURES
     from zsdr.tables.spec import list_specs
@@ -121,8 +132,9 @@ def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardwa
     and figure with its checksum). GPUs: a training job holds one per process — COCO-DR 8, DDR's DAMs 4,
     the DR baselines and MoDIR 1 (docs/methods/) — every encode/search job one, BM25 and the tables none.
     (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
-    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "results/all",
+    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
                      "--configfile", "configs/paper.yaml")
+    assert_quiet(proc)   # (the profile's default resources once made Snakemake warn of a coroutine)
     out = proc.stdout + proc.stderr
     jobs = planned_jobs(out)
     assert jobs["all_results"] == jobs["table1"] == 1 and jobs["paper_table"] == 25, jobs
@@ -161,7 +173,7 @@ def test_dry_run_paper_config_plans_every_dataset():
 
 
 def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
-    proc = snakemake("-n", "--forceall", "results/table1.csv", "--configfile", "configs/paper.yaml")
+    proc = snakemake("-n", "--forceall", "paper/results/table1.csv", "--configfile", "configs/paper.yaml")
     jobs = planned_jobs(proc.stdout)
     # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
     # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue
@@ -182,26 +194,30 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
                          "cocodr-base-ep3"}
     expected = {
         "dpr": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
-                "lamb lr 0.0002, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
-                "ANCE head: new (seed 0)", "; dropout as the checkpoint", "; inference fp16"],
+                "lamb lr 0.0002, linear, warmup 1000",
+                "60,000 steps (max_steps; linear decay to 0 at 2,187,500: lr at the end 0.973 x peak)", "q128/d128",
+                "fp16", "ANCE head: new (seed 0)", "; dropout as the checkpoint", "; inference fp16"],
         # ANCE: each episode mines at its own q64/d256 (episode 1: DPR re-encodes the corpus at 256
-        # tokens), one warmup + linear decay over the 3 x 45k steps; everything encodes in fp16
+        # tokens), one warmup + linear decay towards the official 1M steps over the 3 x 45k; fp32 as the
+        # official ANCE commands; everything encodes in fp16
         "ance-ep1": ["(mined: top-200 of dpr.mine-d256 at q64/d256, 20 sampled per query)",
-                     "45000 steps (decay over 135000 steps);", "; inference fp16",
-                     "ANCE head: from checkpoint models/trained/dpr"],
+                     "45,000 steps (max_steps; linear decay to 0 at 1,000,000: lr at the end 0.96 x peak);",
+                     "; inference fp16", "ANCE head: from checkpoint models/trained/dpr", "; fp32;"],
         "ance-ep2": ["init models/trained/ance-ep1", "from ance-ep2.jsonl", "grad-acc 2", "lamb lr 5e-06",
-                     "warmup 5000", "45000 steps", "q64/d256", "(mined: top-200 of ance-ep1 at q64/d256",
-                     "45000 steps (decay over 135000 steps, this run from step 45000)",
+                     "warmup 5000", "q64/d256", "(mined: top-200 of ance-ep1 at q64/d256",
+                     "45,000 steps (max_steps; linear decay to 0 at 1,000,000 (+45,000): lr at the end 0.915 x peak)",
                      "ANCE head: from checkpoint models/trained/ance-ep1"],
-        "ance-ep3": ["(decay over 135000 steps, this run from step 90000)"],
+        "ance-ep3": ["linear decay to 0 at 1,000,000 (+90,000): lr at the end 0.869 x peak"],
         "kd": ["margin_mse with 1 negative(s) from msmarco-hard-negatives.jsonl.gz", "ANCE head: new (seed 0)"],
         "ddr-dr-contrast": ["init bert-base-uncased", "contrastive with 3 negative(s)", "batch 32 x 4 process(es)",
-                            "adamw lr 1e-05, constant, warmup 0", "5 epochs", "q24/d128"],
-        "ddr-dr-distill": ["margin_mse with 3 negative(s)", "20 epochs"],
+                            "adamw lr 1e-05, constant, warmup 0", "~ 19,645 steps (5 epochs x ~ 502,939 queries // 128)",
+                            "q24/d128"],
+        "ddr-dr-distill": ["margin_mse with 3 negative(s)", "(20 epochs x <= 502,939 queries // 128)"],
         # BERM (docs/methods/berm.md#training-recipes): RoBERTa-base, BERM's DPR lr 2e-5, 128 tokens, 32/GPU, ~300k steps,
         # R1 x 1.0 + R2 x 0.1 in the official code's form (its weights), labels BM25 + 0.1 x reader
         "dpr-berm": ["init roberta-base", "pairwise_nll with 1 negative", "batch 32 x 1 process(es) x grad-acc 1",
-                     "lamb lr 2e-05, linear, warmup 1000", "300000 steps", "q128/d128", "fp16",
+                     "lamb lr 2e-05, linear, warmup 1000", "300,000 steps (max_steps; linear decay to 0 at 2,187,500",
+                     "q128/d128", "fp16",
                      "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)", "lucene BM25 + 0.1 x reader roberta-squad2"],
         "ance-berm-ep1": ["init models/trained/dpr-berm", "grad-acc 2", "lamb lr 5e-06", "q64/d256",
                           "(mined: top-200 of dpr-berm.mine-d256 at q64/d256", "+ BERM R1 x1 (KL / units, official code) + R2 x0.1 (double softmax, official code)"],
@@ -223,28 +239,29 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     expected = {
         "bert-base--msmarco": ["init bert-base-uncased", "MLM 15% (80/10/10) on the data/msmarco corpus",
                                "batch 64 x 4 process(es) x grad-acc 4", "adamw lr 5e-05, constant, warmup 1000",
-                               "100000 steps", "max length 100", "fp16"],
+                               "100,000 steps (max_steps)", "max length 100", "fp16"],
         "bert-base--msmarco--lotte-writing-test": ["init models/dams/bert-base--msmarco", "batch 128 x 4 process(es)",
-                                                   "lr 2e-05", "50000 steps, a snapshot every 5000", "max length 190"],
-        "bert-base--msmarco--trec-covid-beir": ["batch 128 x 4 process(es)", "20000 steps", "max length 190"],
+                                                   "lr 2e-05", "50,000 steps (max_steps), a snapshot every 5000",
+                                                   "max length 190"],
+        "bert-base--msmarco--trec-covid-beir": ["batch 128 x 4 process(es)", "20,000 steps", "max length 190"],
         "bert-base-chinese--dureader--cpr-ecom": ["init models/dams/bert-base-chinese--dureader",
-                                                  "batch 256 x 4 process(es)", "20000 steps", "max length 100"],
-        "bert-base--lotte-science-test": ["init bert-base-uncased", "lr 2e-05", "50000 steps"],   # DDR\\SI, DDR\\DF
+                                                  "batch 256 x 4 process(es)", "20,000 steps", "max length 100"],
+        "bert-base--lotte-science-test": ["init bert-base-uncased", "lr 2e-05", "50,000 steps"],   # DDR\\SI, DDR\\DF
         "ddr-contrast": ["init models/dams/bert-base--msmarco", "contrastive with 3 negative(s)",
                          "REM only, DAM frozen: LoRA r 192 alpha 192 on query+value + parallel adapter 192 x4",
-                         "batch 32 x 4 process(es) x grad-acc 1", "adamw lr 2e-05, constant, warmup 0", "5 epochs",
+                         "batch 32 x 4 process(es) x grad-acc 1", "adamw lr 2e-05, constant, warmup 0", "(5 epochs x",
                          "q24/d128", "fp16"],
-        "ddr-distill": ["margin_mse with 3 negative(s)", "LoRA r 192", "20 epochs", "lr 2e-05"],
+        "ddr-distill": ["margin_mse with 3 negative(s)", "LoRA r 192", "(20 epochs x", "lr 2e-05"],
         "ddr-rem-lora96": ["LoRA r 96 alpha 96 on query+value; batch"],
         "ddr-rem-pa192": ["REM only, DAM frozen: parallel adapter 192 x4;"],
         "ddr-nodf-contrast": ["init bert-base-uncased", "LoRA r 192"],
         "ddr-nod-contrast@lotte-writing-test": ["init models/dams/bert-base--msmarco--lotte-writing-test",
-                                                "lr 1e-05", "5 epochs"],
+                                                "lr 1e-05", "(5 epochs x"],
         # Chinese: DuReader source DAM (length 256, 6k steps [C-RM]), in-batch negatives only, 1 epoch
-        "bert-base-chinese--dureader": ["init bert-base-chinese", "6000 steps", "max length 256"],
+        "bert-base-chinese--dureader": ["init bert-base-chinese", "6,000 steps", "max length 256"],
         "ddr-contrast-zh": ["init models/dams/bert-base-chinese--dureader", "contrastive with 0 negative(s)",
-                            "LoRA r 192", "1 epochs", "q24/d384"],
-        "ddr-distill-zh": ["margin_mse with 3 negative(s)", "1 epochs"],
+                            "LoRA r 192", "1 epoch(s) of the training set", "q24/d384"],
+        "ddr-distill-zh": ["margin_mse with 3 negative(s)", "1 epoch(s) of the training set"],
     }
     for run, parts in expected.items():
         for part in parts:
@@ -277,19 +294,21 @@ def test_paper_config_plans_modir_with_the_spec_values():
         assert {r.split("@")[1] for r in plan if r.startswith(f"{recipe}@")} == set(MODIR_TARGETS), recipe
     common = ["batch 4 x 1 process(es) x grad-acc 4", "lamb lr 1e-06, linear, warmup 5000", "q64/d512",
               "in chunks of 50", "lambda0 1 halving every 10000 steps",
-              "classifier lr 5e-06 (logits clipped at 5)", "(decay over 1000000 steps)", "; dropout 0;",
-              "; inference fp16"]
+              "classifier lr 5e-06 (logits clipped at 5)", "linear decay to 0 at 1,000,000", "; dropout 0;",
+              "; inference fp16, at other lengths on arguana q512"]
     expected = {
         "ance-modir@nfcorpus": ["init castorini/ance-msmarco-passage", "pairwise_nll with 1 negative(s) from "
                                 "ance-modir.jsonl (mined: top-200 of ance-msmarco at q64/d512,",
-                                "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10000 steps",
+                                "MoDIR confusion loss vs nfcorpus, momentum n 1000", "; 10,000 steps",
                                 "ANCE head: from checkpoint castorini/ance-msmarco-passage"],
         # DPR+MoDIR starts from ANCE's released warmup checkpoint (its zip, converted), as the paper does
         "dpr-modir@scifact": ["init models/released/ance-warmup", "from negatives.jsonl", "momentum n 1000",
-                              "; 10000 steps", "ANCE head: from checkpoint models/released/ance-warmup"],
-        "ance-modir@trec-covid": ["60000 steps, a snapshot every 2500 steps"],
-        "ance-modir-single@trec-covid": ["single (n 1)", "60000 steps"],
-        "ance-modir-repeat@webis-touche2020": ["repeat x1000 in chunks of 50", "; 10000 steps"],
+                              "; 10,000 steps", "ANCE head: from checkpoint models/released/ance-warmup"],
+        "ance-modir@trec-covid": ["60,000 steps (max_steps; linear decay to 0 at 1,000,000: lr at the end 0.945 x "
+                                  "peak), a snapshot every 2500 steps"],
+        "ance-modir-single@trec-covid": ["single (n 1)", "60,000 steps"],
+        "ance-modir-repeat@webis-touche2020": ["repeat x1000 in chunks of 50", "; 10,000 steps"],
+        "dpr-modir@arguana": ["max length q64/d512, target q512"],                 # --max_query_length_tgd
         "ance-modir-n100@trec-covid": ["momentum n 100 in chunks of 50"],
         "ance-modir-minimax@trec-covid": ["MoDIR minimax loss"],
         "ance-modir-gan@webis-touche2020": ["MoDIR gan loss"],
@@ -318,10 +337,12 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
     out = proc.stdout
     jobs = planned_jobs(out)
     coco = training_plan(out, "pretrain", gpus_per_process=1)["coco"]
-    for part in ["init Luyu/condenser", "span contrastive x1 (global batch, no temperature)",
-                 "Condenser head MLM (2 layers from layer 6; head from checkpoint Luyu/condenser), backbone MLM "
-                 "15% whole-word",
-                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear", "; 8 epochs;",
+    # COCO from the released Condenser with its head (condenser.tar.gz, converted: the hub copy has none)
+    for part in ["init models/released/condenser", "span contrastive x1 (global batch, no temperature)",
+                 "Condenser head MLM (2 layers from layer 6; head from checkpoint models/released/condenser), "
+                 "backbone MLM 15% whole-word",
+                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear",
+                 "~ 263,816 steps (8 epochs x ~ 52,764,545 documents // 1,600;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)
     plan = training_plan(out)
@@ -330,15 +351,19 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
         run = plan[f"cocodr-base-ep{k}"]
         for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
                      "last 3 layers)", "30 sampled per query",
-                     "batch 64 x 8 process(es)", "45000 steps", "adamw lr"]:
+                     "batch 64 x 8 process(es)", "45,000 steps (max_steps; linear decay to 0 at 60,000: lr at the "
+                     "end 0.263 x peak)", "adamw lr", "at other lengths on arguana q128; trec-news d256"]:
             assert part in run, (k, part, run)
     # every episode mines at its own q64/d256 (the previous models are evaluated at 128 tokens)
     assert "top-200 of cocodr-warmup.mine-d256 at q64/d256" in plan["cocodr-base-ep1"]
     assert "top-200 of cocodr-base-ep1.mine-d256 at q64/d256" in plan["cocodr-base-ep2"]
     assert "lr 5e-06" in plan["cocodr-base-ep1"] and "gradients of the last 2 layers" in plan["cocodr-large-ep1"]
+    # the official episode rule: max(0.2, 1 - g / 300,000) x 5e-6 at global step g = 0, 45k, 90k
+    assert "adamw lr 4.25e-06" in plan["cocodr-base-ep2"] and "adamw lr 3.5e-06" in plan["cocodr-base-ep3"]
+    assert "51,267 steps (3 epochs x 35,000,000 triples // 2,048;" in plan["cocodr-warmup"]
     assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
-    assert plan["condenser-warmup"].startswith("init Luyu/condenser;")
+    assert plan["condenser-warmup"].startswith("init models/released/condenser;")
     # one clustering per iDRO/GroupDRO episode: Base, -COCO, GroupDRO, Large, Large -COCO and the 6 sweep points
     # COCO Base and Large, and Condenser continued on Table 3's targets
     assert jobs["cluster_queries"] == 3 * (5 + 6) and jobs["pretrain_coco"] == 3
@@ -358,7 +383,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
     targets = ["lotte-writing-test", "lotte-recreation-test", "lotte-science-test", "lotte-technology-test",
                "lotte-lifestyle-test", "trec-covid", "hotpotqa", "fiqa", "webis-touche2020", "nfcorpus", "nq",
                "dbpedia-entity", "scifact", "scidocs", "quora", "fever", "climate-fever", "arguana"]
-    for init, name in (("Luyu/condenser", "rmsc-cd"), ("models/pretrained/coco", "rmsc-co")):
+    for init, name in (("models/released/condenser", "rmsc-cd"), ("models/pretrained/coco", "rmsc-co")):
         for d in targets:
             run = plan[f"{name}@{d}"]
             method = "ict" if d.startswith("lotte") else "scl"
@@ -367,7 +392,7 @@ def test_paper_config_plans_rmsc_with_the_spec_values():
                          f"source-weak ({method}.jsonl, size supervised)", f"target-weak ({method}.jsonl, size supervised)",
                          "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H]; on msmarco [T] x [H] [X] "
                          "rmsc.source_context)", "batch 64 x 8 process(es)",
-                         "adamw lr 1e-05", "warmup 1000; 10000 steps", "max length q64/d256", "fp16",
+                         "adamw lr 1e-05", "warmup 1000; 10,000 steps (max_steps", "max length q64/d256", "fp16",
                          "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak "
                          "negatives from the corpus, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
                 assert part in run, (name, d, part, run)

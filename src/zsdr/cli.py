@@ -100,6 +100,34 @@ def cmd_mini(args) -> int:
     return 0
 
 
+def cmd_hparams(args) -> int:
+    """The hyperparameter card of a config (zsdr.plan.card): every training's effective numbers and every
+    dense system's inference lengths per dataset, as the workflow would run them."""
+    from zsdr.plan.card import Reference, inference_rows, markdown, training_rows
+    from zsdr.plan.core import load_plan
+    from zsdr.workflow import SRC, ConfigError
+
+    root = SRC.parent
+    for path in args.configfile:
+        if not Path(path).is_file():
+            raise DataError(path, None, "config file not found", "check the path")
+    try:
+        plan = load_plan(root, *[Path(p).resolve() for p in args.configfile])
+    except (ConfigError, ValueError) as exc:
+        raise DataError(None, None, " ".join(str(exc).split())) from None
+    scale = plan.config.get("scale", "mini")
+    reference = Reference.load(args.reference) if args.reference else None
+    if args.json:
+        rows = training_rows(plan)
+        print(json.dumps({"scale": scale,
+                          "trainings": [{"job": r.job, "source": r.source, **r.values, "marks": r.marks,
+                                         "notes": r.notes} for r in rows],
+                          "inference": inference_rows(plan)}, indent=1, default=str))
+    else:
+        sys.stdout.write(markdown(plan, scale, reference))
+    return 0
+
+
 def cmd_check_config(args) -> int:
     """Check config files as the workflow reads them: the project's config.yaml and paper files
     (configs/papers/), with each given file over them as a --configfile."""
@@ -134,6 +162,14 @@ def cmd_check_config(args) -> int:
             config = command_line
         expand_recipes(config)
         check_config(config, schema, sources)
+        if args.base:
+            # the whole plan, as the workflow makes it: systems, inits, metrics and splits that only jobs
+            # would trip on are refused here, naming their key
+            from zsdr.plan.core import Plan, with_schema_defaults
+            from zsdr.workflow import expand_berm_grid, expand_cocodr_sweeps
+
+            with_schema_defaults(config, schema)
+            Plan(config, root, expand_berm_grid(config), expand_cocodr_sweeps(config))
     except (ConfigError, ValueError) as exc:
         lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
         if len(lines) > 1:
@@ -242,7 +278,7 @@ MODULE_COMMANDS = {
 }
 
 
-BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config")
+BUILTIN_COMMANDS = ("validate", "fetch", "datasets", "doctor", "mini", "check-config", "hparams")
 
 
 def _command_modules(argv: list[str]) -> list[str]:
@@ -308,6 +344,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--no-base", dest="base", action="store_false",
                    help="do not start from config.yaml and configs/papers/")
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("hparams", help="the hyperparameter card: every training's effective steps, warmup, lr "
+                                       "schedule, batch and lengths, and the inference lengths per dataset")
+    p.add_argument("--configfile", nargs="*", default=[], metavar="FILE",
+                   help="config files over the project's config.yaml and paper files (as snakemake --configfile)")
+    p.add_argument("--reference", metavar="FILE",
+                   help="official values to compare with (docs/methods/reference.yaml, for the paper scale)")
+    p.add_argument("--json", action="store_true", help="JSON instead of the Markdown card")
+    p.set_defaults(func=cmd_hparams)
 
     p = sub.add_parser("mini", help="generate the mini benchmark")
     p.add_argument("--config", default="config.yaml",
@@ -421,77 +466,6 @@ def check_inputs(args) -> None:
                 raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
 
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                "pytorch_model.bin.index.json")
-
-
-def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None:
-    """A model given as a folder must hold ``config.json`` and complete weights; raise
-    :class:`DataError` naming the folder, the problem and the fix otherwise (before any loading)."""
-    folder = Path(path)
-    if not folder.is_dir():
-        return  # a Hugging Face id, or a file: the loader decides
-    fix = (f"point {argument} at a folder written by zsdr (save_pretrained + zsdr.json) or a complete "
-           "Hugging Face download, or copy the model again")
-    if not any(folder.iterdir()):
-        raise DataError(folder, None, "the model folder is empty", fix)
-    if not (folder / "config.json").is_file() and (folder / "modules.json").is_file():
-        return  # a sentence-transformers folder whose transformer lives in a module subfolder
-    if not (folder / "config.json").is_file():
-        raise DataError(folder, None, "the model folder has no config.json", fix)
-    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not weights:
-        raise DataError(folder, None, f"the model folder has no weights ({' or '.join(WEIGHT_FILES[:2])})", fix)
-    for file in weights:
-        problem = _weights_problem(file)
-        if problem:
-            raise DataError(file, None, f"the model weights are incomplete or damaged: {problem}", fix)
-
-
-def _weights_problem(file: Path) -> str | None:
-    """Why a weights file cannot be complete, from its structure alone (no tensors are read), or None."""
-    import struct
-    import zipfile
-
-    size = file.stat().st_size
-    if file.name.endswith(".index.json"):
-        try:
-            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            return f"the shard index is not readable ({exc.__class__.__name__})"
-        missing = sorted(s for s in shards if not (file.parent / s).is_file())
-        if missing:
-            return f"shard {missing[0]} is missing"
-        for shard in sorted(shards):
-            problem = _weights_problem(file.parent / shard)
-            if problem:
-                return f"{shard}: {problem}"
-        return None
-    if file.suffix == ".safetensors":
-        with open(file, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                return f"{size} bytes, shorter than a safetensors header"
-            (length,) = struct.unpack("<Q", head)
-            if length > size - 8:
-                return f"the header says {length} bytes, the file has {size - 8} after it"
-            try:
-                header = json.loads(fh.read(length))
-            except ValueError:
-                return "the safetensors header is not valid JSON"
-        end = max((v["data_offsets"][1] for k, v in header.items()
-                   if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
-        if 8 + length + end > size:
-            return f"the tensors need {8 + length + end} bytes, the file has {size}"
-        return None
-    if file.suffix == ".bin" and not zipfile.is_zipfile(file):
-        with open(file, "rb") as fh:
-            if fh.read(1) == b"\x80":
-                return None   # torch's legacy (pre-1.6) pickle format: no structure to check
-        return "not a complete PyTorch (zip) archive"
-    return None
-
-
 _ERRNO_FIXES = {
     errno.ENOSPC: "free space on that file system, or point the output (or `paths:` in the config) at a larger one",
     errno.EDQUOT: "free space within your quota, or point the output at another file system",
@@ -539,8 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         check_dependent(args)
         check_inputs(args)
         check_device(getattr(args, "device", None))
+        if getattr(args, "check_usage", None) is not None:  # a command's own usage checks, before any model
+            args.check_usage(args)
         if getattr(args, "model", None) is not None:
-            check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
+            from zsdr.models.checkpoints import check_model_argument
+
+            check_model_argument(args.model, "--model" if "--model" in argv else "the model argument")
         with reading(command_inputs(args)):
             check_outputs(args)
             return args.func(args)

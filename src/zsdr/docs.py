@@ -1,9 +1,11 @@
-"""The configuration reference, generated from the config schema.
+"""The generated documentation: the configuration reference and the hyperparameter cards.
 
 ``python -m zsdr.docs`` (or ``make docs``) reads ``schemas/config.schema.yaml`` and writes
 ``docs/configuration.md``: one table per top-level key (key path, type, default, description), then
-the shared definitions the tables point to. ``python -m zsdr.docs --check`` exits 1 when the file on
-disk differs from what the schema gives (the test suite runs the same comparison).
+the shared definitions the tables point to; and it writes the hyperparameter card of the paper and small
+scales (``docs/methods/hparams-<scale>.md``, :mod:`zsdr.plan.card`; the paper's beside the official values
+of ``docs/methods/reference.yaml``). ``python -m zsdr.docs --check`` exits 1 when a file on disk differs
+from what the schema and configs give (the test suite runs the same comparisons).
 
 Key paths: ``a.b`` is key ``b`` inside ``a``; ``a.<name>`` stands for any key of a map whose entries
 share one shape (``systems.<name>.kind``); ``a[]`` is an item of a list.
@@ -183,29 +185,51 @@ def render_file(schema_path: Path = SCHEMA) -> str:
     return render(yaml.safe_load(schema_path.read_text(encoding="utf-8")))
 
 
+CARDS = {"paper": Path("docs") / "methods" / "hparams-paper.md", "small": Path("docs") / "methods" / "hparams-small.md"}
+REFERENCE = Path("docs") / "methods" / "reference.yaml"
+
+
+def render_card(scale: str, root: Path = Path(".")) -> str:
+    """The hyperparameter card of ``configs/<scale>.yaml`` (the paper's with the official values beside)."""
+    from zsdr.plan.card import Reference, markdown
+    from zsdr.plan.core import load_plan
+
+    plan = load_plan(root, root / "configs" / f"{scale}.yaml")
+    reference = Reference.load(root / REFERENCE) if scale == "paper" else None
+    return markdown(plan, scale, reference)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=COMMAND, description="Write the configuration reference "
                                      f"({OUTPUT.as_posix()}) from the config schema ({SCHEMA.as_posix()}).")
     parser.add_argument("--schema", type=Path, default=SCHEMA, help="the config schema (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=OUTPUT, help="the reference to write (default: %(default)s)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when --out is out of date")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
+    parser.add_argument("--no-cards", dest="cards", action="store_false",
+                        help="leave out the hyperparameter cards (docs/methods/hparams-*.md)")
     args = parser.parse_args(argv)
     try:
         text = render_file(args.schema)
     except (FileNotFoundError, ValueError, yaml.YAMLError) as exc:
         print(f"{COMMAND}: error: {exc}", file=sys.stderr)
         return 2
-    current = args.out.read_text(encoding="utf-8") if args.out.is_file() else None
-    if args.check:
+    outputs = [(args.out, text, args.schema)]
+    if args.cards:
+        for scale, path in CARDS.items():
+            outputs.append((path, render_card(scale), f"configs/{scale}.yaml"))
+    stale = 0
+    for out, text, source in outputs:
+        current = out.read_text(encoding="utf-8") if out.is_file() else None
+        if args.check:
+            if current != text:
+                print(f"{out}: out of date with {source} (fix: run `{COMMAND}`)", file=sys.stderr)
+                stale += 1
+            continue
         if current != text:
-            print(f"{args.out}: out of date with {args.schema} (fix: run `{COMMAND}`)", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}")
-    return 0
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text, encoding="utf-8")
+            print(f"wrote {out}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

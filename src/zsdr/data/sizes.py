@@ -2,7 +2,7 @@
 papers evaluate on, read from the tables the project carries (src/zsdr/tables/published/): BEIR's Table 1
 as COCO-DR's Table 5 prints it, and DDR's Table 1 for LoTTE and the Chinese sets (it counts characters
 there). They size what the plan cannot see before the data exists: a pretraining job's mapped corpora
-(:meth:`zsdr.plan.resources.ResourcesPlan.corpus_mb`) and the disk benchmark (benchmarks/disk_paper.py).
+(:meth:`zsdr.plan.resources.Resources.corpus_mb`) and the disk benchmark (benchmarks/disk_paper.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,17 @@ DDR_NAMES = {"Lotte-Write": "lotte-writing-test", "Lotte-Rec": "lotte-recreation
              "Lotte-Tech": "lotte-technology-test", "Lotte-Life": "lotte-lifestyle-test",
              "Lotte-Sci": "lotte-science-test", "CPR-Ecom": "cpr-ecom", "CPR-Video": "cpr-video",
              "CPR-Medical": "cpr-medical", "cMedQAv2": "cmedqa2"}
+
+# Training sets before they are converted: what an epoch of a training job holds (the hyperparameter card,
+# zsdr.plan.card). MS MARCO's counts are ir_datasets' metadata (msmarco-passage/train/triples-small: 39,780,811
+# docpairs; msmarco-passage/train/judged: 502,939 queries with a judged passage), the figures its downloads
+# are verified against; a hard-negative or teacher-scored set holds at most the judged training queries.
+TRAINING_SETS = {
+    "msmarco-triples": {"triples": 39_780_811,
+                        "source": "ir_datasets msmarco-passage/train/triples-small (39,780,811 lines)"},
+    "msmarco": {"queries": 502_939,
+                "source": "~ ir_datasets msmarco-passage/train/judged (502,939 judged training queries)"},
+}
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 """Released checkpoints that are not Hugging Face repositories, converted into the project's formats.
 
-Two kinds of release are zip archives the authors host themselves:
+Three kinds of release are archives the authors host themselves:
 
 * **ANCE-format checkpoints** (``kind: ance``): the ANCE warmup (MoDIR's DPR) and MoDIR's
   TREC-COVID checkpoints. Each holds a ``config.json`` and a PyTorch state dict of ANCE's
@@ -16,6 +16,13 @@ Two kinds of release are zip archives the authors host themselves:
   rewrites it as the project's REM folder (:mod:`zsdr.models.adapters`), which plugs into any DAM
   of the architecture, merged LoRA included. Every tensor of the release must find its place and
   every setting must be one the REM reproduces, else the conversion stops naming what does not fit.
+
+* **Condenser** (``kind: condenser``): Gao & Callan's ``condenser.tar.gz``, the checkpoint COCO-DR's COCO
+  pretraining starts from [C-RM OpenMatch/COCO-DR ``COCO/README.md``]: a ``BertForMaskedLM`` folder
+  (``config.json``, ``pytorch_model.bin``) and ``model.pt``, whose ``c_head.*`` tensors are the Condenser
+  head (``CondenserForPretraining.save_pretrained``). The hub copy ``Luyu/condenser`` holds the backbone
+  only (:data:`KNOWN_CHECKPOINTS`). :func:`convert_condenser` writes the masked LM, the tokenizer and
+  ``model.pt`` (the head, which COCO pretraining continues: ``zsdr.pretrain.coco.find_condenser_head``).
 
 :data:`RELEASES` lists the archives (URL, kind, what they need); :func:`convert` dispatches.
 """
@@ -35,7 +42,7 @@ from zsdr.io import DataError
 
 log = logging.getLogger(__name__)
 
-KINDS = ("ance", "adapter-rem")
+KINDS = ("ance", "adapter-rem", "condenser")
 _ANCE_BLOB = "https://webdatamltrainingdiag842.blob.core.windows.net/semistructstore/OpenSource"
 _MODIR = "https://git.uwaterloo.ca/j9xin/modir-release/-/raw/master/checkpoints"
 _DDR_REM = "https://huggingface.co/jingtao/REM-bert_base-dense-{}/resolve/main/lora192-pa4.zip"
@@ -67,6 +74,8 @@ RELEASES: dict[str, Release] = {r.name: r for r in [
             "MoDIR's released ANCE+MoDIR checkpoint for TREC-COVID after 10k steps"),
     Release("modir-treccovid-50k", f"{_MODIR}/modir-treccovid-50k.zip", "ance", "roberta-base",
             "MoDIR's released ANCE+MoDIR checkpoint for TREC-COVID after 50k steps"),
+    Release("condenser", "https://boston.lti.cs.cmu.edu/luyug/condenser/condenser.tar.gz", "condenser",
+            "bert-base-uncased", "Condenser (Gao & Callan 2021) with its head (model.pt): COCO-DR's COCO init"),
     *[Release(f"ddr-rem-{loss}-{source}", _DDR_REM.format(f"{loss}-{source}"), "adapter-rem",
               "bert-base-uncased" if source == "msmarco" else "bert-base-chinese",
               f"DDR's released REM ({'contrastive' if loss == 'contrast' else 'distilled'}, trained on {source})")
@@ -74,11 +83,45 @@ RELEASES: dict[str, Release] = {r.name: r for r in [
 ]}
 
 
+# Hub checkpoints whose content the plan checks before any job runs: which heads they carry beside the backbone.
+# `condenser_head: False`: no Condenser head (no model.pt), so COCO pretraining cannot continue it; `ance_head`:
+# whether ANCE's linear + LayerNorm projection (cls_linear_ln pooling) comes with it.
+KNOWN_CHECKPOINTS: dict[str, dict] = {
+    "Luyu/condenser": {"condenser_head": False, "ance_head": False,
+                       "instead": "the release `condenser` (condenser.tar.gz, with model.pt)",
+                       "note": "the hub copy holds the BERT backbone only"},
+    "roberta-base": {"condenser_head": False, "ance_head": False, "note": "a plain RoBERTa"},
+    "bert-base-uncased": {"condenser_head": False, "ance_head": False, "note": "a plain BERT"},
+    "castorini/ance-msmarco-passage": {"ance_head": True, "note": "ANCE FirstP with its projection"},
+}
+
+
+def _inside(target: Path, scratch: Path) -> bool:
+    root = scratch.resolve()
+    target = target.resolve()
+    return target == root or str(target).startswith(str(root) + os.sep)
+
+
 def _unpacked(source: str | os.PathLike, scratch: Path) -> Path:
-    """``source`` itself when it is a folder, else the zip extracted (safely) into ``scratch``."""
+    """``source`` itself when it is a folder, else the zip or tar archive extracted (safely: no member outside
+    ``scratch``, no links) into ``scratch``."""
     source = Path(source)
     if source.is_dir():
         return source
+    if source.name.endswith((".tar.gz", ".tgz", ".tar")):
+        import tarfile
+
+        try:
+            with tarfile.open(source) as archive:
+                members = archive.getmembers()
+                for m in members:
+                    if not (m.isfile() or m.isdir()) or not _inside(scratch / m.name, scratch):
+                        raise DataError(source, None, f"archive member {m.name!r} is a link or points outside the archive",
+                                        "download the release again from its source")
+                archive.extractall(scratch, members=members, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise DataError(source, None, f"not a readable tar archive ({exc})", "download the release again") from None
+        return scratch
     try:
         with zipfile.ZipFile(source) as archive:
             for info in archive.infolist():
@@ -113,7 +156,9 @@ def convert_ance(source: str | os.PathLike, out: str | os.PathLike, tokenizer: s
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import Encoder, EncoderConfig, quiet_transformers
+    from zsdr.models.encoder import Encoder
+    from zsdr.models.loading import quiet_transformers
+    from zsdr.models.settings import EncoderConfig
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -153,6 +198,40 @@ def convert_ance(source: str | os.PathLike, out: str | os.PathLike, tokenizer: s
         encoder.head.load_state_dict(head)
         encoder.save_pretrained(out)
     return Path(out)
+
+
+# -------------------------------------------------------------------------------------- Condenser
+def convert_condenser(source: str | os.PathLike, out: str | os.PathLike, tokenizer: str) -> Path:
+    """The Condenser release (``condenser.tar.gz`` or its extracted folder) as a model folder: the masked LM
+    (backbone and MLM head), the tokenizer (the release's own, else ``tokenizer``'s) and ``model.pt`` holding
+    the Condenser head's ``c_head.*`` tensors. A release without that head is refused: COCO pretraining
+    continues it."""
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from zsdr.models.checkpoints import read_tensors
+    from zsdr.models.loading import quiet_transformers
+
+    with tempfile.TemporaryDirectory() as scratch:
+        root = _unpacked(source, Path(scratch))
+        config_file = _one(root, ("config.json",), "config.json", Path(source))
+        folder = config_file.parent
+        head_file = _one(root, ("model.pt",), "Condenser head (model.pt)", Path(source))
+        head = read_tensors([head_file], lambda k: k.startswith("c_head."))
+        if not head:
+            raise DataError(_named(head_file, root, source), None, "holds no c_head.* tensors (no Condenser head)",
+                            "pass Gao & Callan's condenser.tar.gz, whose model.pt carries the head")
+        with quiet_transformers():
+            model = AutoModelForMaskedLM.from_pretrained(str(folder))
+        has_vocab = any((folder / f).is_file() for f in ("tokenizer.json", "vocab.txt"))
+        tok = AutoTokenizer.from_pretrained(str(folder) if has_vocab else tokenizer)
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        torch.save(head, out / "model.pt")
+        log.info("%s: masked LM, tokenizer and a %d-tensor Condenser head written to %s", source, len(head), out)
+    return out
 
 
 # ----------------------------------------------------------------------- adapter-transformers REM
@@ -195,7 +274,7 @@ def convert_adapter_rem(source: str | os.PathLike, out: str | os.PathLike, archi
 
     from zsdr.models.adapters import RemConfig, attach_rem
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import quiet_transformers
+    from zsdr.models.loading import quiet_transformers
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -315,4 +394,6 @@ def convert(name: str, source: str | os.PathLike | None, out: str | os.PathLike)
                             f"download it into the cache (`huggingface-cli download {repo} {filename}`)")
     if release.kind == "ance":
         return convert_ance(source, out, release.needs)
+    if release.kind == "condenser":
+        return convert_condenser(source, out, release.needs)
     return convert_adapter_rem(source, out, release.needs)

@@ -1,49 +1,51 @@
-"""Resources: what each job asks a cluster for (GPUs, memory, runtime, partition)."""
+"""Stage 6, resources: what each job asks a cluster for (GPUs, CPUs, memory, runtime, partition).
+
+:func:`build_resources` reads the config's `training`, `cluster`, `dense` and `rmsc.weak` sections; a training
+job's request follows from its spec and launch settings (zsdr.plan.trainings), passed in.
+"""
 
 from __future__ import annotations
 
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
-class ResourcesPlan:
-    """Resources: what each job asks a cluster for (GPUs, memory, runtime, partition) (a part of :class:`zsdr.plan.core.Plan`)."""
+@dataclass(frozen=True)
+class Resources:
+    training: dict[str, Any]        # config `training`
+    cluster: dict[str, Any]         # config `cluster`
+    dense_env: str                  # the conda environment of dense (GPU) jobs
+    weak_max_pairs: int | None      # rmsc.weak.max_pairs
 
     def launch_gpus(self, launch: dict[str, Any]) -> int:
         """GPUs of a training job: `training.gpus` per process x processes per node x nodes."""
-        return self.TRAINING["gpus"] * launch["processes"] * launch["nodes"]
+        return self.training["gpus"] * launch["processes"] * launch["nodes"]
 
-    def training_threads(
-        self, item: Callable[[Any], dict[str, Any]] | None = None, launch: Callable[[Any], dict[str, Any]] | None = None
-    ) -> Callable[[Any], int]:
+    def training_threads(self, launch: Callable[[Any], dict[str, Any]]) -> Callable[[Any], int]:
         """A training job's CPU threads (``threads:``): `training.threads` for each of its processes on a
-        node, the recipe being ``item(wildcards)`` (or its launch settings ``launch(wildcards)``). A
-        one-process job computes on them; a multi-process one gives each process its share
-        (OMP_NUM_THREADS), so two gloo processes on the CPU ask for two cores, not one. (GPU jobs on
-        SLURM ask for `cluster.cpus_per_gpu` instead.)"""
-        settings = launch or (lambda wc: self.launch_settings(item(wc)))
-        return lambda wc: int(self.TRAINING["threads"]) * int(settings(wc)["processes"])
+        node, its launch settings being ``launch(wildcards)``. A one-process job computes on them; a
+        multi-process one gives each process its share (OMP_NUM_THREADS), so two gloo processes on the
+        CPU ask for two cores, not one. (GPU jobs on SLURM ask for `cluster.cpus_per_gpu` instead.)"""
+        return lambda wc: int(self.training["threads"]) * int(launch(wc)["processes"])
 
-    def training_resources(self, item: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
-        """:meth:`cluster_resources` of a training job, whose recipe (cross-encoder, reader, ...) is
-        ``item(wildcards)``: its GPUs (:meth:`launch_gpus`) and nodes from its launch settings."""
-        return self.cluster_resources(
-            lambda wc: self.launch_gpus(self.launch_settings(item(wc))),
-            nodes=lambda wc: self.launch_settings(item(wc))["nodes"],
-        )
+    def training_resources(self, launch: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+        """:meth:`cluster_resources` of a training job whose launch settings are ``launch(wildcards)``: its
+        GPUs (:meth:`launch_gpus`) and nodes."""
+        return self.cluster_resources(lambda wc: self.launch_gpus(launch(wc)), nodes=lambda wc: launch(wc)["nodes"])
 
     def training_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
         """A training job's memory request per node (MB) and how it follows from `training.memory`.
 
-        The job first builds its training arrays in one process (:func:`zsdr.training.data.build_training_arrays`:
+        The job first builds its training arrays in one process (:func:`zsdr.data.training_set.build_training_arrays`:
         the store's id -> row dicts, ~`conversion_factor` x the dataset's store, plus the unpickled
         teacher scores of a distillation, `teacher_mb`), then runs its processes, each with its own
         `process_mb` (interpreter, torch, the model, optimizer state, batch workers) beside the dataset's
         store and arrays, mapped once for all of them (`dataset_mb`: the dataset's entry, else
         `default_dataset_mb`). The request is the larger of the two phases; `mb` overrides it."""
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         if m["mb"]:
             return int(m["mb"]), f"{m['mb']} MB (training.memory.mb)"
         if spec["kind"] == "coco":
@@ -73,7 +75,7 @@ class ResourcesPlan:
         `default_dataset_mb`."""
         from zsdr.data.sizes import corpus_text_mb
 
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         if name in m["dataset_mb"]:
             return int(m["dataset_mb"][name]), "configured"
         published = corpus_text_mb(name)
@@ -84,7 +86,7 @@ class ResourcesPlan:
     def _pretraining_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
         """COCO pretraining: its processes, each `process_mb`, beside the span files of its corpora, mapped
         once for all of them (zsdr.pretrain.spans: a span file holds about its corpus's text)."""
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         procs = int(launch["processes"])
         corpora = [os.path.basename(os.path.dirname(os.path.dirname(str(p)))) for p in spec["spans"]]
         sizes = [self.corpus_mb(c) for c in corpora]
@@ -101,12 +103,12 @@ class ResourcesPlan:
         `rmsc.weak.max_pairs` of its corpus's documents' text (all of it without a cap)."""
         from zsdr.data.sizes import published_sizes
 
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         procs = int(launch["processes"])
         names = [os.path.basename(str(e["dataset"])) for e in spec["sets"]]
         datasets = list(dict.fromkeys(names))
         stores = sum(self.corpus_mb(n)[0] for n in datasets)
-        cap = self.config.get("rmsc", {}).get("weak", {}).get("max_pairs")
+        cap = self.weak_max_pairs
         weak = 0
         for name, entry in zip(names, spec["sets"]):
             if entry.get("pairs"):
@@ -122,7 +124,7 @@ class ResourcesPlan:
         """A DAM's masked-LM training: its processes, each `process_mb`, beside its corpus's store, mapped once
         for all of them (zsdr.pretrain.mlm.CorpusTexts: a process keeps 4 bytes per document, the text is read
         when drawn)."""
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         procs = int(launch["processes"])
         name = os.path.basename(str(spec["dataset"]))
         store, source = self.corpus_mb(name)
@@ -144,7 +146,7 @@ class ResourcesPlan:
         question, passage and answer: `example_bytes` each) beside its `process_mb`, and the dataset's
         store is mapped once for all of them. Pairs the plan cannot count (no published figure, no
         `max_examples`) are sized as `default_dataset_mb`."""
-        m = self.TRAINING["memory"]
+        m = self.training["memory"]
         procs = int(launch["processes"])
         name = os.path.basename(str(spec["dataset"]))
         store, source = self.corpus_mb(name)
@@ -161,7 +163,7 @@ class ResourcesPlan:
         """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest
         the site's partitions allow) where set. A training that needs longer is stopped at the limit
         (SIGUSR1 -> checkpoint) and its retry resumes from the checkpoint."""
-        cap = self.CLUSTER["max_runtime"]
+        cap = self.cluster["max_runtime"]
         return min(int(minutes), cap) if cap else int(minutes)
 
     def training_retries(self, workflow: Any) -> int | None:
@@ -170,8 +172,8 @@ class ResourcesPlan:
         caps it: a 3-day `training.runtime` at a 24-h cap runs as three attempts, each stopped by the
         time limit's SIGUSR1 and resumed from its checkpoint by the next. None (Snakemake's default) when
         one attempt holds the whole runtime."""
-        cap = self.CLUSTER["max_runtime"]
-        attempts = -(-int(self.TRAINING["runtime"]) // int(cap)) if cap else 1
+        cap = self.cluster["max_runtime"]
+        attempts = -(-int(self.training["runtime"]) // int(cap)) if cap else 1
         retries = getattr(getattr(workflow, "execution_settings", None), "retries", 0) or 0
         return int(retries) + attempts - 1 if attempts > 1 else None
 
@@ -205,26 +207,22 @@ class ResourcesPlan:
             return lambda wc: gpu_value if count(wc) else cpu_value
 
         out = {"gpu": gpus, "nodes": nodes}
-        if self.CLUSTER["account"]:
-            out["slurm_account"] = self.CLUSTER["account"]
-        if self.CLUSTER["partition"] or self.CLUSTER["gpu_partition"]:
-            cpu_partition = self.CLUSTER["partition"] or ""
+        if self.cluster["account"]:
+            out["slurm_account"] = self.cluster["account"]
+        if self.cluster["partition"] or self.cluster["gpu_partition"]:
+            cpu_partition = self.cluster["partition"] or ""
             out["slurm_partition"] = pick(
-                self.CLUSTER["gpu_partition"] or cpu_partition, cpu_partition
+                self.cluster["gpu_partition"] or cpu_partition, cpu_partition
             )
-        if self.CLUSTER["gpu_model"]:
-            out["gpu_model"] = pick(self.CLUSTER["gpu_model"], "")
-        if self.CLUSTER["cpus_per_gpu"]:
-            out["cpus_per_gpu"] = self.CLUSTER["cpus_per_gpu"]
+        if self.cluster["gpu_model"]:
+            out["gpu_model"] = pick(self.cluster["gpu_model"], "")
+        if self.cluster["cpus_per_gpu"]:
+            out["cpus_per_gpu"] = self.cluster["cpus_per_gpu"]
         return out
 
-    def shards(self, dataset: str) -> list[str]:
-        """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
-        n = self.config["dense"]["dataset_shards"].get(dataset, self.config["dense"]["shards"])
-        return [f"shard{i}-of-{n}" for i in range(n)]
 
-    def _setup_resources(self) -> None:
-        """Resolve the conda env of dense jobs and the `cluster` settings."""
-        # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
-        self.DENSE_ENV = "../envs/gpu.yaml" if self.config["dense"]["gpus"] else "../envs/cpu.yaml"
-        self.CLUSTER = self.config["cluster"]
+def build_resources(config: dict[str, Any]) -> Resources:
+    # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
+    return Resources(training=config["training"], cluster=config["cluster"],
+                     dense_env="../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml",
+                     weak_max_pairs=config.get("rmsc", {}).get("weak", {}).get("max_pairs"))

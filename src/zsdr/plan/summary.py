@@ -1,18 +1,64 @@
-"""The dry-run summary: one readable line per planned training and pretraining."""
+"""Stage 11, summaries: one readable line per planned training and pretraining, which a dry run shows
+(`snakemake -n`), and :class:`Note`, the text a job's message shows without it counting as a parameter."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
+from zsdr.plan.berm import Berm
+from zsdr.plan.recipes import Recipes
+from zsdr.plan.resources import Resources
+from zsdr.plan.systems import Systems
 
-class SummaryPlan:
-    """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
+
+class Note:
+    """Text a job's ``message:`` shows (``{params.summary}``), kept out of what Snakemake compares when it decides
+    which jobs to rerun: Snakemake's params check compares plain data (strings, numbers, lists, dicts) and
+    skips other objects, so rewording a summary, or a resource in it, reruns nothing."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = str(text)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __format__(self, spec: str) -> str:
+        return format(self.text, spec)
+
+    def __repr__(self) -> str:
+        return f"Note({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Note) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __reduce__(self):
+        return (Note, (self.text,))
+
+
+@dataclass(frozen=True)
+class Summaries:
+    recipes: Recipes
+    systems: Systems
+    resources: Resources
+    berm: Berm
+    inference_precision: str       # dense.precision
+
+    @staticmethod
+    def note(text: str) -> Note:
+        """``text`` for a job's message, not compared for reruns (:class:`Note`)."""
+        return Note(text)
 
     def head_summary(self, spec: dict[str, Any]) -> str:
         """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
         info = spec.get("info", {})
-        pooling = spec.get("encoder", {}).get("pooling") or self.recipe_pooling(info.get("recipe"))
+        pooling = spec.get("encoder", {}).get("pooling") or self.recipes.recipe_pooling(info.get("recipe"))
         if pooling != "cls_linear_ln":
             return ""
         if spec.get("head") == "new":
@@ -21,8 +67,10 @@ class SummaryPlan:
 
     def spec_summary(self, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         """One line with the hyperparameters a dry run shows (`snakemake -n`)."""
+        from zsdr.plan.card import budget_text
+
         t = spec["train"]
-        length = f"{t['max_steps']} steps" if t.get("max_steps") else f"{t['epochs']} epochs"
+        length = budget_text(self, spec, launch)
         b = spec.get("berm")
         berm = (
             f"; + BERM R1 x{b['r1_weight']:g} ("
@@ -34,14 +82,16 @@ class SummaryPlan:
                 else "cross-entropy, paper"
             )
             + "), labels "
-            f"{self.BERM_LABELS['variant']} BM25 + {self.BERM_LABELS['delta']:g} x reader "
-            f"{self.BERM_LABELS['reader']}"
+            f"{self.berm.labels['variant']} BM25 + {self.berm.labels['delta']:g} x reader "
+            f"{self.berm.labels['reader']}"
             if b
             else ""
         )
         enc = spec.get("encoder", {})
+        target_q = (spec.get("modir") or {}).get("target_query_max_length")
         lengths = (
             f"q{enc.get('query_max_length', '-')}/d{enc.get('doc_max_length', '-')}"
+            + (f", target q{target_q}" if target_q else "")
             if spec["kind"] in ("bi_encoder", "mixture")
             else (
                 f"{spec['max_length']}"
@@ -61,7 +111,7 @@ class SummaryPlan:
             soft = spec.get("soft_tokens")
             tokens = (
                 f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H]; on "
-                f"{self.SOURCE} {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context)"
+                f"{self.recipes.datasets.source} {self.systems.rmsc.soft_context(self.systems.rmsc.source_context)} [X] rmsc.source_context)"
                 if soft
                 else "no soft tokens"
             )
@@ -164,17 +214,18 @@ class SummaryPlan:
             )
         if t.get("snapshot_every"):
             length += f", a snapshot every {t['snapshot_every']} steps"
-        if t.get("schedule_steps"):
-            offset = (
-                f", this run from step {t['schedule_offset']}" if t.get("schedule_offset") else ""
-            )
-            length += f" (decay over {t['schedule_steps']} steps{offset})"
+        per_dataset = (
+            self.systems.dataset_lengths_text(spec["info"]["recipe"])
+            if spec["kind"] in ("bi_encoder", "mixture") and spec["info"].get("recipe") in self.systems.by_name
+            else ""
+        )
         inference = (
-            f"; inference {self.config['dense']['precision']}"
+            f"; inference {self.inference_precision}"
+            + (f", at other lengths on {per_dataset}" if per_dataset else "")
             if spec["kind"] in ("bi_encoder", "mixture")
             else ""
         )
-        memory = f"; memory {self.training_memory(spec, launch)[1]}"
+        memory = f"; memory {self.resources.training_memory(spec, launch)[1]}"
         dropout = (
             ""
             if "dropout" not in spec
@@ -191,3 +242,9 @@ class SummaryPlan:
             f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
             f"{inference}{memory}"
         )
+
+
+def build_summaries(config: dict[str, Any], recipes: Recipes, systems: Systems, resources: Resources,
+                    berm: Berm) -> Summaries:
+    return Summaries(recipes=recipes, systems=systems, resources=resources, berm=berm,
+                     inference_precision=config["dense"]["precision"])

@@ -75,6 +75,8 @@ class ModirConfig:
     classifier_max_grad_norm: float | None = 1.0
     logit_clip: float | None = 5.0
     seed: int = 0                       # classifier initialisation and target-triple order
+    target_query_max_length: int | None = None  # the target's queries at another length than the source's
+                                        # (code: --max_query_length_tgd, 512 for ArguAna); null: the encoder's
 
     def __post_init__(self):
         if self.loss not in ADVERSARIAL_LOSSES:
@@ -267,7 +269,8 @@ class ModirTerm(AdditiveTerm):
         """The target part of a batch: one triple per source example, a pure function of
         ``(epoch, index)`` (so resumed runs see the same ones)."""
         picks = [self.triples[self._order[(epoch * n_source + i) % len(self.triples)]] for i in indices]
-        return {"q": encoder.collate(encoder.tokenize_queries([q for q, _, _ in picks])),
+        queries = encoder.tokenize_queries([q for q, _, _ in picks], max_length=self.config.target_query_max_length)
+        return {"q": encoder.collate(queries),
                 "d0": encoder.collate(encoder.tokenize_docs([d for _, d, _ in picks])),
                 "d1": encoder.collate(encoder.tokenize_docs([d for _, _, d in picks]))}
 
@@ -326,7 +329,7 @@ class ModirTerm(AdditiveTerm):
             logs["classifier_loss"] = self.train_classifier(current)
         frozen = self.classifier.linear.weight.detach().clone()
         logits = {k: DomainClassifier.logits_with(frozen, v, self.config.logit_clip) for k, v in embs.items()}
-        adv = adversarial_loss(self.config.loss, logits, SETS)
+        adv = adversarial_loss(self.config.loss, logits, SETS, source=SOURCE, target=TARGET)
         lam = lambda_at(self.step, self.config.lambda0, self.config.lambda_half_life)
         logs.update(adversarial_loss=float(adv.detach()), adversarial_lambda=lam)
         return lam * adv, logs

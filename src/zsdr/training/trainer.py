@@ -100,6 +100,8 @@ class TrainConfig:
     grad_accum: int = 1
     max_steps: int | None = None    # optimizer steps; when null, ``epochs`` over the examples
     epochs: float | None = None
+    epoch_size: int | None = None   # the examples an epoch counts for ``epochs`` (the official code's own
+                                    # figure, e.g. ANCE's expected_train_size); null: the training set's
     lr: float = 2e-5
     optimizer: str = "adamw"
     weight_decay: float = 0.0
@@ -129,6 +131,8 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "save_every", "log_every"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1")
+        if self.epoch_size is not None and int(self.epoch_size) < 1:
+            raise ValueError("epoch_size must be >= 1 (or null for the training set's own size)")
         if self.schedule_steps is not None and int(self.schedule_steps) < 1:
             raise ValueError("schedule_steps must be >= 1 (or null for the run's own length)")
         if int(self.schedule_offset) < 0:
@@ -168,6 +172,31 @@ def build_optimizer(params, cfg: TrainConfig, fused: bool = False) -> torch.opti
                              fused=True if fused else None)
 
 
+def training_steps(cfg: TrainConfig, examples: int, world: int = 1) -> int:
+    """The optimizer steps a run takes: ``max_steps``, else ``epochs`` x the global micro-batches of an epoch of
+    ``examples`` (``epoch_size`` where set) / ``grad_accum``, as the ANCE family's ``t_total`` counts them
+    (``examples // (batch x processes x grad_accum) x epochs`` for a whole number of epochs and grad_accum 1)."""
+    if cfg.max_steps is not None:
+        return int(cfg.max_steps)
+    n = int(cfg.epoch_size) if cfg.epoch_size is not None else int(examples)
+    per_epoch = n // (int(cfg.batch_size) * int(world))
+    return max(1, math.floor(cfg.epochs * per_epoch / cfg.grad_accum))
+
+
+def lr_factor(cfg: TrainConfig, step: int, total: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based, this run's) as a fraction of ``lr``: Hugging Face's
+    linear (warmup, then linear decay to 0 at ``schedule_steps`` or else ``total``) or constant-with-warmup
+    schedule, read ``schedule_offset`` steps in. :func:`build_schedule` follows it."""
+    warmup = max(int(cfg.warmup_steps), 0)
+    horizon = int(cfg.schedule_steps or total)
+    s = int(step) + int(cfg.schedule_offset)
+    if s < warmup:
+        return float(s) / float(max(1, warmup))
+    if cfg.schedule == "constant":
+        return 1.0
+    return max(0.0, float(horizon - s) / float(max(1, horizon - warmup)))
+
+
 def build_schedule(optimizer, cfg: TrainConfig, total: int):
     """Hugging Face's linear (warmup, then linear decay to 0 at ``schedule_steps`` or else ``total``)
     or constant-with-warmup schedule. A fixed ``schedule_steps`` makes a short run the exact prefix
@@ -185,15 +214,7 @@ def build_schedule(optimizer, cfg: TrainConfig, total: int):
             return get_constant_schedule_with_warmup(optimizer, warmup)
         return get_linear_schedule_with_warmup(optimizer, warmup, total)
 
-    def factor(step: int) -> float:   # Hugging Face's formulas at step + offset
-        s = step + offset
-        if s < warmup:
-            return float(s) / float(max(1, warmup))
-        if cfg.schedule == "constant":
-            return 1.0
-        return max(0.0, float(total - s) / float(max(1, total - warmup)))
-
-    return LambdaLR(optimizer, factor)
+    return LambdaLR(optimizer, lambda step: lr_factor(cfg, step, total))   # Hugging Face's formulas at step + offset
 
 
 def fingerprint_of(settings: dict, files: list[str | os.PathLike] = ()) -> str:
@@ -265,10 +286,7 @@ class Trainer:
         if self.micro_per_epoch < 1:
             raise ValueError(f"{n} training examples cannot fill one global batch of {self.global_batch} "
                              f"({config.batch_size} per process x {self.world} processes)")
-        if config.max_steps is not None:
-            self.total = int(config.max_steps)
-        else:
-            self.total = max(1, math.floor(config.epochs * self.micro_per_epoch / config.grad_accum))
+        self.total = training_steps(config, n, self.world)
         self._orders: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------------------- data
