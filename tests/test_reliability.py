@@ -257,6 +257,7 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
           "--num-shards", "2"], 2, "argument --shard: shard 2 does not exist among --num-shards 2"),
         (["doctor", "--wam"], 2, "unrecognized arguments: --wam"),
         (["check-config", missing], 1, f"{missing}: config file not found"),
+        (["hparams", "--configfile", missing], 1, f"{missing}: config file not found"),
         (["encode-search", "--model", "m", "--dataset", ds, "--out", tmp_path / "r", "--device", "cuda:99"], 2,
          "argument --device: cuda:99 is not available, this machine has"),
         (["train", tmp_path / "ds" / "queries.jsonl"], 1, "not readable as JSON"),
@@ -374,7 +375,7 @@ def test_an_unknown_config_key_is_named_with_the_nearest_valid_one(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(text.splitlines()) < 15, text   # not the ~4,900 lines of schema
     assert ("config key recipes.dpr.train.batchsize: unknown key (did you mean 'batch_size'? allowed at "
-            "recipes.dpr.train: adam_eps, batch_size, epochs,") in text
+            "recipes.dpr.train: adam_eps, batch_size, epoch_size, epochs,") in text
 
 
 def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):
