@@ -440,3 +440,18 @@ def test_a_decompression_bomb_is_refused_before_it_is_written(tmp_path, capsys, 
     with pytest.raises(DownloadError, match="ZSDR_EXTRACT_MAX_BYTES='lots' is not a positive number"):
         extract(many, tmp_path / "many")
     assert not (tmp_path / "many").exists()
+
+
+@pytest.mark.parametrize("release, archive", [("ance-warmup", "bomb.zip"), ("condenser", "bomb.tar.gz")])
+def test_a_released_checkpoints_archive_is_held_to_the_same_limits(tmp_path, release, archive):
+    """zsdr.models.released unpacks its own archives (ANCE's zips, condenser.tar.gz): a bomb there is refused
+    the same way, naming the archive, before anything is written."""
+    from zsdr.models.released import convert
+
+    zeros = b"\0" * (80 * 2 ** 20)
+    bomb = (_zip(tmp_path / archive, {"ckpt/pytorch_model.bin": zeros}) if archive.endswith(".zip")
+            else _tar(tmp_path / archive, [("ckpt/model.pt", "file", zeros)]))
+    with pytest.raises(DownloadError) as err:
+        convert(release, bomb, tmp_path / "out")
+    assert str(err.value).startswith(f"{bomb}: expands to 83.9 MB from ") and "decompression bomb" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [archive]

@@ -375,8 +375,10 @@ def extract_limits() -> dict[str, float]:
     return out
 
 
-class _Expansion:
-    """The members' sizes added up while an archive is read; a limit passed raises :class:`DownloadError`."""
+class ExpansionLimit:
+    """The members' sizes added up while an archive is read; a limit passed raises :class:`DownloadError`.
+    Every reader of an archive counts its members with one before it writes them (:func:`extract`,
+    zsdr.models.released)."""
 
     def __init__(self, archive: Path):
         self.archive, self.size = archive, max(archive.stat().st_size, 1)
@@ -444,7 +446,7 @@ def _check_link_target(archive: Path, member: str, base: list[str], target: str,
 
 def _tar_plan(archive: Path, tf: tarfile.TarFile, strip: int) -> list[tarfile.TarInfo]:
     """Checked copies of the members of ``tf`` with ``strip`` leading components removed."""
-    plan, links, expansion = [], set(), _Expansion(archive)
+    plan, links, expansion = [], set(), ExpansionLimit(archive)
     for m in tf:  # one member at a time: a bomb is refused before the rest of its stream is decompressed
         expansion.add(m.size if m.isreg() else 0)
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
@@ -490,7 +492,7 @@ def _extract_tar(archive: Path, out: Path, strip: int) -> None:
 
 def _extract_zip(archive: Path, out: Path, strip: int) -> None:
     with zipfile.ZipFile(archive) as zf:
-        expansion = _Expansion(archive)
+        expansion = ExpansionLimit(archive)
         for info in zf.infolist():  # the sizes the archive declares (zipfile reads no more than them)
             expansion.add(info.file_size)
         for info in zf.infolist():
