@@ -20,6 +20,7 @@ if os.environ.get("SLURM_JOB_ID"):
 PLAN = Plan(config, ROOT, BERM_GRID, COCODR_SWEEPS, workdir=os.getcwd())
 # Snakemake lists the code stamp folder once while it builds the DAG: every training's stamp is written now.
 PLAN.write_training_stamps()
+PLAN.write_qrels_stamps()
 
 DOWNLOADS = PLAN.paths.downloads
 DATA = PLAN.paths.data

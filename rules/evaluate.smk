@@ -11,6 +11,7 @@ rule evaluate:
             f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.evaluation.eval_systems
         ),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
         ),
@@ -38,6 +39,7 @@ use rule evaluate as evaluate_system with:
     input:
         runs=f"{RUNS}/{{dataset}}/{{system}}.trec",
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
+        qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
         ),
@@ -59,6 +61,7 @@ if set(PLAN.tables.table1_systems) - set(PLAN.evaluation.eval_systems):
                 f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.tables.table1_systems
             ),
             data=lambda wc: PLAN.dataset_marker(wc.dataset),
+            qrels=lambda wc: PLAN.eval_qrels(wc.dataset),
             code=PLAN.code(
                 "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
             ),

@@ -157,7 +157,7 @@ def test_saved_rem_plugs_into_another_dam_and_back(dams, tmp_path):
     counts = enc.rem.parameter_counts()
     assert info["train_pct"] == counts["train_pct"] and info["infer_pct"] == counts["infer_pct"] > 0
     assert {p.name for p in folder.iterdir()} == {"adapter_config.json", "adapter_model.safetensors",
-                                                  "parallel_adapter.safetensors", "rem.json"}
+                                                  "parallel_adapter.safetensors", "rem.json", ".zsdr-output.json"}
 
     other_bare = Encoder.from_pretrained(dams["bert2"], pooling="mean", similarity="dot").encode_docs(docs)
     state = torch.get_rng_state()

@@ -121,3 +121,56 @@ def test_a_missing_or_non_dataset_folder_is_one_line_naming_it(tmp_path, capsys,
         assert code == 1 and out == ""
         line = the_error_line(err)
         assert line.startswith(f"zsdr {command[0]}: error: {folder}: {problem}") and "(fix: " in line, line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bm25", "--dataset", "DS", "--out", "r.trec", "--fb-terms", "20"],
+     "argument --fb-terms: applies only with --rm3, which is not given (fix: add --rm3, or drop --fb-terms)"),
+    (["bm25", "--dataset", "DS", "--out", "r.trec", "--fb-docs", "5", "--k1", "1.2"],
+     "argument --fb-docs: applies only with --rm3, which is not given (fix: add --rm3, or drop --fb-docs)"),
+    (["bm25", "--dataset", "DS", "--out", "r.trec", "--original-query-weight", "0.3"],
+     "argument --original-query-weight: applies only with --rm3"),
+    (["evaluate", "--qrels", "DS/qrels/test.tsv", "--run", "r.trec", "--split", "dev"],
+     "argument --split: applies only to a dataset folder given to --qrels; DS/qrels/test.tsv is a qrels file "
+     "(fix: drop --split, or pass the dataset folder)"),
+    (["fetch", "robust04", "--mirror", "http://mirror"],
+     "argument --mirror: dataset 'robust04' is bring-your-own: nothing is downloaded (fix: drop --mirror)"),
+    (["fetch", "robust04", "--no-extras"], "argument --no-extras: dataset 'robust04' is bring-your-own"),
+    (["fetch", "scifact", "--byo", "mine"],
+     "argument --byo: dataset 'scifact' is downloaded: no --byo folder is read (fix: drop --byo)"),
+])
+def test_an_option_that_means_nothing_without_another_is_refused_not_ignored(tmp_path, capsys, monkeypatch,
+                                                                            argv, message):
+    """`zsdr bm25 --fb-terms 20` without --rm3 ran plain BM25 and said nothing."""
+    from .test_reliability import the_error_line
+
+    monkeypatch.chdir(tmp_path)
+    make_dataset(tmp_path / "DS")
+    (tmp_path / "r.trec").write_text("q1 Q0 d1 1 1.0 t\n")
+    code, out, err = zsdr(capsys, *argv)
+    assert code == 2 and out == ""
+    assert the_error_line(err).startswith(f"zsdr {argv[0]}: error: {message}")
+    assert not (tmp_path / "downloads").exists()
+
+
+def test_every_dependent_option_is_refused_alone_and_defaults_with_its_switch():
+    from zsdr.argtypes import DEPENDENT, UsageError, check_dependent
+
+    parser = build_parser(["--help"])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    seen = 0
+    for name, command in sub.choices.items():
+        for dest, flag, requires, default in command.get_default(DEPENDENT) or ():
+            seen += 1
+            action = next(a for a in command._actions if a.dest == dest)
+            value = str(action.type(str(default)) if action.type else default)
+            required = [a.option_strings[0] for a in command._actions if a.required and a.option_strings]
+            base = [x for r in required for x in (r, "x")]
+            args = command.parse_args(base + [flag, value])
+            args.command = name
+            with pytest.raises(UsageError, match=f"argument {flag}: applies only with {requires}"):
+                check_dependent(args)
+            args = command.parse_args(base + [requires])
+            check_dependent(args)
+            assert getattr(args, dest) == default
+    assert seen >= 3

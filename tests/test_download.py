@@ -15,6 +15,7 @@ import pytest
 from zsdr.data import download as dl
 from zsdr.data.download import DownloadError, download, extract, fetch_file, resolve_url
 from zsdr.io import DataError
+from zsdr.io import DataError
 
 PAYLOAD = bytes(range(256)) * 800  # 204,800 bytes
 
@@ -265,8 +266,13 @@ def test_extract_tar_gz_and_zip_with_strip(tmp_path):
     for mode in ("w", "w:xz", "w:bz2"):
         t = _tar(tmp_path / f"p.{mode[-2:]}", [("f.txt", "file", b"f")], mode=mode)
         assert (extract(t, tmp_path / f"o{mode[-2:]}") / "f.txt").read_bytes() == b"f"
-    # an existing dest_dir is replaced whole
-    assert extract(tgz, tmp_path / "z") and not (tmp_path / "z" / "corpus.jsonl").exists()
+    # a dest_dir that holds anything is never replaced (it holds exactly an archive's contents: no marker
+    # says zsdr wrote it); an empty one is used
+    with pytest.raises(DataError, match="z: refusing to replace this folder: it holds corpus.jsonl, q/"):
+        extract(tgz, tmp_path / "z")
+    assert (tmp_path / "z" / "corpus.jsonl").is_file()
+    (tmp_path / "empty").mkdir()
+    assert (extract(tgz, tmp_path / "empty") / "top" / "y.txt").read_bytes() == b"y"
 
 
 @pytest.mark.parametrize("case", ["zip-slip", "zip-abs", "zip-symlink", "tar-slip", "tar-abs", "tar-symlink",
@@ -394,3 +400,58 @@ def test_a_conversion_refuses_an_archive_changed_since_its_download(server, tmp_
     with pytest.raises(DownloadError, match=r"f\.bin: the file changed since it was downloaded \(sha256 recorded in "
                                             r"f\.bin\.sha256: [0-9a-f]{64}, now [0-9a-f]{64}\) \(fix: delete "):
         verify_recorded(dest)
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_written(tmp_path, capsys, monkeypatch):
+    """A 194 KB zip expanded to 200 MB with no limit."""
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("root/corpus.jsonl", b"\0" * (200 * 2 ** 20))
+    size = bomb.stat().st_size
+    assert size < 250_000
+    with pytest.raises(DownloadError) as err:
+        extract(bomb, tmp_path / "out")
+    ratio = 200 * 2 ** 20 / size
+    assert str(err.value) == (
+        f"{bomb}: expands to 209.7 MB from {size / 1000:,.1f} KB ({ratio:,.0f} times its size, more than 100): refused "
+        "as a possible decompression bomb, before writing it (fix: if the archive is genuine, allow it with "
+        f"ZSDR_EXTRACT_MAX_RATIO={ratio * 2:.0f} and run again)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bomb.zip"]   # nothing written, no temporary left
+    # a tar.gz the same way, refused at the member that passes the limit (before the rest is decompressed)
+    tgz = _tar(tmp_path / "bomb.tar.gz", [("a.bin", "file", b"\0" * (80 * 2 ** 20)), ("b.bin", "file", b"x")])
+    with pytest.raises(DownloadError, match="a possible decompression bomb"):
+        extract(tgz, tmp_path / "out")
+    # a genuine archive past a limit: the variable the message names lets it through
+    monkeypatch.setattr(dl, "RATIO_FLOOR", 2 ** 20)
+    small = _zip(tmp_path / "small.zip", {"zeros": b"\0" * (3 * 2 ** 20)})
+    with pytest.raises(DownloadError, match="ZSDR_EXTRACT_MAX_RATIO="):
+        extract(small, tmp_path / "out")
+    monkeypatch.setenv("ZSDR_EXTRACT_MAX_RATIO", "100000")
+    assert (extract(small, tmp_path / "out") / "zeros").stat().st_size == 3 * 2 ** 20
+    many = _zip(tmp_path / "many.zip", {f"f{i}": b"x" for i in range(5)})
+    monkeypatch.setenv("ZSDR_EXTRACT_MAX_MEMBERS", "4")
+    with pytest.raises(DownloadError, match="holds more than 4 members: refused .* ZSDR_EXTRACT_MAX_MEMBERS=40 "):
+        extract(many, tmp_path / "many")
+    monkeypatch.delenv("ZSDR_EXTRACT_MAX_MEMBERS")
+    monkeypatch.setenv("ZSDR_EXTRACT_MAX_BYTES", "4")
+    with pytest.raises(DownloadError, match="expands to more than 4 bytes"):
+        extract(many, tmp_path / "many")
+    monkeypatch.setenv("ZSDR_EXTRACT_MAX_BYTES", "lots")
+    with pytest.raises(DownloadError, match="ZSDR_EXTRACT_MAX_BYTES='lots' is not a positive number"):
+        extract(many, tmp_path / "many")
+    assert not (tmp_path / "many").exists()
+
+
+@pytest.mark.parametrize("release, archive", [("ance-warmup", "bomb.zip"), ("condenser", "bomb.tar.gz")])
+def test_a_released_checkpoints_archive_is_held_to_the_same_limits(tmp_path, release, archive):
+    """zsdr.models.released unpacks its own archives (ANCE's zips, condenser.tar.gz): a bomb there is refused
+    the same way, naming the archive, before anything is written."""
+    from zsdr.models.released import convert
+
+    zeros = b"\0" * (80 * 2 ** 20)
+    bomb = (_zip(tmp_path / archive, {"ckpt/pytorch_model.bin": zeros}) if archive.endswith(".zip")
+            else _tar(tmp_path / archive, [("ckpt/model.pt", "file", zeros)]))
+    with pytest.raises(DownloadError) as err:
+        convert(release, bomb, tmp_path / "out")
+    assert str(err.value).startswith(f"{bomb}: expands to 83.9 MB from ") and "decompression bomb" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [archive]

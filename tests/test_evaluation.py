@@ -3,6 +3,10 @@
 import argparse
 import json
 import random
+import re
+import subprocess
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from zsdr.evaluation.metrics import (
 )
 from zsdr.io import DataError
 
+ROOT = Path(__file__).resolve().parents[1]
 METRICS = ["ndcg@10", "recall@100", "recall@1000", "mrr@10"]
 TREC = {"ndcg@10": "ndcg_cut_10", "recall@100": "recall_100", "recall@1000": "recall_1000"}
 
@@ -155,6 +160,19 @@ def test_metric_names_are_checked():
     for bad in (["ndcgg@10"], ["hole"], ["ndcg@0"], ["ndcg@x"], [], ["mrr@10", "mrr@10"]):
         with pytest.raises(ValueError):
             parse_metrics(bad)
+    assert parse_metrics(["recall@1000000000"])[0].k == 10 ** 9
+
+
+@pytest.mark.parametrize("metric", ["ndcg@99999999999999999999", "ndcg@1000000001", "ndcg@²", "hole@١٠", "ndcg@-1"])
+def test_a_cut_off_numba_cannot_take_is_a_usage_error_before_anything_is_read(metric, tmp_path, capsys):
+    """ndcg@99999999999999999999 passed the check and failed deep in numba (TypingError); '²'.isdigit()."""
+    from .test_reliability import the_error_line, zsdr
+
+    code, out, err = zsdr(capsys, "evaluate", "--qrels", tmp_path / "missing", "--run", tmp_path / "missing",
+                          "--metrics", metric)
+    assert code == 2 and out == ""
+    assert the_error_line(err).startswith(f"zsdr evaluate: error: argument --metrics: metric {metric!r}: the cut-off "
+                                          "after '@' must be an integer from 1 to 1,000,000,000")
 
 
 def test_uncut_metrics_use_the_whole_ranking():
@@ -463,3 +481,86 @@ def test_equals_the_trec_eval_binary(tmp_path, seed):
     zero = {q for q, docs in qrels.items() if not any(g >= 1 for g in docs.values())}
     per_query = evaluate_many([{"qrels": qrels_file, "run": run_file, "metrics": metrics}])[0]["per_query"]
     assert zero and zero <= set(per_query) and all(per_query[q]["ndcg@10"] == 0.0 for q in zero)
+
+
+@pytest.mark.parametrize("qrels_text, problem", [
+    ("", "the qrels (judge nothing|file is empty)"),
+    ("query-id\tcorpus-id\tscore\n", r"the qrels judge nothing \(no judgement line\)"),
+    ("query-id\tcorpus-id\tscore\nq1\td1\t0\n", r"the qrels judge no document relevant \(every grade is below 1\)"),
+])
+def test_qrels_that_judge_nothing_are_refused_by_validate_and_evaluate(tmp_path, capsys, qrels_text, problem):
+    """An empty or header-only qrels/test.tsv passed validate, and evaluate printed every metric 0.0."""
+    from .test_formats import make_dataset
+    from .test_reliability import the_error_line, zsdr
+
+    ds = make_dataset(tmp_path / "ds")
+    qrels = ds / "qrels" / "test.tsv"
+    qrels.write_text(qrels_text)
+    run = tmp_path / "run.trec"
+    run.write_text("q1 Q0 d1 1 1.0 t\n")
+    for argv in (["validate", ds], ["evaluate", "--qrels", ds, "--run", run], ["evaluate", "--qrels", qrels, "--run", run]):
+        code, out, err = zsdr(capsys, *argv)
+        assert code == 1 and out == "", argv
+        line = the_error_line(err)
+        assert line.startswith(f"zsdr {argv[0]}: error: {qrels}") and re.search(problem, line), line
+
+
+def test_the_qrels_stamp_changes_with_the_content_and_keeps_the_files_time(tmp_path):
+    import os
+
+    from zsdr.data.formats import NO_FILE, qrels_stamp
+
+    from .test_formats import make_dataset
+
+    stamp, ds = tmp_path / ".code" / "qrels-ds-test.sha256", tmp_path / "data" / "ds"
+    qrels_stamp(ds, "test", stamp, shown="data/ds")   # planned before the dataset exists
+    assert stamp.read_text() == f"{NO_FILE}  data/ds/qrels/test.tsv\n"
+    make_dataset(ds)
+    qrels = ds / "qrels" / "test.tsv"
+    os.utime(qrels, ns=(1, 10 ** 18))
+    qrels_stamp(ds, "test", stamp, shown="data/ds")   # built since: as old as the qrels it stands for
+    assert stamp.stat().st_mtime_ns == 10 ** 18 and stamp.read_text().endswith("  data/ds/qrels/test.tsv\n")
+    os.utime(stamp, ns=(1, 5))
+    qrels_stamp(ds, "test", stamp, shown="data/ds")   # the same content: not written
+    assert stamp.stat().st_mtime_ns == 5
+    qrels.write_text(qrels.read_text() + "q1\td3\t1\n")
+    os.utime(qrels, ns=(1, 10 ** 9))   # an edit that kept (or put back) an old time still counts
+    qrels_stamp(ds, "test", stamp, shown="data/ds")
+    assert stamp.stat().st_mtime_ns > 10 ** 18
+
+
+def test_a_hand_edited_qrels_file_re_plans_its_evaluation_and_nothing_else(tmp_path):
+    """The evaluate jobs named the dataset's dataset.json, not its qrels: an edited qrels/test.tsv left the
+    table stale. The stamp the rules add (zsdr.plan's eval_qrels) re-plans them, and only on a change."""
+    from tests.test_workflow import SNAKEMAKE, planned_jobs
+
+    (tmp_path / "Snakefile").write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / 'src')!r})
+        from zsdr.data.formats import qrels_stamp
+
+        rule evaluate:
+            input:
+                data="data/ds/dataset.json",
+                qrels=lambda wc: str(qrels_stamp("data/ds", "test", ".code/qrels-ds-test.sha256", "data/ds")),
+            output: "metrics/ds.json"
+            shell: "cat data/ds/qrels/test.tsv > {{output}}"
+
+        rule convert:
+            output: "data/ds/dataset.json"
+            shell: "mkdir -p data/ds/qrels && printf 'query-id\\tcorpus-id\\tscore\\nq1\\td1\\t1\\n' > data/ds/qrels/test.tsv && echo {{{{}}}} > {{output}}"
+    """))
+
+    def plan() -> dict[str, int]:
+        proc = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "metrics/ds.json"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return planned_jobs(proc.stdout + proc.stderr) if "Nothing to be done" not in proc.stdout + proc.stderr else {}
+
+    run = subprocess.run([SNAKEMAKE, "--cores", "1", "metrics/ds.json"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert plan() == {}   # the second run after a complete first one: nothing to do
+    qrels = tmp_path / "data" / "ds" / "qrels" / "test.tsv"
+    qrels.write_text(qrels.read_text() + "q1\td2\t2\n")
+    assert plan() == {"evaluate": 1}

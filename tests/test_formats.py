@@ -214,3 +214,71 @@ def test_read_json_names_the_file_line_and_fix(tmp_path):
         read_json(path, "redo it")
     assert read_json(path, "redo it", expect=list) == [1, 2]
     assert read_json(path, "redo it", expect=None) == [1, 2]
+
+
+# ---------------------------------------------------------------- validate applies every reader's rules
+
+
+@pytest.mark.parametrize("where, bad", [("corpus", "d 1"), ("corpus", "d\u00a01"), ("corpus", " d1"),
+                                        ("queries", "q\t1"), ("qrels", "d 2"), ("qrels", "")])
+def test_an_id_a_trec_run_cannot_carry_is_refused_by_validate_and_every_reader(tmp_path, capsys, where, bad):
+    """An id with a space passed validate, then a run written with it was refused at line 11,382."""
+    from zsdr.data.formats import iter_qrels_tsv, iter_records
+
+    from .test_reliability import error_lines, zsdr
+
+    ds = make_dataset(tmp_path / "ds")
+    if where == "qrels":
+        path, line = ds / "qrels" / "test.tsv", 2
+        path.write_text(QRELS.replace("q1\td1", f"q1\t{bad}"))
+        read = lambda: list(iter_qrels_tsv(path))   # noqa: E731
+    else:
+        path, line = ds / f"{where}.jsonl", 1
+        text = path.read_text()
+        first = '"d1"' if where == "corpus" else '"q1"'
+        path.write_text(text.replace(first, json.dumps(bad), 1))
+        read = lambda: list(iter_records(path, where))   # noqa: E731
+    with pytest.raises(DataError, match=f"^{path}:{line}: "):
+        read()
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 1 and out == ""
+    assert any(e.startswith(f"{path}:{line}: ") or e.startswith(f"zsdr validate: error: {path}:{line}: ")
+               for e in error_lines(err)), err
+    assert "whitespace" in err or "is empty" in err
+
+
+def test_a_lone_surrogate_is_refused_naming_the_file_and_line(tmp_path, capsys):
+    """`\\ud800` in a JSON line became "unexpected UnicodeEncodeError/TypeError" with no file named."""
+    from .test_reliability import error_lines, the_error_line, zsdr
+
+    ds = make_dataset(tmp_path / "ds")
+    queries = ds / "queries.jsonl"
+    queries.write_text(queries.read_text() + '{"_id": "q3", "text": "paired \\ud83d\\ude00, lone \\ud800"}\n')
+    expected = (f"{queries}:3: \"text\" holds '\\ud800', half of a UTF-16 surrogate pair without its other half: not "
+                "a character any UTF-8 file or model can take (fix: fix the escape (write the character itself, or "
+                "both halves of the pair), or drop it)")
+    code, _, err = zsdr(capsys, "validate", ds)
+    assert code == 1 and expected in error_lines(err)[-1], err
+    code, _, err = zsdr(capsys, "store", ds)
+    assert code == 1 and the_error_line(err) == f"zsdr store: error: {expected}" and not (ds / "store").exists()
+    queries.write_text(queries.read_text().replace(", lone \\ud800", ""))   # a pair is one character: fine
+    assert validate_beir(ds).queries == 3
+
+
+@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl", "qrels/test.tsv"])
+def test_a_file_present_plain_and_gzipped_is_refused_naming_both(tmp_path, capsys, name):
+    from zsdr.data.formats import read_qrels
+
+    from .test_reliability import the_error_line, zsdr
+
+    ds = make_dataset(tmp_path / "ds")
+    plain = ds / name
+    with gzip.open(ds / f"{name}.gz", "wb") as fh:
+        fh.write(plain.read_bytes())
+    code, out, err = zsdr(capsys, "validate", ds)
+    assert code == 1 and out == ""
+    line = the_error_line(err)
+    assert f"both {plain.name} and {plain.name}.gz are in {plain.parent}" in line and "fix: keep one of them" in line
+    with pytest.raises(DataError, match="both"):
+        read_qrels(ds, "test") if name.startswith("qrels") else read_corpus(ds) if name.startswith("corpus") \
+            else read_queries(ds)

@@ -209,6 +209,35 @@ def test_bm25_run_with_given_index_checks_fields(tiny, multifield, tmp_path):
         lucene.bm25_run(tiny, "test", out, fields="flat", index_dir=multifield)
 
 
+def test_an_index_of_another_corpus_is_refused_naming_both(tiny, flat, tmp_path, capsys):
+    """`zsdr bm25 --dataset vaswani --index <scifact index>` searched the other corpus (nDCG 0.0)."""
+    import shutil
+
+    from .test_reliability import the_error_line, zsdr
+
+    other = tmp_path / "other"
+    write_beir(other, {"x1": {"title": "", "text": "solar wind pasta"}}, {"q1": "solar"}, {"test": {"q1": {"x1": 1}}})
+    out = tmp_path / "run.trec"
+    code, _, err = zsdr(capsys, "bm25", "--dataset", other, "--index", flat, "--out", out)
+    assert code == 1 and not out.exists()
+    assert the_error_line(err) == (
+        f"zsdr bm25: error: {flat / lucene.METADATA}: the index was built from {tiny / 'corpus.jsonl'}, not from "
+        f"{other / 'corpus.jsonl'} as it is now: {(other / 'corpus.jsonl').stat().st_size} bytes where "
+        f"{(tiny / 'corpus.jsonl').stat().st_size} were recorded (fix: search the index of {other}, or build one "
+        f"(zsdr bm25 --dataset {other} --index NEW_FOLDER builds it there))")
+    with pytest.raises(DataError, match="not from"):
+        lucene.bm25_negatives(other, flat, tmp_path / "neg.jsonl", split="test")
+    # the same corpus copied elsewhere (other times) passes on its checksum; the same size with other bytes does not
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny, copy)
+    os.utime(copy / "corpus.jsonl")   # a copy that did not keep the time
+    assert set(lucene.bm25_run(copy, "test", out, index_dir=flat)) == {"q1", "q2", "q3"}
+    text = (copy / "corpus.jsonl").read_text()
+    (copy / "corpus.jsonl").write_text(text.replace("water", "WATER"))
+    with pytest.raises(DataError, match="its bytes differ from those recorded"):
+        lucene.bm25_run(copy, "test", out, index_dir=flat)
+
+
 def _cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -275,3 +304,25 @@ def test_the_jvm_heap_follows_the_jobs_memory():
     env["ZSDR_JAVA_OPTIONS"] = "-Xmx600m"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0 and 500 <= int(out.stdout.split()[-1]) <= 600, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut"])
+def test_a_damaged_index_names_the_folder_not_a_java_stack_trace(tiny, tmp_path, capsys, damage):
+    """A damaged store or index gave "unexpected JavaException: ..." with Lucene's stack trace."""
+    from .test_reliability import the_error_line, zsdr
+
+    index = lucene.build_index(tiny, tmp_path / "index")
+    if damage == "flip":
+        victim = index / "_0.si"
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    else:
+        victim = next(index.glob("segments_*"))
+        victim.write_bytes(victim.read_bytes()[:10])
+    code, _, err = zsdr(capsys, "bm25", "--dataset", tiny, "--index", index, "--out", tmp_path / "r.trec")
+    assert code == 1 and not (tmp_path / "r.trec").exists()
+    line = the_error_line(err)
+    assert line.startswith(f"zsdr bm25: error: {index}: the Lucene index is damaged or incomplete (CorruptIndexException: ")
+    assert line.endswith("(fix: remove the folder and build it again (zsdr bm25 --index builds a missing index; in the "
+                         "workflow, its lucene_index rule))") and ".java:" not in line and len(line) < 600

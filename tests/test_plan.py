@@ -278,6 +278,27 @@ def test_every_trainings_code_stamp_is_written_by_the_workflows_call_not_by_the_
     assert plan.trainings.recipe_code("kd") == plan.trainings.stamps["kd"]
 
 
+def test_every_evaluated_datasets_qrels_stamp_is_written_by_the_workflows_call(tmp_path):
+    """The evaluate jobs take a stamp of their qrels (Plan.eval_qrels): written while the Snakefile is read
+    (Plan.write_qrels_stamps, rules/common.smk), where an input function writing it first could be missed by
+    Snakemake's one listing of the folder (MissingInputException); a scale with its own data folder has its
+    own stamps, so switching scales rewrites none of the other's."""
+    for name in ("config.yaml", "configs", "schemas", "src", "workflow_scripts"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    mini, small = load_plan(tmp_path), load_plan(tmp_path, tmp_path / "configs" / "small.yaml")
+    assert not (tmp_path / STAMPS).exists()    # making a plan writes nothing
+    mini.write_qrels_stamps()
+    small.write_qrels_stamps()
+    for plan, data in ((mini, "data"), (small, "small/data")):
+        for name in plan.datasets.evaluated:
+            stamp = tmp_path / plan.eval_qrels(name)
+            split = plan.datasets.eval_split(name)
+            assert stamp.is_file() and stamp.read_text().endswith(f"  {data}/{name}/qrels/{split}.tsv\n")
+    assert mini.eval_qrels(mini.datasets.source) == f"{STAMPS}/qrels-data_mini-source-dev.sha256"
+    assert small.eval_qrels("scifact") == f"{STAMPS}/qrels-small_data_scifact-test.sha256"
+
+
 def test_dam_reader_and_generator_memory_follow_processes_examples_and_the_store(paper, mini):
     """mem_mb of the trainings that once asked for a flat 32 GB: a DAM's processes beside its corpus's
     mapped store; a reader's or generator's processes, each holding its pairs as Python objects

@@ -243,7 +243,7 @@ def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
         (["evaluate", "--qrels", missing, "--run", missing], 1, f"{missing}"),
         (["evaluate", "--qrels", ds, "--run", missing], 1, f"{missing}: file not found"),
         (["evaluate", "--qrels", ds, "--run", missing, "--metrics", "ndcg@ten"], 2,
-         "argument --metrics: metric 'ndcg@ten': the cut-off after '@' must be a positive integer"),
+         "argument --metrics: metric 'ndcg@ten': the cut-off after '@' must be an integer from 1 to 1,000,000,000"),
         (["evaluate", "--qrels", ds, "--run", missing, "--missing", "drop"], 2, "argument --missing"),
         (["bm25", "--dataset", missing, "--out", tmp_path / "r.trec"], 1, f"{missing}: dataset folder not found"),
         (["stats", missing], 1, f"{missing}: dataset folder not found"),
@@ -397,6 +397,25 @@ def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):
         f"zsdr check-config: error: {bad}:4:10: YAML syntax error: while parsing a flow sequence (line 3, column 9), "
         "expected ',' or ']', but got ':' (fix: correct the line; indent with spaces, close every bracket and "
         "quote)"]
+
+
+def test_a_key_given_twice_is_refused_naming_file_line_and_key(tmp_path, capsys):
+    """YAML keeps the last of two equal keys silently: `lr` set twice trained with the second."""
+    from zsdr.workflow import ConfigError, load_yaml
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("recipes:\n  dpr:\n    train:\n      lr: 1.0e-5\n      epochs: 2\n      lr: 2.0e-5\n"
+                     "base: &base {a: 1, b: 2}\nmerged:\n  <<: *base\n  a: 3\n")   # a merge key may be overridden
+    message = (f"{twice}:6:7: key 'lr' is given twice in the same mapping (first on line 4), and YAML keeps only the "
+               "last (fix: remove one of them)")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(twice)
+    assert str(err.value) == message
+    code, out, err = zsdr(capsys, "check-config", twice)
+    assert code == 1 and out == "" and the_error_line(err) == f"zsdr check-config: error: {message}"
+    twice.write_text("recipes:\n  dpr: {init: a}\nbase: &base {a: 1, b: 2}\nmerged:\n  <<: *base\n  a: 3\n"
+                     "other: {x: 1, y: {x: 2}}\n")   # the same key in different mappings is fine
+    assert load_yaml(twice)["merged"] == {"a": 3, "b": 2}
 
 
 def test_check_config_reads_configs_as_the_workflow_does(tmp_path, capsys):

@@ -265,3 +265,86 @@ def test_teacher_scores_of_max_examples_give_a_recipe_the_whole_files_arrays(tmp
         np.testing.assert_allclose(np.load(built["all"] / f"{name}.npy"), np.load(built["some"] / f"{name}.npy"),
                                    rtol=1e-5, atol=1e-5)
     assert len(np.load(built["some"] / "qrow.npy")) == 8
+
+
+# ------------------------------------------------------------------ a store is the one built, or refused
+
+
+def test_a_store_changed_in_place_or_cut_short_is_refused_naming_the_file_and_the_fix(beir):
+    root = beir[0]
+    out = build_store(root)
+    arrow = out / "corpus.arrow"
+    data = bytearray(arrow.read_bytes())
+    i = data.index("t5".encode())   # a title's bytes, deep in the file: the same size, another text
+    data[i:i + 2] = b"t6"
+    arrow.write_bytes(bytes(data))
+    with pytest.raises(DataError) as err:
+        TextStore(out, "corpus")
+    assert str(err.value) == (f"{arrow}: the store file is not the one built: its bytes differ from those recorded "
+                              f"(the checksum differs) (fix: rebuild the store: zsdr store {root})")
+    TextStore(out, "queries")   # the other kind's files are fine
+    build_store(root)
+    order = out / "queries.order.npy"
+    order.write_bytes(order.read_bytes()[:-8])
+    with pytest.raises(DataError, match=r"queries.order.npy: the store file is not the one built: \d+ bytes where \d+ "
+                                        r"were recorded \(fix: rebuild the store"):
+        open_store(root)
+
+
+def test_a_store_copied_without_its_times_is_checked_once_by_its_checksums(beir, monkeypatch):
+    import os
+    import time
+
+    root = beir[0]
+    out = build_store(root)
+    arrow = out / "corpus.arrow"
+    recorded = json.loads((out / "store.json").read_text())["files"]["corpus.arrow"]
+    os.utime(arrow, ns=(time.time_ns(), time.time_ns()))   # what `cp` without -p does
+    from zsdr import io
+
+    digests, real = [], io.file_digest
+    monkeypatch.setattr(io, "file_digest", lambda path, *a, **k: digests.append(path) or real(path, *a, **k))
+    assert len(TextStore(out, "corpus")) == 300 and [p.name for p in digests] == ["corpus.arrow"]
+    assert arrow.stat().st_mtime_ns == recorded["mtime_ns"]   # the time is back: the next open reads nothing
+    TextStore(out, "corpus")
+    assert len(digests) == 1
+
+
+def test_a_damaged_store_of_an_earlier_zsdr_names_the_file_not_a_library_error(beir):
+    root = beir[0]
+    out = build_store(root)
+    meta = json.loads((out / "store.json").read_text())
+    del meta["files"]   # as an earlier zsdr wrote it: nothing to check the files against
+    (out / "store.json").write_text(json.dumps(meta))
+    assert not store_is_current(out, root)   # open_current builds a store of its own instead
+    arrow = out / "corpus.arrow"
+    arrow.write_bytes(arrow.read_bytes()[:200])
+    with pytest.raises(DataError, match=rf"{arrow}: the store file is damaged \(ArrowInvalid: .*\) \(fix: rebuild the "
+                                        rf"store: zsdr store {root}\)"):
+        TextStore(out, "corpus")
+    (out / "queries.hash.npy").write_bytes(b"\x93NUMPY garbage")
+    with pytest.raises(DataError, match="queries.hash.npy: the store file is missing or damaged"):
+        TextStore(out, "queries")
+
+
+def test_validate_checks_every_checksum_of_the_store(beir, capsys):
+    import os
+
+    from .test_reliability import the_error_line, zsdr
+
+    root = beir[0]
+    out = build_store(root)
+    assert zsdr(capsys, "validate", root)[0] == 0
+    arrow = out / "queries.arrow"
+    st = arrow.stat()
+    data = bytearray(arrow.read_bytes())
+    i = data.index("query 7".encode())
+    data[i:i + 7] = b"QUERY 7"
+    arrow.write_bytes(bytes(data))
+    os.utime(arrow, ns=(st.st_atime_ns, st.st_mtime_ns))   # bits rotted under the same time: only a full check
+    TextStore(out, "queries")
+    code, _, err = zsdr(capsys, "validate", root)
+    assert code == 1
+    assert the_error_line(err) == (f"zsdr validate: error: {arrow}: the store file is not the one built: its bytes "
+                                   "differ from those recorded (the checksum differs) (fix: rebuild the store: zsdr "
+                                   f"store {root})")

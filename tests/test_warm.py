@@ -215,3 +215,128 @@ def test_the_server_is_worth_starting_for_four_python_jobs_or_an_unreadable_dag(
     assert not worth_starting(workflow(["a.py"] * 3 + ["b.R", None, None]))
     assert not worth_starting(workflow([]))  # nothing to run: no server
     assert worth_starting(SimpleNamespace())  # a DAG this cannot read: started, as before this check
+
+
+def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch):
+    """`kill -9` of Snakemake takes the server with it (PR_SET_PDEATHSIG) before either removes the socket's
+    folder: the next start removes every folder whose Snakemake is gone, and no other."""
+    import socket
+    import tempfile
+
+    from zsdr.warm import remove_stale_folders
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
+    snakemake = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(ROOT / 'tests')!r})
+        import tempfile
+        tempfile.tempdir = {str(tmp)!r}
+        from zsdr.warm import start_server
+        class Shell:
+            prefix = staticmethod(lambda value: None)
+        start_server(Shell, {str(CLIENT)!r}, log={str(tmp_path / 'warm.log')!r}, preload=("json",))
+        while not os.path.exists(os.environ["ZSDR_WARM_SOCKET"]):
+            time.sleep(0.02)
+        print(os.path.dirname(os.environ["ZSDR_WARM_SOCKET"]), flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    killed = Path(snakemake.stdout.readline().strip())
+    snakemake.kill()
+    snakemake.wait()
+    time.sleep(0.5)   # the server dies with it
+    assert killed.is_dir() and killed.name.startswith(f"zsdr-warm-{snakemake.pid}-")
+    live = tmp / f"zsdr-warm-{os.getpid()}-abcd1234"
+    live.mkdir()
+    old_dead = tmp / "zsdr-warm-ab12cd34"   # an earlier version's name: nothing listens on its socket
+    old_dead.mkdir()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(old_dead / "socket"))
+    old_live = tmp / "zsdr-warm-xy98zw76"
+    old_live.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(old_live / "socket"))
+    listening.listen(1)
+    other = tmp / "unrelated"
+    other.mkdir()
+    try:
+        assert sorted(remove_stale_folders(str(tmp))) == sorted([str(killed), str(old_dead)])
+    finally:
+        listening.close()
+    assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, old_live.name, "unrelated"])
+    # start_server itself clears them
+    (tmp / "zsdr-warm-999999999-dead0000").mkdir()
+    warm = start_server(Shell, CLIENT, log=str(tmp_path / "warm2.log"), preload=("json",))
+    try:
+        assert not (tmp / "zsdr-warm-999999999-dead0000").exists()
+        assert Path(os.environ["ZSDR_WARM_SOCKET"]).parent.name.startswith(f"zsdr-warm-{os.getpid()}-")
+    finally:
+        stop_server(warm)
+
+
+def test_a_stopped_server_neither_blocks_its_client_nor_keeps_it_from_its_signals(server, tmp_path, monkeypatch):
+    """A server stopped with SIGSTOP accepted connections and never answered: the client waited forever and
+    ignored Snakemake's SIGTERM. It now gives up after ZSDR_WARM_TIMEOUT seconds and runs the job cold, and
+    a SIGTERM ends it at once."""
+    monkeypatch.setenv("ZSDR_WARM_TIMEOUT", "1")
+    warm = server()
+    script = job(tmp_path, "quick.py", """
+        import os
+        from pathlib import Path
+        Path("ran").write_text(str(os.getppid()))
+    """)
+    pid = warm["process"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # (the job's standard streams, sent to the stopped server, stay open until it reads them: a file, not a pipe)
+        start = time.monotonic()
+        assert run(script, stdout=subprocess.DEVNULL).wait(timeout=60) == 0
+        assert int((tmp_path / "ran").read_text()) != pid and time.monotonic() - start < 30   # ran cold
+        (tmp_path / "ran").unlink()
+        proc = run(script, {"ZSDR_WARM_TIMEOUT": "600"}, stdout=subprocess.DEVNULL)   # would wait 10 minutes
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == -signal.SIGTERM
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # resumed, the server starts neither job again (their clients are gone)
+    time.sleep(1)
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_job_that_ends_while_its_server_is_stopped_fails_instead_of_hanging(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZSDR_WARM_TIMEOUT", "2")
+    warm = server()
+    script = job(tmp_path, "slow.py", """
+        import time
+        from pathlib import Path
+        Path("started").write_text("")
+        time.sleep(3)
+    """)
+    with open(tmp_path / "err", "w") as err:
+        proc = run(script, stderr=err)
+    while not (tmp_path / "started").exists():
+        time.sleep(0.02)
+    os.kill(warm["process"].pid, signal.SIGSTOP)
+    try:
+        assert proc.wait(timeout=30) == 1
+        assert "ended but the warm server did not report its exit status within 2 s" in (tmp_path / "err").read_text()
+    finally:
+        os.kill(warm["process"].pid, signal.SIGCONT)
+
+
+def test_a_request_whose_client_has_gone_is_not_started():
+    """A client that gave up on a stopped server ran its job cold: the resumed server must not start it too."""
+    import socket
+
+    from zsdr.warm import _client_gone
+
+    server_end, client_end = socket.socketpair()
+    client_end.sendall(b"request")
+    server_end.recv(7)
+    assert not _client_gone(server_end)
+    client_end.close()
+    assert _client_gone(server_end)
+    server_end.close()

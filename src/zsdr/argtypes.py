@@ -80,3 +80,27 @@ def check_device(value: str | None, argument: str = "--device") -> None:
         have = f"{count} CUDA device{'s' if count != 1 else ''}" if count else "no CUDA device"
         fix = f"--device cuda:0 to cuda:{count - 1}" if count else "--device cpu"
         raise UsageError(f"argument {argument}: {value} is not available, this machine has {have} (fix: {fix})")
+
+
+DEPENDENT = "_dependent_options"
+
+
+def add_dependent(parser: argparse.ArgumentParser, *flags: str, requires: str, default=None, **kwargs):
+    """Add an option that means something only with another option of the same command (``requires``: its
+    flag, a switch): given without it, :func:`check_dependent` refuses the command instead of ignoring the
+    option (``zsdr bm25 --fb-terms 20`` without ``--rm3``). ``default`` applies when it is not given."""
+    action = parser.add_argument(*flags, default=None, **kwargs)
+    listed = parser.get_default(DEPENDENT) or []
+    parser.set_defaults(**{DEPENDENT: [*listed, (action.dest, flags[0], requires, default)]})
+    return action
+
+
+def check_dependent(args: argparse.Namespace) -> None:
+    """Fill in the defaults of :func:`add_dependent` options; raise :class:`UsageError` for one given without
+    the option it depends on."""
+    for dest, flag, requires, default in getattr(args, DEPENDENT, None) or ():
+        if getattr(args, dest) is None:
+            setattr(args, dest, default)
+        elif not getattr(args, requires.lstrip("-").replace("-", "_")):
+            raise UsageError(f"argument {flag}: applies only with {requires}, which is not given (fix: add {requires}, "
+                             f"or drop {flag})")

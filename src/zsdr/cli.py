@@ -1,6 +1,6 @@
 """The ``zsdr`` command (also ``python -m zsdr``): one-off use of the library outside Snakemake.
 
-    zsdr validate DIR              check a BEIR-layout folder; print its counts as JSON
+    zsdr validate DIR              check a BEIR-layout folder (and its store's checksums); print its counts as JSON
     zsdr fetch NAME                download + convert one registry dataset into data/NAME/
     zsdr datasets                  list the registry
     zsdr mini --out data           generate the mini benchmark from config.yaml's `mini` section
@@ -27,8 +27,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from zsdr.argtypes import UsageError, check_device
-from zsdr.io import DataError, MultiDataError
+from zsdr.argtypes import UsageError, check_dependent, check_device
+from zsdr.io import DataError, MultiDataError, reading
 
 log = logging.getLogger("zsdr")
 
@@ -50,15 +50,30 @@ def cmd_validate(args) -> int:
     from zsdr.data.formats import validate_beir
 
     counts = validate_beir(args.directory, require_qrels=not args.no_qrels)
+    store = Path(args.directory) / "store"
+    if (store / "store.json").is_file():   # its files, checksums and all
+        from zsdr.data.store import verify_store
+
+        verify_store(store, full=True)
     print(json.dumps(counts.as_dict(), indent=1 if args.pretty else None))
     return 0
 
 
 def cmd_fetch(args) -> int:
+    from zsdr.data import registry
     from zsdr.data.fetch import fetch
+    from zsdr.io import check_output_dir
 
-    counts = fetch(args.name, downloads=args.downloads, data=args.data, byo=args.byo, mirror=args.mirror,
-                   extras=not args.no_extras, progress=not args.quiet)
+    byo = registry.get(args.name).byo is not None
+    given = [flag for flag, value in (("--downloads", args.downloads), ("--mirror", args.mirror),
+                                      ("--no-extras", args.no_extras or None)) if value is not None] if byo else \
+        ["--byo"] if args.byo is not None else []
+    if given:
+        kind = "bring-your-own: nothing is downloaded" if byo else "downloaded: no --byo folder is read"
+        raise UsageError(f"argument {given[0]}: dataset {args.name!r} is {kind} (fix: drop {given[0]})")
+    check_output_dir(Path(args.data) / args.name, "dataset")   # before any download
+    counts = fetch(args.name, downloads=args.downloads or "downloads", data=args.data, byo=args.byo or "byo",
+                   mirror=args.mirror, extras=not args.no_extras, progress=not args.quiet)
     print(json.dumps({"dataset": args.name, **counts.as_dict()}))
     return 0
 
@@ -306,7 +321,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for module in _command_modules(sys.argv[1:] if argv is None else argv):
         importlib.import_module(module).register_cli(sub)
 
-    p = sub.add_parser("validate", help="check a BEIR-layout dataset folder and print its counts")
+    p = sub.add_parser("validate", help="check a BEIR-layout dataset folder (and every checksum of its store) and "
+                                        "print its counts")
     p.add_argument("directory", help="the dataset folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
     p.add_argument("--no-qrels", action="store_true", help="accept a folder without qrels (e.g. a corpus only)")
     p.add_argument("--pretty", action="store_true", help="indent the JSON")
@@ -314,12 +330,13 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("fetch", help="download and convert one registry dataset")
     p.add_argument("name", help="a registry name (`zsdr datasets` lists them)")
-    p.add_argument("--downloads", default="downloads",
+    p.add_argument("--downloads", default=None,
                    help="folder of the downloaded files, laid out as <host>/<path> (default: downloads)")
     p.add_argument("--data", default="data", help="folder the dataset is written to, as <data>/<name> (default: data)")
-    p.add_argument("--byo", default="byo", help="folder of bring-your-own datasets")
-    p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies")
-    p.add_argument("--no-extras", action="store_true", help="skip training-side files (triples, negatives)")
+    p.add_argument("--byo", default=None, help="folder of bring-your-own datasets (default: byo; for those only)")
+    p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies (downloaded datasets)")
+    p.add_argument("--no-extras", action="store_true",
+                   help="skip training-side files (triples, negatives; downloaded datasets)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_fetch)
 
@@ -375,6 +392,81 @@ INPUT_PATHS = {
 }
 
 
+# What each command reads, per command: (argument, how it is read). "dataset": a BEIR folder, of which
+# its corpus, queries and qrels are the inputs (a store, an index or a run may be written inside it);
+# "path": a file, or a folder read whole. No output of the command may be, hold or lie inside an input
+# (zsdr.io.reading): `zsdr store ds --out ds`, `zsdr export m m`, `zsdr bm25 ... --out DATASET/corpus.jsonl`.
+READS = {
+    "validate": [("directory", "dataset")],
+    "stats": [("directory", "dataset")],
+    "shift": [("source", "dataset"), ("target", "dataset")],
+    "store": [("dataset", "dataset")],
+    "bm25": [("dataset", "dataset"), ("index", "path")],
+    "evaluate": [("qrels", "dataset"), ("run", "path")],
+    "encode-search": [("dataset", "dataset"), ("model", "path")],
+    "encode": [("dataset", "dataset"), ("model", "path")],
+    "encode-queries": [("dataset", "dataset"), ("model", "path")],
+    "search": [("queries", "path"), ("shards", "path")],
+    "search-shard": [("queries", "path"), ("shard", "path")],
+    "merge-shards": [("parts", "path")],
+    "mine": [("model", "path"), ("dataset", "dataset"), ("shards", "path")],
+    "score-pairs": [("model", "path"), ("dataset", "dataset"), ("negatives", "path")],
+    "export": [("model", "path"), ("rem", "path")],
+    "train": [("spec", "path")],
+    "mini": [("config", "path")],
+}
+
+
+def _dataset_inputs(folder: Path) -> list[Path]:
+    """What a command reads of a BEIR folder: its corpus, queries and qrels (a file given instead: itself)."""
+    if not folder.is_dir():
+        return [folder]
+    return [p for p in (*folder.glob("corpus.jsonl*"), *folder.glob("queries.jsonl*"), folder / "qrels")
+            if p.exists()]
+
+
+def command_inputs(args) -> list[Path]:
+    """The paths the command of ``args`` reads (:data:`READS`), those that exist."""
+    out: list[Path] = []
+    for attr, how in READS.get(args.command, ()):
+        value = getattr(args, attr, None)
+        for path in value if isinstance(value, list) else [value]:
+            if path is None or not Path(path).exists():
+                continue
+            out += _dataset_inputs(Path(path)) if how == "dataset" else [Path(path)]
+    return out
+
+
+# Output folders a command writes after slow work (loading a model): checked before it starts, as the
+# writer checks them again (zsdr.io.check_output_dir). Per command: (argument, the kind of output).
+OUTPUT_DIRS = {
+    "export": [("out", "export")],
+    "encode": [("out", "embeddings folder")],
+    "encode-queries": [("out", "embeddings folder")],
+    "store": [("out", "store")],
+}
+
+
+# Output files, per command: checked against the inputs before any work (as zsdr.io.atomic_write does).
+OUTPUT_FILES = {
+    "bm25": ["out"], "evaluate": ["per_query"], "encode-search": ["out"], "search": ["out"], "search-shard": ["out"],
+    "merge-shards": ["out"], "mine": ["out"], "score-pairs": ["out"], "stats": ["out"], "shift": ["out"],
+}
+
+
+def check_outputs(args) -> None:
+    """Every output folder of :data:`OUTPUT_DIRS` and file of :data:`OUTPUT_FILES` may be written, before
+    any slow work."""
+    from zsdr.io import check_output_dir, check_output_file
+
+    for attr, kind in OUTPUT_DIRS.get(args.command, ()):
+        if getattr(args, attr, None) is not None:
+            check_output_dir(getattr(args, attr), kind)
+    for attr in OUTPUT_FILES.get(args.command, ()):
+        if getattr(args, attr, None) is not None:
+            check_output_file(getattr(args, attr))
+
+
 def check_inputs(args) -> None:
     """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
     for attr, what, flag in INPUT_PATHS.get(args.command, ()):
@@ -428,6 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         sub.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(level=logging.DEBUG if args.verbose else logging.WARNING)
     try:
+        check_dependent(args)
         check_inputs(args)
         check_device(getattr(args, "device", None))
         if getattr(args, "check_usage", None) is not None:  # a command's own usage checks, before any model
@@ -436,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
             from zsdr.models.checkpoints import check_model_argument
 
             check_model_argument(args.model, "--model" if "--model" in argv else "the model argument")
-        return args.func(args)
+        with reading(command_inputs(args)):
+            check_outputs(args)
+            return args.func(args)
     except KeyboardInterrupt:
         print(f"zsdr {args.command}: interrupted", file=sys.stderr)
         return 130

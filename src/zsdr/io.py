@@ -8,12 +8,21 @@
   remove on failure, so a crashed job never leaves a file that looks finished. The result has the
   permissions of any file the process creates (``0o666`` / ``0o777`` less the umask), not
   ``tempfile``'s owner-only ``0o600`` / ``0o700``.
+* Nothing zsdr did not write is replaced: :func:`atomic_dir` marks every folder it writes
+  (``.zsdr-output.json``, naming the kind of output) and replaces only an empty folder or one it
+  marked as the same kind; anything else (a dataset, a parent folder, another kind of output) is
+  refused before any work, naming the folder (:func:`check_output_dir`). Inside a Snakemake job, the
+  folder of a declared output is the workflow's to replace (what earlier versions wrote has no mark).
+* :func:`reading` declares the inputs of a command: while it holds, no output folder or file may be
+  an input, hold one, or lie inside an input folder (``zsdr export m m``, ``zsdr store ds --out ds``).
 * :func:`scratch_dir` — a temporary working folder beside an output, removed afterwards.
 * Temporaries are named ``.<output>.<kind>.<host>.<pid>.<random>.tmp``; creating one for an output
   first removes that output's temporaries left by processes of this host that no longer exist (a job
   killed with SIGKILL), never those of a live process or of another host.
 * :func:`file_lock` — an exclusive ``fcntl`` lock on ``<path>.lock`` (waits for the holder; removed after).
-* :func:`file_digest` — streaming md5/sha256 of a file.
+* :func:`file_digest` — streaming md5/sha256 of a file; :func:`file_record` / :func:`file_changed` — a
+  file's size, modification time and checksum, and whether it is still that file (a ``stat`` when the
+  size and time match, the checksum otherwise).
 * :func:`save_figure` — a matplotlib figure written atomically, the same numbers giving the same bytes.
 * :func:`locate_item` — item ``i`` of a sequence stored in parts, as (part, index in the part).
 """
@@ -33,11 +42,12 @@ import re
 import shutil
 import socket
 import stat
+import sys
 import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO, Iterable, Iterator, Sequence
 
 log = logging.getLogger("zsdr.io")
 
@@ -351,6 +361,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     gzip-compressed (mtime 0, so identical content gives identical bytes).
     """
     path = Path(path)
+    _check_not_an_input(path, is_dir=False)
     tmp = temp_sibling(path, is_dir=False)
     binary = "b" in mode
     try:
@@ -369,20 +380,155 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         raise
 
 
+OUTPUT_MARKER = ".zsdr-output.json"
+"""Written into every folder :func:`atomic_dir` makes: ``{"written_by": "zsdr", "kind": KIND}``."""
+
+
+def _marked_kind(path: Path) -> str | None:
+    """The kind ``path``'s marker names, or None (no marker, or one that is not zsdr's)."""
+    try:
+        data = json.loads((path / OUTPUT_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("written_by") == "zsdr" and isinstance(data.get("kind"), str):
+        return data["kind"]
+    return None
+
+
+def _listing(names: list[str], folder: Path, limit: int = 5) -> str:
+    shown = [n + ("/" if (folder / n).is_dir() else "") for n in sorted(names)[:limit]]
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(shown) + more
+
+
+JOB_OUTPUTS_VARIABLE = "ZSDR_JOB_OUTPUTS"
+
+
+def _job_outputs() -> list[Path]:
+    """The declared outputs of the Snakemake job this process runs (a ``script:`` job: the ``snakemake``
+    object of its ``__main__``; a process it started: ``$ZSDR_JOB_OUTPUTS``), as absolute paths."""
+    job = getattr(sys.modules.get("__main__"), "snakemake", None)
+    outputs = getattr(job, "output", None)
+    try:
+        listed = [os.fspath(p) for p in outputs] if outputs is not None else \
+            json.loads(os.environ.get(JOB_OUTPUTS_VARIABLE) or "[]")
+        return [Path(os.path.abspath(p)) for p in listed]
+    except (TypeError, ValueError):
+        return []
+
+
+def job_outputs_environment() -> dict[str, str]:
+    """``{ZSDR_JOB_OUTPUTS: ...}`` for the processes a Snakemake job starts (a multi-process training), so
+    that they may replace the job's declared output folders as the job itself may; empty outside a job."""
+    outputs = _job_outputs()
+    return {JOB_OUTPUTS_VARIABLE: json.dumps([str(p) for p in outputs])} if outputs else {}
+
+
+def _declared_by_the_job(path: Path) -> bool:
+    """Whether ``path`` is a declared output of the running Snakemake job, or the folder of one."""
+    path = Path(os.path.abspath(path))
+    return any(path == out or path == out.parent for out in _job_outputs())
+
+
+_READING: list[tuple[Path, bool]] = []
+
+
+def _absolute(path: str | os.PathLike) -> Path:
+    """``path`` made absolute with its symlinks resolved as far as it exists."""
+    return Path(os.path.realpath(os.path.abspath(path)))
+
+
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def reading(paths: Iterable[str | os.PathLike]) -> Iterator[None]:
+    """Declare the inputs of the work inside the block (files, or folders read whole; a path that does
+    not exist is skipped): no :func:`atomic_dir` or :func:`atomic_write` of this process may then replace
+    one, a folder holding one, or write inside an input folder. The ``zsdr`` command declares what
+    each command reads."""
+    added = [(_absolute(p), Path(p).is_dir()) for p in paths if p is not None and os.path.lexists(p)]
+    _READING.extend(added)
+    try:
+        yield
+    finally:
+        for item in added:
+            _READING.remove(item)
+
+
+def check_output_file(path: str | os.PathLike) -> None:
+    """Refuse (:class:`DataError`) an output file that is an input declared with :func:`reading`, or lies
+    inside an input folder (what :func:`atomic_write` checks, for a command to check before its work)."""
+    _check_not_an_input(Path(path), is_dir=False)
+
+
+def _check_not_an_input(path: Path, is_dir: bool) -> None:
+    """Refuse an output ``path`` that is, holds, or lies inside an input declared with :func:`reading`."""
+    if not _READING:
+        return
+    target = _absolute(path)
+    what = "output folder" if is_dir else "output file"
+    for source, folder in _READING:
+        if target == source:
+            problem = f"the {what} is an input of this command"
+        elif source.is_relative_to(target):
+            problem = f"the {what} holds {source}, an input of this command; writing it would replace that input"
+        elif folder and target.is_relative_to(source):
+            problem = f"the {what} lies inside {source}, an input folder of this command"
+        else:
+            continue
+        raise DataError(path, None, problem, f"write it to a {what.split()[1]} outside the inputs")
+
+
+def check_output_dir(path: str | os.PathLike, kind: str = "model") -> None:
+    """Refuse (:class:`DataError` naming the folder and the fix) an output folder that :func:`atomic_dir`
+    may not replace with a ``kind`` output: an input of the command (:func:`reading`), a file, or a folder
+    that holds anything but what zsdr wrote there as a ``kind`` output. A missing or empty folder, or one
+    marked as ``kind``, passes. Inside a Snakemake job, the job's declared outputs and their folders pass:
+    the workflow plans where its outputs go, and removes the old ones itself."""
+    path = Path(path)
+    _check_not_an_input(path, is_dir=True)
+    if not os.path.lexists(path):
+        return
+    if not path.is_dir():
+        raise DataError(path, None, "the output folder is a file", "remove it or write the output elsewhere")
+    names = [n for n in os.listdir(path) if n != OUTPUT_MARKER]
+    if not names:
+        return
+    marked = _marked_kind(path)
+    if marked == kind or _declared_by_the_job(path):
+        return
+    if marked is not None:
+        raise DataError(path, None, f"refusing to replace this folder: zsdr wrote it as {_a(marked)}, not as {_a(kind)}",
+                        f"write the {kind} to a new or empty folder")
+    raise DataError(path, None, f"refusing to replace this folder: it holds {_listing(names, path)}, which zsdr "
+                    f"did not write as {_a(kind)}", f"write the {kind} to a new or empty folder, or remove this "
+                    "folder yourself if nothing in it is needed")
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``path`` when the block succeeds.
 
-    Before the rename, everything in it gets the umask's permissions (:func:`share_tree`). An
-    existing ``path`` is replaced whole. On failure the temporary directory is removed and
-    ``path`` is left untouched.
+    ``kind`` names what the folder holds (``"store"``, ``"dataset"``, ``"Lucene index"``, ...; model
+    writers use the default). The folder is marked with it (:data:`OUTPUT_MARKER`), and an existing
+    ``path`` is replaced whole only when :func:`check_output_dir` allows it: checked before the block
+    runs and again before the rename. ``mark=False`` (a folder that must hold exactly what the block
+    wrote: an archive's contents) writes no marker, so such a folder is never replaced once it holds
+    anything. Before the rename, everything in it gets the umask's permissions (:func:`share_tree`).
+    On failure the temporary directory is removed and ``path`` is left untouched.
     """
     path = Path(path)
+    check_output_dir(path, kind)
     tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        if mark:
+            (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind}) + "\n", encoding="utf-8")
         share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
-        if path.exists():
+        if os.path.lexists(path):
+            check_output_dir(path, kind)  # another process may have put something there meanwhile
             old = temp_sibling(path, is_dir=True, kind="old")
             old.rmdir()
             os.replace(path, old)
@@ -403,6 +549,36 @@ def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int =
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def file_record(path: str | os.PathLike) -> dict:
+    """What identifies a file's content later, cheaply: ``{"bytes", "mtime_ns", "sha256"}``."""
+    st = os.stat(path)
+    return {"bytes": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_digest(path)}
+
+
+def file_changed(path: str | os.PathLike, record: dict, restore_mtime: bool = False) -> str | None:
+    """Why the file at ``path`` is not the one :func:`file_record` described, or None when it is.
+
+    A different size decides at once; the same size and modification time pass without reading the
+    file (one ``stat``); any other modification time is settled by the checksum (the whole file is
+    read: a copy that did not keep the times, or bytes changed in place). With ``restore_mtime``, a
+    file whose checksum matches gets the recorded modification time back (when this process may set
+    it), so the next check is a ``stat`` again."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "the file is missing"
+    if st.st_size != record.get("bytes"):
+        return f"{st.st_size} bytes where {record.get('bytes')} were recorded"
+    if st.st_mtime_ns == record.get("mtime_ns"):
+        return None
+    if file_digest(path) != record.get("sha256"):
+        return "its bytes differ from those recorded (the checksum differs)"
+    if restore_mtime:
+        with contextlib.suppress(OSError):
+            os.utime(path, ns=(st.st_atime_ns, record["mtime_ns"]))
+    return None
 
 
 def save_figure(fig, out: str | os.PathLike) -> None:

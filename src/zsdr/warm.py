@@ -35,6 +35,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 
 from zsdr.devices import THREAD_VARIABLES
 
@@ -86,6 +87,16 @@ def _read_request(conn):
             raise EOFError
         data += more
     return json.loads(data[:size]), fds
+
+
+def _client_gone(conn):
+    """Whether the client closed its end after sending its request."""
+    try:
+        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _comparable(env):
@@ -212,6 +223,10 @@ class Server:
         except (OSError, EOFError, ValueError):
             return None
         conn.settimeout(None)
+        if _client_gone(conn):  # it gave up waiting (a server that was stopped) and ran the job cold
+            for fd in fds:
+                os.close(fd)
+            return None
         reason = self.refuse(request, fds)
         if reason:
             self.cold += 1
@@ -354,11 +369,67 @@ def worth_starting(workflow):
     return jobs >= MIN_JOBS
 
 
+FOLDER_PREFIX = "zsdr-warm-"
+"""The socket's private folder: ``zsdr-warm-<pid of the Snakemake process>-<random>`` in the temporary folder."""
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _stale(path):
+    """Whether a socket folder belongs to no running server: the Snakemake process named in it is gone (a
+    folder of an earlier version, without a pid: nothing listens on its socket)."""
+    rest = os.path.basename(path)[len(FOLDER_PREFIX):]
+    pid = rest.split("-", 1)[0]
+    if pid.isdigit() and "-" in rest:
+        return not _alive(int(pid))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.path.join(path, "socket"))
+    except FileNotFoundError:
+        return time.time() - os.stat(path).st_mtime > 3600  # not bound an hour after it was made
+    except OSError:
+        return True  # refused: no server behind it
+    finally:
+        sock.close()
+    return False
+
+
+def remove_stale_folders(tmpdir):
+    """Remove this user's socket folders whose server is gone: Snakemake killed (SIGKILL) takes its server
+    with it before either can remove the folder; the next run's start clears them."""
+    import shutil
+
+    try:
+        entries = list(os.scandir(tmpdir))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        try:
+            if (not entry.name.startswith(FOLDER_PREFIX) or not entry.is_dir(follow_symlinks=False)
+                    or entry.stat(follow_symlinks=False).st_uid != os.getuid() or not _stale(entry.path)):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
 def start_server(shell, client, log=".snakemake/warm.log", preload=PRELOAD):
     """Start the server for a local run (the Snakefile's onstart) and route Python jobs through `client`.
 
-    The socket lies in a private temporary folder (0700: only this user can start jobs through it); the
-    server's own messages go to `log`. Jobs that start before the server has loaded run cold.
+    The socket lies in a private temporary folder (0700: only this user can start jobs through it), named
+    after this process; the folders of runs that were killed are removed first. The server's own messages
+    go to `log`. Jobs that start before the server has loaded run cold.
     """
     import shlex
     import subprocess
@@ -366,7 +437,8 @@ def start_server(shell, client, log=".snakemake/warm.log", preload=PRELOAD):
 
     if not sys.platform.startswith("linux"):
         return {}
-    folder = tempfile.mkdtemp(prefix="zsdr-warm-")
+    remove_stale_folders(tempfile.gettempdir())
+    folder = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
     path = os.path.join(folder, "socket")
     os.environ.update(ZSDR_WARM_SOCKET=path, ZSDR_WARM_PYTHON=sys.executable)
     os.makedirs(os.path.dirname(log) or ".", exist_ok=True)

@@ -6,30 +6,69 @@ Standard library only, started isolated (-I -S) so that it costs a few milliseco
 (ZSDR_WARM_SOCKET unset or not there), for another interpreter than the server's (ZSDR_WARM_PYTHON) or
 any other command, and when the server declines, it replaces itself with the command (exec): the job
 then runs exactly as it would without zsdr.warm.
+
+A server that does not answer within ZSDR_WARM_TIMEOUT seconds (default 20; a stopped or hung server)
+is given up: the job runs cold. A signal that arrives before the job has started ends the client (the
+server ends a job whose client is gone); afterwards it is forwarded to the job. Once the job has ended,
+a server that does not report its status within that time fails the job (exit status 1) rather than
+keep the client waiting.
 """
 
 import array
 import json
 import os
+import select
 import signal
 import socket
 import struct
 import sys
 
 FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+TIMEOUT = 20.0
 
 
 def cold(argv):
     os.execvp(argv[0], argv)
 
 
+def _timeout():
+    try:
+        return max(0.1, float(os.environ.get("ZSDR_WARM_TIMEOUT") or TIMEOUT))
+    except ValueError:
+        return TIMEOUT
+
+
+class _Lines:
+    """Newline-terminated messages from the server's socket, each read with an optional time limit."""
+
+    def __init__(self, sock):
+        self.sock, self.buffer = sock, b""
+
+    def ready(self):
+        return b"\n" in self.buffer
+
+    def read(self, timeout=None):
+        """The next line, b"" when the server closed the connection; raises TimeoutError."""
+        while b"\n" not in self.buffer:
+            if timeout is not None and not select.select([self.sock], [], [], timeout)[0]:
+                raise TimeoutError
+            data = self.sock.recv(1 << 16)
+            if not data:
+                return b""
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line + b"\n"
+
+
 def warm(argv, path):
+    timeout = _timeout()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
     try:
         sock.connect(path)
     except OSError:
         return None
-    pending, child = [], []
+    child = []
 
     def forward(signum, _frame):
         if child:
@@ -37,8 +76,10 @@ def warm(argv, path):
                 os.kill(child[0], signum)
             except ProcessLookupError:
                 pass
-        else:
-            pending.append(signum)
+            return
+        # No job yet: end here, of the signal (the server ends a job whose client is gone).
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
@@ -49,23 +90,25 @@ def warm(argv, path):
     header = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": umask}).encode()
     fds = array.array("i", [0, 1, 2])
     message = struct.pack("!I", len(header)) + header
+    lines = _Lines(sock)
     try:
         sock.sendmsg([message[:4096]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
         if len(message) > 4096:
             sock.sendall(message[4096:])
-        reader = sock.makefile("rb")
-        reply = json.loads(reader.readline() or b"{}")
-    except (OSError, ValueError):
+        reply = json.loads(lines.read(timeout) or b"{}")
+    except (OSError, ValueError):  # TimeoutError is an OSError: a server that does not answer
         reply = {}
     if "pid" not in reply:
         for name in FORWARDED:
             signal.signal(getattr(signal, name), signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        sock.close()  # a server that answers later sees the client gone and ends what it started
         return None  # declined (reply["cold"] says why) or no answer: run cold
     child.append(reply["pid"])
-    for signum in pending:
-        forward(signum, None)
-    line = reader.readline()
+    sock.settimeout(None)
+    line = _status(lines, child[0], timeout, argv)
+    if line is None:
+        return 1
     if not line:
         print(f"warm_client: the warm server is gone; job {argv[1]} (pid {child[0]}) was killed with it",
               file=sys.stderr)
@@ -77,6 +120,34 @@ def warm(argv, path):
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
+
+
+def _status(lines, pid, timeout, argv):
+    """The server's status line for job ``pid`` (b"" if the server closed the connection); None when the
+    job has ended and the server does not report it within ``timeout`` seconds (a stopped server)."""
+    ended = False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # the job has ended already
+        pidfd, ended = None, True
+    except (AttributeError, OSError):  # no pidfd on this system: the server's word only
+        pidfd = None
+    try:
+        while not lines.ready():
+            if not ended:
+                watched = [lines.sock] + ([pidfd] if pidfd is not None else [])
+                if lines.sock in select.select(watched, [], [])[0]:
+                    return lines.read()
+            try:  # the job has ended: its status follows at once, from a server that runs
+                return lines.read(timeout)
+            except TimeoutError:
+                print(f"warm_client: job {argv[1]} (pid {pid}) ended but the warm server did not report its "
+                      f"exit status within {timeout:g} s (a stopped server?); failing the job", file=sys.stderr)
+                return None
+        return lines.read()
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def main():

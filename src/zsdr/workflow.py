@@ -129,8 +129,27 @@ class ConfigError(ValueError):
 
 
 def load_yaml(path: str | Path) -> dict:
-    """A YAML config file; a syntax error names the file, line and column."""
+    """A YAML config file; a syntax error, or a key given twice in one mapping (YAML keeps the last one
+    silently), names the file, line and column."""
     import yaml
+
+    class Duplicate(Exception):
+        pass
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            first = {}
+            for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = first.setdefault(key, key_node)
+                except TypeError:  # an unhashable key: construct_mapping reports it
+                    continue
+                if seen is not key_node:
+                    raise Duplicate(key, seen.start_mark, key_node.start_mark)
+            return super().construct_mapping(node, deep)
 
     path = Path(path)
     try:
@@ -138,7 +157,12 @@ def load_yaml(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config ({exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader
+    except Duplicate as exc:
+        key, first, again = exc.args
+        raise ConfigError(f"{path}:{again.line + 1}:{again.column + 1}: key {key!r} is given twice in the same "
+                          f"mapping (first on line {first.line + 1}), and YAML keeps only the last (fix: remove "
+                          "one of them)") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -9,8 +9,9 @@
   destination; ``DEST.sha256`` records the sha256 of every verified file, so a file whose source
   publishes no checksum is still checked against itself whenever it is reused.
 * :func:`extract` — zip and tar (plain, gz, bz2, xz; detected from content) into a temporary sibling
-  that replaces ``dest_dir`` only on success; unsafe members (absolute paths, ``..``, links that leave
-  the folder, devices) are refused.
+  that becomes ``dest_dir`` only on success; unsafe members (absolute paths, ``..``, links that leave
+  the folder, devices) are refused, and so are decompression bombs (:data:`LIMITS`: the expanded size,
+  its ratio to the archive's, the number of members; each can be raised through its variable).
 * :func:`fetch_file` — :func:`download` driven by a ``{"url", "md5", "sha256", "size", "filename"}`` spec.
 """
 
@@ -350,6 +351,67 @@ def fetch_file(spec: dict, dest_dir: str | os.PathLike, mirror: str | None = Non
 
 # ------------------------------------------------------------------------------------------ extract
 
+# Decompression bombs: an archive may expand to at most MAX_RATIO times its size (once it expands to more
+# than RATIO_FLOOR bytes: a tiny archive of a few repetitive files may compress better), to at most
+# MAX_BYTES in all, and hold at most MAX_MEMBERS members; each limit can be raised for a genuine archive
+# through its environment variable. Real corpora compress 3-10x (BEIR's zips ~4x, MS MARCO's tar.gz ~3x).
+LIMITS = {"ratio": ("ZSDR_EXTRACT_MAX_RATIO", 100), "bytes": ("ZSDR_EXTRACT_MAX_BYTES", 200 * 10 ** 9),
+          "members": ("ZSDR_EXTRACT_MAX_MEMBERS", 1_000_000)}
+RATIO_FLOOR = 64 * 2 ** 20
+
+
+def extract_limits() -> dict[str, float]:
+    """The limits in force: each from its environment variable when set (a positive number), else the default."""
+    out = {}
+    for key, (variable, default) in LIMITS.items():
+        value = os.environ.get(variable, "").strip()
+        try:
+            out[key] = float(value) if value else default
+        except ValueError:
+            out[key] = -1.0
+        if out[key] <= 0:
+            raise DownloadError(None, f"{variable}={value!r} is not a positive number",
+                                f"set {variable} to a number (default {default:g}) or unset it")
+    return out
+
+
+class ExpansionLimit:
+    """The members' sizes added up while an archive is read; a limit passed raises :class:`DownloadError`.
+    Every reader of an archive counts its members with one before it writes them (:func:`extract`,
+    zsdr.models.released)."""
+
+    def __init__(self, archive: Path):
+        self.archive, self.size = archive, max(archive.stat().st_size, 1)
+        self.limits = extract_limits()
+        self.bytes = self.members = 0
+
+    def add(self, size: int) -> None:
+        self.bytes += max(int(size), 0)
+        self.members += 1
+        ratio = self.bytes / self.size
+        if self.members > self.limits["members"]:
+            self._refuse("members", f"holds more than {self.limits['members']:,.0f} members",
+                         f"{self.limits['members'] * 10:.0f}")
+        if self.bytes > self.limits["bytes"]:
+            self._refuse("bytes", f"expands to more than {_human(self.limits['bytes'])}", f"{self.bytes * 2:.0f}")
+        if self.bytes > RATIO_FLOOR and ratio > self.limits["ratio"]:
+            self._refuse("ratio", f"expands to {_human(self.bytes)} from {_human(self.size)} ({ratio:,.0f} times its "
+                         f"size, more than {self.limits['ratio']:g})", f"{ratio * 2:.0f}")
+
+    def _refuse(self, key: str, what: str, raised: str) -> None:
+        variable = LIMITS[key][0]
+        raise DownloadError(self.archive, f"{what}: refused as a possible decompression bomb, before writing it",
+                            f"if the archive is genuine, allow it with {variable}={raised} and run again")
+
+
+def _human(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n:,.1f} TB"
+
+
 def _clean_parts(archive: Path, member: str, name: str) -> list[str]:
     """Path components of an archive name; refuse absolute paths and ``..``."""
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
@@ -384,8 +446,9 @@ def _check_link_target(archive: Path, member: str, base: list[str], target: str,
 
 def _tar_plan(archive: Path, tf: tarfile.TarFile, strip: int) -> list[tarfile.TarInfo]:
     """Checked copies of the members of ``tf`` with ``strip`` leading components removed."""
-    plan, links = [], set()
-    for m in tf.getmembers():
+    plan, links, expansion = [], set(), ExpansionLimit(archive)
+    for m in tf:  # one member at a time: a bomb is refused before the rest of its stream is decompressed
+        expansion.add(m.size if m.isreg() else 0)
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
             raise DownloadError(archive, f"unsafe member {m.name!r}: device, fifo or special file",
                                 "the archive is malicious or broken; do not use it")
@@ -429,6 +492,9 @@ def _extract_tar(archive: Path, out: Path, strip: int) -> None:
 
 def _extract_zip(archive: Path, out: Path, strip: int) -> None:
     with zipfile.ZipFile(archive) as zf:
+        expansion = ExpansionLimit(archive)
+        for info in zf.infolist():  # the sizes the archive declares (zipfile reads no more than them)
+            expansion.add(info.file_size)
         for info in zf.infolist():
             kind = stat.S_IFMT(info.external_attr >> 16)
             if kind and kind not in (stat.S_IFREG, stat.S_IFDIR):
@@ -455,7 +521,7 @@ def _corrupt(archive: Path, is_zip: bool, exc: BaseException) -> None:
 
 
 def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, strip: int = 0) -> Path:
-    """Safely unpack a zip or tar(.gz/.bz2/.xz) ``archive`` into ``dest_dir`` (replaced whole); return it.
+    """Safely unpack a zip or tar(.gz/.bz2/.xz) ``archive`` into ``dest_dir`` (a new or empty folder); return it.
 
     The format is read from the content. ``strip`` drops leading path components
     (``tar --strip-components``). On any error nothing is left at ``dest_dir``.
@@ -467,7 +533,7 @@ def extract(archive: str | os.PathLike, dest_dir: str | os.PathLike, *, strip: i
         magic = fh.read(4)
     is_zip = magic in (b"PK\x03\x04", b"PK\x05\x06") or zipfile.is_zipfile(archive)
     try:
-        with atomic_dir(dest_dir) as tmp:
+        with atomic_dir(dest_dir, kind="extracted archive", mark=False) as tmp:
             (_extract_zip if is_zip else _extract_tar)(archive, tmp, strip)
     except DownloadError:
         raise

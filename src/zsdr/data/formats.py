@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator
@@ -31,21 +32,30 @@ MAX_REPORTED_ERRORS = 20
 
 
 def find_file(directory: Path, name: str) -> Path:
-    """``name`` or ``name.gz`` inside ``directory``."""
-    for candidate in (directory / name, directory / f"{name}.gz"):
-        if candidate.is_file():
-            return candidate
+    """``name`` or ``name.gz`` inside ``directory`` (both: :class:`DataError`, one of them would be read
+    silently)."""
+    found = [c for c in (directory / name, directory / f"{name}.gz") if c.is_file()]
+    if len(found) == 2:
+        raise DataError(directory / name, None, f"both {name} and {name}.gz are in {directory}: which one is the "
+                        "dataset's?", f"keep one of them (remove or move the other)")
+    if found:
+        return found[0]
     raise DataError(directory / name, None, "file not found", f"a BEIR dataset needs {name} in {directory}")
 
 
 def _id_of(value, path: Path, line: int, key: str = "_id") -> str:
+    """An id as every reader and writer of the project takes it: a non-empty string (or integer) without
+    whitespace, which TREC runs and qrels (blank-separated columns) could not carry. Every reader checks
+    ids here, so ``zsdr validate`` refuses what a later step would."""
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DataError(path, line, f'"{key}" must be a string, got {type(value).__name__}', 'write ids as JSON strings')
     text = str(value)
-    if not text.strip():
+    parts = text.split()
+    if not parts:
         raise DataError(path, line, f'"{key}" is empty', "give every record a non-empty id")
-    if text != text.strip() or "\t" in text or "\n" in text:
-        raise DataError(path, line, f'"{key}" {text!r} contains tabs, newlines or surrounding blanks', "strip the id")
+    if len(parts) > 1 or parts[0] != text:
+        raise DataError(path, line, f'"{key}" {text!r} contains whitespace, which the blank-separated columns of '
+                        "a TREC run cannot hold", "replace the whitespace in the id (e.g. by '_') wherever it is used")
     return text
 
 
@@ -68,7 +78,33 @@ def _parse_json_line(text: str, path: Path, line: int) -> dict:
     if not isinstance(obj, dict):
         raise DataError(path, line, f"expected a JSON object, got {type(obj).__name__}",
                         "each line must be one JSON object")
+    if "\\u" in text and _ESCAPED_SURROGATE.search(text):
+        _check_surrogates(obj, path, line)
     return obj
+
+
+# A JSON escape of half a UTF-16 surrogate pair: json.loads gives a lone surrogate for one that is not part
+# of a pair (``"\ud800"``), a string no UTF-8 writer, tokenizer or Arrow column takes.
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _check_surrogates(value, path: Path, line: int, where: str = "") -> None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            char = value[exc.start]
+            raise DataError(path, line, f"{where or 'a key'} holds {char!r}, half of a UTF-16 surrogate pair "
+                            "without its other half: not a character any UTF-8 file or model can take",
+                            "fix the escape (write the character itself, or both halves of the pair), or drop it"
+                            ) from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_surrogates(k, path, line, where)
+            _check_surrogates(v, path, line, f'"{k}"')
+    elif isinstance(value, list):
+        for v in value:
+            _check_surrogates(v, path, line, where)
 
 
 def _record_id(obj: dict, path: Path, line: int) -> str:
@@ -109,7 +145,9 @@ def iter_qrels_tsv(path: str | os.PathLike) -> Iterator[tuple[int, str, str, int
                 raise DataError(path, lines.lineno, f"expected 3 tab-separated columns, found {len(cols)}",
                                 "write query-id<TAB>corpus-id<TAB>score")
             qid, did, score = (c.strip() for c in cols)
-            yield lines.lineno, qid, did, _relevance(score, path, lines.lineno)
+            line = lines.lineno
+            yield line, _id_of(qid, path, line, "query-id"), _id_of(did, path, line, "corpus-id"), \
+                _relevance(score, path, line)
 
 
 def _relevance(value: str, path: Path, line: int) -> int:
@@ -206,6 +244,18 @@ def add_judgement(table: dict[str, dict[str, int]], lines: dict[tuple[str, str],
                         f"{lines[(qid, did)]}", "keep one grade per (query, document) pair")
 
 
+QRELS_FIX = "write at least one judgement of grade >= 1 (query-id<TAB>corpus-id<TAB>grade), or remove the file"
+
+
+def judges_nothing(qrels: dict[str, dict[str, int]]) -> str | None:
+    """Why qrels cannot score a run (every metric would be 0), or None: no judgement, or none relevant."""
+    if not any(qrels.values()):
+        return "the qrels judge nothing (no judgement line)"
+    if not any(g >= 1 for docs in qrels.values() for g in docs.values()):
+        return "the qrels judge no document relevant (every grade is below 1), so every metric would be 0"
+    return None
+
+
 def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
     """Split name -> qrels file in ``<dir>/qrels/`` (``test.tsv`` or ``test.tsv.gz``)."""
     qdir = Path(directory) / "qrels"
@@ -215,8 +265,48 @@ def qrels_files(directory: str | os.PathLike) -> dict[str, Path]:
     for p in sorted(qdir.iterdir()):
         name = p.name.removesuffix(".gz")
         if name.endswith(".tsv"):
-            out[name.removesuffix(".tsv")] = p
+            split = name.removesuffix(".tsv")
+            if split in out:
+                raise DataError(p, None, f"both {out[split].name} and {p.name} are in {qdir}: which one is split "
+                                f"{split!r}?", "keep one of them (remove or move the other)")
+            out[split] = p
     return out
+
+
+NO_FILE = "0" * 64   # the digest a qrels stamp lists for a file that does not exist (yet)
+_digests: dict[tuple[str, int, int], str] = {}
+
+
+def qrels_stamp(directory: str | os.PathLike, split: str, stamp: str | os.PathLike,
+                shown: str | os.PathLike | None = None) -> Path:
+    """Keep ``stamp`` a ``sha256sum`` listing of ``directory``'s qrels of ``split`` (its path shown as
+    ``shown/qrels/<split>.tsv``): the workflow's evaluate jobs take it as an input, so that an edit of the
+    qrels (a file no job declares) re-plans them. It is rewritten when, and only when, the qrels' content
+    changes. A stamp written before the dataset existed (the digest :data:`NO_FILE`), or not yet, takes the
+    qrels' modification time when it is rewritten: the evaluation that followed the build is not
+    re-planned for it; any later change of content gives it the time of the change."""
+    from zsdr.io import atomic_write, file_digest
+
+    folder, stamp = Path(directory), Path(stamp)
+    path = qrels_files(folder).get(split) if folder.is_dir() else None
+    listed = Path(shown if shown is not None else folder) / "qrels" / (path.name if path else f"{split}.tsv")
+    digest = NO_FILE
+    if path is not None:
+        st = path.stat()
+        key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+        digest = _digests.get(key) or _digests.setdefault(key, file_digest(path))
+    body = f"{digest}  {listed}\n"
+    try:
+        before = stamp.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        before = None
+    if before == body:
+        return stamp
+    with atomic_write(stamp) as fh:
+        fh.write(body)
+    if path is not None and (before is None or before.startswith(NO_FILE)):
+        os.utime(stamp, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    return stamp
 
 
 def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> BeirCounts:
@@ -261,6 +351,10 @@ def validate_beir(directory: str | os.PathLike, require_qrels: bool = True) -> B
                                          "drop the judgement or add the document"))
         except DataError as err:
             errors.add(err, fatal=True)
+        else:
+            problem = judges_nothing(table)
+            if problem:
+                errors.add(DataError(path, None, problem, QRELS_FIX))
         counts.qrels[split] = rows
         counts.qrels_queries[split] = len(judged)
     errors.raise_if_any()
@@ -363,7 +457,7 @@ class BeirWriter:
         import contextlib
 
         self._stack = contextlib.ExitStack()
-        self.root = self._stack.enter_context(atomic_dir(self.directory))
+        self.root = self._stack.enter_context(atomic_dir(self.directory, kind="dataset"))
         suffix = ".gz" if self.compress else ""
         (self.root / "qrels").mkdir()
         self._corpus = self._open(self.root / f"corpus.jsonl{suffix}")

@@ -8,7 +8,18 @@ A store is built once per dataset (:func:`build_store`, streaming its ``corpus.j
     corpus.hash.npy     uint64: the sorted 8-byte BLAKE2b digests of the ids
     corpus.order.npy    int64: the row of each digest (same order)
     queries.arrow, queries.hash.npy, queries.order.npy   the same for the queries (columns ``id``, ``text``)
-    store.json          row counts and bytes per file
+    store.json          row counts, the source files' sizes and times, and each store file's size,
+                        modification time and SHA-256 (``files``)
+
+Opening a store checks its files against ``store.json`` (:func:`verify_store`): a file whose size
+differs is refused at once; one whose size and modification time match is taken as built (one ``stat``
+per file, whatever the corpus size); any other is read whole and refused unless its checksum matches
+(then it gets its recorded time back, so the next open is a ``stat`` again). So bytes changed in place,
+a file cut short or swapped for another store's, or a damaged file, are refused, naming the file and
+``zsdr store``, before a job reads a wrong text. Hashing every file on every open would cost every job
+as much as reading the corpus (SHA-256: ~0.5 GB/s on one core; MS MARCO's store is ~3.4 GB, a 15M-document
+corpus's ~5 GB), and every process of a multi-GPU training opens the store. ``zsdr validate DATASET``
+checks the checksums of its store in full (a disk that rotted bits without touching the times).
 
 Every process opens the files memory-mapped (:class:`TextStore`): the pages live once in the page
 cache, shared by all processes of a job and all jobs on a node, and a process's private memory stays
@@ -34,7 +45,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, file_changed, file_digest, file_record
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +122,14 @@ def build_store(dataset: str | os.PathLike, out: str | os.PathLike | None = None
     out = Path(out) if out else store_dir(dataset)
     counts = {}
     start = time.perf_counter()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="store") as tmp:
         for kind in KINDS:
             path = find_file(dataset, f"{kind}.jsonl")
             counts[kind] = _write_kind(((rid, obj) for _, rid, obj in iter_records(path, kind)), kind, tmp, path)
         (tmp / "store.json").write_text(json.dumps(
             {"rows": counts, "sources": _sources(dataset),
-             "bytes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir())}}, indent=1) + "\n")
+             "bytes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir())},
+             "files": {p.name: file_record(p) for p in sorted(tmp.iterdir())}}, indent=1) + "\n")
         size = sum(p.stat().st_size for p in tmp.iterdir())
     log.info("store of %s: %d documents, %d queries, %.1f MB, %.1f s", dataset, counts["corpus"], counts["queries"],
              size / 1e6, time.perf_counter() - start)
@@ -136,14 +148,57 @@ def _sources(dataset: Path) -> dict[str, list[int]]:
 
 def store_is_current(directory: str | os.PathLike, dataset: str | os.PathLike) -> bool:
     """Whether ``directory`` holds a store built from ``dataset``'s files as they are now (sizes and
-    modification times)."""
+    modification times) that records its own files (a store of an earlier zsdr does not: it is rebuilt)."""
     meta = Path(directory) / "store.json"
     if not meta.is_file():
         return False
     try:
-        return json.loads(meta.read_text()).get("sources") == _sources(Path(dataset))
-    except (OSError, ValueError, DataError):
+        recorded = json.loads(meta.read_text())
+        return recorded.get("sources") == _sources(Path(dataset)) and isinstance(recorded.get("files"), dict)
+    except (OSError, ValueError, DataError, AttributeError):
         return False
+
+
+def _rebuild(directory: Path) -> str:
+    """The fix for a damaged store at ``directory``."""
+    dataset = directory.parent if directory.name == STORE_DIR else "DATASET"
+    out = "" if directory.name == STORE_DIR else f" --out {directory}"
+    return f"rebuild the store: zsdr store {dataset}{out}"
+
+
+def _store_files(directory: Path) -> dict:
+    """``store.json``'s record of the store's files (``{}`` for a store of an earlier zsdr)."""
+    meta = directory / "store.json"
+    if not meta.is_file():
+        return {}
+    try:
+        files = json.loads(meta.read_text(encoding="utf-8")).get("files", {})
+    except (OSError, ValueError, AttributeError) as exc:
+        raise DataError(meta, None, f"the store's record is not readable ({exc.__class__.__name__})",
+                        _rebuild(directory)) from None
+    if not isinstance(files, dict):
+        raise DataError(meta, None, "the store's record of its files is not a mapping", _rebuild(directory))
+    return files
+
+
+def verify_store(directory: str | os.PathLike, kinds: Sequence[str] = tuple(KINDS), full: bool = False) -> None:
+    """Check the store files of ``kinds`` against ``store.json`` (see the module notes; ``full``: every
+    checksum, whatever the times say); raise :class:`DataError` naming the first file that differs."""
+    directory = Path(directory)
+    files = _store_files(directory)
+    for kind in kinds:
+        for name in (f"{kind}.arrow", f"{kind}.hash.npy", f"{kind}.order.npy"):
+            record = files.get(name)
+            if not isinstance(record, dict):
+                continue
+            path = directory / name
+            if full and path.is_file() and path.stat().st_size == record.get("bytes"):
+                problem = None if file_digest(path) == record.get("sha256") else \
+                    "its bytes differ from those recorded (the checksum differs)"
+            else:
+                problem = file_changed(path, record, restore_mtime=True)
+            if problem:
+                raise DataError(path, None, f"the store file is not the one built: {problem}", _rebuild(directory))
 
 
 class TextStore:
@@ -157,16 +212,30 @@ class TextStore:
         if not (directory / f"{kind}.arrow").is_file():
             raise DataError(directory / f"{kind}.arrow", None, "no such store file",
                             "build the dataset's store first (zsdr store DATASET, or the workflow's store rule)")
+        verify_store(directory, [kind])
         self._open_table(directory, kind)
-        self._hash = np.load(directory / f"{kind}.hash.npy", mmap_mode="r")
-        self._order = np.load(directory / f"{kind}.order.npy", mmap_mode="r")
+        path = directory / f"{kind}.hash.npy"
+        try:
+            self._hash = np.load(path, mmap_mode="r")
+            self._order = np.load(path := directory / f"{kind}.order.npy", mmap_mode="r")
+        except (OSError, ValueError, EOFError) as exc:
+            raise DataError(path, None, f"the store file is missing or damaged ({exc.__class__.__name__}: {exc})",
+                            _rebuild(directory)) from None
+        if self._hash.shape != (self._n,) or self._order.shape != (self._n,):
+            raise DataError(directory, None, f"the store's id index has {len(self._hash)} entries for {self._n} rows",
+                            _rebuild(directory))
 
     def _open_table(self, directory: Path, kind: str) -> None:
         import pyarrow as pa
 
         self.directory, self.kind = directory, kind
-        self._table = pa.ipc.open_file(pa.memory_map(str(directory / f"{kind}.arrow"), "r")).read_all()
-        self._cols = {f: self._table.column(f) for f in KINDS[kind]}
+        path = directory / f"{kind}.arrow"
+        try:
+            self._table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+            self._cols = {f: self._table.column(f) for f in KINDS[kind]}
+        except (pa.ArrowException, OSError, ValueError, KeyError, SystemError) as exc:
+            raise DataError(path, None, f"the store file is damaged ({exc.__class__.__name__}: {exc})",
+                            _rebuild(directory)) from None
         self._n = self._table.num_rows
         # the first row of each record batch (chunks of every column share the writer's batches)
         self._starts = np.cumsum([0] + [len(c) for c in self._cols["id"].chunks])

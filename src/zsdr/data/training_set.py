@@ -221,7 +221,7 @@ def build_training_arrays(dataset: str | os.PathLike, negatives: str | os.PathLi
         ptr["rel"].append(len(rows["rel"]))
     dtypes = {"qrow": np.int32, "pos": np.int32, "neg": np.int32, "rel": np.int32,
               "pos_score": np.float32, "neg_score": np.float32}
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="training arrays folder") as tmp:
         for k, v in rows.items():
             np.save(tmp / f"{k}.npy", np.asarray(v, dtype=dtypes[k]))
         for k, v in ptr.items():

@@ -84,6 +84,9 @@ class Metric:
     k: int           # cut-off; 0 = whole ranking
 
 
+MAX_CUTOFF = 1_000_000_000   # ranx's kernels take 64-bit integers: ndcg@99999999999999999999 failed in numba
+
+
 def parse_metrics(metrics: str | Iterable[str]) -> list[Metric]:
     """``"ndcg@10,recall@100"`` or a list of names -> :class:`Metric` list; unknown names raise ValueError."""
     names = [m.strip() for m in (metrics.split(",") if isinstance(metrics, str) else metrics)]
@@ -93,8 +96,9 @@ def parse_metrics(metrics: str | Iterable[str]) -> list[Metric]:
         if base not in RANX_METRICS and base != "hole":
             raise ValueError(f"unknown metric {name!r}: use hole@K or one of {', '.join(RANX_METRICS)} "
                              "(with an optional @K cut-off)")
-        if cut and not (cut.isdigit() and int(cut) > 0):
-            raise ValueError(f"metric {name!r}: the cut-off after '@' must be a positive integer")
+        if cut and not (cut.isascii() and cut.isdigit() and 0 < int(cut) <= MAX_CUTOFF):
+            raise ValueError(f"metric {name!r}: the cut-off after '@' must be an integer from 1 to {MAX_CUTOFF:,} "
+                             "(a cut-off beyond a ranking's length counts the whole ranking)")
         if base == "hole" and not cut:
             raise ValueError("hole needs a cut-off, e.g. hole@10")
         out.append(Metric(name, base, int(cut or 0)))
@@ -388,7 +392,9 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
         split = job.get("split", "test")
         key = _qrels_key(job["qrels"], split)
         if key not in cache:
-            cache[key] = PreparedQrels(load_qrels(job["qrels"], split), source=str(job["qrels"]))
+            qrels = load_qrels(job["qrels"], split)
+            _check_judges_something(qrels, job["qrels"], split)
+            cache[key] = PreparedQrels(qrels, source=str(job["qrels"]))
         run = job["run"]
         run_data = run if isinstance(run, Mapping) else read_trec_run_table(run)
         read = time.perf_counter()
@@ -404,6 +410,18 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
                  read - start, time.perf_counter() - read)
         results.append(result)
     return results
+
+
+def _check_judges_something(qrels: Mapping, source: str | os.PathLike, split: str | None) -> None:
+    """Qrels with no judgement, or none relevant, would score every run 0: refused, naming the file."""
+    from zsdr.data.formats import QRELS_FIX, judges_nothing, qrels_files
+
+    problem = judges_nothing(qrels)
+    if problem:
+        path = Path(source)
+        if path.is_dir():
+            path = qrels_files(path).get(split or "test", path)
+        raise DataError(path, None, problem, QRELS_FIX)
 
 
 def _check_coverage(qrels: PreparedQrels, result: dict, job: Mapping, split: str | None) -> None:
@@ -492,11 +510,16 @@ def average_cqadupstack(metrics_dir: str | os.PathLike, out: str | os.PathLike |
 
 
 def cmd_evaluate(args) -> int:
+    from zsdr.argtypes import UsageError
+
     try:
         metrics = parse_metrics(args.metrics)
     except ValueError as exc:
         raise DataError(None, None, f"--metrics: {exc}", "e.g. --metrics ndcg@10,recall@100,mrr@10,hole@10") from None
-    job = {"qrels": args.qrels, "split": args.split, "run": args.run, "metrics": [m.name for m in metrics],
+    if args.split is not None and Path(args.qrels).is_file():
+        raise UsageError(f"argument --split: applies only to a dataset folder given to --qrels; {args.qrels} is a "
+                         "qrels file (fix: drop --split, or pass the dataset folder)")
+    job = {"qrels": args.qrels, "split": args.split or "test", "run": args.run, "metrics": [m.name for m in metrics],
            "ignore_identical_ids": args.ignore_identical_ids, "missing": args.missing}
     if args.per_query:
         job["out"] = args.per_query
@@ -528,7 +551,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--run", required=True, help="TREC run file 'qid Q0 docid rank score tag'")
     p.add_argument("--metrics", type=_metrics_arg, default=",".join(DEFAULT_METRICS),
                    help=f"comma-separated (default {','.join(DEFAULT_METRICS)})")
-    p.add_argument("--split", default="test", help="qrels split of a dataset folder (default: test)")
+    p.add_argument("--split", default=None, help="qrels split of a dataset folder given to --qrels (default: test)")
     p.add_argument("--ignore-identical-ids", action="store_true",
                    help="drop retrieved documents whose id is the query id (BEIR: ArguAna, Quora)")
     p.add_argument("--missing", choices=MISSING_CONVENTIONS, default="zero",

@@ -144,7 +144,7 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
         raise DataError(model, None, f"cannot export: {st_blocker(cfg)}",
                         "encode this model with zsdr (Encoder.from_pretrained)")
     out = Path(out)
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kind="export") as tmp:
         backbone = enc.backbone
         remote = enc.rem is not None and enc.rem.adapters is not None
         if remote:

@@ -105,6 +105,8 @@ def _inside(target: Path, scratch: Path) -> bool:
 def _unpacked(source: str | os.PathLike, scratch: Path) -> Path:
     """``source`` itself when it is a folder, else the zip or tar archive extracted (safely: no member outside
     ``scratch``, no links) into ``scratch``."""
+    from zsdr.data.download import ExpansionLimit   # (its network modules: imported only to unpack)
+
     source = Path(source)
     if source.is_dir():
         return source
@@ -113,8 +115,9 @@ def _unpacked(source: str | os.PathLike, scratch: Path) -> Path:
 
         try:
             with tarfile.open(source) as archive:
-                members = archive.getmembers()
+                members, expansion = archive.getmembers(), ExpansionLimit(source)
                 for m in members:
+                    expansion.add(m.size if m.isfile() else 0)   # a decompression bomb: refused before writing
                     if not (m.isfile() or m.isdir()) or not _inside(scratch / m.name, scratch):
                         raise DataError(source, None, f"archive member {m.name!r} is a link or points outside the archive",
                                         "download the release again from its source")
@@ -124,7 +127,9 @@ def _unpacked(source: str | os.PathLike, scratch: Path) -> Path:
         return scratch
     try:
         with zipfile.ZipFile(source) as archive:
+            expansion = ExpansionLimit(source)
             for info in archive.infolist():
+                expansion.add(info.file_size)   # the sizes it declares (zipfile reads no more than them)
                 target = (scratch / info.filename).resolve()
                 if not str(target).startswith(str(scratch.resolve()) + os.sep) and target != scratch.resolve():
                     raise DataError(source, None, f"archive member {info.filename!r} points outside the archive",

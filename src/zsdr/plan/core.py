@@ -15,14 +15,16 @@ rule file uses. Nothing here imports Snakemake, and building a plan writes nothi
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zsdr.data.formats import qrels_stamp
 from zsdr.plan.berm import build_berm
 from zsdr.plan.cocodr import build_cocodr
-from zsdr.plan.code import build_code
+from zsdr.plan.code import STAMPS, build_code
 from zsdr.plan.datasets import alternation, build_datasets
 from zsdr.plan.ddr import build_ddr
 from zsdr.plan.evaluation import build_evaluation
@@ -117,6 +119,7 @@ class Plan:
         if config["offline"]:
             self.refs.check_offline()
         self._jobs: dict[tuple[str, str], Any] = {}
+        self._qrels_written: set[str] = set()
 
     # -------------------------------------------------------------------------------- helpers of every rule file
     alternation = staticmethod(alternation)
@@ -137,6 +140,30 @@ class Plan:
 
     def dataset_marker(self, name: str) -> str:
         return self.datasets.dataset_marker(name)
+
+    def eval_qrels(self, name: str) -> str:
+        """The qrels an evaluation of ``name`` reads, as an input: a stamp of their content beside the code
+        stamps (zsdr.data.formats.qrels_stamp), so that a hand-edited qrels file re-plans the dataset's
+        evaluate jobs (no job declares the file itself). Its name holds the dataset's folder, so that scales
+        with their own data folders keep their own stamps. :meth:`write_qrels_stamps` writes those of the
+        configured datasets when the Snakefile is read; another dataset's is written when first asked for."""
+        split, folder = self.datasets.eval_split(name), f"{self.paths.data}/{name}"
+        label = "_".join(part for part in re.split(r"[^A-Za-z0-9.-]+", folder) if part)
+        rel = f"{STAMPS}/qrels-{label}-{split}.sha256"
+        if rel not in self._qrels_written:
+            code = self.code_plan
+            into = Path(code.workdir if code.runs_elsewhere else code.root)
+            qrels_stamp(into / folder, split, into / rel, shown=folder)
+            self._qrels_written.add(rel)
+        return rel
+
+    def write_qrels_stamps(self) -> None:
+        """Write (or confirm) the qrels stamp (:meth:`eval_qrels`) of every configured and evaluated dataset:
+        the workflow calls this while the Snakefile is read, as Snakemake lists the stamps' folder once while it
+        builds the DAG (a stamp first written by an input function may be missed: MissingInputException)."""
+        d = self.datasets
+        for name in dict.fromkeys([*d.configured, *d.evaluated, *d.mini]):
+            self.eval_qrels(name)
 
     def runtime(self, minutes: int) -> int:
         return self.resources.runtime(minutes)

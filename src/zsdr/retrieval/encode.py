@@ -329,7 +329,7 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     prefetch = encoder._target_device(device).type == "cuda"
     first, records = _shard_records(dataset_dir, corpus, shard, num_shards)
     given = _Donor(*donor, encoder, dtype) if donor else None
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, kind="embeddings folder") as tmp:
         with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
                 open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
             try:
@@ -361,7 +361,7 @@ def write_query_embeddings(out_dir: str | os.PathLike, ids: Sequence[str], emb: 
     emb = np.asarray(emb, dtype=np.float32)
     if len(ids) != len(emb):
         raise ValueError(f"{len(ids)} ids for {len(emb)} embeddings")
-    with atomic_dir(out_dir) as tmp:
+    with atomic_dir(out_dir, kind="embeddings folder") as tmp:
         with NpyAppender(tmp / EMBEDDINGS, emb.shape[1], "float32") as w:
             w.append(emb)
         (tmp / IDS).write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")

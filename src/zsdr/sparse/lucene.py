@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from zsdr.argtypes import nonnegative_float, positive_int, unit_float
+from zsdr.argtypes import add_dependent, nonnegative_float, positive_int, unit_float
 from zsdr.data.formats import find_file, iter_records, judged_queries, write_trec_run
-from zsdr.io import DataError, atomic_dir, atomic_write, read_json, scratch_dir
+from zsdr.io import DataError, atomic_dir, atomic_write, file_changed, file_record, read_json, scratch_dir
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
     from jnius import autoclass
 
     start = time.perf_counter()
-    with atomic_dir(index_dir) as tmp, \
+    with atomic_dir(index_dir, kind="Lucene index") as tmp, \
             scratch_dir(index_dir, "collection") as coll:
         docs = _write_collection(corpus, Path(coll), fields, threads)
         if docs == 0:
@@ -309,8 +309,8 @@ def build_index(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike, fi
                         "as in Pyserini's BEIR %s indexes)", skipped_empty, corpus,
                         "title or text" if fields == "flat" else "text", fields)
         meta = {"fields": fields, "language": language, "documents": docs, "indexed": indexed,
-                "empty": skipped_empty, "corpus": str(corpus), "anserini": anserini_jar().name,
-                "docvectors": True}
+                "empty": skipped_empty, "corpus": str(corpus), "corpus_file": file_record(corpus),
+                "anserini": anserini_jar().name, "docvectors": True}
         with atomic_write(Path(tmp) / METADATA) as fh:
             json.dump(meta, fh, indent=1)
             fh.write("\n")
@@ -324,6 +324,30 @@ def index_metadata(index_dir: str | os.PathLike) -> dict | None:
     if not path.is_file():
         return None
     return read_json(path, "rebuild the index")
+
+
+def check_index_corpus(index_dir: str | os.PathLike, dataset_dir: str | os.PathLike) -> None:
+    """Refuse (:class:`DataError`) to search ``index_dir`` for ``dataset_dir``'s queries when the index was
+    built from another corpus than the dataset's ``corpus.jsonl`` as it is now (:func:`build_index`
+    records the corpus's size, time and checksum; a copy of the same corpus passes on its checksum).
+    An index built elsewhere records nothing and is searched as it is."""
+    index_dir, corpus = Path(index_dir), find_file(Path(dataset_dir), "corpus.jsonl")
+    meta = index_metadata(index_dir)
+    if meta is None:
+        return
+    built_from = meta.get("corpus", "another corpus")
+    record = meta.get("corpus_file")
+    if isinstance(record, dict):
+        problem = file_changed(corpus, record)
+    else:  # an index of an earlier zsdr: only the corpus's path was recorded
+        old = Path(str(built_from))
+        same = not old.is_file() or os.path.samefile(old, corpus) or old.stat().st_size == corpus.stat().st_size
+        problem = None if same else f"{corpus.stat().st_size} bytes, {old.stat().st_size} in {old}"
+    if problem:
+        raise DataError(index_dir / METADATA, None,
+                        f"the index was built from {built_from}, not from {corpus} as it is now: {problem}",
+                        f"search the index of {dataset_dir}, or build one (zsdr bm25 --dataset {dataset_dir} "
+                        "--index NEW_FOLDER builds it there)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,6 +379,25 @@ def _check_index(index_dir: Path, fields: str, language: str) -> None:
                             f"search with {key}={meta.get(key)!r} or build an index with {key}={wanted!r}")
 
 
+def _open_searcher(index_dir: Path):
+    """Anserini's searcher over ``index_dir`` (a damaged index: :func:`_damaged`)."""
+    from jnius import JavaException, autoclass
+
+    try:
+        return autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    except JavaException as exc:
+        raise _damaged(index_dir, exc) from None
+
+
+def _damaged(index_dir: Path, exc) -> DataError:
+    """A damaged index (Lucene's CorruptIndexException, a file cut short) as a :class:`DataError` naming the
+    folder, not a Java stack trace."""
+    what = f"{str(getattr(exc, 'classname', '')).rsplit('.', 1)[-1]}: {getattr(exc, 'innermessage', exc)}"
+    return DataError(index_dir, None, f"the Lucene index is damaged or incomplete ({what})",
+                     "remove the folder and build it again (zsdr bm25 --index builds a missing index; in the "
+                     "workflow, its lucene_index rule)")
+
+
 def _batches(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i:i + size]
@@ -377,10 +420,10 @@ def search(index_dir: str | os.PathLike, queries: dict[str, str], k1: float = 0.
     _check_index(index_dir, fields, language)
     params = _rm3_params(rm3)
     start_jvm()
-    from jnius import autoclass
+    from jnius import JavaException, autoclass
     from tqdm.auto import tqdm
 
-    searcher = autoclass("io.anserini.search.SimpleSearcher")(str(index_dir))
+    searcher = _open_searcher(index_dir)
     run: dict[str, dict[str, float]] = {}
     start = time.perf_counter()
     try:
@@ -421,6 +464,8 @@ def search(index_dir: str | os.PathLike, queries: dict[str, str], k1: float = 0.
                 run[qid] = hits
             bar.update(len(chunk))
         bar.close()
+    except JavaException as exc:
+        raise _damaged(index_dir, exc) from None
     finally:
         searcher.close()
     log.info("searched %d queries in %s (%s%s) in %.1f s", len(run), index_dir, fields, "+rm3" if params else "",
@@ -450,6 +495,7 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
     kwargs = dict(k1=k1, b=b, rm3=rm3, depth=depth, fields=fields, language=language, remove_query=remove_query,
                   threads=threads)
     if index_dir is not None:
+        check_index_corpus(index_dir, dataset_dir)
         run = search(index_dir, queries, **kwargs)
     else:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -473,6 +519,7 @@ def bm25_negatives(dataset_dir: str | os.PathLike, index_dir: str | os.PathLike,
 
     qrels = read_qrels(dataset_dir, split)
     queries = judged_queries(dataset_dir, split, qrels)
+    check_index_corpus(index_dir, dataset_dir)
     run = search(index_dir, queries, k1=k1, b=b, depth=depth, language=language, remove_query=True, threads=threads)
     n = 0
     with atomic_write(out) as fh:
@@ -511,12 +558,14 @@ def register_cli(subparsers) -> None:
     p.add_argument("--fields", choices=FIELDS, default="flat",
                    help="flat: title+text in one field; multifield: title and text fields, weights 1:1")
     p.add_argument("--rm3", action="store_true", help="RM3 pseudo-relevance feedback")
-    p.add_argument("--fb-terms", type=positive_int, default=RM3_DEFAULTS["fb_terms"],
-                   help="RM3: expansion terms taken from the feedback documents (default: %(default)s)")
-    p.add_argument("--fb-docs", type=positive_int, default=RM3_DEFAULTS["fb_docs"],
-                   help="RM3: top-ranked documents used as feedback (default: %(default)s)")
-    p.add_argument("--original-query-weight", type=unit_float, default=RM3_DEFAULTS["original_query_weight"],
-                   help="RM3: weight of the original query against the expansion, in [0, 1] (default: %(default)s)")
+    add_dependent(p, "--fb-terms", requires="--rm3", type=positive_int, default=RM3_DEFAULTS["fb_terms"],
+                  help=f"RM3: expansion terms taken from the feedback documents (default: {RM3_DEFAULTS['fb_terms']})")
+    add_dependent(p, "--fb-docs", requires="--rm3", type=positive_int, default=RM3_DEFAULTS["fb_docs"],
+                  help=f"RM3: top-ranked documents used as feedback (default: {RM3_DEFAULTS['fb_docs']})")
+    add_dependent(p, "--original-query-weight", requires="--rm3", type=unit_float,
+                  default=RM3_DEFAULTS["original_query_weight"],
+                  help="RM3: weight of the original query against the expansion, in [0, 1] "
+                       f"(default: {RM3_DEFAULTS['original_query_weight']})")
     p.add_argument("--k1", type=nonnegative_float, default=0.9,
                    help="BM25 term-frequency saturation k1 (default: %(default)s, as BEIR's Anserini runs)")
     p.add_argument("--b", type=unit_float, default=0.4,

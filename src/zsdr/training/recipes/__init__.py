@@ -46,6 +46,7 @@ from pathlib import Path
 
 from zsdr.argtypes import positive_int
 from zsdr.devices import THREAD_VARIABLES
+from zsdr.io import job_outputs_environment
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +255,8 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet", "--log-info"]
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent must handle (and pass on) SIGUSR1 too: see TORCHRUN_SIGNALS.
-    env = {**os.environ, **TORCHRUN_SIGNALS}
+    # the job's declared output folders are the processes' to replace, as the job's own (zsdr.io.atomic_dir)
+    env = {**os.environ, **TORCHRUN_SIGNALS, **job_outputs_environment()}
     if threads:  # every math library's pool (torch's matmuls go through MKL): one share per process, not
         # the whole job's count in each, which oversubscribes the job's CPUs (6x slower on 2 x 1 CPU)
         share = str(max(1, int(threads) // max(1, processes)))
