@@ -524,6 +524,8 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
     tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        if kind == "model":
+            stamp_model_contents(tmp)
         if mark:
             (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind}) + "\n", encoding="utf-8")
         share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
@@ -540,6 +542,34 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
         shutil.rmtree(tmp, ignore_errors=True)
         _name_the_output(exc, path)
         raise
+
+
+MODEL_STAMP_KEY = "zsdr_contents_sha256"
+"""The key of a model folder's ``config.json`` that :func:`stamp_model_contents` sets."""
+
+
+def stamp_model_contents(folder: str | os.PathLike) -> str | None:
+    """Record in ``folder/config.json`` a digest of every other file of the folder (weights, heads,
+    adapters, tokenizer), so that the file the workflow declares as a model's output changes whenever the
+    model does. Snakemake does not rerun a job for an input that is newer but has the checksum it recorded
+    when the job last ran; a retrained model's config.json is otherwise byte-identical to the old one, so
+    after a run cut between a training and its evaluations the stale scores would stand. The digest is
+    deterministic: the same weights give the same file (a nested model folder, a snapshot, is left to its own
+    stamp). Returns it, or None for a folder without
+    ``config.json`` (nothing to stamp)."""
+    folder = Path(folder)
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    nested = {p.parent for p in folder.rglob("config.json") if p != config}   # snapshots: stamped themselves
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
+                       and not any(n == p.parent or n in p.parents for n in nested)):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
+    data = json.loads(config.read_text(encoding="utf-8"))
+    data[MODEL_STAMP_KEY] = h.hexdigest()
+    config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return data[MODEL_STAMP_KEY]
 
 
 def file_digest(path: str | os.PathLike, algorithm: str = "sha256", chunk: int = 1 << 20) -> str:
