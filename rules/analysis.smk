@@ -38,6 +38,6 @@ rule berm_unit_analysis:
         options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
         meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
         scale=lambda wc: PLAN.systems.system_scale(wc.system),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/berm_unit_analysis.py"

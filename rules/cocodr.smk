@@ -134,7 +134,7 @@ rule cluster_queries:
         clusters=lambda wc: PLAN.cluster_job(wc.run, wc.source).clusters,
         clustering=PLAN.cocodr.section["clustering"],
         seed=lambda wc: PLAN.cluster_job(wc.run, wc.source).seed,
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/cluster_queries.py"
 
@@ -334,7 +334,7 @@ rule cocodr_clusters:
         queries=PLAN.cocodr.section["table4"]["queries"],
         max_source_queries=PLAN.cocodr.analysis.get("max_source_queries"),
         seed=config["seed"],
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
         scale=config["scale"],
     script:
         "../workflow_scripts/cocodr_clusters.py"

@@ -89,7 +89,7 @@ rule mine_negatives:
         mine=lambda wc: PLAN.mine_job(wc.run, wc.source).mine,
         seed=lambda wc: PLAN.mine_job(wc.run, wc.source).seed,
         max_examples=lambda wc: PLAN.mine_job(wc.run, wc.source).max_examples,
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/mine_negatives.py"
 
@@ -204,7 +204,7 @@ rule teacher_scores:
         ),
         seed=PLAN.recipes.training["seed"],
         max_examples=lambda wc: PLAN.trainings.teacher_max_examples(wc.name, wc.source),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/teacher_scores.py"
 

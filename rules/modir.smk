@@ -63,7 +63,7 @@ rule modir_domain:
         target_split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
         analysis=PLAN.modir.section["analysis"],
         seed=config["seed"],
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/modir_domain.py"
 

@@ -43,7 +43,7 @@ rule encode_corpus:
         donor=lambda wc, input: (
             (list(input.donor[:-1]), input.donor[-1]) if input.donor else None
         ),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/encode_corpus.py"
 
@@ -79,7 +79,7 @@ rule encode_queries:
         model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/encode_queries.py"
 
@@ -111,7 +111,7 @@ rule search_shard:
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/search_shard.py"
 
@@ -151,7 +151,7 @@ rule dense_search:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
         options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
         scattered=lambda wc: PLAN.evaluation.scattered(wc.dataset),
     script:
         "../workflow_scripts/dense_search.py"
@@ -196,7 +196,7 @@ if PLAN.evaluation.group_datasets:
             runtime=PLAN.runtime(60 * len(PLAN.evaluation.group_datasets)),
         params:
             jobs=lambda wc: PLAN.evaluation.group_jobs(wc.system),
-            dense=config["dense"],
+            dense=PLAN.dense_settings,
         script:
             "../workflow_scripts/dense_search_group.py"
 

@@ -100,7 +100,7 @@ rule weak_pairs:
         dataset=lambda wc, input: os.path.dirname(input.data),
         method=lambda wc: wc.method,
         weak=PLAN.rmsc.weak,
-        qgen=PLAN.rmsc.qgen,
+        qgen=PLAN.settings(PLAN.rmsc.qgen),
         tokenizer=PLAN.refs.model_ref(PLAN.rmsc.weak_tokenizer),
         generator=lambda wc: (
             PLAN.refs.generator_path(PLAN.rmsc.qgen["generator"])

@@ -33,10 +33,7 @@ rule table1:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        systems={
-            s: PLAN.systems.by_name[s].get("description", "")
-            for s in PLAN.tables.table1_systems
-        },
+        systems=PLAN.tables.table1_labels(),
         baselines=PLAN.tables.table1_baselines,
         papers=system_papers(ROOT, PLAN.tables.table1_systems),
         datasets=PLAN.datasets.evaluated,
@@ -65,7 +62,7 @@ rule model_cards:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        cards=PLAN.tables.model_cards,
+        cards=PLAN.settings(PLAN.tables.model_cards),
         metric=config["table1"]["metric"],
         scale=config["scale"],
         source=PLAN.datasets.source,
@@ -149,7 +146,12 @@ rule paper_figure:
         f"{LOGS}/tables/{{paper}}_figure{{n}}.log",
     wildcard_constraints:
         paper=PLAN.alternation({p for p, _ in FIGURE_SPECS}),
-        n=r"\d+",
+        # only the (paper, figure) pairs of FIGURE_SPECS: n is matched with the paper before it, so a
+        # figure another rule draws (results/cocodr/figure3.png) never reaches the input function
+        n="|".join(
+            rf"(?<=/{PLAN.alternation([p])}/figure){n}"
+            for p, n in sorted(FIGURE_SPECS)
+        ),
     conda:
         "../envs/cpu.yaml"
     resources:

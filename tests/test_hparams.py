@@ -13,7 +13,8 @@ import yaml
 
 from zsdr.plan.card import Reference, compare, inference_rows, training_rows
 from zsdr.plan.core import load_plan
-from zsdr.training.data import TrainingSet, epoch_order
+from zsdr.data.training_set import TrainingSet
+from zsdr.training.data import epoch_order
 from zsdr.training.config import TrainConfig, lr_factor, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -90,6 +90,29 @@ def test_model_cards_cover_the_trained_table1_models(mini):
         assert target in entry["metrics"]["rmsc-cd"] and entry["paper"] == "rmsc"
     assert not any("backbones" in f for f in cards)  # untrained systems get no card
     assert f"{mini.paths.metrics}/{mini.datasets.source}/dpr.json" in mini.tables.model_card_inputs()
+    # a card's own scores: the folder as it loads with no arguments. DDR's system plugs the REM into each
+    # target's own DAM, so there the folder itself is evaluated (system ddr-contrast.own); on the source
+    # the system loads the folder as it is
+    metrics, source, systems = mini.paths.metrics, mini.datasets.source, mini.systems
+    assert ddr["own"] == {d: f"{metrics}/{d}/" + ("ddr-contrast.json" if d == source else "ddr-contrast.own.json")
+                          for d in mini.datasets.evaluated}
+    assert ddr["why"] == {"ddr-contrast": "the REM on each dataset's own DAM"}  # said once for every target
+    assert systems.own[f"{mini.paths.models}/trained/ddr-contrast"] == "ddr-contrast.own"
+    assert systems.by_name["ddr-contrast.own"]["model"] == f"{mini.paths.models}/trained/ddr-contrast"
+    assert systems.encoder_options("ddr-contrast.own", mini.datasets.targets[0]) == {}
+    assert "ddr-contrast.own" in systems.dense and "ddr-contrast.own" in mini.evaluation.extra_eval_systems
+    # RMSC encodes the source dataset in rmsc.source_context, at mini the folder's own inference context: the
+    # folder as it loads; another context would be named
+    folder = systems.dense_model("rmsc-cd", source)
+    rmsc = cards[folder]
+    assert rmsc["own"] == rmsc["metrics"]["rmsc-cd"] and rmsc["why"] == {}
+    assert systems.encodes_otherwise("rmsc-cd", source, folder, {}) == (
+        f"{source} in the soft-token context {systems.rmsc.source_context}")
+    assert systems.encodes_otherwise("rmsc-cd", source, folder, systems.saved_settings(rmsc["recipe"])) is None
+    # a plain model's own scores are its system's
+    dpr = cards[f"{mini.paths.models}/trained/dpr"]
+    assert dpr["own"] == dpr["metrics"]["dpr"] and dpr["why"] == {}
+    assert set(mini.tables.model_card_inputs()) >= {f for e in cards.values() for f in e["own"].values()}
 
 
 def test_systems_route_to_their_model_per_dataset(mini):

@@ -47,8 +47,9 @@ def config(**recipes):
     recipes = recipes or {"dpr": recipe()}
     return {
         "paths": dict(PATHS),
-        "datasets": {"source": "src", "targets": ["t1", "t2"], "extra": [], "shared_corpus": {}, "eval_splits": {}},
-        "mini": {"domains": [{"name": n} for n in ("src", "t1", "t2")]},
+        "datasets": {"source": "src", "targets": ["t1", "t2"], "extra": [], "shared_corpus": {}, "eval_splits": {"src": "dev"}},
+        "mini": {"domains": [{"name": "src", "role": "source"}, {"name": "t1", "role": "target"},
+                             {"name": "t2", "role": "target"}]},
         "backbones": {"tiny": {"build": {"layers": 1}}},
         "dense": {"dataset_shards": {"t2": 2}, "shards": 1, "gpus": 0, "precision": "fp32"},
         "recipes": recipes,
@@ -68,7 +69,8 @@ def config(**recipes):
                 "figure4": {"system": "dpr", "baseline": "bm25-flat", "datasets": None, "snapshot_every": 5}},
         "berm": {"labels": {"reader": None, "shards": 2}, "analysis": {"pairs": 100}},
         "systems": {"bm25-flat": {"kind": "bm25", "fields": "flat", "rm3": False}},
-        "table1": {"systems": ["bm25-flat", next(iter(recipes))], "baselines": ["bm25-flat"]},
+        "table1": {"systems": ["bm25-flat", next(iter(recipes))], "baselines": ["bm25-flat"], "metric": "ndcg@10"},
+        "evaluation": {"metrics": ["ndcg@10", "recall@100"]},
         "cluster": {"account": None, "partition": None, "gpu_partition": None, "gpu_model": None,
                     "cpus_per_gpu": None, "max_runtime": None, "scatter_search": False, "group_datasets": False},
         "offline": False,
@@ -236,6 +238,18 @@ def test_evaluation_stage_groups_one_shard_datasets():
     assert e.group_datasets == ["src", "t1"] and e.group_systems == ["dpr"]    # t2 has two shards: its own jobs
     assert e.scattered("t2") and not e.scattered("t1")
     assert [j["dataset"] for j in e.group_jobs("dpr")] == ["data/src", "data/t1"]
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda c: c["evaluation"].update(metrics=["ndgc@10"]), r"config key evaluation\.metrics: unknown metric 'ndgc@10'"),
+    (lambda c: c["table1"].update(metric="mrr@10"), r"config key table1\.metric: 'mrr@10' is not computed"),
+    (lambda c: c["datasets"]["eval_splits"].update(t1="dev"), r"config key datasets\.eval_splits\.t1: t1 has no split"),
+])
+def test_evaluation_stage_refuses_what_an_evaluation_job_would_fail_on(change, key):
+    cfg = config()
+    change(cfg)
+    with pytest.raises(ValueError, match=key):
+        stages(cfg)
 
 
 def test_tables_stage_refuses_an_undefined_table1_system():

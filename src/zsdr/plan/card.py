@@ -254,9 +254,15 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     v["lengths"] = _lengths(spec)
     v["precision"] = t.get("precision", "fp32")
     episode = spec.get("info", {}).get("episode") or 1
-    v["init"] = spec["init"] if episode == 1 else "the previous episode"
+    v["init"] = _in_scale(plan, spec["init"]) if episode == 1 else "the previous episode"
     v["head"] = _head(plan, spec)
     return row
+
+
+def _in_scale(plan: Any, path: str) -> str:
+    """``path`` relative to the scale's own folder (`paths.root`), so a card reads the same at every scale."""
+    root = plan.recipes.datasets.paths.root
+    return path[len(root) + 1:] if root and path.startswith(root + "/") else path
 
 
 def _evaluated_per_target(plan: Any) -> set[tuple[str, str]]:

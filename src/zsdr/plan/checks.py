@@ -111,3 +111,32 @@ def check_system_name(name: str, systems: dict[str, Any], where: str) -> str:
             f"config key {where}: system {name!r} is not defined under `systems` (defined: {', '.join(systems)})"
         )
     return name
+
+
+def check_evaluation(config: dict[str, Any], evaluated: Iterable[str], eval_split: Any) -> None:
+    """What evaluation jobs would fail on, said when the plan is made: every metric of `evaluation.metrics` known
+    (zsdr.evaluation.metrics), every metric a table or figure reads among them, and every evaluated registry
+    dataset's split one it has."""
+    from zsdr.data import registry
+    from zsdr.evaluation.metrics import parse_metrics
+
+    metrics = config["evaluation"]["metrics"]
+    try:
+        parse_metrics(metrics)
+    except ValueError as exc:
+        raise ValueError(f"config key evaluation.metrics: {exc}") from None
+    for key, name in (("table1.metric", config["table1"]["metric"]),
+                      ("ddr.figure4.metric", config["ddr"]["figure4"].get("metric"))):
+        if name is not None and name not in metrics:
+            raise ValueError(
+                f"config key {key}: {name!r} is not computed; add it to evaluation.metrics (computed: {', '.join(metrics)})"
+            )
+    # the mini benchmark's source has train and dev queries, its targets test queries (zsdr.data.mini)
+    mini = {m["name"]: ("train", "dev") if m.get("role") == "source" else ("test",) for m in config["mini"]["domains"]}
+    for name in evaluated:
+        split = eval_split(name)
+        known = registry.REGISTRY[name].splits if name in registry.REGISTRY else mini.get(name)
+        if known is not None and split not in known:
+            raise ValueError(
+                f"config key datasets.eval_splits.{name}: {name} has no split {split!r} (its splits: {', '.join(known)})"
+            )

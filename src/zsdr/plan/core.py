@@ -28,6 +28,7 @@ from zsdr.plan.ddr import build_ddr
 from zsdr.plan.evaluation import build_evaluation
 from zsdr.plan.figures import build_figures
 from zsdr.plan.modir import build_modir
+from zsdr.plan.params import Settings
 from zsdr.plan.recipes import build_recipes
 from zsdr.plan.references import build_model_refs
 from zsdr.plan.resources import build_resources
@@ -43,8 +44,8 @@ class TrainingJob:
     """Everything a training rule needs for one job: what it trains (``spec``, the trainer's input), how it
     starts (``launch``), what it reads, what it asks the cluster for and the line its dry run shows."""
 
-    spec: dict[str, Any]
-    launch: dict[str, Any]
+    spec: Settings         # (description, provenance, log and save intervals not compared for reruns)
+    launch: Settings
     inputs: list[str]
     gpus: int
     nodes: int
@@ -149,6 +150,16 @@ class Plan:
                           nodes: int | Callable[[Any], int] = 1) -> dict[str, Any]:
         return self.resources.cluster_resources(gpus, nodes)
 
+    @staticmethod
+    def settings(value: dict[str, Any]) -> Settings:
+        """``value`` as a params value whose cosmetic keys Snakemake does not compare (zsdr.plan.params)."""
+        return Settings(value)
+
+    @property
+    def dense_settings(self) -> Settings:
+        """Config `dense` as the encode, search and mining jobs read it (`keep_embeddings` not compared)."""
+        return Settings(self.config["dense"])
+
     @property
     def dense_env(self) -> str:
         return self.resources.dense_env
@@ -175,7 +186,7 @@ class Plan:
                 raise ValueError(f"no training job of kind {kind!r}")
             launch = recipes.launch_settings(item)
             job = self._jobs[key] = TrainingJob(
-                spec=spec, launch=launch, inputs=t.spec_inputs(spec), gpus=self.resources.launch_gpus(launch),
+                spec=Settings(spec), launch=Settings(launch), inputs=t.spec_inputs(spec), gpus=self.resources.launch_gpus(launch),
                 nodes=int(launch["nodes"]), threads=int(self.resources.training["threads"]) * int(launch["processes"]),
                 memory=self.resources.training_memory(spec, launch)[0],
                 summary=Note(self.summaries.spec_summary(spec, launch)),

@@ -6,6 +6,7 @@ into a :class:`Datasets`; nothing here depends on another stage.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ def alternation(names: Iterable[str]) -> str:
 
 @dataclass(frozen=True)
 class Paths:
-    """The output folders (config `paths`; logs always under ``logs``)."""
+    """The output folders (config `paths`: every one under `paths.root`, the scale's own folder) and the input
+    folders every scale shares (downloads, bring-your-own datasets)."""
 
     downloads: str
     data: str
@@ -34,8 +36,24 @@ class Paths:
     metrics: str
     stats: str
     results: str
-    byo: str                              # bring-your-own datasets (non-public BEIR sets)
+    byo: str
     logs: str = "logs"
+    root: str = ""                        # the scale's own folder every output folder lies in ("": none)
+
+    OUTPUTS = ("data", "models", "indexes", "embeddings", "runs", "metrics", "stats", "results", "logs")
+    """The folders a run writes (each scale its own)."""
+
+
+def build_paths(paths: dict[str, Any]) -> Paths:
+    """The folders of config `paths`: an output folder given relative lies in `paths.root` (none: as given)."""
+    root = paths.get("root") or ""
+
+    def under_root(name: str) -> str:
+        folder = paths.get(name, name)
+        return folder if not root or os.path.isabs(folder) else f"{root.rstrip('/')}/{folder}"
+
+    return Paths(downloads=paths["downloads"], byo=paths["byo"], root=root.rstrip("/"),
+                 **{k: under_root(k) for k in Paths.OUTPUTS})
 
 
 @dataclass(frozen=True)
@@ -111,10 +129,7 @@ def check_dataset(name: str, mini: Iterable[str]) -> str:
 
 def build_datasets(config: dict[str, Any]) -> Datasets:
     """The datasets stage of a validated config."""
-    p = config["paths"]
-    paths = Paths(downloads=p["downloads"], data=p["data"], models=p["models"], indexes=p["indexes"],
-                  embeddings=p["embeddings"], runs=p["runs"], metrics=p["metrics"], stats=p["stats"],
-                  results=p["results"], byo=p["byo"])
+    paths = build_paths(config["paths"])
     d = config["datasets"]
     source, targets = d["source"], list(d["targets"])
     mini = list(m["name"] for m in config["mini"]["domains"])

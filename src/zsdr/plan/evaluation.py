@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from zsdr.plan import checks
 from zsdr.plan.figures import Figures
 from zsdr.plan.systems import Systems
 from zsdr.plan.tables import Tables
@@ -94,6 +95,7 @@ class Evaluation:
 
 def build_evaluation(config: dict[str, Any], systems: Systems, tables: Tables, figures: Figures) -> Evaluation:
     by_name, datasets = systems.by_name, systems.datasets
+    checks.check_evaluation(config, datasets.evaluated, datasets.eval_split)
     table1 = tables.table1_systems
     # A system with a model per target (MoDIR, RMSC) exists only on its targets and the source, so it is no
     # eval system; on table 1's datasets, where every table-1 system exists, rules/evaluate.smk's
@@ -109,7 +111,8 @@ def build_evaluation(config: dict[str, Any], systems: Systems, tables: Tables, f
          | set(systems.modir_step_systems.values())
          | set(systems.modir.modir_case())
          | figures.cocodr_eval_systems
-         | set(systems.rmsc_step_systems.values()))
+         | set(systems.rmsc_step_systems.values())
+         | set(systems.own.values()))  # the model cards' own systems
         - set(evaluated)
     )
     cluster = config["cluster"]

@@ -39,7 +39,7 @@ class Resources:
     def training_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
         """A training job's memory request per node (MB) and how it follows from `training.memory`.
 
-        The job first builds its training arrays in one process (:func:`zsdr.training.data.build_training_arrays`:
+        The job first builds its training arrays in one process (:func:`zsdr.data.training_set.build_training_arrays`:
         the store's id -> row dicts, ~`conversion_factor` x the dataset's store, plus the unpickled
         teacher scores of a distillation, `teacher_mb`), then runs its processes, each with its own
         `process_mb` (interpreter, torch, the model, optimizer state, batch workers) beside the dataset's

@@ -3,14 +3,15 @@ its model and encoder settings per dataset, and the ANCE runs that mine negative
 
 :func:`build_systems` adds, in this order, one system per trained run (a recipe's last episode also under the
 recipe's name), one per MoDIR and per-target RMSC recipe, the curve systems (``<recipe>.step<N>``), the REMs of
-`systems.<name>.rem_of`, DDR Figure 4's DAM snapshots (``<system>.dam-step<N>``) and the mining systems of ANCE
-episodes that mine at another document length (``<previous>.mine-d<length>``); a configured system of the same
-name wins.
+`systems.<name>.rem_of`, DDR Figure 4's DAM snapshots (``<system>.dam-step<N>``), the mining systems of ANCE
+episodes that mine at another document length (``<previous>.mine-d<length>``) and, last, the folders' own
+systems of the model cards (``<run>.own``: a trained folder table 1 uses, evaluated as it loads with no
+arguments, on the datasets where no system loads it so); a configured system of the same name wins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zsdr.models.released import RELEASES
@@ -57,6 +58,7 @@ class Systems:
     mined: dict[str, tuple[str, int]]                      # ANCE run (or MoDIR recipe) -> (recipe, episode)
     bm25: list[str]
     dense: list[str]
+    own: dict[str, str] = field(default_factory=dict)      # trained folder -> its own system (model cards)
 
     @property
     def ance_runs(self) -> list[str]:
@@ -181,6 +183,46 @@ class Systems:
             options = {**options, "soft_tokens": {"k": k, "inference": self.rmsc.source_context}}
         return options
 
+    def card_folders(self, table1: list[str]) -> list[tuple[str, str, str, str]]:
+        """``(system, dataset, folder, run)``: the trained folder each dense table-1 system retrieves with on each
+        evaluated dataset (a DDR system: its trained folder, whose REM every dataset uses), and its run."""
+        prefix = f"{self.datasets.paths.models}/trained/"
+        out = []
+        for system in table1:
+            if self.by_name[system]["kind"] != "dense":
+                continue
+            for dataset in self.datasets.evaluated:
+                spec = self.by_name[self.routed(system, dataset)]
+                folder = spec["model"] if "rem_of" in spec else self.dense_model(system, dataset)
+                run = folder[len(prefix):].split("/snapshots/")[0] if folder.startswith(prefix) else None
+                if run in self.recipes.runs:
+                    out.append((system, dataset, folder, run))
+        return out
+
+    def saved_settings(self, recipe: str) -> dict[str, Any]:
+        """The settings a recipe's trained folder loads with that a system may also give: the recipe's `system`
+        settings (zsdr.json's `retrieval`) and an RMSC model's soft tokens in their default inference context
+        (the one training leaves in zsdr.json)."""
+        from zsdr.models.soft_tokens import SoftTokens
+
+        r = self.recipes.by_name[recipe]
+        k = (r.get("mixture") or {}).get("soft_tokens")
+        return {**r["system"], **({"soft_tokens": SoftTokens(k=int(k)).to_dict()} if k else {})}
+
+    def encodes_otherwise(self, system: str, dataset: str, folder: str, saved: dict[str, Any]) -> str | None:
+        """How ``system`` encodes ``dataset`` otherwise than ``folder`` loaded with no arguments (which loads
+        with the ``saved`` settings, :meth:`saved_settings`), or None when it loads it so."""
+        model = self.dense_model(system, dataset)
+        if model != folder:
+            spec = self.by_name[self.routed(system, dataset)]
+            return "the REM on each dataset's own DAM" if "rem_of" in spec else f"the model {model} on {dataset}"
+        extra = {k: v for k, v in self.encoder_options(system, dataset).items() if saved.get(k) != v}
+        if not extra:
+            return None
+        if set(extra) == {"soft_tokens"}:
+            return f"{dataset} in the soft-token context {extra['soft_tokens']['inference']}"
+        return f"{dataset} with {', '.join(f'{k}={v}' for k, v in sorted(extra.items()))}"
+
     def system_scale(self, system: str) -> float:
         """The inverse temperature a trained system's logits use (1 for a system no recipe trained)."""
         name = system if system in self.recipes.by_name else self.recipes.runs.get(system, (None,))[0]
@@ -286,9 +328,27 @@ def build_systems(config: dict[str, Any], recipes: Recipes, refs: ModelRefs, mod
             systems.setdefault(sys, {**{k: v for k, v in systems[prev].items() if k != "by_language"},
                                      "doc_max_length": doc,
                                      "description": f"{prev} encoding documents at {doc} tokens (ANCE mining)"})
-    return Systems(
-        datasets=datasets, recipes=recipes, refs=refs, modir=modir, rmsc=rmsc, by_name=systems,
-        modir_step_systems=modir_steps, rmsc_step_systems=rmsc_steps, figure4_systems=figure4, mined=mined,
-        bm25=list(n for n, s in systems.items() if s["kind"] == "bm25"),
-        dense=list(n for n, s in systems.items() if s["kind"] == "dense"),
-    )
+    def stage(by_name: dict[str, dict[str, Any]], own: dict[str, str]) -> Systems:
+        return Systems(
+            datasets=datasets, recipes=recipes, refs=refs, modir=modir, rmsc=rmsc, by_name=by_name,
+            modir_step_systems=modir_steps, rmsc_step_systems=rmsc_steps, figure4_systems=figure4, mined=mined,
+            bm25=list(n for n, s in by_name.items() if s["kind"] == "bm25"),
+            dense=list(n for n, s in by_name.items() if s["kind"] == "dense"), own=own,
+        )
+
+    # The model cards' own systems: where no table-1 system loads a trained folder as it is (a DDR system
+    # plugs its REM into each target's own DAM; a system may give other settings on a dataset), the folder
+    # itself is evaluated there (zsdr.plan.tables.model_cards).
+    routed = stage(systems, {})
+    own: dict[str, str] = {}
+    for system, dataset, folder, run in routed.card_folders(
+            [s for s in (config.get("table1") or {}).get("systems", []) if s in systems]):
+        saved = routed.saved_settings(recipes.runs[run][0])
+        if routed.encodes_otherwise(system, dataset, folder, saved) is not None and folder not in own:
+            snapshot = folder.split("/snapshots/")[1] if "/snapshots/" in folder else None
+            own[folder] = f"{run}.{snapshot}.own" if snapshot else f"{run}.own"
+    for folder, name in own.items():
+        systems.setdefault(name, {"kind": "dense", "model": folder,
+                                  "description": f"the folder {folder} as it loads with no arguments (its model "
+                                                 "card's own scores)"})
+    return stage(systems, own)

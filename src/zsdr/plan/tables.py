@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.code import Code
+from zsdr.plan.params import Labels
 from zsdr.plan.systems import Systems
 from zsdr.tables.cells import required_cells, required_statistics
 from zsdr.tables.inputs import cell_file
@@ -39,6 +40,10 @@ class Tables:
     def metrics(self) -> str:
         return self.systems.datasets.paths.metrics
 
+    def table1_labels(self) -> Labels:
+        """Table 1's systems with their descriptions (the legend's text, not compared for reruns)."""
+        return Labels({s: self.systems.by_name[s].get("description", "") for s in self.table1_systems})
+
     def table_inputs(self, wc: Any) -> list[str]:
         """The spec, systems.yaml and published CSVs of a paper table (edits re-render it)."""
         files = spec_files(self.specs[(wc.paper, int(wc.n))])
@@ -58,6 +63,7 @@ class Tables:
             run = f"{models}/trained/{entry['run']}"
             files += [f"{run}/zsdr.json", f"{run}/training.json"]
             files += [f for m in entry["metrics"].values() for f in m.values()]
+            files += list(entry["own"].values())
         return list(dict.fromkeys(files))
 
     def rem_models(self, key: TableKey) -> dict[str, str]:
@@ -76,33 +82,37 @@ class Tables:
 
 def model_cards(systems: Systems, table1: list[str]) -> dict[str, dict[str, Any]]:
     """Every trained model folder a dense table-1 system retrieves with -> its card's entry: the run, its
-    recipe, paper and method sections, and per system the metrics file of each dataset it scores that folder
-    on (a DDR system: its trained folder, whose REM every dataset uses)."""
+    recipe, paper and method sections, per system the metrics file of each dataset it scores that folder on
+    (a DDR system: its trained folder, whose REM every dataset uses), ``own``: per dataset, the metrics of the
+    folder itself as it loads with no arguments (a system's where the system loads it so, else those of the
+    folder's own system, :attr:`Systems.own`), and ``why``: per system that encodes otherwise, how."""
     from zsdr.models.cards import recipe_paper
 
     recipes, paths = systems.recipes, systems.datasets.paths
-    prefix = f"{paths.models}/trained/"
     out: dict[str, dict[str, Any]] = {}
-    for system in table1:
-        if systems.by_name[system]["kind"] != "dense":
-            continue
-        for dataset in systems.datasets.evaluated:
-            spec = systems.by_name[systems.routed(system, dataset)]
-            folder = spec["model"] if "rem_of" in spec else systems.dense_model(system, dataset)
-            run = folder[len(prefix):].split("/snapshots/")[0] if folder.startswith(prefix) else None
-            if run not in recipes.runs:
-                continue
-            recipe = recipes.runs[run][0]
-            r = recipes.by_name[recipe]
-            entry = out.setdefault(folder, {
-                "run": run,
-                "recipe": recipe,
-                "paper": recipe_paper(r, set(recipes.pretrained)),
-                "description": r.get("description", ""),
-                "sections": {k: r[k] for k in ("rem", "berm", "modir", "dro", "mixture") if r.get(k)},
-                "metrics": {},
-            })
-            entry["metrics"].setdefault(system, {})[dataset] = f"{paths.metrics}/{dataset}/{system}.json"
+    for system, dataset, folder, run in systems.card_folders(table1):
+        recipe = recipes.runs[run][0]
+        r = recipes.by_name[recipe]
+        entry = out.setdefault(folder, {
+            "run": run,
+            "recipe": recipe,
+            "paper": recipe_paper(r, set(recipes.pretrained)),
+            "description": r.get("description", ""),
+            "sections": {k: r[k] for k in ("rem", "berm", "modir", "dro", "mixture") if r.get(k)},
+            "metrics": {},
+            "own": {},
+            "why": {},
+        })
+        metrics = f"{paths.metrics}/{dataset}/{system}.json"
+        entry["metrics"].setdefault(system, {})[dataset] = metrics
+        why = systems.encodes_otherwise(system, dataset, folder, systems.saved_settings(recipe))
+        if why is None:
+            entry["own"].setdefault(dataset, metrics)
+        elif why not in entry["why"].get(system, "").split("; "):
+            entry["why"][system] = "; ".join(filter(None, [entry["why"].get(system), why]))
+    for folder, entry in out.items():
+        missing = sorted({d for m in entry["metrics"].values() for d in m} - set(entry["own"]))
+        entry["own"].update({d: f"{paths.metrics}/{d}/{systems.own[folder]}.json" for d in missing})
     return out
 
 

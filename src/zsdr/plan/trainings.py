@@ -21,18 +21,15 @@ from zsdr.plan.ddr import Ddr
 from zsdr.plan.recipes import DAM_SEP, Recipes
 from zsdr.plan.references import ModelRefs
 from zsdr.plan.systems import Systems
+from zsdr.training.loss_registry import LOSSES
 from zsdr.training.term_registry import TERMS
 
 PLANNED_TERMS = ("berm", "modir", "dro")
 """Loss terms whose sections the planner resolves (their label, triples and cluster files are job inputs); every
 other registered term's section goes into the spec as the recipe gives it."""
 
-LOSS_MODULES = {
-    "pairwise_nll": "zsdr.losses.contrastive",
-    "contrastive": "zsdr.losses.contrastive",
-    "margin_mse": "zsdr.losses.margin_mse",
-}
-"""The module of each base loss (a training's code input)."""
+LOSS_MODULES = {name: loss.module for name, loss in LOSSES.items()}
+"""The module of each base loss (a training's code input), from the loss registry."""
 
 TRAINER_CODE = (
     "zsdr.training.trainer",
@@ -68,10 +65,7 @@ class Trainings:
         return self.recipes.datasets.check_dataset(item.get("dataset", self.recipes.datasets.source))
 
     def side_file(self, source: str, key: str, where: str) -> str:
-        path = self.recipes.training["sources"].get(source, {}).get(key)
-        if not path:
-            raise ValueError(f"config key {where} needs training.sources.{source}.{key} (the file is not configured)")
-        return path
+        return side_file(self.recipes, source, key, where)
 
     def training_data(self, item: dict[str, Any], where: str, run: str | None = None) -> tuple[str, str]:
         """``(dataset folder, negatives file)`` an item trains on, by its `negatives` kind."""
@@ -447,21 +441,24 @@ def training_data(recipes: Recipes, item: dict[str, Any], where: str, run: str |
     src = datasets.check_dataset(item.get("dataset", datasets.source))
     kind = item["negatives"]
     if kind == "triples":
-        if not recipes.training["sources"].get(src, {}).get("triples"):
-            raise ValueError(f"config key {where} needs training.sources.{src}.triples (the file is not configured)")
+        side_file(recipes, src, "triples", where)
         return f"{data}/{src}-triples", f"{data}/{src}-triples/negatives.jsonl"
     if kind == "hard":
-        path = recipes.training["sources"].get(src, {}).get("hard_negatives")
-        if not path:
-            raise ValueError(
-                f"config key {where} needs training.sources.{src}.hard_negatives (the file is not configured)"
-            )
-        return f"{data}/{src}", path
+        return f"{data}/{src}", side_file(recipes, src, "hard_negatives", where)
     if kind == "bm25":
         return f"{data}/{src}", f"{data}/{src}/negatives/bm25.jsonl"
     if run in recipes.per_target and item.get("modir"):
         run = recipes.runs[run][0]  # mined once by the base system for every target
     return f"{data}/{src}", f"{data}/{src}/negatives/{run}.jsonl"
+
+
+def side_file(recipes: Recipes, source: str, key: str, where: str) -> str:
+    """The file `training.sources.<source>.<key>` names (``{data}`` in it: the scale's data folder, for a file the
+    pipeline writes), or a ValueError naming config key ``where``."""
+    path = recipes.training["sources"].get(source, {}).get(key)
+    if not path:
+        raise ValueError(f"config key {where} needs training.sources.{source}.{key} (the file is not configured)")
+    return path.replace("{data}", recipes.datasets.paths.data)
 
 
 def episode_lr_factor(recipe: dict[str, Any], k: int, where: str) -> float:
