@@ -378,7 +378,8 @@ def trainer_steps(encoder_factory, data, out: Path, device: torch.device, warm: 
     import logging
 
     from zsdr.training.tasks import BiEncoderTask
-    from zsdr.training.trainer import TrainConfig, Trainer
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
 
     logging.basicConfig(level=logging.WARNING)
     cuda = device.type == "cuda"

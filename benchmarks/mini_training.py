@@ -83,7 +83,7 @@ def ceiling_steps_per_s(s: dict) -> float:
     import torch
 
     from zsdr.training.recipes import build_task
-    from zsdr.training.trainer import TrainConfig, build_optimizer, build_schedule
+    from zsdr.training.config import TrainConfig, build_optimizer, build_schedule
 
     cfg = TrainConfig.from_dict(s["train"])
     task = build_task(s)

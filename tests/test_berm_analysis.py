@@ -14,8 +14,9 @@ from zsdr.evaluation.unit_analysis import MEASURES, unit_analysis, unit_measures
 from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
 from zsdr.models.tiny import build_tiny_backbone
-from zsdr.tables import inputs, spec as specs
-from zsdr.tables.render import render_table, required_cells
+from zsdr.tables import inputs, published_csv, spec as specs
+from zsdr.tables.cells import required_cells
+from zsdr.tables.render import render_table
 from zsdr.training.unit_labels import label_pairs, select_pairs, unit_statistics
 
 MINI = {
@@ -200,8 +201,8 @@ def test_units_source_is_validated_and_published_columns_expand_by_metric(tmp_pa
     with pytest.raises(DataError, match="key source"):
         specs.parse_spec(path)
     # systems-as-rows with `metrics`: one column per dataset and metric, named "<dataset> <label>"
-    monkeypatch.setattr(specs, "PUBLISHED_DIR", tmp_path)
-    specs.read_published.cache_clear()
+    monkeypatch.setattr(published_csv, "PUBLISHED_DIR", tmp_path)
+    published_csv.read_published.cache_clear()
     (tmp_path / "units9.csv").write_text("System,NFCorpus Var.,NFCorpus Acc.\nDPR,0.12,30.0%\nKD,0.10,35.5%\n")
     path.write_text(base + "source: units\nmetrics:\n  - {metric: unit_variance, label: Var.}\n"
                     "  - {metric: unit_accuracy, label: Acc.}\npublished: {file: units9.csv, key: [System]}\n")
@@ -213,7 +214,7 @@ def test_units_source_is_validated_and_published_columns_expand_by_metric(tmp_pa
     row = frame[(frame["entry"] == "kd") & (frame["metric"] == "unit_accuracy")].to_dict("records")[0]
     assert row["published"] == "35.5%" and row["delta"] == pytest.approx(0.4 - 0.355)
     (tmp_path / "units9.csv").write_text("System,NFCorpus Var.\nDPR,0.12\nKD,0.10\n")
-    specs.read_published.cache_clear()
+    published_csv.read_published.cache_clear()
     with pytest.raises(DataError, match="NFCorpus Acc."):
         specs.parse_spec(path)
-    specs.read_published.cache_clear()
+    published_csv.read_published.cache_clear()

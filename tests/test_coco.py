@@ -416,7 +416,8 @@ def test_coco_training_learns_saves_and_continues(mini, tmp_path):
     from transformers import AutoModel
 
     from zsdr.models.encoder import Encoder
-    from zsdr.training.trainer import TrainConfig, Trainer
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
 
     task = build_coco_task(coco_spec(mini))
     assert task.head_source is None                                          # the tiny backbone has no head

@@ -13,7 +13,7 @@ from tests.test_tables import read_rows, write_metrics
 from zsdr.evaluation.cocodr import (alignment, cluster_centroids, cluster_training_losses, nearest_clusters,
                                     nearest_source, pick_gains, training_losses, uniformity)
 from zsdr.io import DataError
-from zsdr.tables.spec import PUBLISHED_DIR
+from zsdr.tables.published_csv import PUBLISHED_DIR
 
 tiny = test_encoder.tiny          # the session fixture of test_encoder: a tiny dataset and tiny backbones
 

@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 
 from zsdr.data import registry
-from zsdr.data.convert import (CONVERTERS, convert_beir, convert_cmedqa2, convert_cpr, convert_dureader,
-                               convert_lotte, convert_msmarco, convert_msmarco_triples, convert_oagqa, convert_trec,
-                               iter_trec_docs, read_topics)
+from zsdr.data.convert import CONVERTERS
+from zsdr.data.convert.beir import convert_beir
+from zsdr.data.convert.cmedqa2 import convert_cmedqa2
+from zsdr.data.convert.cpr import convert_cpr
+from zsdr.data.convert.dureader import convert_dureader
+from zsdr.data.convert.lotte import convert_lotte
+from zsdr.data.convert.msmarco import convert_msmarco, convert_msmarco_triples
+from zsdr.data.convert.oagqa import convert_oagqa
+from zsdr.data.convert.trec import convert_trec, iter_trec_docs, read_topics
 from zsdr.data.formats import iter_trec_qrels, read_corpus, read_qrels, read_queries, validate_beir
 from zsdr.io import DataError
 
@@ -376,7 +382,7 @@ def test_malformed_line_names_file_and_line(tmp_path, out, fixture, rel, line, b
 def test_triples_to_beir_reads_an_archive_and_marks_the_folder_done(tmp_path, out):
     import tarfile
 
-    from zsdr.data.convert import triples_to_beir
+    from zsdr.data.convert.msmarco import triples_to_beir
 
     archive = tmp_path / "triples.train.small.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:

@@ -225,7 +225,8 @@ def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
 def test_coco_pretraining_in_bf16_on_the_gpu(methods, tmp_path):
     """Span contrast over the batch, the Condenser head and both MLM losses under bf16 autocast."""
     from zsdr.pretrain.coco import HEAD_WEIGHTS, build_coco_task
-    from zsdr.training.trainer import TrainConfig, Trainer
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
 
     task = build_coco_task(coco_spec(methods))
     cfg = TrainConfig(batch_size=8, max_steps=30, lr=3e-3, warmup_steps=0, seed=7, save_every=100, log_every=1,

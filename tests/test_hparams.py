@@ -15,7 +15,7 @@ from zsdr.plan.card import Reference, compare, inference_rows, training_rows
 from zsdr.plan.core import load_plan
 from zsdr.data.training_set import TrainingSet
 from zsdr.training.data import epoch_order
-from zsdr.training.trainer import TrainConfig, lr_factor, training_steps
+from zsdr.training.config import TrainConfig, lr_factor, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "methods" / "reference.yaml"
@@ -144,7 +144,7 @@ def test_a_headless_hub_checkpoint_is_refused_before_any_job(tree):
 def test_training_steps_and_lr_factor_are_the_trainers(tmp_path):
     import torch
 
-    from zsdr.training.trainer import build_schedule
+    from zsdr.training.config import build_schedule
 
     cfg = TrainConfig(batch_size=256, epochs=3, epoch_size=35_000_000, lr=2e-4, warmup_steps=1000)
     assert training_steps(cfg, 39_780_811, world=8) == 51_267

@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 
 from tests.conftest import mini_with_backbones
 from zsdr.pretrain.mlm import IGNORE, build_mlm_task, mask_tokens, random_crop
-from zsdr.training.trainer import TrainConfig, Trainer
+from zsdr.training.config import TrainConfig
+from zsdr.training.trainer import Trainer
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,

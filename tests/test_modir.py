@@ -140,7 +140,7 @@ def _term(tiny, **over):
     cfg = ModirConfig.from_dict({"triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
                                  "momentum_steps": 4, "chunk": 2, "classifier_lr": 1e-2, **over})
     term = ModirTerm(cfg, enc.dim)
-    from zsdr.training.trainer import TrainConfig
+    from zsdr.training.config import TrainConfig
 
     term.attach(TrainConfig(max_steps=10, lr=1e-3), 10, torch.device("cpu"))
     return enc, term

@@ -11,7 +11,7 @@ from tests import test_encoder
 from tests.test_tables import read_rows, write_metrics
 from zsdr.data.formats import write_beir
 from zsdr.io import DataError
-from zsdr.tables.spec import PUBLISHED_DIR
+from zsdr.tables.published_csv import PUBLISHED_DIR
 
 WORDS = test_encoder.WORDS
 tiny = test_encoder.tiny          # the session fixture of test_encoder: a tiny dataset and tiny backbones

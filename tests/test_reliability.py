@@ -635,7 +635,7 @@ def test_a_downloaded_source_grading_one_pair_twice_is_named_in_a_warning(tmp_pa
     """Third-party qrels are converted (the first grade kept, as documented), but never silently."""
     import logging
 
-    from zsdr.data.convert import convert_beir
+    from zsdr.data.convert.beir import convert_beir
 
     src = make_dataset(tmp_path / "raw" / "set")
     qrels = src / "qrels" / "test.tsv"

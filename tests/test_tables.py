@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from zsdr.io import DataError
-from zsdr.tables import data_tables, spec as specs
-from zsdr.tables.render import (format_delta, format_value, parse_published, render_table, required_cells,
-                                required_statistics)
+from zsdr.tables import catalogue, data_tables, published_csv, spec as specs, spec_model
+from zsdr.tables.cells import required_cells, required_statistics
+from zsdr.tables.formatting import format_delta, format_value, parse_published
+from zsdr.tables.render import render_table
 from zsdr.tables.table1 import build_table1, write_table
 
 # Every table of the five papers (TABLES inventory): (paper, table) -> kind.
@@ -85,22 +86,22 @@ def test_every_published_csv_parses_and_matches_its_spec():
         used.add(s.published.file)
         if s.published.marker_file:
             used.add(s.published.marker_file)
-        table = specs.published_table(s)
+        table = published_csv.published_table(s)
         assert table.order, s.name
         if s.kind in ("metric", "data"):
-            specs.check_published_shape(s)  # every CSV row and column is named by exactly one entry
+            published_csv.check_published_shape(s)  # every CSV row and column is named by exactly one entry
             n_rows = sum(len(s.metrics) or 1 if e.kind != "info" else 1
                          for e in (s.datasets if s.rows_are_datasets else s.systems)
-                         if specs.published_row_ref(s, e, s.metrics[0][1] if s.metrics and e.kind != "info" else None))
+                         if published_csv.published_row_ref(s, e, s.metrics[0][1] if s.metrics and e.kind != "info" else None))
             assert n_rows == len(table.order), s.name
-    on_disk = {p.name for p in specs.PUBLISHED_DIR.glob("*.csv")}
+    on_disk = {p.name for p in published_csv.PUBLISHED_DIR.glob("*.csv")}
     assert on_disk == used
     assert not any(n.startswith("berm_") for n in on_disk)  # no BERM number was recovered
-    assert (specs.PUBLISHED_DIR / "README.md").is_file()
+    assert (published_csv.PUBLISHED_DIR / "README.md").is_file()
 
 
 def test_ddr_table2_imp_is_ddr_over_dr_minus_one():
-    for row in specs.read_published("ddr_table2.csv"):
+    for row in published_csv.read_published("ddr_table2.csv"):
         for regime in ("CL", "KD"):
             ratio = float(row[f"{regime}_DDR"]) / float(row[f"{regime}_DR"]) - 1
             assert abs(ratio - parse_published(row[f"{regime}_imp"])) <= 0.006, (row["dataset"], row["metric"])
@@ -114,7 +115,7 @@ def test_published_averages_are_the_mean_of_their_cells():
     for s in specs.all_specs().values():
         if s.kind != "metric" or s.published is None or s.published.file is None:
             continue
-        table = specs.published_table(s)
+        table = published_csv.published_table(s)
         averages = [e for e in s.datasets if e.kind == "average"]
         for avg in averages:
             idx = s.datasets.index(avg)
@@ -124,12 +125,12 @@ def test_published_averages_are_the_mean_of_their_cells():
             for metric_label in [m for _, m in s.metrics] or [None]:
                 for entry in s.systems:
                     if s.rows_are_datasets:
-                        col = specs.published_column_ref(entry)
-                        refs = [specs.published_row_ref(s, e, metric_label) for e in [*members, avg]]
+                        col = published_csv.published_column_ref(entry)
+                        refs = [published_csv.published_row_ref(s, e, metric_label) for e in [*members, avg]]
                         vals = [table.rows[r][col] for r in refs] if col else []
                     else:
-                        row = specs.published_row_ref(s, entry)
-                        vals = [table.rows[row][specs.published_column_ref(e)] for e in [*members, avg]]
+                        row = published_csv.published_row_ref(s, entry)
+                        vals = [table.rows[row][published_csv.published_column_ref(e)] for e in [*members, avg]]
                     if not vals or not all(vals) or entry.kind != "system":
                         continue
                     *cells, printed = map(parse_published, vals)
@@ -141,22 +142,22 @@ def test_published_averages_are_the_mean_of_their_cells():
 
 
 def test_systems_file_is_consistent():
-    systems = specs.load_systems()
+    systems = catalogue.load_systems()
     for sid in ("bm25-flat", "bm25-multifield", "bm25-rm3"):
         assert systems[sid].provenance == "T" and systems[sid].stage == "bm25"
     assert systems["ance-msmarco"].hf == "castorini/ance-msmarco-passage"
     assert (systems["ance-msmarco"].pooling, systems["ance-msmarco"].similarity) == ("cls_linear_ln", "dot")
     assert (systems["tas-b"].pooling, systems["contriever-msmarco"].pooling) == ("cls", "mean")
     assert systems["cocodr-base-msmarco"].hf == "OpenMatch/cocodr-base-msmarco"
-    assert specs.unavailable_reason("cpt-l") == "reported only (closed API)"
-    assert specs.unavailable_reason("ddr-contrast") == "not in this run's config (systems.ddr-contrast)"
-    assert specs.unavailable_reason("rmsc-cd") == "not in this run's config (systems.rmsc-cd)"
+    assert catalogue.unavailable_reason("cpt-l") == "reported only (closed API)"
+    assert catalogue.unavailable_reason("ddr-contrast") == "not in this run's config (systems.ddr-contrast)"
+    assert catalogue.unavailable_reason("rmsc-cd") == "not in this run's config (systems.rmsc-cd)"
 
 
 def test_a_system_of_a_stage_not_built_says_so(monkeypatch):
-    stages = {**specs.load_stages(), "rmsc": specs.Stage("rmsc", "RMSC", False)}
-    monkeypatch.setattr(specs, "load_stages", lambda: stages)
-    assert specs.unavailable_reason("rmsc-cd") == "needs the RMSC stage (not built yet)"
+    stages = {**catalogue.load_stages(), "rmsc": catalogue.Stage("rmsc", "RMSC", False)}
+    monkeypatch.setattr(catalogue, "load_stages", lambda: stages)
+    assert catalogue.unavailable_reason("rmsc-cd") == "needs the RMSC stage (not built yet)"
 
 
 def test_bad_spec_errors_name_the_file_and_the_key(tmp_path):
@@ -302,13 +303,13 @@ def test_groups_averages_and_pooled_significance(tmp_path):
 
     spec = specs.load_spec("modir", 1)
     files = {}
-    for k, forum in enumerate(specs.CQADUPSTACK_FORUMS):
+    for k, forum in enumerate(spec_model.CQADUPSTACK_FORUMS):
         d = f"cqadupstack-{forum}"
         files[(d, "bm25-multifield")] = write_metrics(tmp_path, d, "bm25-multifield", scores(0.1 + 0.01 * k))
         files[(d, "ance-msmarco")] = write_metrics(tmp_path, d, "ance-msmarco", scores(0.2))
     frame = render_table(spec, files, tmp_path / "m.csv", tmp_path / "m.md",
                          produced_systems={"bm25-multifield", "ance-msmarco"},
-                         available_datasets={f"cqadupstack-{f}" for f in specs.CQADUPSTACK_FORUMS})
+                         available_datasets={f"cqadupstack-{f}" for f in spec_model.CQADUPSTACK_FORUMS})
     cqa = cell(frame, "cqadupstack", "bm25")
     assert cqa["reproduced"] == pytest.approx(0.155, abs=1e-9) and cqa["metric"] == "ndcg@10"
     hole = cell(frame, "cqadupstack", "hole-bm25")
@@ -320,7 +321,7 @@ def test_groups_averages_and_pooled_significance(tmp_path):
 def test_transposed_table_alternatives_and_untested_comparisons(tmp_path):
     spec = specs.load_spec("cocodr", 3)
     files = {}
-    for d in ("fiqa", "scifact", "trec-covid-beir", "robust04", *specs.BUILTIN_GROUPS["cqadupstack"]):
+    for d in ("fiqa", "scifact", "trec-covid-beir", "robust04", *spec_model.BUILTIN_GROUPS["cqadupstack"]):
         files[(d, "cocodr-base-msmarco")] = write_metrics(tmp_path, d, "cocodr-base-msmarco", scores(0.4))
     frame = render_table(spec, files, tmp_path / "t.csv", tmp_path / "t.md")
     base = cell(frame, "avg", "cocodr-base")
@@ -406,7 +407,7 @@ def test_ddr_table1_from_statistics_files(tmp_path):
 
 
 def test_cocodr_table5_splits_and_groups(tmp_path):
-    forums = specs.BUILTIN_GROUPS["cqadupstack"]
+    forums = spec_model.BUILTIN_GROUPS["cqadupstack"]
     stat_in = {f: {"test": stats(100 * (i + 1), 100.0 + i, 10, 8.0)} for i, f in enumerate(forums)}
     stat_in["msmarco"] = {"train": stats(8841823, 56.0, 502939, 6.0, rel=1.06), "dev": stats(8841823, 56.0, 6980, 5.9)}
     frame = data_tables.cocodr_table5(stat_in, tmp_path / "t.csv", tmp_path / "t.md", splits={"msmarco": "dev"},

@@ -19,7 +19,8 @@ from zsdr.training.recipes import build_task
 from zsdr.training.tasks import BiEncoderTask
 from zsdr.training.terms import (TERMS, AdditiveTerm, Encoded, ReducingTerm, Sampled, term_class,
                                  term_input_files)
-from zsdr.training.trainer import TrainConfig, Trainer
+from zsdr.training.config import TrainConfig
+from zsdr.training.trainer import Trainer
 from zsdr.training.unit_labels import label_pairs, select_pairs, unit_statistics
 
 

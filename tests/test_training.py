@@ -23,7 +23,7 @@ from zsdr.retrieval.mine import sample_negatives
 from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
                                     write_teacher_scores)
 from zsdr.training.recipes import launch
-from zsdr.training.trainer import StopSignals
+from zsdr.training.signals import StopSignals
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -398,7 +398,7 @@ def test_episodes_at_offsets_follow_one_run_wide_schedule(schedule):
     """``schedule_offset`` (ANCE's `episode_schedule: continuous`): three runs of 40 steps at offsets
     0, 40, 80 of a 120-step schedule take exactly the learning rates of one 120-step run; without the
     offset each run restarts its warmup (the `restart` form)."""
-    from zsdr.training.trainer import TrainConfig, build_schedule
+    from zsdr.training.config import TrainConfig, build_schedule
 
     def lrs(offset, steps, horizon):
         param = torch.nn.Parameter(torch.zeros(1))
@@ -423,7 +423,7 @@ def test_episodes_at_offsets_follow_one_run_wide_schedule(schedule):
 
 def test_fused_adamw_takes_the_same_steps():
     """The fused AdamW a CUDA run builds updates the weights as the default one does (checked on the CPU)."""
-    from zsdr.training.trainer import TrainConfig, build_optimizer
+    from zsdr.training.config import TrainConfig, build_optimizer
 
     cfg = TrainConfig(batch_size=2, lr=1e-2, max_steps=3, weight_decay=0.01)
     torch.manual_seed(0)
@@ -539,7 +539,7 @@ def test_progress_lines_go_to_the_job_log_at_log_every_and_not_to_the_console(ti
 
 
 def test_progress_line_lists_each_loss_term_then_the_other_values():
-    from zsdr.training.trainer import loss_terms, progress_line
+    from zsdr.training.train_log import loss_terms, progress_line
 
     rec = {"step": 30, "epoch": 0, "loss": 0.75, "last_loss": 0.7, "lr": 2e-5, "grad_norm": 1.0,
            "examples_per_s": 512.0, "unit_accuracy": 0.5, "r1": 0.25, "r2": 0.125, "task_loss": 0.5,
@@ -552,7 +552,7 @@ def test_progress_line_lists_each_loss_term_then_the_other_values():
 
 
 def test_loss_plot_draws_each_loss_term_and_the_learning_rate_on_a_labelled_axis(tmp_path):
-    from zsdr.training.trainer import loss_figure, plot_losses
+    from zsdr.training.train_log import loss_figure, plot_losses
 
     records = [{"step": s, "epoch": 0, "loss": 1.0 / s, "lr": 1e-4 * s, "examples_per_s": 100.0 + s,
                 "task_loss": 0.8 / s, "r1": 0.1 / s, "r2": 0.05 / s, "unit_accuracy": 0.5} for s in range(1, 6)]

@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from zsdr.data.convert import triples_to_beir
+from zsdr.data.convert.msmarco import triples_to_beir
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])

@@ -9,7 +9,7 @@ Files read
   object per line, ``{"qid": ..., "pos": [pid, ...], "neg": {system: [pid, ...], ...}}``. The pool
   of a query is the union over the chosen systems (all by default) in file order, minus its
   positives (DDR's ``prepare_marco_hardneg.py``). The same shape carries MS MARCO text triples
-  (system ``triples``, :func:`zsdr.data.convert.convert_msmarco_triples`), BM25 negatives
+  (system ``triples``, :func:`zsdr.data.convert.msmarco.convert_msmarco_triples`), BM25 negatives
   (``bm25``) and the negatives an ANCE episode mines (``ance``).
 * Teacher scores: the ``{qid: {pid: score}}`` pickle of sentence-transformers
   (``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``) or JSON lines

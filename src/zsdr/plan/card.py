@@ -6,8 +6,8 @@ generators) :func:`training_rows` gives what an example is and how many an epoch
 steps the job takes, its warmup, peak learning rate, schedule and horizon, the learning rate at its last
 step, the global batch, negatives, lengths, precision and where its weights and head start; for every
 dense system :func:`inference_rows` gives the lengths it encodes each dataset at. The step count and the
-schedule are the trainer's own functions (:func:`zsdr.training.trainer.training_steps`,
-:func:`~zsdr.training.trainer.lr_factor`), so the card cannot drift from what a job does. Where the
+schedule are the trainer's own functions (:func:`zsdr.training.config.training_steps`,
+:func:`~zsdr.training.config.lr_factor`), so the card cannot drift from what a job does. Where the
 number of examples depends on data the plan cannot see (the queries a teacher scored, a corpus not yet
 converted), the card uses the published figure it names (``~`` marks an estimate) or says "from the data".
 
@@ -206,7 +206,7 @@ def budget_text(plan: Any, spec: dict[str, Any], launch: dict[str, Any]) -> str:
 def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch: dict[str, Any]) -> Row:
     """The card row of one training job (``spec``: the resolved spec the job trains, ``launch``: its
     processes and nodes)."""
-    from zsdr.training.trainer import TrainConfig, lr_factor, training_steps
+    from zsdr.training.config import TrainConfig, lr_factor, training_steps
 
     t = spec["train"]
     cfg = TrainConfig.from_dict({k: v for k, v in t.items() if k in TrainConfig.__dataclass_fields__})

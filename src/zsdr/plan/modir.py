@@ -15,7 +15,7 @@ from typing import Any
 
 from zsdr.plan import checks
 from zsdr.plan.recipes import Recipes
-from zsdr.tables.spec import load_systems
+from zsdr.tables.catalogue import load_systems
 
 
 @dataclass(frozen=True)

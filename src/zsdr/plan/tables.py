@@ -2,7 +2,7 @@
 model cards of table 1's trained systems.
 
 At mini scale a paper table's dataset rows are the mini targets; elsewhere the cells of datasets this config
-does not fetch show why they are empty (zsdr.tables.render).
+does not fetch show why they are empty (zsdr.tables.cells).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 from zsdr.plan.code import Code
 from zsdr.plan.params import Labels
 from zsdr.plan.systems import Systems
+from zsdr.tables.cells import required_cells, required_statistics
 from zsdr.tables.inputs import cell_file
-from zsdr.tables.render import required_cells, required_statistics, spec_files
+from zsdr.tables.render import spec_files
 from zsdr.tables.spec import all_specs
 
 TableKey = tuple[str, int]
@@ -28,7 +29,7 @@ class Tables:
     code: Code
     table1_systems: list[str]
     table1_baselines: list[str]
-    specs: dict[TableKey, Any]                          # zsdr.tables.spec.TableSpec of every paper table
+    specs: dict[TableKey, Any]                          # zsdr.tables.spec_model.TableSpec of every paper table
     datasets_override: list[str] | None           # the mini targets stand for a table's dataset rows
     available_datasets: list[str] | None          # the datasets this config fetches (None at mini scale)
     cells: dict[TableKey, list[tuple[str, str]]]        # (dataset, system) cells of each table

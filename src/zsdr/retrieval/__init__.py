@@ -1,4 +1,5 @@
-"""Dense retrieval: encode corpus shards and queries (:mod:`.encode`), exact sharded search (:mod:`.search`).
+"""Dense retrieval: encode corpus shards and queries (:mod:`.encode`), exact sharded search (:mod:`.exact`),
+the search scattered over one job per shard (:mod:`.scatter`), the search jobs and their CLI (:mod:`.search`).
 
 Names are imported lazily, so ``from zsdr.retrieval.search import register_cli`` does not load torch.
 """
@@ -8,7 +9,7 @@ from importlib import import_module
 _NAMES = {
     "encode_corpus_shard": "encode", "encode_queries_file": "encode", "load_embeddings": "encode",
     "open_embeddings": "encode", "read_ids": "encode", "read_meta": "encode",
-    "encode_search": "search", "register_cli": "search", "search_folders": "search", "search_shards": "search",
+    "encode_search": "search", "register_cli": "search", "search_folders": "search", "search_shards": "exact",
 }
 
 __all__ = sorted(_NAMES)

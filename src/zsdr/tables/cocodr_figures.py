@@ -35,8 +35,8 @@ from zsdr.evaluation.metrics import read_metrics
 from zsdr.io import DataError, atomic_write, read_json, save_figure
 from zsdr.tables.figures import figure_legend, metric_label, pyplot, scaled_title, write_csv
 from zsdr.tables.inputs import metric_scores
-from zsdr.tables.render import format_value
-from zsdr.tables.spec import read_published
+from zsdr.tables.formatting import format_value
+from zsdr.tables.published_csv import read_published
 
 FIX = "run snakemake cocodr"
 SWEEPS = {"clusters": "K (number of clusters)",

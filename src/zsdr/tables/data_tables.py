@@ -19,8 +19,10 @@ import os
 import pandas as pd
 
 from zsdr.tables.inputs import files_by_dataset
-from zsdr.tables.render import render_table, required_cells, required_statistics
-from zsdr.tables.spec import TableSpec, load_spec
+from zsdr.tables.cells import required_cells, required_statistics
+from zsdr.tables.render import render_table
+from zsdr.tables.spec import load_spec
+from zsdr.tables.spec_model import TableSpec
 
 __all__ = ["render_data_table", "ddr_table1", "cocodr_table5", "cocodr_table6", "required_inputs"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from zsdr.io import DataError, atomic_write, save_figure
-from zsdr.tables.render import parse_published
+from zsdr.tables.formatting import parse_published
 
 AVERAGE_LABELS = ("avg", "average", "mean")
 

@@ -1,5 +1,10 @@
 """Declarative specs of the papers' tables: ``specs/<paper>_table<N>.yaml``, loaded and validated.
 
+This module reads a spec file into the classes of :mod:`zsdr.tables.spec_model`, checking every key
+(:func:`parse_spec`), and finds the shipped specs (:func:`load_spec`, :func:`list_specs`,
+:func:`all_specs`); the systems a spec names are checked against :mod:`zsdr.tables.catalogue`, its
+published CSV against :mod:`zsdr.tables.published_csv`.
+
 A spec describes one table of one paper: what it reproduces, its rows and columns, how cells are
 computed, tested and emphasised, and where the paper's own numbers are (``published/*.csv``).
 :mod:`zsdr.tables.render` turns a spec plus the pipeline's metric/statistics files into
@@ -60,228 +65,42 @@ without a published file describe their layout in ``layout: {rows, columns}``.
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import re
-from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import yaml
 
 from zsdr.data.registry import REGISTRY
 from zsdr.io import DataError
-
-PAPERS = ("berm", "ddr", "modir", "cocodr", "rmsc")
-KINDS = ("metric", "data", "static", "analysis")
-ORIENTATIONS = ("datasets-as-rows", "systems-as-rows")
-PROVENANCES = ("T", "L", "R")
-STAT_SOURCES = {
-    "stats": ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "rel_per_query"),
-    "shift": ("query_jaccard", "doc_jaccard"),
-}
-CQADUPSTACK_FORUMS = ("android", "english", "gaming", "gis", "mathematica", "physics", "programmers", "stats",
-                      "tex", "unix", "webmasters", "wordpress")
-BUILTIN_GROUPS = {"cqadupstack": tuple(f"cqadupstack-{f}" for f in CQADUPSTACK_FORUMS)}
-METRIC_RE = re.compile(r"^(ndcg|recall|mrr|hole|precision|map|accuracy)@\d+$")
-# Where the cells of a metric table come from, and the metric names each source has.
-CELL_SOURCES = ("metrics", "units")
-UNIT_METRICS = ("unit_variance", "unit_accuracy", "unit_similarity")
-FORMAT_RE = re.compile(r"^(\+?)(d|pct)([0-4])$|^int$")
-SPEC_FILE_RE = re.compile(r"^(?P<paper>[a-z]+)_table(?P<table>\d+)\.yaml$")
+from zsdr.tables.catalogue import load_stages, load_systems
+from zsdr.tables.published_csv import check_published_shape, published_table
+from zsdr.tables.spec_model import (BUILTIN_GROUPS, CELL_SOURCES, FORMAT_RE, KINDS, METRIC_RE, ORIENTATIONS, PAPERS,
+                                    REM_STATS, SPEC_FILE_RE, STAT_SOURCES, UNIT_METRICS, Comparison, DatasetEntry,
+                                    Emphasis, KeyContext, Published, Significance, SystemEntry, TableSpec, package_dir)
 
 _TOP_KEYS = {"paper", "table", "kind", "title", "caption", "why", "stage", "orientation", "row_header", "source",
              "metric", "metrics", "datasets", "groups", "systems", "significance", "emphasis", "published", "notes",
              "layout"}
 
-
-def _package_dir(name: str) -> Path:
-    return Path(str(resources.files("zsdr.tables").joinpath(name)))
-
-
-SPEC_DIR = _package_dir("specs")
-PUBLISHED_DIR = _package_dir("published")
-SYSTEMS_FILE = _package_dir("systems.yaml")
-
-
-# ---------------------------------------------------------------------------------------------
-# Data model
-
-
-@dataclass(frozen=True)
-class System:
-    id: str
-    label: str
-    provenance: str
-    stage: str
-    hf: str | None = None
-    pooling: str | None = None
-    similarity: str | None = None
-    reason: str | None = None
-    note: str | None = None
-    release: str | None = None  # an archive the pipeline converts (zsdr.models.released) where hf is null
-
-
-# Info rows a REM's parameter counts fill (zsdr.models.adapters: rem.json): the trainable share
-# and the share added at inference (LoRA merged), both relative to the backbone.
-REM_STATS = ("train_pct", "infer_pct")
-
-
-@dataclass(frozen=True)
-class DatasetEntry:
-    """An entry of the dataset axis: ``dataset``, ``group``, ``average`` or ``info``."""
-    key: str
-    kind: str
-    label: tuple[str, ...] | str
-    members: tuple[str, ...] = ()      # dataset: (id,); group: its datasets; average: keys or ids
-    published: tuple[str, ...] | str | None = None
-    values: dict = field(default_factory=dict)   # info rows: column key -> text
-    rem: str | None = None                        # info rows computed from REM parameter counts
-
-
-@dataclass(frozen=True)
-class SystemEntry:
-    """An entry of the system axis: ``system``, ``relative``, ``difference`` or ``stat``."""
-    key: str
-    kind: str
-    label: tuple[str, ...] | str
-    group: str | None = None
-    systems: tuple[str, ...] = ()      # the system, then alternatives (first one produced is used)
-    operands: tuple[str, ...] = ()     # relative / difference: (a, b)
-    stat: str | None = None
-    source: str | None = None
-    split: str = "eval"
-    metric: str | None = None
-    format: str | None = None
-    published: tuple[str, ...] | str | None = None
-    published_marker: str | None = None
-
-
-@dataclass(frozen=True)
-class Comparison:
-    column: str
-    against: tuple[str, ...]
-    symbols: tuple[tuple[float, str], ...]
-    attach: str = "self"
-
-
-@dataclass(frozen=True)
-class Significance:
-    test: str = "ttest"
-    holm: bool = False
-    unit: str = "datasets"
-    trials: int = 10000
-    comparisons: tuple[Comparison, ...] = ()
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class Emphasis:
-    per: str
-    bold: str | None
-    underline: str | tuple[str, ...] | None   # "second", None, or the keys of a best-among set
-    among: tuple[tuple[str, ...], ...]
-    lower_is_better: bool = False
-
-
-@dataclass(frozen=True)
-class Published:
-    file: str | None
-    key: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    marker_file: str | None = None
-    note: str | None = None
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    path: Path
-    paper: str
-    table: int
-    kind: str
-    title: str
-    caption: str
-    orientation: str = "datasets-as-rows"
-    row_header: tuple[str, ...] = ("Dataset",)
-    source: str = "metrics"
-    metric: str | None = None
-    metrics: tuple[tuple[str, str], ...] = ()
-    datasets: tuple[DatasetEntry, ...] = ()
-    groups: dict = field(default_factory=dict)
-    systems: tuple[SystemEntry, ...] = ()
-    significance: Significance | None = None
-    emphasis: Emphasis | None = None
-    published: Published | None = None
-    notes: tuple[str, ...] = ()
-    why: str | None = None
-    stage: str | None = None
-    layout: dict = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return f"{self.paper}_table{self.table}"
-
-    @property
-    def rows_are_datasets(self) -> bool:
-        return self.orientation == "datasets-as-rows"
-
-    def system_entry(self, key: str) -> SystemEntry:
-        for entry in self.systems:
-            if entry.key == key:
-                return entry
-        raise KeyError(key)
+SPEC_DIR = package_dir("specs")
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 
 
-class _Ctx:
-    """Where we are in a spec file, for error messages."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def error(self, key: str, message: str, fix: str | None = None) -> DataError:
-        return DataError(self.path, None, f"key {key}: {message}", fix)
-
-    def mapping(self, value, key: str) -> dict:
-        if not isinstance(value, dict):
-            raise self.error(key, f"expected a mapping, got {type(value).__name__}")
-        return value
-
-    def seq(self, value, key: str) -> list:
-        if not isinstance(value, list):
-            raise self.error(key, f"expected a list, got {type(value).__name__}")
-        return value
-
-    def text(self, value, key: str) -> str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise self.error(key, f"expected text, got {type(value).__name__}")
-        return str(value)
-
-    def texts(self, value, key: str) -> tuple[str, ...]:
-        """A list of texts (``None`` = empty)."""
-        return tuple(self.text(v, f"{key}[{i}]") for i, v in enumerate(self.seq([] if value is None else value, key)))
-
-    def only(self, mapping: dict, allowed: set[str], key: str) -> None:
-        unknown = sorted(set(mapping) - allowed)
-        if unknown:
-            raise self.error(key, f"unknown key(s) {', '.join(unknown)}", f"allowed: {', '.join(sorted(allowed))}")
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
-def _label(ctx: _Ctx, value, key: str) -> tuple[str, ...] | str:
+def _label(ctx: KeyContext, value, key: str) -> tuple[str, ...] | str:
     if isinstance(value, list):
         return tuple(ctx.text(v, f"{key}[{i}]") for i, v in enumerate(value))
     return ctx.text(value, key)
 
 
-def _check_metric(ctx: _Ctx, name, key: str, source: str) -> str:
+def _check_metric(ctx: KeyContext, name, key: str, source: str) -> str:
     """``name`` when it is a metric that the table's cell ``source`` holds (else an error naming ``key``)."""
     text = str(name)
     if source == "units":
@@ -292,7 +111,7 @@ def _check_metric(ctx: _Ctx, name, key: str, source: str) -> str:
     return text
 
 
-def _published_ref(ctx: _Ctx, entry: dict, key: str, default):
+def _published_ref(ctx: KeyContext, entry: dict, key: str, default):
     """An entry's `published` name: explicit (str / list / null) or the default."""
     if "published" not in entry:
         return default
@@ -301,144 +120,11 @@ def _published_ref(ctx: _Ctx, entry: dict, key: str, default):
         return None
     return _label(ctx, value, f"{key}.published")
 
-
-# ---------------------------------------------------------------------------------------------
-# Systems
-
-
-@dataclass(frozen=True)
-class Stage:
-    name: str
-    label: str
-    built: bool
-
-
-@functools.lru_cache(maxsize=None)
-def _systems_file() -> tuple[dict[str, Stage], dict[str, System]]:
-    ctx = _Ctx(SYSTEMS_FILE)
-    data = ctx.mapping(yaml.safe_load(SYSTEMS_FILE.read_text(encoding="utf-8")), "(top level)")
-    ctx.only(data, {"stages", "systems"}, "(top level)")
-    stages: dict[str, Stage] = {}
-    for name, entry in ctx.mapping(data.get("stages", {}), "stages").items():
-        entry = ctx.mapping(entry, f"stages.{name}")
-        ctx.only(entry, {"state", "label"}, f"stages.{name}")
-        if entry.get("state") not in ("built", "planned"):
-            raise ctx.error(f"stages.{name}.state", f"{entry.get('state')!r} is neither built nor planned")
-        stages[name] = Stage(name=name, label=ctx.text(entry.get("label", name), f"stages.{name}.label"),
-                             built=entry["state"] == "built")
-    systems: dict[str, System] = {}
-    allowed = {"label", "provenance", "stage", "hf", "pooling", "similarity", "reason", "note", "release"}
-    for sid, entry in ctx.mapping(data.get("systems"), "systems").items():
-        key = f"systems.{sid}"
-        entry = ctx.mapping(entry, key)
-        ctx.only(entry, allowed, key)
-        prov = entry.get("provenance")
-        if prov not in PROVENANCES:
-            raise ctx.error(f"{key}.provenance", f"{prov!r} is not one of T, L, R")
-        stage = entry.get("stage")
-        if prov == "R":
-            if stage != "none":
-                raise ctx.error(f"{key}.stage", "a reported-only (R) system has stage `none`")
-            if not entry.get("reason"):
-                raise ctx.error(f"{key}.reason", "a reported-only (R) system needs a reason")
-        elif stage not in stages:
-            raise ctx.error(f"{key}.stage", f"{stage!r} is not listed under `stages`")
-        if prov == "L" and not {"hf", "pooling", "similarity"} <= set(entry):
-            raise ctx.error(key, "a loaded (L) system names hf (or null), pooling and similarity")
-        if prov == "L" and entry.get("hf") is None and not entry.get("reason") and not entry.get("release"):
-            raise ctx.error(f"{key}.reason", "an L system without a Hugging Face id needs a release or a reason")
-        systems[sid] = System(id=sid, label=ctx.text(entry.get("label", sid), f"{key}.label"), provenance=prov,
-                              stage=stage, hf=entry.get("hf"), pooling=entry.get("pooling"),
-                              similarity=entry.get("similarity"), reason=entry.get("reason"), note=entry.get("note"),
-                              release=entry.get("release"))
-    return stages, systems
-
-
-def load_systems() -> dict[str, System]:
-    """``systems.yaml``: every system id a spec may name."""
-    return _systems_file()[1]
-
-
-def load_stages() -> dict[str, Stage]:
-    """``systems.yaml`` ``stages``: which stages the pipeline has built."""
-    return _systems_file()[0]
-
-
-def unavailable_reason(system_id: str) -> str:
-    """What a cell says when the pipeline cannot produce ``system_id`` in this run."""
-    system = load_systems()[system_id]
-    if system.reason:
-        return system.reason
-    if system.provenance == "L":
-        return f"checkpoint {system.hf or system.release} not in this run's config (systems.{system_id})"
-    stage = load_stages()[system.stage]
-    if not stage.built:
-        return f"needs the {stage.label} stage (not built yet)"
-    return f"not in this run's config (systems.{system_id})"
-
-
-# ---------------------------------------------------------------------------------------------
-# Published CSVs
-
-
-@dataclass(frozen=True)
-class PublishedTable:
-    path: Path
-    columns: tuple[str, ...]
-    rows: dict          # key tuple -> {column: raw text}
-    order: tuple        # key tuples in file order
-
-
-@functools.lru_cache(maxsize=None)
-def read_published(name: str | Path, columns: tuple[str, ...] = ()) -> list[dict]:
-    """A published CSV (a file name under ``published/``, or a path) as a list of ``{column: text}``
-    (every cell kept as text; empty = empty); ``columns`` (a tuple: the result is cached) must all
-    be in its header."""
-    path = Path(name) if Path(name).is_file() else PUBLISHED_DIR / name
-    if not path.is_file():
-        raise DataError(path, None, "published table not found", "add the CSV under zsdr/tables/published/")
-    text = path.read_text(encoding="utf-8")
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if not header:
-        raise DataError(path, 1, "empty published table")
-    if len(set(header)) != len(header):
-        raise DataError(path, 1, "duplicate column names in the header")
-    missing = [c for c in columns if c not in header]
-    if missing:
-        raise DataError(path, 1, f"no column(s) {', '.join(missing)}", "restore the published CSV")
-    out = []
-    for lineno, row in enumerate(reader, start=2):
-        if len(row) != len(header):
-            raise DataError(path, lineno, f"{len(row)} fields where the header has {len(header)}",
-                            "quote cells that contain commas")
-        out.append(dict(zip(header, row)))
-    return out
-
-
-def published_table(spec: TableSpec, marker: bool = False) -> PublishedTable | None:
-    """The spec's published CSV (or its marker CSV) keyed by the values of ``published.key``."""
-    pub = spec.published
-    if pub is None or pub.file is None or (marker and pub.marker_file is None):
-        return None
-    name = pub.marker_file if marker else pub.file
-    rows = read_published(name)
-    path = PUBLISHED_DIR / name
-    columns = tuple(rows[0]) if rows else ()
-    keyed: dict = {}
-    for i, row in enumerate(rows, start=2):
-        k = tuple(row[c] for c in pub.key) if pub.key else (str(i - 2),)
-        if k in keyed:
-            raise DataError(path, i, f"row key {k} appears twice", "make published.key identify rows")
-        keyed[k] = row
-    return PublishedTable(path=path, columns=columns, rows=keyed, order=tuple(keyed))
-
-
 # ---------------------------------------------------------------------------------------------
 # Parsing one spec
 
 
-def _parse_dataset_entry(ctx: _Ctx, raw, i: int, groups: dict, row_axis: bool) -> DatasetEntry:
+def _parse_dataset_entry(ctx: KeyContext, raw, i: int, groups: dict, row_axis: bool) -> DatasetEntry:
     key = f"datasets[{i}]"
     raw = ctx.mapping(raw, key)
     kinds = [k for k in ("id", "average", "info") if k in raw]
@@ -479,7 +165,7 @@ def _parse_dataset_entry(ctx: _Ctx, raw, i: int, groups: dict, row_axis: bool) -
                         published=_published_ref(ctx, raw, key, label))
 
 
-def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool, source: str) -> SystemEntry:
+def _parse_system_entry(ctx: KeyContext, raw, i: int, systems: dict, row_axis: bool, source: str) -> SystemEntry:
     key = f"systems[{i}]"
     raw = ctx.mapping(raw, key)
     kinds = [k for k in ("system", "relative", "difference", "stat") if k in raw]
@@ -532,7 +218,7 @@ def _parse_system_entry(ctx: _Ctx, raw, i: int, systems: dict, row_axis: bool, s
                        **fields)
 
 
-def _parse_significance(ctx: _Ctx, raw, column_keys: set[str], system_keys: set[str]) -> Significance:
+def _parse_significance(ctx: KeyContext, raw, column_keys: set[str], system_keys: set[str]) -> Significance:
     raw = ctx.mapping(raw, "significance")
     ctx.only(raw, {"test", "holm", "unit", "trials", "comparisons", "note"}, "significance")
     test = raw.get("test", "ttest")
@@ -571,7 +257,8 @@ def _parse_significance(ctx: _Ctx, raw, column_keys: set[str], system_keys: set[
                         comparisons=tuple(comparisons), note=raw.get("note"))
 
 
-def _parse_emphasis(ctx: _Ctx, raw, column_keys: list[str], default_among: list[str], orientation: str) -> Emphasis:
+def _parse_emphasis(ctx: KeyContext, raw, column_keys: list[str], default_among: list[str],
+                    orientation: str) -> Emphasis:
     raw = ctx.mapping(raw, "emphasis")
     ctx.only(raw, {"per", "bold", "underline", "among", "lower_is_better"}, "emphasis")
     per = raw.get("per")
@@ -608,7 +295,7 @@ def _parse_emphasis(ctx: _Ctx, raw, column_keys: list[str], default_among: list[
                     lower_is_better=bool(raw.get("lower_is_better", False)))
 
 
-def _parse_published(ctx: _Ctx, raw) -> Published | None:
+def _parse_published(ctx: KeyContext, raw) -> Published | None:
     if raw is None:
         return None
     raw = ctx.mapping(raw, "published")
@@ -621,7 +308,7 @@ def _parse_published(ctx: _Ctx, raw) -> Published | None:
 def parse_spec(path: str | Path) -> TableSpec:
     """Load and validate one spec file (errors name the file and the key)."""
     path = Path(path)
-    ctx = _Ctx(path)
+    ctx = KeyContext(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -742,98 +429,6 @@ def parse_spec(path: str | Path) -> TableSpec:
                      significance=significance, emphasis=emphasis, **common)
     check_published_shape(spec)
     return spec
-
-
-def published_row_ref(spec: TableSpec, entry, metric_label: str | None = None) -> tuple | None:
-    """The published CSV key of a row-axis entry (None: the paper has no such row).
-
-    A multi-column label used as the default names the row by its last ``n`` parts, ``n`` being
-    the number of key columns (less the metric column when ``metrics`` expands the rows).
-    """
-    if entry.published is None or spec.published is None or spec.published.file is None:
-        return None
-    ref = entry.published if isinstance(entry.published, tuple) else (entry.published,)
-    n = len(spec.published.key) - (metric_label is not None)
-    if len(ref) != n and isinstance(entry.label, tuple) and entry.published == entry.label:
-        ref = ref[-n:]
-    return ref + ((metric_label,) if metric_label is not None else ())
-
-
-def published_column_ref(entry, metric_label: str | None = None) -> str | None:
-    """The published CSV column of a column-axis entry (None: the paper has no such column); a
-    dataset column expanded by ``metrics`` (systems-as-rows) is ``"<dataset column> <metric label>"``."""
-    if entry.published is None:
-        return None
-    ref = entry.published if isinstance(entry.published, str) else " ".join(entry.published)
-    return ref if metric_label is None else f"{ref} {metric_label}"
-
-
-def _row_and_column_refs(spec: TableSpec):
-    """(row refs, column refs): every published row key and column the spec's entries name."""
-    rows, cols = [], []
-    row_entries = spec.datasets if spec.rows_are_datasets else spec.systems
-    col_entries = spec.systems if spec.rows_are_datasets else spec.datasets
-    for e in row_entries:
-        expand = spec.metrics and spec.rows_are_datasets and e.kind != "info"
-        for mlabel in ([m for _, m in spec.metrics] if expand else [None]):
-            ref = published_row_ref(spec, e, mlabel)
-            if ref is not None:
-                rows.append((e, ref))
-    for e in col_entries:
-        expand = spec.metrics and not spec.rows_are_datasets and e.kind != "info"
-        for mlabel in ([m for _, m in spec.metrics] if expand else [None]):
-            ref = published_column_ref(e, mlabel)
-            if ref is not None:
-                cols.append((e, ref, False))
-        marker = getattr(e, "published_marker", None)
-        if marker:
-            cols.append((e, marker, True))
-    return rows, cols
-
-
-def check_published_shape(spec: TableSpec) -> None:
-    """Every published row and column is named by exactly one spec entry, and every name exists."""
-    pub = spec.published
-    if pub is None or pub.file is None:
-        return
-    table = published_table(spec)
-    ctx = _Ctx(spec.path)
-    for k in pub.key + pub.ignore:
-        if k not in table.columns:
-            raise ctx.error("published.key/ignore", f"column {k!r} is not in {pub.file}")
-    rows, cols = _row_and_column_refs(spec)
-    markers = published_table(spec, marker=True)
-    seen_rows: dict = {}
-    for e, ref in rows:
-        if len(ref) != len(pub.key):
-            raise ctx.error(f"{e.key}.published", f"{ref} does not give the {len(pub.key)} key values {list(pub.key)}")
-        if ref not in table.rows:
-            raise ctx.error(f"{e.key}.published", f"no row {ref} in {pub.file}",
-                            "set `published:` to the CSV row's key (or null: the paper has no such row)")
-        if ref in seen_rows:
-            raise ctx.error(f"{e.key}.published", f"row {ref} is already named by {seen_rows[ref]!r}")
-        seen_rows[ref] = e.key
-    missing = [k for k in table.order if k not in seen_rows]
-    if missing:
-        raise ctx.error("datasets/systems", f"published rows {missing} of {pub.file} are named by no entry",
-                        "add an entry (an info row for text rows) or fix its `published:`")
-    seen_cols: dict = {}
-    for e, col, is_marker in cols:
-        source = markers if is_marker and markers is not None else table
-        if col not in source.columns:
-            raise ctx.error(f"{e.key}.published", f"no column {col!r} in {Path(source.path).name}",
-                            "set `published:` to the CSV column (or null: the paper has no such column)")
-        if source is table:
-            if col in seen_cols:
-                raise ctx.error(f"{e.key}.published", f"column {col!r} is already named by {seen_cols[col]!r}")
-            seen_cols[col] = e.key
-    left = [c for c in table.columns if c not in seen_cols and c not in pub.key and c not in pub.ignore]
-    if left:
-        raise ctx.error("systems/datasets", f"published columns {left} of {pub.file} are named by no entry",
-                        "name them with `published:` / `published_marker:`, or list them in published.ignore")
-    if markers is not None:
-        if set(markers.rows) - set(table.rows):
-            raise ctx.error("published.marker_file", "the marker file has rows the table does not have")
 
 
 # ---------------------------------------------------------------------------------------------

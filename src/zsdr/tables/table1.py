@@ -29,8 +29,9 @@ from zsdr.evaluation import significance
 from zsdr.evaluation.metrics import read_metrics
 from zsdr.io import DataError, atomic_write, save_figure
 from zsdr.tables import inputs
-from zsdr.tables.render import emphasis_ranks, format_value, md_escape, md_table, md_value, paired_test, rounded
-from zsdr.tables.spec import load_systems
+from zsdr.tables.catalogue import load_systems
+from zsdr.tables.formatting import emphasis_ranks, format_value, md_escape, md_table, md_value, rounded
+from zsdr.tables.marks import paired_test
 
 BETTER = ((0.01, "‡"), (0.05, "†"))
 WORSE = ((0.01, "▼"), (0.05, "▽"))

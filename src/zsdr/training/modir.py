@@ -238,7 +238,7 @@ class ModirTerm(AdditiveTerm):
     # ---- trainer hooks
     def attach(self, train_config, total_steps: int, device: torch.device) -> None:
         """Build the classifier's optimiser and schedule from the encoder's settings."""
-        from zsdr.training.trainer import build_optimizer, build_schedule
+        from zsdr.training.config import build_optimizer, build_schedule
 
         self.classifier.to(device)
         cfg = dataclasses.replace(train_config, lr=self.config.classifier_lr, weight_decay=0.0)

@@ -46,7 +46,7 @@ from zsdr.training.term_registry import TERMS  # noqa: F401 (section name -> "mo
 if TYPE_CHECKING:
     from zsdr.models.encoder import Encoder
     from zsdr.data.training_set import TrainingSet
-    from zsdr.training.trainer import TrainConfig
+    from zsdr.training.config import TrainConfig
 
 
 

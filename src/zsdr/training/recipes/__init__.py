@@ -55,7 +55,7 @@ KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "gen
 
 def _fingerprint(spec: dict) -> str:
     from zsdr.training.terms import term_input_files
-    from zsdr.training.trainer import fingerprint_of
+    from zsdr.training.checkpoints import fingerprint_of
 
     files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
     files += term_input_files(spec)
@@ -158,7 +158,8 @@ def build_task(spec: dict):
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
     """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
-    from zsdr.training.trainer import TrainConfig, Trainer
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
 
     cfg = TrainConfig.from_dict(spec["train"])
     task = build_task(spec)
