@@ -182,7 +182,9 @@ def render_file(schema_path: Path = SCHEMA) -> str:
     if not schema_path.is_file():
         raise FileNotFoundError(f"{schema_path}: no config schema here (fix: run this from a checkout of zsdr, "
                                 "or give --schema)")
-    return render(yaml.safe_load(schema_path.read_text(encoding="utf-8")))
+    from zsdr.workflow import config_schema
+
+    return render(config_schema(schema_path))
 
 
 CARDS = {"paper": Path("docs") / "methods" / "hparams-paper.md", "small": Path("docs") / "methods" / "hparams-small.md"}
