@@ -87,6 +87,9 @@ def test_a_term_without_a_readable_section_is_named(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(TermSourceError, match=r"loss term 'bad' \(bad_term:BadTerm\): .*config_class"):
         section_schema("bad", "bad_term:BadTerm")
+    monkeypatch.setitem(term_registry.TERMS, "bad", "bad_term:BadTerm")
+    with pytest.raises(ConfigError, match=r"loss term 'bad' .*fix: the line of zsdr.training.term_registry.TERMS"):
+        config_schema(SCHEMA)
 
 
 def test_the_schema_files_term_sections_agree_with_the_terms():

@@ -363,7 +363,7 @@ def config_schema(schema_path: str | Path) -> dict:
     import yaml
 
     from zsdr.training.loss_registry import LOSSES
-    from zsdr.training.term_registry import TERMS, section_schema
+    from zsdr.training.term_registry import TERMS, TermSourceError, section_schema
 
     path = Path(schema_path)
     try:
@@ -374,7 +374,12 @@ def config_schema(schema_path: str | Path) -> dict:
                           "the checkout)") from None
     recipe["loss"] = {**recipe.get("loss", {}), "enum": list(LOSSES)}
     for name in TERMS:
-        recipe.setdefault(name, section_schema(name))
+        if name not in recipe:
+            try:
+                recipe[name] = section_schema(name)
+            except TermSourceError as exc:
+                raise ConfigError(f"{exc} (fix: the line of zsdr.training.term_registry.TERMS must name a term "
+                                  "class whose `config_class` is a dataclass)") from None
     return schema
 
 
