@@ -154,7 +154,7 @@ def render(schema: dict) -> str:
         "`a[]` is an item of a list. *default* is the value the schema fills in when the key is absent "
         "(empty: none, the key may stay unset); *required* keys must be given. `config.yaml` sets the mini "
         "scale's values, `configs/papers/*.yaml` each paper's, `configs/small.yaml` and `configs/paper.yaml` "
-        "those of the other scales (see [running](running.md)).",
+        "those of the other scales (see [running](running.md)). Abbreviations: [glossary](glossary.md).",
         "",
         "## Top-level keys",
         "",
