@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -26,6 +26,7 @@ os.environ.update(
 )
 
 
+from zsdr.plan.core import with_schema_defaults
 from zsdr.workflow import (
     COMMAND_LINE,
     add_paper_configs,
@@ -72,7 +73,10 @@ if not workflow.config_settings.replace_workflow_config:
     CONFIG_SOURCES = add_paper_configs(config, ROOT, overlays=OVERLAYS)
 expand_recipes(config)
 check_config(config, ROOT / "schemas" / "config.schema.yaml", CONFIG_SOURCES)
-validate(config, "schemas/config.schema.yaml")  # fills in the schema's defaults
+if not workflow.modifier.skip_validation:
+    # the schema file with the loss and term registries laid over it (zsdr.workflow.config_schema): fills
+    # in its defaults, a registered term's section too
+    with_schema_defaults(config, ROOT / "schemas" / "config.schema.yaml")
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 

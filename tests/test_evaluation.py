@@ -564,3 +564,27 @@ def test_a_hand_edited_qrels_file_re_plans_its_evaluation_and_nothing_else(tmp_p
     qrels = tmp_path / "data" / "ds" / "qrels" / "test.tsv"
     qrels.write_text(qrels.read_text() + "q1\td2\t2\n")
     assert plan() == {"evaluate": 1}
+
+
+def test_the_ranx_recipe_of_the_docs_runs_and_agrees(tmp_path, monkeypatch, capsys):
+    """docs/retrieval.md's ranx block (pandas 3: id columns cast to object) runs as written and prints the
+    nDCG@10 zsdr's metrics give the same files."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "retrieval.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"^```python\n(.*?)^```$", page, re.S | re.M) if "from ranx import" in b]
+    assert len(blocks) == 1, "docs/retrieval.md should hold one ranx block"
+    (tmp_path / "data" / "mini-alpha" / "qrels").mkdir(parents=True)
+    (tmp_path / "runs" / "mini-alpha").mkdir(parents=True)
+    qrels = {"q1": {"d1": 2, "d3": 1}, "q2": {"d2": 1}, "10": {"7": 1}}     # a numeric-looking id too
+    (tmp_path / "data" / "mini-alpha" / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{g}\n" for q, docs in qrels.items() for d, g in docs.items()))
+    run = {"q1": {"d3": 3.5, "d2": 2.25, "d1": 1.0}, "q2": {"d1": 0.9, "d2": 0.5}, "10": {"8": 2.0, "7": 1.5}}
+    (tmp_path / "runs" / "mini-alpha" / "bm25-flat.trec").write_text("".join(
+        f"{q} Q0 {d} {r} {s:f} bm25-flat\n" for q, docs in run.items()
+        for r, (d, s) in enumerate(sorted(docs.items(), key=lambda x: -x[1]), 1)))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], "docs/retrieval.md (ranx block)", "exec"), {})
+    ours = evaluate_run(qrels, run, "ndcg@10")["aggregate"]["ndcg@10"]
+    assert capsys.readouterr().out.strip() == f"{round(ours, 4)}"

@@ -496,6 +496,7 @@ def test_table1_significance_both_ways_against_the_strongest_baseline(tmp_path):
     assert "t1 (target)" in md and "target mean" in md and "| BERM " in md
     assert "strongest baseline, bm25-rm3" in md and "† p < 0.05, ‡ p < 0.01 better" in md
     assert "▽ p < 0.05, ▼ p < 0.01 worse" in md
+    assert md.rstrip().endswith("are spelled out in docs/glossary.md of the zsdr repository.")   # CD / CO, iDRO, ...
     rows = {r["system"]: r for r in read_rows(tmp_path / "table1.csv")}
     assert float(rows["bm25-flat"]["t1"]) == pytest.approx(0.31)
     assert rows["weak"]["t1_vs_baseline"] == "worse" and rows["tiny"]["t2_vs_baseline"] == "better"

@@ -154,7 +154,7 @@ def render(schema: dict) -> str:
         "`a[]` is an item of a list. *default* is the value the schema fills in when the key is absent "
         "(empty: none, the key may stay unset); *required* keys must be given. `config.yaml` sets the mini "
         "scale's values, `configs/papers/*.yaml` each paper's, `configs/small.yaml` and `configs/paper.yaml` "
-        "those of the other scales (see [running](running.md)).",
+        "those of the other scales (see [running](running.md)). Abbreviations: [glossary](glossary.md).",
         "",
         "## Top-level keys",
         "",
@@ -182,7 +182,9 @@ def render_file(schema_path: Path = SCHEMA) -> str:
     if not schema_path.is_file():
         raise FileNotFoundError(f"{schema_path}: no config schema here (fix: run this from a checkout of zsdr, "
                                 "or give --schema)")
-    return render(yaml.safe_load(schema_path.read_text(encoding="utf-8")))
+    from zsdr.workflow import config_schema
+
+    return render(config_schema(schema_path))
 
 
 CARDS = {"paper": Path("docs") / "methods" / "hparams-paper.md", "small": Path("docs") / "methods" / "hparams-small.md"}

@@ -378,16 +378,43 @@ def _set_in(parts, sources: dict[tuple, str]) -> str:
     return ""
 
 
+def config_schema(schema_path: str | Path) -> dict:
+    """The config schema the workflow validates against: the schema file with the registries laid over it, so
+    a new base loss or loss term needs no schema edit. ``recipes.<name>.loss`` offers exactly the base losses
+    of :mod:`zsdr.training.loss_registry`; every loss term of :mod:`zsdr.training.term_registry` whose section
+    the file does not write out gets the section its dataclass gives
+    (:func:`zsdr.training.term_registry.section_schema`), and any other key stays unknown."""
+    import yaml
+
+    from zsdr.training.loss_registry import LOSSES
+    from zsdr.training.term_registry import TERMS, TermSourceError, section_schema
+
+    path = Path(schema_path)
+    try:
+        schema = yaml.safe_load(path.read_text(encoding="utf-8"))
+        recipe = schema["properties"]["recipes"]["additionalProperties"]["properties"]
+    except (OSError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: not the workflow's config schema ({exc!r} missing; fix: restore the file from "
+                          "the checkout)") from None
+    recipe["loss"] = {**recipe.get("loss", {}), "enum": list(LOSSES)}
+    for name in TERMS:
+        if name not in recipe:
+            try:
+                recipe[name] = section_schema(name)
+            except TermSourceError as exc:
+                raise ConfigError(f"{exc} (fix: the line of zsdr.training.term_registry.TERMS must name a term "
+                                  "class whose `config_class` is a dataclass)") from None
+    return schema
+
+
 def check_config(config: dict, schema_path: str | Path, sources: dict[tuple, str] | None = None) -> None:
     """Validate ``config`` against the JSON schema; raise :class:`ConfigError` with one short line per
     problem (the key path, what is wrong, for an unknown key the allowed names and the nearest one),
     instead of jsonschema's dump of the whole schema. With ``sources`` (:func:`add_paper_configs`), each
     line ends with the file that set the key."""
-    import yaml
     from jsonschema import Draft202012Validator
 
-    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
-    validator = Draft202012Validator(schema)
+    validator = Draft202012Validator(config_schema(schema_path))
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     if errors:
         keys: dict[str, tuple] = {}   # each line and the key it names

@@ -272,12 +272,14 @@ class Plan:
 
 
 def with_schema_defaults(config: dict[str, Any], schema_path: str | os.PathLike) -> dict[str, Any]:
-    """``config`` validated against the JSON schema (Draft 2020-12) with every ``default`` the schema
-    gives filled in, in place: the defaults live in the schema only, and the planner reads keys."""
+    """``config`` validated against the JSON schema (Draft 2020-12; the file with the loss and term registries
+    laid over it, :func:`zsdr.workflow.config_schema`) with every ``default`` the schema gives filled in, in
+    place: the defaults live in the schema only, and the planner reads keys."""
     import jsonschema
-    import yaml
 
-    schema = yaml.safe_load(Path(schema_path).read_text(encoding="utf-8"))
+    from zsdr.workflow import config_schema
+
+    schema = config_schema(schema_path)
     base = jsonschema.Draft202012Validator
     check_properties = base.VALIDATORS["properties"]
 

@@ -177,6 +177,8 @@ def markdown(df: pd.DataFrame, title: str) -> str:
                      f"{df.attrs.get('metric', '')} of each target{holm}: † p < 0.05, ‡ p < 0.01 better; "
                      f"▽ p < 0.05, ▼ p < 0.01 worse; no marker: no significant difference. "
                      f"The p-values are in table1.csv (`<dataset>_p`, `<dataset>_vs_baseline`).")
+    lines.append("The abbreviations of the descriptions (DPR, KD, DAM, REM, iDRO, CD / CO, ...) are spelled out in "
+                 "docs/glossary.md of the zsdr repository.")
     return "\n".join(lines)
 
 

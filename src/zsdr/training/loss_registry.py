@@ -4,9 +4,8 @@ The registry reads the package's modules with :mod:`ast` instead of importing th
 (which derives a training job's code from the loss it names) knows every loss, its module, its
 one-line summary and whether it has per-query values without importing torch. A loss is found by
 the literal class attributes ``name`` and ``summary`` of a class in one of the package's modules;
-:func:`loss_class` imports it when a job trains with it. Adding a loss is one module in the package
-and its value in the config schema's ``recipes.<name>.loss`` enum (tests/test_losses.py checks the
-two agree).
+:func:`loss_class` imports it when a job trains with it. Adding a loss is one module in the package:
+the config schema's ``recipes.<name>.loss`` offers the names found here (:func:`zsdr.workflow.config_schema`).
 """
 
 from __future__ import annotations

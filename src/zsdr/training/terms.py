@@ -12,8 +12,9 @@ that declares
 
 :data:`TERMS` maps each section name to its class as ``"module:Class"``; the order of the table is
 the order the terms' batches and losses are computed in. :func:`build_terms` builds every term a
-spec has a (non-empty) section for. A new term is its module plus one line here; its section must
-reach the spec (the workflow copies a recipe's term sections into its training spec).
+spec has a (non-empty) section for. A new term is its module plus one line in
+:mod:`zsdr.training.term_registry`: the config schema accepts its section from the term's dataclass and
+the planner copies the section into the training spec (docs/extending.md walks one through).
 
 Two kinds of terms:
 

@@ -4,7 +4,7 @@ A base loss is what a recipe's ``loss:`` names (``pairwise_nll``, ``contrastive`
 loss terms (:mod:`zsdr.training.terms`) add to it or reweight it. Each loss is a subclass of
 :class:`BaseLoss` in its own module of this package that declares
 
-* ``name``: its ``loss:`` value (and the key of the config schema's ``recipes.<name>.loss``);
+* ``name``: its ``loss:`` value (the config schema's ``recipes.<name>.loss`` offers every registered name);
 * ``summary``: one line saying what it computes (a dry run, the training log and
   :mod:`zsdr.training.loss_registry` print it);
 * ``per_query``: whether it has per-query values a reducing term (iDRO, GroupDRO) may weight;
@@ -14,7 +14,7 @@ loss terms (:mod:`zsdr.training.terms`) add to it or reweight it. Each loss is a
 and implements :meth:`BaseLoss.loss` (and, when it needs more than the encoded batch,
 :meth:`BaseLoss.check` and :meth:`BaseLoss.batch_of`). :mod:`zsdr.training.loss_registry` finds the
 classes by name, reading this package's modules without importing them (so the planner stays
-free of torch). Adding a loss is one module here and its value in the config schema's enum.
+free of torch). Adding a loss is one module here, nothing else (docs/extending.md).
 """
 
 from __future__ import annotations
