@@ -133,10 +133,12 @@ def load_yaml(path: str | Path) -> dict:
     silently), names the file, line and column."""
     import yaml
 
+    from zsdr.io import safe_yaml
+
     class Duplicate(Exception):
         pass
 
-    class UniqueKeys(yaml.SafeLoader):
+    class UniqueKeys:   # a SafeLoader's construct_mapping, refusing a key given twice
         def construct_mapping(self, node, deep=False):
             first = {}
             for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
@@ -157,7 +159,7 @@ def load_yaml(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the config ({exc})") from None
     try:
-        data = yaml.load(text, Loader=UniqueKeys)  # noqa: S506 - a SafeLoader
+        data = safe_yaml(text, UniqueKeys)
     except Duplicate as exc:
         key, first, again = exc.args
         raise ConfigError(f"{path}:{again.line + 1}:{again.column + 1}: key {key!r} is given twice in the same "
@@ -384,14 +386,13 @@ def config_schema(schema_path: str | Path) -> dict:
     of :mod:`zsdr.training.loss_registry`; every loss term of :mod:`zsdr.training.term_registry` whose section
     the file does not write out gets the section its dataclass gives
     (:func:`zsdr.training.term_registry.section_schema`), and any other key stays unknown."""
-    import yaml
-
+    from zsdr.io import safe_yaml
     from zsdr.training.loss_registry import LOSSES
     from zsdr.training.term_registry import TERMS, TermSourceError, section_schema
 
     path = Path(schema_path)
     try:
-        schema = yaml.safe_load(path.read_text(encoding="utf-8"))
+        schema = safe_yaml(path.read_text(encoding="utf-8"))
         recipe = schema["properties"]["recipes"]["additionalProperties"]["properties"]
     except (OSError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: not the workflow's config schema ({exc!r} missing; fix: restore the file from "

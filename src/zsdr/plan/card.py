@@ -410,8 +410,10 @@ class Reference:
     def load(cls, path: str | os.PathLike) -> "Reference":
         import yaml
 
+        from zsdr.io import safe_yaml
+
         with open(path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f) or {}
+            raw = safe_yaml(f.read()) or {}
         entries = {}
         for pattern, fields in raw.items():
             if not isinstance(fields, dict):

@@ -16,8 +16,7 @@ from zsdr.plan.params import Labels
 from zsdr.plan.systems import Systems
 from zsdr.tables.cells import required_cells, required_statistics
 from zsdr.tables.inputs import cell_file
-from zsdr.tables.render import spec_files
-from zsdr.tables.spec import all_specs
+from zsdr.tables.spec import all_specs, spec_files
 
 TableKey = tuple[str, int]
 """A paper table: (paper, number)."""

@@ -8,8 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import yaml
-
+from zsdr.io import safe_yaml
 from zsdr.tables.spec_model import PROVENANCES, KeyContext, package_dir
 
 SYSTEMS_FILE = package_dir("systems.yaml")
@@ -39,7 +38,7 @@ class Stage:
 @functools.lru_cache(maxsize=None)
 def _systems_file() -> tuple[dict[str, Stage], dict[str, System]]:
     ctx = KeyContext(SYSTEMS_FILE)
-    data = ctx.mapping(yaml.safe_load(SYSTEMS_FILE.read_text(encoding="utf-8")), "(top level)")
+    data = ctx.mapping(safe_yaml(SYSTEMS_FILE.read_text(encoding="utf-8")), "(top level)")
     ctx.only(data, {"stages", "systems"}, "(top level)")
     stages: dict[str, Stage] = {}
     for name, entry in ctx.mapping(data.get("stages", {}), "stages").items():

@@ -35,12 +35,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from zsdr.tables.catalogue import SYSTEMS_FILE, load_systems
+from zsdr.tables.catalogue import load_systems
 from zsdr.tables.cells import Cell, Line, TableCells, entry_name, label_text
 from zsdr.tables.formatting import (format_delta, format_value, md_escape, md_table, md_value, parse_published,
                                     write_outputs)
 from zsdr.tables.marks import apply_emphasis, apply_significance
-from zsdr.tables.published_csv import (PUBLISHED_DIR, published_column_ref, published_row_ref, published_table,
+from zsdr.tables.published_csv import (published_column_ref, published_row_ref, published_table,
                                        read_published)
 from zsdr.tables.spec_model import SystemEntry, TableSpec
 
@@ -300,12 +300,3 @@ def render_static(spec: TableSpec, out_csv: str | os.PathLike, out_md: str | os.
         md += ["", "Notes:"] + [f"- {n}" for n in spec.notes]
     write_outputs(frame, "\n".join(md), out_csv, out_md)
     return frame
-
-
-def spec_files(spec: TableSpec) -> list[Path]:
-    """The package files a table depends on (spec, systems.yaml, published CSVs): list them as rule
-    inputs so that editing one re-renders the table."""
-    files = [spec.path, SYSTEMS_FILE]
-    if spec.published is not None:
-        files += [PUBLISHED_DIR / f for f in (spec.published.file, spec.published.marker_file) if f]
-    return files

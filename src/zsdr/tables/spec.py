@@ -72,9 +72,9 @@ from pathlib import Path
 import yaml
 
 from zsdr.data.registry import REGISTRY
-from zsdr.io import DataError
-from zsdr.tables.catalogue import load_stages, load_systems
-from zsdr.tables.published_csv import check_published_shape, published_table
+from zsdr.io import DataError, safe_yaml
+from zsdr.tables.catalogue import SYSTEMS_FILE, load_stages, load_systems
+from zsdr.tables.published_csv import PUBLISHED_DIR, check_published_shape, published_table
 from zsdr.tables.spec_model import (BUILTIN_GROUPS, CELL_SOURCES, FORMAT_RE, KINDS, METRIC_RE, ORIENTATIONS, PAPERS,
                                     REM_STATS, SPEC_FILE_RE, STAT_SOURCES, UNIT_METRICS, Comparison, DatasetEntry,
                                     Emphasis, KeyContext, Published, Significance, SystemEntry, TableSpec, package_dir)
@@ -310,7 +310,7 @@ def parse_spec(path: str | Path) -> TableSpec:
     path = Path(path)
     ctx = KeyContext(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = safe_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise DataError(path, mark.line + 1 if mark else None, f"not valid YAML ({exc})") from None
@@ -462,3 +462,12 @@ def list_specs() -> list[tuple[str, int]]:
 def all_specs() -> dict[tuple[str, int], TableSpec]:
     """Every spec, loaded and validated, keyed by (paper, table)."""
     return {pt: load_spec(*pt) for pt in list_specs()}
+
+
+def spec_files(spec: TableSpec) -> list[Path]:
+    """The package files a table depends on (spec, systems.yaml, published CSVs): list them as rule
+    inputs so that editing one re-renders the table."""
+    files = [spec.path, SYSTEMS_FILE]
+    if spec.published is not None:
+        files += [PUBLISHED_DIR / f for f in (spec.published.file, spec.published.marker_file) if f]
+    return files
