@@ -459,6 +459,77 @@ def test_torchrun_command_one_node_standalone_several_nodes_through_srun():
         torchrun_command(8, 2, env={})
 
 
+def _launch_in_process(path, env=None):
+    """A training job's process: ``launch`` of the spec at ``path``, as the train rule's script calls it."""
+    code = "import json, sys; from zsdr.training.recipes import launch; launch(json.load(open(sys.argv[1])))"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-c", code, str(path)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _holding(proc, folder, limit=120):
+    """Wait until ``proc`` holds ``folder``'s checkpoint lock (its lock file names it)."""
+    from zsdr.training.lock import holder
+
+    deadline = time.time() + limit
+    while holder(folder).get("pid") != proc.pid:
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.05)
+
+
+def test_a_second_job_of_the_same_run_fails_naming_the_holder(tiny):
+    """Two jobs of one training run (a restarted controller resubmitting a training whose job still runs):
+    the second stops at once with the first's host, process and SLURM job; the first trains on undisturbed."""
+    import socket
+
+    from zsdr.training.lock import CheckpointInUse
+
+    s, path = spec(tiny, "locked")
+    first = _launch_in_process(path, {"SLURM_JOB_ID": "777"})
+    _holding(first, s["checkpoint_dir"])
+    os.kill(first.pid, signal.SIGSTOP)             # mid-training, for as long as the second job needs
+    try:
+        with pytest.raises(CheckpointInUse, match=rf"locked is in use by process {first.pid} on "
+                                                  rf"{re.escape(socket.gethostname())} \(SLURM job 777, since "):
+            launch(s, lock_wait=0.5)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 13))
+
+
+def test_a_second_job_of_the_same_run_waits_for_the_first(tiny):
+    """Within `lock_wait` the second job waits for the first to end, then trains the run itself, from the start
+    (the first removed its checkpoints once it had written the model)."""
+    import threading
+
+    from zsdr.training.lock import holder
+
+    s, path = spec(tiny, "waits")
+    first = _launch_in_process(path)
+    _holding(first, s["checkpoint_dir"])
+    os.kill(first.pid, signal.SIGSTOP)
+    errors = []
+
+    def run():
+        try:
+            launch(s, lock_wait=300)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    second = threading.Thread(target=run)
+    try:
+        second.start()
+        time.sleep(3)
+        assert second.is_alive() and holder(s["checkpoint_dir"])["pid"] == first.pid   # waiting, not training
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    second.join(timeout=300)
+    assert not second.is_alive() and not errors, errors
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 13))
+
+
 def test_two_multi_process_trainings_run_side_by_side(tiny):
     """Two 2-process trainings at once on one machine (two DDR jobs on one node, or profiles/local-gpu):
     each finds its own rendezvous port, and both finish with the weights of the same training run alone."""

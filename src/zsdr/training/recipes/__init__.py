@@ -46,6 +46,7 @@ from pathlib import Path
 
 from zsdr.argtypes import positive_int
 from zsdr.devices import THREAD_VARIABLES
+from zsdr.training.lock import LOCK_WAIT, checkpoint_lock
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +224,7 @@ TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGU
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
            log_file: str | os.PathLike | None = None, loop: dict | None = None,
-           threads: int | None = None) -> None:
+           threads: int | None = None, lock_wait: float = LOCK_WAIT) -> None:
     """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
 
     ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
@@ -232,10 +233,19 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     job's CPU threads on this node: each of several processes gets its share (``OMP_NUM_THREADS``,
     ``MKL_NUM_THREADS`` and the other :data:`THREAD_VARIABLES`).
 
+    One training writes a checkpoint folder at a time: the spec's ``checkpoint_dir`` is locked while it
+    trains (:func:`zsdr.training.lock.checkpoint_lock`; another job of the same run waits up to
+    ``lock_wait`` seconds, then fails naming the holder).
+
     When the processes stop at a signal (a time limit, preemption), their "stopped by ..." line is
     repeated here, where the job's console sees it, and this process exits as they did (128 + the
     signal): the retry resumes from their checkpoint.
     """
+    with checkpoint_lock(spec.get("checkpoint_dir"), wait=lock_wait):
+        _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loop, threads)
+
+
+def _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loop, threads) -> None:
     if loop:
         spec = {**spec, "loop": dict(loop)}
     if processes <= 1 and nodes <= 1 and not launcher:
