@@ -35,29 +35,22 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))          # the checkout's library, installed or not
+from zsdr.plan.site import Site  # noqa: E402
+
 PROFILE = ROOT / "profiles" / "slurm" / "config.v8+.yaml"
 TARGET = "results/all"
 CORES = 1_000_000            # what a SLURM run gives Snakemake: no core count, so groups are laid out unbounded
 
 
-@dataclass(frozen=True)
-class SiteNodes:
-    """A site's nodes as the check sees them: per node GPUs, cores and memory (MB), and the longest time limit
-    (minutes; None: none)."""
-
-    name: str
-    gpus: int
-    cores: int
-    mem_mb: int
-    max_runtime: int | None = None
-
-
-# Two common shapes of GPU node. Memory as SLURM counts it (--mem is in MB per node; a node's RealMemory is
-# configured a little below what is installed, so 512 GB is taken as 512,000 MB).
-SITES = (
-    SiteNodes("4 x A100, 64 cores, 512 GB", gpus=4, cores=64, mem_mb=512_000),
-    SiteNodes("8 x H100, 96 cores, 1 TB, 48 h", gpus=8, cores=96, mem_mb=1_000_000, max_runtime=48 * 60),
-)
+# Two common shapes of GPU node (zsdr.plan.site.Site: what the check compares each request with). Memory as
+# SLURM counts it (--mem is in MB per node; a node's RealMemory is configured a little below what is
+# installed, so 512 GB is taken as 512,000 MB).
+SITES = {
+    "4 x A100, 64 cores, 512 GB": Site(gpus_per_node=4, cores_per_node=64, mem_mb_per_node=512_000),
+    "8 x H100, 96 cores, 1 TB, 48 h": Site(gpus_per_node=8, cores_per_node=96, mem_mb_per_node=1_000_000,
+                                           max_runtime=48 * 60),
+}
 
 
 @dataclass
@@ -69,6 +62,7 @@ class Submission:
     jobs: list                # the Snakemake jobs it runs
     line: str                 # the sbatch command line, as the plugin builds it
     asks: dict = field(default_factory=dict)   # nodes, gpus, cpus, mem_mb, runtime (read back from the line)
+    tasks_ask: list = field(default_factory=list)   # an array: what each task's own job would ask
 
     @property
     def tasks(self) -> int:
@@ -235,7 +229,9 @@ def submissions(workflow, profile: dict | None = None) -> list[Submission]:
             continue
         for start in range(0, len(jobs), settings.array_limit):
             chunk = jobs[start:start + settings.array_limit]
-            out.append(Submission("array", rule, chunk, line(chunk[0], f"rule_{rule}", array=len(chunk))))
+            sub = Submission("array", rule, chunk, line(chunk[0], f"rule_{rule}", array=len(chunk)))
+            sub.tasks_ask = [read_line(line(j, f"rule_{rule}")) for j in chunk]
+            out.append(sub)
     for sub in out:
         sub.asks = read_line(sub.line)
     return out
@@ -267,36 +263,30 @@ def read_line(call: str) -> dict:
     return {"nodes": int(opts.get("nodes", 1)), "gpus": gpus, "cpus": cpus,
             "cpus_given": "cpus-per-gpu" in opts or "cpus-per-task" in opts,
             "mem_mb": int(opts["mem"]) if "mem" in opts else None,
-            "runtime": int(opts["t"]) if "t" in opts else None,
-            "multi_node": _multi_node(opts)}
+            "runtime": int(opts["t"]) if "t" in opts else None}
 
 
-def _multi_node(opts: dict) -> bool:
-    return int(opts.get("nodes", 1)) > 1
-
-
-def violations(site: SiteNodes, subs: list[Submission]) -> list[str]:
-    """Every way a submission breaks ``site``: more than one node for what is not one multi-node training,
-    more GPUs, CPUs or memory per node than a node has, more time than the limit, a GPU job without a CPU
-    or memory request."""
+def violations(site: Site, subs: list[Submission]) -> list[str]:
+    """Every way a submission breaks ``site`` (:meth:`zsdr.plan.site.Site.problems`: more than one node for
+    what is not a multi-node training, more GPUs, CPUs or memory per node than a node has, more time than
+    the limit, a GPU job without a CPU or memory request), and every array task that needs more than its
+    array asks (the plugin gives each task the first job's resources)."""
     out = []
     for sub in subs:
         a = sub.asks
-        what = f"{sub.kind} {sub.name} ({sum(sub.rules.values())} job(s)): {a}"
-        nodes = a["nodes"]
-        if nodes > 1 and (sub.kind != "job" or not _is_training(sub.jobs[0])):
-            out.append(f"asks {nodes} nodes: {what}")
-        if a["gpus"] > site.gpus * nodes:
-            out.append(f"asks {a['gpus']} GPUs, {nodes} node(s) have {site.gpus * nodes}: {what}")
-        if a["cpus"] > site.cores * nodes:
-            out.append(f"asks {a['cpus']} CPUs, {nodes} node(s) have {site.cores * nodes}: {what}")
-        if a["mem_mb"] is not None and a["mem_mb"] > site.mem_mb:
-            out.append(f"asks {a['mem_mb']} MB a node, a node has {site.mem_mb}: {what}")
-        if site.max_runtime and (a["runtime"] or 0) > site.max_runtime:
-            out.append(f"asks {a['runtime']} min, the limit is {site.max_runtime}: {what}")
-        if a["gpus"] and (not a["cpus_given"] or a["mem_mb"] is None):
-            out.append(f"GPU job without a CPU or memory request: {what}")
+        what = f"{sub.kind} {sub.name} ({sum(sub.rules.values())} job(s)) {_short(a)}"
+        multi = sub.kind == "job" and _is_training(sub.jobs[0])
+        out += site.problems(what, nodes=a["nodes"], gpus=a["gpus"], cpus=a["cpus"], mem_mb=a["mem_mb"],
+                             runtime=a["runtime"], multi_node=multi, cpus_given=a["cpus_given"])
+        for job, task in zip(sub.jobs, sub.tasks_ask):
+            more = [k for k in ("nodes", "gpus", "cpus", "mem_mb", "runtime") if (task[k] or 0) > (a[k] or 0)]
+            if more:
+                out.append(f"{what}: its task {job} asks more {', '.join(more)} than the array: {_short(task)}")
     return out
+
+
+def _short(a: dict) -> str:
+    return ", ".join(f"{k} {a[k]}" for k in ("nodes", "gpus", "cpus", "mem_mb", "runtime"))
 
 
 TRAINING_RULES = ("train", "train_dam", "pretrain_coco", "train_cross_encoder", "train_reader", "train_generator")
@@ -355,10 +345,10 @@ def main(argv: list[str] | None = None) -> int:
             shown[(s.kind, s.name)] += 1
             print(f"  [{s.kind} {s.name}, {sum(s.rules.values())} job(s)] {s.line}")
     failed = 0
-    for site in SITES:
+    for name, site in SITES.items():
         bad = violations(site, subs)
         failed += bool(bad)
-        print(f"\nsite {site.name}: {'passes' if not bad else f'{len(bad)} violation(s)'}")
+        print(f"\nsite {name}: {'passes' if not bad else f'{len(bad)} violation(s)'}")
         kinds = Counter(re.sub(r"\d+", "N", b.split(":")[0]) for b in bad)
         for kind, n in kinds.most_common():
             example = next(b for b in bad if re.sub(r"\d+", "N", b.split(":")[0]) == kind)

@@ -62,7 +62,7 @@ rule label_units_shard:
     resources:
         **PLAN.cluster_resources(PLAN.BERM_LABELS["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(240),
+        runtime=PLAN.label_runtime,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         labels=PLAN.BERM_LABELS,

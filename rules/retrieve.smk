@@ -35,7 +35,7 @@ rule encode_corpus:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(600),
+        runtime=PLAN.encode_runtime,
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -74,7 +74,7 @@ rule encode_queries:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(60),
+        runtime=PLAN.queries_runtime,
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -109,7 +109,7 @@ rule search_shard:
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(120),
+        runtime=PLAN.search_runtime,
     params:
         dense=config["dense"],
     script:
@@ -143,7 +143,7 @@ rule dense_search:
             lambda wc: 0 if PLAN.scattered(wc.dataset) else config["dense"]["gpus"]
         ),
         mem_mb=16000,
-        runtime=PLAN.runtime(120),
+        runtime=PLAN.search_runtime,
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -189,7 +189,7 @@ if PLAN.GROUP_DATASETS:
         resources:
             **PLAN.cluster_resources(config["dense"]["gpus"]),
             mem_mb=16000,
-            runtime=PLAN.runtime(60 * len(PLAN.GROUP_DATASETS)),
+            runtime=PLAN.group_runtime,
         params:
             jobs=lambda wc: PLAN.group_jobs(wc.system),
             dense=config["dense"],

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from zsdr.plan.site import site_from_config
+
+DIMENSIONS = 768          # the search throughput's dimensions (site.throughput.search)
 
 
 class ResourcesPlan:
@@ -22,7 +27,7 @@ class ResourcesPlan:
         node, the recipe being ``item(wildcards)`` (or its launch settings ``launch(wildcards)``). A
         one-process job computes on them; a multi-process one gives each process its share
         (OMP_NUM_THREADS), so two gloo processes on the CPU ask for two cores, not one. (GPU jobs on
-        SLURM ask for `cluster.cpus_per_gpu` instead.)"""
+        SLURM ask for `site.cpus_per_gpu` instead.)"""
         settings = launch or (lambda wc: self.launch_settings(item(wc)))
         return lambda wc: int(self.TRAINING["threads"]) * int(settings(wc)["processes"])
 
@@ -158,19 +163,18 @@ class ResourcesPlan:
                        f"+ {name} store {store} ({source})")
 
     def runtime(self, minutes: int) -> int:
-        """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest
-        the site's partitions allow) where set. A training that needs longer is stopped at the limit
+        """A fixed runtime request (minutes): ``minutes``, capped at `site.max_runtime` (the longest the
+        site's partitions allow) where set. A training that needs longer is stopped at the limit
         (SIGUSR1 -> checkpoint) and its retry resumes from the checkpoint."""
-        cap = self.CLUSTER["max_runtime"]
-        return min(int(minutes), cap) if cap else int(minutes)
+        return self.SITE.capped(minutes)
 
     def training_retries(self, workflow: Any) -> int | None:
         """A training job's retries (``retries:``): the ``workflow``'s own (Snakemake's `--retries`, the
-        profile's value, for failures) plus the attempts its runtime needs beyond the first when `cluster.max_runtime`
+        profile's value, for failures) plus the attempts its runtime needs beyond the first when `site.max_runtime`
         caps it: a 3-day `training.runtime` at a 24-h cap runs as three attempts, each stopped by the
         time limit's SIGUSR1 and resumed from its checkpoint by the next. None (Snakemake's default) when
         one attempt holds the whole runtime."""
-        cap = self.CLUSTER["max_runtime"]
+        cap = self.SITE.max_runtime
         attempts = -(-int(self.TRAINING["runtime"]) // int(cap)) if cap else 1
         retries = getattr(getattr(workflow, "execution_settings", None), "retries", 0) or 0
         return int(retries) + attempts - 1 if attempts > 1 else None
@@ -193,30 +197,138 @@ class ResourcesPlan:
 
         `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
         resource, which the SLURM executor turns into `--gpus` and `profiles/local-gpu` limits with
-        `--resources gpu=N`. From config `cluster`, when set: the account, the partition (GPU jobs use
+        `--resources gpu=N`. From config `site`, when set: the account, the partition (GPU jobs use
         `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs (data loading and the
         launcher beside each rank; the SLURM executor asks --cpus-per-gpu for GPU jobs only). Unset keys
-        are left out, so a profile's default-resources still apply. `nodes` (an int, or a function of
-        the wildcards) keeps a multi-GPU job on one node (--nodes=1) unless its training spans several.
+        are left out, so a profile's default-resources still apply.
+
+        `nodes` (an int, or a function of the wildcards) is given only where a job spans several nodes
+        (a training laid out over nodes): a group job adds up its members' resources, nodes too, and
+        every single-node job is placed on one node anyway. Such a job also runs its Snakemake in the
+        allocation's first task rather than in the executor's one-task step (`mpi`: the SLURM executor's
+        name for a job that starts its own tasks, one per node: `tasks`), so the launcher's `srun`
+        reaches every node (:func:`zsdr.training.recipes.torchrun_command`).
         """
         count = gpus if callable(gpus) else (lambda wc: gpus)
+        span = nodes if callable(nodes) else (lambda wc: nodes)
 
         def pick(gpu_value: str, cpu_value: str) -> Callable[[Any], str]:
             return lambda wc: gpu_value if count(wc) else cpu_value
 
-        out = {"gpu": gpus, "nodes": nodes}
-        if self.CLUSTER["account"]:
-            out["slurm_account"] = self.CLUSTER["account"]
-        if self.CLUSTER["partition"] or self.CLUSTER["gpu_partition"]:
-            cpu_partition = self.CLUSTER["partition"] or ""
-            out["slurm_partition"] = pick(
-                self.CLUSTER["gpu_partition"] or cpu_partition, cpu_partition
-            )
-        if self.CLUSTER["gpu_model"]:
-            out["gpu_model"] = pick(self.CLUSTER["gpu_model"], "")
-        if self.CLUSTER["cpus_per_gpu"]:
-            out["cpus_per_gpu"] = self.CLUSTER["cpus_per_gpu"]
+        def several(value: Any) -> Callable[[Any], Any]:
+            return lambda wc: (value if value is not None else int(span(wc))) if int(span(wc)) > 1 else None
+
+        out: dict[str, Any] = {"gpu": gpus}
+        if callable(nodes) or int(nodes) > 1:
+            # the SLURM executor: `mpi` (any value) runs the job's command in the batch script's own task;
+            # its task count is one a node, none per GPU (0: no --ntasks-per-gpu)
+            out.update(nodes=several(None), mpi=several("srun"), tasks=several(None), tasks_per_gpu=several(0))
+        site = self.SITE
+        if site.account:
+            out["slurm_account"] = site.account
+        if site.partition or site.gpu_partition:
+            cpu_partition = site.partition or ""
+            out["slurm_partition"] = pick(site.gpu_partition or cpu_partition, cpu_partition)
+        if site.gpu_model:
+            out["gpu_model"] = pick(site.gpu_model, "")
+        if site.gpu_cpus():
+            out["cpus_per_gpu"] = site.gpu_cpus()
         return out
+
+    def site_layout(self, launch: dict[str, Any]) -> dict[str, Any]:
+        """A training's launch settings laid out on the site's nodes (:meth:`zsdr.plan.site.Site.layout`):
+        8 processes of one GPU each on nodes of 4 GPUs run as 2 nodes of 4 (the same global batch)."""
+        processes, nodes = self.SITE.layout(self.TRAINING["gpus"], launch["processes"], launch["nodes"])
+        return {**launch, "processes": processes, "nodes": nodes}
+
+    # ----------------------------------------------------------------------- runtimes from work
+    def corpus_size(self, dataset: str) -> tuple[float, float]:
+        """(documents, mean words a document) of ``dataset``'s corpus: its published statistics
+        (zsdr.data.sizes), else those of the largest shard of a configured corpus that has them (shards are
+        sized alike, dense.dataset_shards), as a corpus of one such shard."""
+        from zsdr.data.sizes import published_sizes
+
+        s = published_sizes().get(dataset)
+        if s is not None:
+            return float(s["docs"]), float(s["words"])
+        return self.LARGEST_SHARD
+
+    def corpus_queries(self, dataset: str) -> float:
+        """The queries a search of ``dataset`` scores: its published test (or dev) queries, else the most of
+        any configured dataset."""
+        from zsdr.data.sizes import published_sizes
+
+        s = published_sizes().get(dataset)
+        return float(s["queries"]) if s is not None and s.get("queries") else self.MOST_QUERIES
+
+    def encode_seconds(self, dataset: str, shards: int = 1) -> float:
+        """Estimated seconds of a job that encodes one of ``shards`` shards of ``dataset``'s corpus."""
+        docs, words = self.corpus_size(dataset)
+        return self.SITE.seconds("encode", docs / max(1, shards) * words)
+
+    def search_seconds(self, dataset: str, shards: int = 1) -> float:
+        """Estimated seconds of an exact search of ``dataset``'s queries over one of ``shards`` shards."""
+        docs, _ = self.corpus_size(dataset)
+        return self.SITE.seconds("search", self.corpus_queries(dataset) * docs / max(1, shards))
+
+    def encode_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`encode_corpus`: its shard's work; a shard of a corpus of several asks what the largest such
+        shard of the config asks, so an array of shard jobs (profiles/slurm `slurm-array-jobs`, where every
+        task gets the first's resources) fits each of them."""
+        shards = int(wc.shards)
+        if shards > 1:
+            return self.SITE.minutes(self.SHARD_WORK["encode"], attempt, "an encode job of a corpus shard")
+        return self.SITE.minutes(self.encode_seconds(wc.dataset), attempt, f"encoding {wc.dataset}")
+
+    def search_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`dense_search`: the queries scored over every shard (a merge of scattered shards: a job's start);
+        `search_shard`: as the largest shard's search of the config (see :meth:`encode_runtime`)."""
+        if getattr(wc, "shard", None) is not None:
+            return self.SITE.minutes(self.SHARD_WORK["search"], attempt, "a search job of a corpus shard")
+        seconds = 0.0 if self.scattered(wc.dataset) else self.search_seconds(wc.dataset)
+        return self.SITE.minutes(seconds, attempt, f"searching {wc.dataset}")
+
+    def queries_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`encode_queries`: the dataset's queries (mean query length taken as a tenth of a document's)."""
+        _, words = self.corpus_size(wc.dataset)
+        seconds = self.SITE.seconds("encode", self.corpus_queries(wc.dataset) * words / 10)
+        return self.SITE.minutes(seconds, attempt, f"encoding the queries of {wc.dataset}")
+
+    def group_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`dense_search_group`: every dataset of the group encoded and searched, one job start for all."""
+        seconds = sum(self.encode_seconds(d) + self.search_seconds(d) for d in self.GROUP_DATASETS)
+        return self.SITE.minutes(seconds, attempt, f"the group job of {wc.system}")
+
+    def index_words(self, dataset: str) -> float:
+        docs, words = self.corpus_size(dataset)
+        return docs * words
+
+    def index_threads(self, wc: Any) -> int:
+        """`lucene_index`: one thread per hour of one thread's work (at least `bm25.threads`)."""
+        return max(int(self.config["bm25"]["threads"]), self.SITE.lucene_threads(self.index_words(wc.dataset)))
+
+    def index_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`lucene_index`: the corpus's words over its threads (Anserini indexes in parallel)."""
+        seconds = self.SITE.seconds("index", self.index_words(wc.dataset)) / self.index_threads(wc)
+        return self.SITE.minutes(seconds, attempt, f"indexing {wc.dataset}")
+
+    def label_runtime(self, wc: Any, attempt: int = 1) -> int:
+        """`label_units_shard`: as the largest shard of labelled pairs of the config (see
+        :meth:`encode_runtime`): a split's pairs (its published training pairs, or the analyses' sample of
+        test pairs) over the shards."""
+        return self.SITE.minutes(self.SHARD_WORK["label"], attempt, "a BERM labelling shard")
+
+    def label_pairs(self, dataset: str, split: str) -> float:
+        """The pairs a split's labelling scores: at most the sample of `label_max_pairs`; a split's own
+        pairs where published (training pairs), else the sample, else the most queries of any dataset."""
+        from zsdr.data.sizes import published_sizes
+
+        cap = self.label_max_pairs(split)
+        s = published_sizes().get(dataset.removesuffix("-triples")) or {}
+        known = s.get("train_pairs") if split == "train" else s.get("queries")
+        if cap is not None:
+            return float(min(cap, known)) if known else float(cap)
+        return float(known) if known else self.MOST_QUERIES
 
     def shards(self, dataset: str) -> list[str]:
         """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
@@ -224,7 +336,46 @@ class ResourcesPlan:
         return [f"shard{i}-of-{n}" for i in range(n)]
 
     def _setup_resources(self) -> None:
-        """Resolve the conda env of dense jobs and the `cluster` settings."""
+        """Resolve the conda env of dense jobs and the `site` and `cluster` settings."""
         # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
         self.DENSE_ENV = "../envs/gpu.yaml" if self.config["dense"]["gpus"] else "../envs/cpu.yaml"
         self.CLUSTER = self.config["cluster"]
+        self.SITE = site_from_config(self.config)
+
+    @functools.cached_property
+    def _corpora(self) -> tuple[list[str], dict[str, dict[str, float]]]:
+        """Every dataset of the config, and the published statistics of those that have them."""
+        from zsdr.data.sizes import published_sizes
+
+        datasets = list(dict.fromkeys([*self.EVAL_DATASETS, *self.config["datasets"].get("extra", [])]))
+        return datasets, {d: published_sizes()[d] for d in datasets if d in published_sizes()}
+
+    @functools.cached_property
+    def LARGEST_SHARD(self) -> tuple[float, float]:
+        """(documents, words a document) of the largest corpus shard of the config with published statistics:
+        the size a corpus without them is taken to have (shards are sized alike, dense.dataset_shards)."""
+        _, sizes = self._corpora
+        return max(((s["docs"] / len(self.shards(d)), s["words"]) for d, s in sizes.items()),
+                   key=lambda t: t[0] * t[1], default=(1.0, 1.0))
+
+    @functools.cached_property
+    def MOST_QUERIES(self) -> float:
+        """The most queries of any dataset of the config with published statistics."""
+        _, sizes = self._corpora
+        return max((float(s["queries"]) for s in sizes.values() if s.get("queries")), default=1.0)
+
+    @functools.cached_property
+    def SHARD_WORK(self) -> dict[str, float]:
+        """Seconds of work of the largest shard of each sharded job kind, which every job of the kind asks
+        for: a job array's tasks all get the first's resources, and arrays mix corpora that are ready at
+        the same time."""
+        datasets, _ = self._corpora
+        sharded = [d for d in datasets if len(self.shards(d)) > 1] or datasets
+        shards = max(1, int(self.BERM_LABELS["shards"]))
+        labelled = [(d, split) for d in datasets for split in ("train", "test")]
+        return {
+            "encode": max((self.encode_seconds(d, len(self.shards(d))) for d in sharded), default=0.0),
+            "search": max((self.search_seconds(d, len(self.shards(d))) for d in sharded), default=0.0),
+            "label": max((self.SITE.seconds("label", self.label_pairs(d, s)) / shards for d, s in labelled),
+                         default=0.0),
+        }

@@ -464,12 +464,13 @@ class TrainingPlan:
 
     def launch_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """How a training job starts: processes per node, nodes, launcher (a recipe may set its own
-        processes), and how its loop runs (batch-preparing worker processes, compiled backbones)."""
+        processes), and how its loop runs (batch-preparing worker processes, compiled backbones); laid
+        out on the site's nodes (:meth:`site_layout`)."""
         out = {k: self.TRAINING[k] for k in ("processes", "nodes", "launcher")}
         out["loop"] = {"workers": self.TRAINING["loader_workers"], "compile": self.TRAINING["compile"]}
         if item.get("processes"):
             out["processes"] = item["processes"]
-        return out
+        return self.site_layout(out)
 
     def recipe_pooling(self, name: str | None) -> str | None:
         """A recipe's pooling: its own encoder setting, else its init recipe's (None when it comes from a

@@ -1,0 +1,86 @@
+"""zsdr.plan.site: the site a cluster run lands on (config `site:`) and the pure functions that shape its
+jobs: GPU layouts across nodes, CPUs per GPU, runtimes from work, Lucene threads, what a node holds.
+"""
+
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import slurm_site  # noqa: E402
+
+from zsdr.plan.site import Site, site_from_config  # noqa: E402
+
+
+# ------------------------------------------------------------------------------------------ zsdr.plan.site
+def test_trainings_spread_over_nodes_with_the_same_processes_on_each():
+    four = Site(gpus_per_node=4)
+    assert four.layout(1, 8, 1) == (4, 2) and four.layout(1, 4, 1) == (4, 1) and four.layout(1, 1, 1) == (1, 1)
+    assert four.layout(1, 6, 1) == (3, 2) and four.layout(2, 4, 1) == (2, 2) and four.layout(1, 8, 2) == (4, 4)
+    assert Site(gpus_per_node=8).layout(1, 8, 1) == (8, 1) and Site().layout(1, 8, 1) == (8, 1)
+    assert four.layout(0, 8, 1) == (8, 1)                          # CPU processes: no GPUs to fit
+    with pytest.raises(ValueError, match="3 process\\(es\\) with 5 GPU\\(s\\) each does not fit nodes of "
+                                         "site.gpus_per_node 4"):
+        four.layout(5, 3, 1)
+    # a node's GPUs never ask more CPUs than it has
+    assert Site(cpus_per_gpu=8, gpus_per_node=8, cores_per_node=48).gpu_cpus() == 6
+    assert Site(cpus_per_gpu=8, gpus_per_node=4, cores_per_node=64).gpu_cpus() == 8 and Site().gpu_cpus() == 8
+
+
+def test_runtimes_from_work_with_a_floor_a_safety_factor_and_retries():
+    site = Site(floor=5, safety=3, startup_s=60, max_runtime=600, throughput={"encode": 1000, "index": 100})
+    assert site.minutes(0) == 5 and site.minutes(60) == 6          # 3 x (60 + 60) s
+    assert site.minutes(60, attempt=2) == 12 and site.minutes(9000, attempt=3) == 600   # retries: more, capped
+    assert site.minutes(site.seconds("encode", 600_000)) == 33      # 600 s of work
+    with pytest.raises(ValueError, match="indexing x needs about 603 min .* more than site.max_runtime 600: split"):
+        site.minutes(12_000, what="indexing x")
+    with pytest.raises(ValueError, match="site.throughput.label is not set"):
+        site.seconds("label", 1)
+    # Lucene: a thread per hour of one thread's work, within index_threads and the node
+    assert site.lucene_threads(100 * 3600 * 4.5) == 5 and site.lucene_threads(1) == 1
+    assert Site(throughput={"index": 1}, cores_per_node=8).lucene_threads(10**9) == 8
+
+
+def test_site_problems_name_each_way_a_request_breaks_a_node():
+    site = slurm_site.SITES["8 x H100, 96 cores, 1 TB, 48 h"]
+    assert site.problems("j", gpus=8, cpus=64, mem_mb=900_000, runtime=2880) == []
+    assert site.problems("t", nodes=2, gpus=16, cpus=192, mem_mb=10, runtime=60, multi_node=True) == []
+    assert site.problems("g", nodes=40, cpus=40, mem_mb=160_000, runtime=30) == ["g asks 40 nodes"]
+    assert site.problems("j", gpus=16, cpus=97, mem_mb=1_000_001, runtime=2881, cpus_given=False) == [
+        "j asks 16 GPUs, 1 node(s) have 8", "j asks 97 CPUs, 1 node(s) have 96",
+        "j asks 1000001 MB a node, a node has 1000000", "j asks 2881 min, the limit is 2880",
+        "j is a GPU job without a CPU or memory request"]
+    assert Site().problems("j", nodes=1, gpus=99, cpus=999, mem_mb=10**9, runtime=10**6) == []   # nothing known
+
+
+def test_the_site_section_and_the_older_cluster_keys():
+    assert site_from_config({}) == Site()
+    site = site_from_config({"cluster": {"account": "lab", "max_runtime": 600, "cpus_per_gpu": None},
+                             "site": {"gpus_per_node": 4, "runtime": {"floor": 2, "safety": 1.5},
+                                      "throughput": {"encode": 10}}})
+    assert (site.account, site.max_runtime, site.cpus_per_gpu, site.gpus_per_node) == ("lab", 600, 8, 4)
+    assert (site.floor, site.safety, site.throughput) == (2, 1.5, {"encode": 10.0})
+    with pytest.raises(ValueError, match=r"cluster.account \('a'\) and site.account \('b'\) disagree"):
+        site_from_config({"cluster": {"account": "a"}, "site": {"account": "b"}})
+    with pytest.raises(ValueError, match="site.throughput.decode: no job kind of that name"):
+        site_from_config({"site": {"throughput": {"decode": 1}}})
+
+
+def test_work_of_a_job_follows_its_corpus(tmp_path):
+    """Encode and index runtimes grow with the corpus's published size; a corpus without published statistics
+    is sized as the config's largest shard."""
+    from zsdr.plan.core import load_plan
+
+    plan = load_plan(ROOT, ROOT / "configs" / "paper.yaml")
+    wc = SimpleNamespace
+    small, large = plan.encode_runtime(wc(dataset="scifact", shards="1")), plan.encode_runtime(wc(dataset="nq", shards="1"))
+    assert small == plan.SITE.floor < large
+    assert plan.encode_runtime(wc(dataset="msmarco", shards="4")) == plan.encode_runtime(wc(dataset="bioasq", shards="6"))
+    assert plan.corpus_size("oagqa") == plan.LARGEST_SHARD
+    # BioASQ's 3.02B words: more than one thread, and an index job that fits the day
+    threads = plan.index_threads(wc(dataset="bioasq"))
+    assert threads > 1 and plan.index_runtime(wc(dataset="bioasq")) < plan.SITE.max_runtime
+    assert plan.index_threads(wc(dataset="scifact")) == 1
