@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -88,9 +89,19 @@ WARM = {}
 
 onstart:
     from zsdr.warm import start_server, worth_starting
+    from zsdr.workflow import site_problems
 
     if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
         WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
+    # A cluster run: nothing is submitted that the configured site cannot hold (config `site`; the
+    # profile's group sizes)
+    problems = [] if workflow.local_exec else site_problems(workflow.dag, PLAN.SITE)
+    if problems:
+        raise WorkflowError(
+            "the run asks more than config `site` says a node holds; shrink the profile's "
+            "group-components or correct `site`:\n    "
+            + "\n    ".join(problems[:20])
+        )
 
 
 onsuccess:

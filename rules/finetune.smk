@@ -81,6 +81,7 @@ rule mine_negatives:
         f"{LOGS}/data/mine_{{source}}_{{run}}.log",
     wildcard_constraints:
         run=PLAN.alternation(PLAN.ANCE_RUNS),
+    priority: 1
     conda:
         PLAN.DENSE_ENV
     resources:

@@ -1,5 +1,20 @@
 # Dense retrieval: sharded corpus encoding, then exact (faiss) search over the shards: in one job, or
 # with `cluster.scatter_search` (datasets of > 1 shard) one job per shard and a merge.
+#
+# On a cluster (profiles/slurm) every dense system's jobs on corpora of one shard form one group job,
+# "dense-<system>" (PLAN.dense_group): the profile sizes every such group by its "dense" entry of
+# `group-components`, and its `dense_slot=1` runs the group's jobs one after another on one GPU. Only a
+# run that limits `dense_slot` groups them (without it a group would run its jobs side by side and ask
+# for a GPU each). Searches run before new encodes (priority), and the encodes running at once write at
+# most the profile's `embeddings_mb` of embeddings, so the temporary embeddings held at once stay bounded.
+DENSE_GROUPS = "dense_slot" in workflow.global_resources
+workflow.parent_groupids.update(
+    {PLAN.dense_group_id(s): "dense" for s in PLAN.DENSE_SYSTEMS}
+)
+
+
+def dense_group(wildcards):
+    return PLAN.dense_group(wildcards) if DENSE_GROUPS else None
 
 
 rule encode_corpus:
@@ -30,12 +45,16 @@ rule encode_corpus:
         system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         shard=r"\d+",
         shards=r"\d+",
+    group:
+        dense_group
     conda:
         PLAN.DENSE_ENV
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=PLAN.encode_runtime,
+        dense_slot=1,
+        embeddings_mb=PLAN.embeddings_mb,
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -69,6 +88,7 @@ rule encode_queries:
     wildcard_constraints:
         system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         split=r"[\w.-]+",
+    priority: 1
     conda:
         PLAN.DENSE_ENV
     resources:
@@ -104,6 +124,7 @@ rule search_shard:
         system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
         shard=r"\d+",
         shards=r"\d+",
+    priority: 1
     conda:
         PLAN.DENSE_ENV
     resources:
@@ -136,6 +157,9 @@ rule dense_search:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
         system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+    priority: 1
+    group:
+        dense_group
     conda:
         PLAN.DENSE_ENV
     resources:
@@ -144,6 +168,7 @@ rule dense_search:
         ),
         mem_mb=16000,
         runtime=PLAN.search_runtime,
+        dense_slot=1,
     params:
         model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -184,12 +209,16 @@ if PLAN.GROUP_DATASETS:
             f"{LOGS}/runs/group/{{system}}.log",
         wildcard_constraints:
             system=PLAN.alternation(PLAN.GROUP_SYSTEMS),
+        group:
+            dense_group
         conda:
             PLAN.DENSE_ENV
         resources:
             **PLAN.cluster_resources(config["dense"]["gpus"]),
             mem_mb=16000,
             runtime=PLAN.group_runtime,
+            dense_slot=1,
+            embeddings_mb=PLAN.embeddings_mb,
         params:
             jobs=lambda wc: PLAN.group_jobs(wc.system),
             dense=config["dense"],

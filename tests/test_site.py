@@ -1,5 +1,6 @@
-"""zsdr.plan.site: the site a cluster run lands on (config `site:`) and the pure functions that shape its
-jobs: GPU layouts across nodes, CPUs per GPU, runtimes from work, Lucene threads, what a node holds.
+"""The site check: every paper-scale submission, as snakemake-executor-plugin-slurm writes its sbatch line, fits
+nodes of 4 x A100 / 64 cores / 512 GB and of 8 x H100 / 96 cores / 1 TB / 48 h (benchmarks/slurm_site.py, one
+plan of `results/all` for both), and the pure functions of zsdr.plan.site that shape the jobs.
 """
 
 import sys
@@ -7,12 +8,54 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import slurm_site  # noqa: E402
 
 from zsdr.plan.site import Site, site_from_config  # noqa: E402
+
+# What main asked before the site section (benchmarks/slurm_site.py on the plan before it): encode and search
+# jobs' GPU-hours (encode_corpus, encode_queries, search_shard, dense_search, dense_search_group).
+DENSE_RULES = ("encode_corpus", "encode_queries", "search_shard", "dense_search", "dense_search_group")
+DENSE_GPU_HOURS_BEFORE = 35_005
+
+
+@pytest.fixture(scope="module")
+def submissions():
+    profile = slurm_site.read_profile()
+    workflow = slurm_site.plan(["configs/paper.yaml"], profile=profile)
+    return slurm_site.submissions(workflow, profile)
+
+
+@pytest.mark.parametrize("name", list(slurm_site.SITES))
+def test_every_paper_submission_fits_the_site(submissions, name, capsys):
+    bad = slurm_site.violations(slurm_site.SITES[name], submissions)
+    assert not bad, "\n".join(bad[:20])
+    t = slurm_site.totals(submissions)
+    with capsys.disabled():
+        print(f"\n{name}: {t['jobs']:,} jobs, {t['submissions']:,} submissions, {t['gpu_jobs']:,} GPU jobs, "
+              f"{t['gpu_hours']:,.0f} GPU-hours requested")
+
+
+def test_paper_submissions_are_few_and_ask_for_what_their_work_needs(submissions):
+    """Groups stay on one node; the small jobs share submissions (groups, arrays); encode and search jobs ask
+    for runtimes from their work: at least 5x fewer GPU-hours than the constant limits did."""
+    t = slurm_site.totals(submissions)
+    assert all(s.asks["nodes"] == 1 for s in submissions if s.kind != "job")
+    multi = [s for s in submissions if s.asks["nodes"] > 1]
+    assert multi and all(s.jobs[0].rule.name in slurm_site.TRAINING_RULES for s in multi)
+    assert {s.kind for s in submissions} == {"job", "group", "array"}
+    assert t["submissions"] < t["jobs"] / 2
+    rows = slurm_site.by_rule(submissions)
+    dense = sum(rows[r]["gpu_hours"] for r in DENSE_RULES if r in rows)
+    assert dense * 5 <= DENSE_GPU_HOURS_BEFORE, {r: rows[r] for r in DENSE_RULES if r in rows}
+    # every dense system's jobs on one-shard corpora in one group job, one GPU at a time
+    groups = [s for s in submissions if s.kind == "group" and s.name.startswith("dense-")]
+    assert groups and all(s.asks["gpus"] == 1 for s in groups)
+    assert len({s.name for s in groups}) == len(groups)
+    assert any(sum(s.rules.values()) > 10 for s in groups)
 
 
 # ------------------------------------------------------------------------------------------ zsdr.plan.site
@@ -69,6 +112,19 @@ def test_the_site_section_and_the_older_cluster_keys():
         site_from_config({"site": {"throughput": {"decode": 1}}})
 
 
+def test_the_paper_configs_site_and_the_profiles_groups_fit_both_site_descriptions():
+    """configs/paper.yaml's nodes are no larger than either description (a plan for them fits both); the
+    profile's group sizes x the largest member of each group fit a node of each."""
+    paper = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["site"]
+    profile = slurm_site.read_profile()
+    members = {"evaluate": (4000, 1), "statistics": (16000, 1)}     # the rules' mem_mb and threads (largest)
+    for site in slurm_site.SITES.values():
+        assert paper["gpus_per_node"] <= site.gpus_per_node and paper["cores_per_node"] <= site.cores_per_node
+        assert paper["mem_mb_per_node"] <= site.mem_mb_per_node
+        for group, (mem, threads) in members.items():
+            assert profile["group-components"][group] <= site.group_size(mem, threads)
+
+
 def test_work_of_a_job_follows_its_corpus(tmp_path):
     """Encode and index runtimes grow with the corpus's published size; a corpus without published statistics
     is sized as the config's largest shard."""
@@ -84,3 +140,25 @@ def test_work_of_a_job_follows_its_corpus(tmp_path):
     threads = plan.index_threads(wc(dataset="bioasq"))
     assert threads > 1 and plan.index_runtime(wc(dataset="bioasq")) < plan.SITE.max_runtime
     assert plan.index_threads(wc(dataset="scifact")) == 1
+
+
+def test_a_cluster_run_checks_its_jobs_and_groups_against_the_site_before_submitting():
+    """zsdr.workflow.site_problems (the Snakefile's onstart on a cluster): what each job or group job would ask,
+    as the SLURM executor turns its resources into options, against config `site`."""
+    from zsdr.workflow import site_problems
+
+    class Sub(SimpleNamespace):
+        def is_group(self):
+            return hasattr(self, "groupid")
+
+        def __str__(self):
+            return self.name
+
+    train = Sub(name="train dpr", resources={"gpu": 8, "nodes": 2, "mpi": "srun", "cpus_per_gpu": 8,
+                                             "mem_mb": 70000, "runtime": 1440}, threads=4)
+    group = Sub(groupid="evaluate", jobs=[1] * 80, resources={"mem_mb": 320000, "runtime": 30}, threads=80)
+    done = Sub(name="done", resources={"gpu": 16, "mem_mb": 1, "runtime": 1}, threads=1)
+    dag = SimpleNamespace(get_jobs_or_groups=lambda: [train, group, done], needrun=lambda job: job is not done)
+    site = Site(gpus_per_node=4, cores_per_node=64, mem_mb_per_node=512000, max_runtime=1440)
+    assert site_problems(dag, site) == ["group job evaluate (80 jobs) asks 80 CPUs, 1 node(s) have 64"]
+    assert site_problems(dag, Site()) == []

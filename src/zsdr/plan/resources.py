@@ -10,7 +10,8 @@ from typing import Any
 
 from zsdr.plan.site import site_from_config
 
-DIMENSIONS = 768          # the search throughput's dimensions (site.throughput.search)
+DIMENSIONS = 768          # the search throughput's dimensions (site.throughput.search), and an embedding's
+ID_BYTES = 10             # a document id beside its embedding (ids.txt; benchmarks/disk_paper.py measures ~8)
 
 
 class ResourcesPlan:
@@ -240,6 +241,32 @@ class ResourcesPlan:
         8 processes of one GPU each on nodes of 4 GPUs run as 2 nodes of 4 (the same global batch)."""
         processes, nodes = self.SITE.layout(self.TRAINING["gpus"], launch["processes"], launch["nodes"])
         return {**launch, "processes": processes, "nodes": nodes}
+
+    # ------------------------------------------------------------------------- dense group jobs
+    @staticmethod
+    def dense_group_id(system: str) -> str:
+        """The group job of ``system``'s dense jobs on corpora of one shard (a cluster run only)."""
+        return f"dense-{system}"
+
+    def dense_group(self, wc: Any) -> str | None:
+        """``group:`` of the dense rules: a system's encode and search jobs on a corpus of one shard, and its
+        `dense_search_group` job, are one group job on a cluster (:meth:`dense_group_id`); the shards of a
+        larger corpus are jobs of their own (arrays of them, profiles/slurm)."""
+        dataset = getattr(wc, "dataset", None)
+        if dataset is not None and len(self.shards(dataset)) > 1:
+            return None
+        return self.dense_group_id(wc.system)
+
+    def embeddings_mb(self, wc: Any) -> int:
+        """The embeddings an encode job writes (MB: its documents x 768 dimensions in `dense.dtype`, and their
+        ids), the resource profiles/slurm bounds for the encodes running at once (`embeddings_mb`); a
+        `dense_search_group` job writes every dataset of its group."""
+        width = DIMENSIONS * (2 if self.config["dense"]["dtype"] == "float16" else 4) + ID_BYTES
+        if getattr(wc, "dataset", None) is None:
+            parts = [(d, 1) for d in self.GROUP_DATASETS]
+        else:
+            parts = [(wc.dataset, int(wc.shards))]
+        return max(1, round(sum(self.corpus_size(d)[0] / n for d, n in parts) * width / 1e6))
 
     # ----------------------------------------------------------------------- runtimes from work
     def corpus_size(self, dataset: str) -> tuple[float, float]:
