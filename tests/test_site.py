@@ -162,3 +162,29 @@ def test_a_cluster_run_checks_its_jobs_and_groups_against_the_site_before_submit
     site = Site(gpus_per_node=4, cores_per_node=64, mem_mb_per_node=512000, max_runtime=1440)
     assert site_problems(dag, site) == ["group job evaluate (80 jobs) asks 80 CPUs, 1 node(s) have 64"]
     assert site_problems(dag, Site()) == []
+
+
+def test_the_disk_benchmark_holds_temporary_outputs_until_their_readers_end():
+    """benchmarks/disk_paper.py's peak held at once: one job at a time, two corpora encoded then searched; with
+    the searches first (their priority) one corpus's embeddings are held at a time, without them both; a
+    training holds its checkpoint while it trains and keeps its snapshots."""
+    import disk_paper
+
+    def job(rule, output, inputs=(), priority=0, embeddings=0, runtime=60):
+        return {"rule": rule, "wildcards": {}, "output": [output], "input": list(inputs), "params": {},
+                "resources": {"runtime": runtime, "embeddings_mb": embeddings}, "priority": priority}
+
+    jobs = [job("encode_corpus", f"e/{c}", embeddings=10) for c in "abc"]
+    jobs += [job("search_shard", f"r/{c}", [f"e/{c}"], priority=1, runtime=30) for c in "abc"]
+    items = [[("embeddings", 10.0, True, f"e/{c}")] for c in "abc"] + [[("runs", 1.0, False, None)]] * 3
+    assert disk_paper.peak_held(jobs, items, 1, {})["temporary"] == 10.0
+    assert disk_paper.peak_held(jobs, items, 1, {}, priorities=False)["temporary"] == 30.0
+    # three at a time: all three encodes at once, unless those running at once may write 10 MB only
+    assert disk_paper.peak_held(jobs, items, 3, {})["temporary"] == 30.0
+    assert disk_paper.peak_held(jobs, items, 3, {"embeddings_mb": 10})["temporary"] == 20.0
+    assert disk_paper.snapshots({"train": {"snapshot_every": 1000, "max_steps": 10000}}) == 9
+    cost = {"bert-base": 4.0, "bert-large": 12.0}
+    trained = {"rule": "train", "wildcards": {"run": "x"}, "output": ["m"], "input": [],
+               "params": {"spec": {"init": "b", "train": {"snapshot_every": 5, "max_steps": 20}}}}
+    assert disk_paper.job_items(trained, {}, cost, False, set()) == [
+        ("models", 4.0, False, None), *[("models", 4.0, False, None)] * 3, ("checkpoint", 12.0, True, None)]
