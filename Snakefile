@@ -74,6 +74,11 @@ validate(config, "schemas/config.schema.yaml")  # fills in the schema's defaults
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 
+# At most 4 downloads at once, unless --resources (or a profile's `resources`) sets `downloads`: here, not
+# in profiles/default, whose `resources` would replace those of a --profile such as profiles/slurm.
+if "downloads" not in workflow.global_resources:
+    workflow.register_resource("downloads", 4)
+
 os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
 # A job that runs the `zsdr` command (a multi-process training) logs the traceback of a failure too.
 os.environ.setdefault("ZSDR_DEBUG", "1")

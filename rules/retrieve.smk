@@ -1,20 +1,9 @@
 # Dense retrieval: sharded corpus encoding, then exact (faiss) search over the shards: in one job, or
 # with `cluster.scatter_search` (datasets of > 1 shard) one job per shard and a merge.
 #
-# On a cluster (profiles/slurm) every dense system's jobs on corpora of one shard form one group job,
-# "dense-<system>" (PLAN.dense_group): the profile sizes every such group by its "dense" entry of
-# `group-components`, and its `dense_slot=1` runs the group's jobs one after another on one GPU. Only a
-# run that limits `dense_slot` groups them (without it a group would run its jobs side by side and ask
-# for a GPU each). Searches run before new encodes (priority), and the encodes running at once write at
-# most the profile's `embeddings_mb` of embeddings, so the temporary embeddings held at once stay bounded.
-DENSE_GROUPS = "dense_slot" in workflow.global_resources
-workflow.parent_groupids.update(
-    {PLAN.dense_group_id(s): "dense" for s in PLAN.DENSE_SYSTEMS}
-)
-
-
-def dense_group(wildcards):
-    return PLAN.dense_group(wildcards) if DENSE_GROUPS else None
+# On a cluster every dense system's jobs on corpora of one shard form one group job (DENSE_GROUP,
+# rules/common.smk). Searches run before new encodes (priority), and the encodes running at once write
+# at most the profile's `embeddings_mb` of embeddings, so the temporary embeddings held at once stay bounded.
 
 
 rule encode_corpus:
@@ -46,7 +35,7 @@ rule encode_corpus:
         shard=r"\d+",
         shards=r"\d+",
     group:
-        dense_group
+        DENSE_GROUP
     conda:
         PLAN.DENSE_ENV
     resources:
@@ -159,7 +148,7 @@ rule dense_search:
         system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
     priority: 1
     group:
-        dense_group
+        DENSE_GROUP
     conda:
         PLAN.DENSE_ENV
     resources:
@@ -210,7 +199,7 @@ if PLAN.GROUP_DATASETS:
         wildcard_constraints:
             system=PLAN.alternation(PLAN.GROUP_SYSTEMS),
         group:
-            dense_group
+            DENSE_GROUP
         conda:
             PLAN.DENSE_ENV
         resources:
