@@ -2,6 +2,7 @@
 #   TORCH_INDEX=https://download.pytorch.org/whl/cpu make install   # force the CPU torch wheel where
 #                                                                   # pip would otherwise pick a CUDA build
 #   make install-gpu                                                # CUDA machines: faiss-gpu for faiss-cpu
+#   make lock                                                       # requirements/*.txt from pyproject.toml
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
@@ -11,19 +12,20 @@ export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install install-dev install-gpu run test test-full lint docs clean-outputs
+.PHONY: install install-dev install-gpu lock run test test-full lint docs clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "zsdr needs Python 3.11 (set PYTHON=/path/to/python3.11)")'
 	$(PYTHON) -m venv $(VENV)
 
-# tools/install.py: uv (pinned, installed by pip) with pip's package sources; pip where uv fails.
-$(VENV)/.installed: pyproject.toml tools/install.py | $(BIN)/python
+# tools/install.py: torch, then exactly the packages of the lock file (requirements/cpu.txt, dev.txt),
+# by uv (pinned, installed by pip) with pip's package sources; pip where uv fails.
+$(VENV)/.installed: pyproject.toml requirements/cpu.txt tools/install.py | $(BIN)/python
 	$(BIN)/python tools/install.py $(BIN)/python $(if $(TORCH_INDEX),--torch-index $(TORCH_INDEX))
 	$(BIN)/zsdr doctor --warm
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
+$(VENV)/.installed-dev: $(VENV)/.installed requirements/dev.txt
 	$(BIN)/python tools/install.py $(BIN)/python --extra dev
 	touch $@
 
@@ -37,6 +39,11 @@ $(VENV)/.installed-gpu: $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 install-gpu: $(VENV)/.installed-gpu
+
+# After a change of pyproject.toml's pins or requirements/constraints.txt (tests/test_packaging.py
+# fails until the locks agree); then `make install-dev` installs the new locks.
+lock: | $(BIN)/python
+	$(BIN)/python tools/lock.py $(BIN)/python
 
 run: install
 	$(BIN)/snakemake --cores all results/table1.csv

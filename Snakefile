@@ -29,12 +29,16 @@ os.environ.update(
 
 from zsdr.workflow import (
     COMMAND_LINE,
+    ConfigError,
     add_paper_configs,
     check_config,
+    check_scale_folders,
     expand_berm_grid,
     expand_cocodr_sweeps,
     expand_recipes,
     load_yaml,
+    mark_scale_folders,
+    misplaced_targets,
     system_papers,
     update_config,
     workdir_overlays,
@@ -96,17 +100,22 @@ onstart:
     from zsdr.warm import start_server, worth_starting
     from zsdr.workflow import site_problems
 
-    if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
-        WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
-    # A cluster run: nothing is submitted that the configured site cannot hold (config `site`; the
-    # profile's group sizes)
-    problems = [] if workflow.local_exec else site_problems(workflow.dag, PLAN.SITE)
+    # A cluster run submits nothing, and marks no folder, where a job asks more than config `site` says a
+    # node holds (the profile's group sizes included)
+    problems = (
+        []
+        if workflow.local_exec
+        else site_problems(workflow.dag, PLAN.resources.site)
+    )
     if problems:
         raise WorkflowError(
             "the run asks more than config `site` says a node holds; shrink the profile's "
             "group-components or correct `site`:\n    "
             + "\n    ".join(problems[:20])
         )
+    mark_scale_folders(PLAN.paths, config["scale"], os.getcwd())
+    if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
+        WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
 
 
 onsuccess:
@@ -122,6 +131,33 @@ onerror:
 
 
 include: "rules/common.smk"
+
+
+# Each scale writes its own output folders (paths.root): refuse folders that hold another scale's outputs, and
+# a target typed for the mini scale's folders (results/table1.csv asked of the paper scale).
+check_scale_folders(PLAN.paths, config["scale"], os.getcwd())
+
+
+def command_line_targets() -> list[str]:
+    """The targets of the `snakemake` command line (none when another program runs the workflow)."""
+    if Path(sys.argv[0]).name != "snakemake":
+        return []
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(sys.argv[1:])
+    except SystemExit:
+        return []
+    return [str(t) for t in args.targets or []]
+
+
+for _target, _here in misplaced_targets(command_line_targets(), PLAN.paths, {}):
+    raise ConfigError(
+        f"target {_target}: the {config['scale']} scale writes its outputs under "
+        f"{config['paths']['root'] or 'their own folders'}/ (paths.root); ask for {_here}"
+    )
+
+
 include: "rules/data.smk"
 include: "rules/sparse.smk"
 include: "rules/labels.smk"

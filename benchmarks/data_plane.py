@@ -10,7 +10,7 @@ teacher scores in the format of its ``cross-encoder-ms-marco-MiniLM-L-6-v2-score
 per query, 80 by default, 40.2M at full size), then
 
 1. converts it with the pipeline's own functions (``zsdr.data.store.build_store``,
-   ``zsdr.training.data.build_training_arrays``), timing each and its peak memory;
+   ``zsdr.data.training_set.build_training_arrays``), timing each and its peak memory;
 2. opens it in 1, then 4 processes at once (each a ``TrainingSet`` as a rank of a KD job opens it) and
    draws KD batches (32 queries, a positive and a negative each, their texts and teacher scores);
    reports open time, batches/s and, from ``/proc/<pid>/smaps_rollup``, each process's private
@@ -156,7 +156,7 @@ def _convert(root: str, arrays: str, queue) -> None:
     import resource
 
     from zsdr.data.store import build_store
-    from zsdr.training.data import build_training_arrays
+    from zsdr.data.training_set import build_training_arrays
 
     t0 = time.perf_counter()
     build_store(root)
@@ -173,11 +173,11 @@ def _rank(kind: str, root: str, arrays: str, fraction_of_dict: float, batches: i
     """One rank: open the training set (with ``touch``, read every page of the stores once, as an epoch
     does), wait for the others, draw KD batches, report memory."""
     rng = np.random.default_rng(os.getpid())
-    import zsdr.training.data  # noqa: F401 - the imports are not the data's memory
+    import zsdr.data.training_set  # noqa: F401 - the imports are not the data's memory
     base = smaps()["uss"]
     t0 = time.perf_counter()
     if kind == "store":
-        from zsdr.training.data import TrainingSet
+        from zsdr.data.training_set import TrainingSet
 
         data = TrainingSet(root, Path(root) / "negatives.jsonl", teacher=Path(root) / "teacher.pkl", arrays=arrays)
         n = len(data)
@@ -223,7 +223,7 @@ class DictTrainingSet:
 
     def __init__(self, root: str, fraction: float):
         from zsdr.data.formats import read_queries
-        from zsdr.training.data import read_negatives, read_teacher_scores, with_teacher
+        from zsdr.data.training_set import read_negatives, read_teacher_scores, with_teacher
 
         root = Path(root)
         self.corpus = {}
@@ -241,7 +241,7 @@ class DictTrainingSet:
         self.teacher = read_teacher_scores(root / "teacher.pkl")
         self.teacher = {q: self.teacher[q] for q in [e.qid for e in examples] if q in self.teacher}
         examples = with_teacher(examples, self.teacher)
-        from zsdr.training.data import Example
+        from zsdr.data.training_set import Example
 
         self.examples = []
         for ex in examples:
@@ -403,8 +403,8 @@ def _coco_rank(kind: str, root: str, batches: int, touch: bool, start, done, que
     """One rank of a COCO job: map the 30 span files (or, ``lists``, parse the old spans.jsonl files into
     lists), read every page once with ``touch``, draw batches of documents and their span pairs."""
     rng = np.random.default_rng(os.getpid())
-    from zsdr.pretrain.coco import sample_pair  # noqa: F401 - the imports (torch) are not the data's memory
-    from zsdr.pretrain.spans import SpanDocuments, open_spans  # noqa: F401
+    import zsdr.pretrain.coco  # noqa: F401 - the imports (torch) are not the data's memory
+    from zsdr.data.spans import SpanDocuments, open_spans, sample_pair  # noqa: F401
 
     base = smaps()["uss"]
     t0 = time.perf_counter()

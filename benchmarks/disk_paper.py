@@ -1,4 +1,4 @@
-"""Disk at paper scale, stage by stage: what `results/all` under configs/paper.yaml writes and what it
+"""Disk at paper scale, stage by stage: what `paper/results/all` under configs/paper.yaml writes and what it
 leaves behind, from the paper plan's outputs and per-item costs measured here with the pipeline's own
 writers.
 
@@ -154,7 +154,8 @@ def job_items(job: dict, sizes: dict, cost: dict, keep_embeddings: bool, unknown
         out.append(("spans", s["docs"] * s["words"] * cost["spans"] / int(wc["shards"]), True, job["output"][0]))
     elif rule in ("encode_corpus", "dense_search_group"):
         shards = [(wc["dataset"], int(wc["shards"]), job["output"][0])] if rule == "encode_corpus" else [
-            (re.match(r"embeddings/([^/]+)/", o).group(1), 1, o) for o in job["output"] if o.startswith("embeddings/")]
+            (re.search(r"(?:^|/)embeddings/([^/]+)/", o).group(1), 1, o) for o in job["output"]
+            if re.search(r"(?:^|/)embeddings/", o)]
         for dataset, n, path in shards:
             if s := size(dataset):
                 out.append(("embeddings", s["docs"] / n * (DIMS * FLOAT16 + cost["id"]), not keep_embeddings, path))
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     if _REMS:
         print("DDR REM weights: " + ", ".join(f"{json.loads(k)} {v / 1e6:.1f} MB" for k, v in _REMS.items()))
     table["downloads"][1] = table["downloads"][2] = download_bytes(jobs)
-    print(f"\npaper plan (results/all, {len(jobs)} jobs), dense.keep_embeddings: {keep}")
+    print(f"\npaper plan (paper/results/all, {len(jobs)} jobs), dense.keep_embeddings: {keep}")
     print(f"{'stage':<12}{'outputs':>9}{'written':>14}{'left behind':>14}")
     for stage in STAGES:
         n, written, left = table[stage]

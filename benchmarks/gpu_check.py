@@ -354,7 +354,7 @@ def dpr_training_set(root: Path, texts: list[str], queries: int = 4096):
     """A BEIR folder of ``texts`` and a negatives file: query i judges passage 2i, passage 2i + 1 its negative."""
     import json
 
-    from zsdr.training.data import TrainingSet
+    from zsdr.data.training_set import TrainingSet
 
     rng = np.random.default_rng(1)
     n = min(queries, len(texts) // 2)

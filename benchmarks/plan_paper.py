@@ -4,7 +4,7 @@ takes once everything is done.
 
     .venv/bin/python benchmarks/plan_paper.py [--keep DIR]
 
-1. plan: `snakemake -n --profile profiles/slurm results/all --configfile configs/paper.yaml` in a scratch
+1. plan: `snakemake -n --profile profiles/slurm paper/results/all --configfile configs/paper.yaml` in a scratch
    copy of the workflow (code and config only); wall time, jobs per rule, GPUs / nodes / CPUs / memory /
    runtime per job.
 2. mark done: every planned output is created empty (folders for directory() outputs) and
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKFLOW = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
             "profiles", "envs")
-PLAN = ["--profile", "profiles/slurm", "results/all", "--configfile", "configs/paper.yaml"]
+PLAN = ["--profile", "profiles/slurm", "paper/results/all", "--configfile", "configs/paper.yaml"]
 
 
 def run(args: list[str], cwd: Path) -> tuple[float, str]:

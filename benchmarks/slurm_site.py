@@ -1,8 +1,8 @@
 """The site check: what a SLURM site receives for the paper-scale run, submission by submission.
 
-    .venv/bin/python benchmarks/slurm_site.py [--config configs/paper.yaml] [--target results/all] [--lines N]
+    .venv/bin/python benchmarks/slurm_site.py [--config configs/paper.yaml] [--target paper/results/all] [--lines N]
 
-1. plan `results/all` of the paper config through the Snakemake API as `snakemake --profile profiles/slurm`
+1. plan `paper/results/all` of the paper config through the Snakemake API as `snakemake --profile profiles/slurm`
    lays it out on a cluster: unbounded cores (a SLURM run gives Snakemake no core count), the profile's
    default and per-rule resources, its job groups and their component counts, every job forced;
 2. turn the jobs into submissions as snakemake-executor-plugin-slurm does: each group job (Snakemake's own
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))          # the checkout's library, install
 from zsdr.plan.site import Site  # noqa: E402
 
 PROFILE = ROOT / "profiles" / "slurm" / "config.v8+.yaml"
-TARGET = "results/all"
+TARGET = "paper/results/all"
 CORES = 1_000_000            # what a SLURM run gives Snakemake: no core count, so groups are laid out unbounded
 
 

@@ -7,8 +7,8 @@
 rule berm_unit_analysis:
     """Unit variance (R1), essential-unit accuracy (R2) and unit similarity of one system on one dataset."""
     input:
-        model=PLAN.dense_model_input,
-        labels=lambda wc: PLAN.analysis_labels(wc.dataset),
+        model=PLAN.systems.dense_model_input,
+        labels=lambda wc: PLAN.berm.analysis_labels(wc.dataset),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.unit_analysis",
@@ -25,19 +25,19 @@ rule berm_unit_analysis:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.units.log",
     wildcard_constraints:
         dataset=r"[^/]+",
-        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.dense),
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
+        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
         meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
-        scale=lambda wc: PLAN.system_scale(wc.system),
-        dense=config["dense"],
+        scale=lambda wc: PLAN.systems.system_scale(wc.system),
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/berm_unit_analysis.py"

@@ -9,15 +9,17 @@ rule coco_spans:
     """
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
-        tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
-        parts=lambda wc: PLAN.span_parts(wc.corpus),
+        tokenizer=PLAN.refs.model_files(
+            PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
+        ),
+        parts=lambda wc: PLAN.cocodr.span_parts(wc.corpus),
         code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
     output:
         f"{DATA}/{{corpus}}/coco/spans.arrow",
     log:
         f"{LOGS}/data/coco_spans_{{corpus}}.log",
     wildcard_constraints:
-        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
+        corpus=PLAN.alternation(PLAN.cocodr.span_corpora),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -29,10 +31,10 @@ rule coco_spans:
         tokenizer=lambda wc, input: (
             os.path.dirname(input.tokenizer[0])
             if input.tokenizer
-            else PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])
+            else PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
         ),
         parts=lambda wc, input: list(input.parts),
-        spans=PLAN.COCODR["spans"],
+        spans=PLAN.cocodr.section["spans"],
         seed=config["seed"],
     script:
         "../workflow_scripts/coco_spans.py"
@@ -43,7 +45,9 @@ use rule coco_spans as coco_spans_shard with:
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
         store=f"{DATA}/{{corpus}}/store/store.json",
-        tokenizer=PLAN.model_files(PLAN.model_ref(PLAN.COCODR["spans"]["tokenizer"])),
+        tokenizer=PLAN.refs.model_files(
+            PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
+        ),
         parts=[],
         code=PLAN.code(
             "zsdr.pretrain.spans",
@@ -56,7 +60,7 @@ use rule coco_spans as coco_spans_shard with:
     log:
         f"{LOGS}/data/coco_spans_{{corpus}}_{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
-        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
+        corpus=PLAN.alternation(PLAN.cocodr.span_corpora),
         shard=r"\d+",
         shards=r"\d+",
     resources:
@@ -68,7 +72,7 @@ use rule coco_spans as coco_spans_shard with:
 rule pretrain_coco:
     """A retrieval-oriented pretrained backbone: span contrastive + Condenser head MLM + backbone MLM."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.coco_spec(wc.name)),
+        lambda wc: PLAN.coco_job(wc.name).inputs,
         code=PLAN.code(
             *PLAN.TRAINER_CODE, "zsdr.pretrain", "zsdr.losses.coco", script="train"
         ),
@@ -78,28 +82,22 @@ rule pretrain_coco:
     log:
         f"{LOGS}/train/pretrained-{{name}}.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.TRAINED_PRETRAINED),
-    retries: PLAN.training_retries(workflow)
+        name=PLAN.alternation(PLAN.recipes.trained_pretrained),
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(lambda wc: PLAN.PRETRAINED[wc.name])
+        PLAN.dense_env
+    threads: lambda wc: PLAN.coco_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.PRETRAINED[wc.name]),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.coco_job(wc.name)),
+        mem_mb=lambda wc: PLAN.coco_job(wc.name).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.coco_spec(wc.name),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(
-                PLAN.coco_spec(wc.name), PLAN.launch_settings(PLAN.PRETRAINED[wc.name])
-            )
-        ),
-        launch=lambda wc: PLAN.launch_settings(PLAN.PRETRAINED[wc.name]),
+        spec=lambda wc: PLAN.coco_job(wc.name).spec,
+        summary=lambda wc: PLAN.coco_job(wc.name).summary,
+        launch=lambda wc: PLAN.coco_job(wc.name).launch,
     message:
         "pretrain {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -110,9 +108,7 @@ rule cluster_queries:
     """iDRO's groups: K-means over the training queries' embeddings by the model that mines the episode."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.source),
-        model=lambda wc: PLAN.model_files(
-            PLAN.dense_model(PLAN.previous_system(wc.run), wc.source)
-        ),
+        model=lambda wc: PLAN.cluster_job(wc.run, wc.source).model_files,
         code=PLAN.code(
             "zsdr.training.idro",
             "zsdr.models.encoder",
@@ -124,26 +120,21 @@ rule cluster_queries:
     log:
         f"{LOGS}/data/clusters_{{source}}_{{run}}.log",
     wildcard_constraints:
-        run=PLAN.alternation(PLAN.DRO_RUNS),
+        run=PLAN.alternation(PLAN.cocodr.dro_runs),
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
-        options=lambda wc: PLAN.mining_options(wc.run, wc.source),  # the mining's query length
+        model=lambda wc: PLAN.cluster_job(wc.run, wc.source).model,
+        options=lambda wc: PLAN.cluster_job(wc.run, wc.source).options,  # the mining's query length
         dataset=lambda wc, input: os.path.dirname(input.data),
-        clusters=lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]["dro"].get(
-            "clusters", 50
-        ),
-        clustering=PLAN.COCODR["clustering"],
-        seed=lambda wc: PLAN.train_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])[
-            "seed"
-        ]
-        + PLAN.TRAIN_RUNS[wc.run][1],
-        dense=config["dense"],
+        clusters=lambda wc: PLAN.cluster_job(wc.run, wc.source).clusters,
+        clustering=PLAN.cocodr.section["clustering"],
+        seed=lambda wc: PLAN.cluster_job(wc.run, wc.source).seed,
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/cluster_queries.py"
 
@@ -151,8 +142,10 @@ rule cluster_queries:
 rule cocodr_geometry:
     """COCO loss, alignment and uniformity of one pretrained model's [CLS] on one corpus's spans."""
     input:
-        spans=lambda wc: PLAN.spans_file(wc.corpus),
-        model=lambda wc: PLAN.model_files(PLAN.cocodr_analysis_model(wc.model)),
+        spans=lambda wc: PLAN.cocodr.spans_file(wc.corpus),
+        model=lambda wc: PLAN.refs.model_files(
+            PLAN.figures.cocodr_analysis_model(wc.model)
+        ),
         code=PLAN.code(
             "zsdr.pretrain",
             "zsdr.losses.coco",
@@ -164,18 +157,18 @@ rule cocodr_geometry:
     log:
         f"{LOGS}/stats/cocodr_geometry_{{model}}_{{corpus}}.log",
     wildcard_constraints:
-        corpus=PLAN.alternation(PLAN.SPAN_CORPORA),
-        model=PLAN.alternation([*PLAN.PRETRAINED, *config["backbones"]]),
+        corpus=PLAN.alternation(PLAN.cocodr.span_corpora),
+        model=PLAN.alternation([*PLAN.recipes.pretrained, *config["backbones"]]),
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        model=lambda wc: PLAN.cocodr_analysis_model(wc.model),
-        docs=PLAN.COCODR_ANALYSIS["docs"],
-        batch_size=PLAN.COCODR_ANALYSIS["batch_size"],
+        model=lambda wc: PLAN.figures.cocodr_analysis_model(wc.model),
+        docs=PLAN.cocodr.analysis["docs"],
+        batch_size=PLAN.cocodr.analysis["batch_size"],
         seed=config["seed"],
         device=config["dense"]["device"],
     script:
@@ -185,8 +178,10 @@ rule cocodr_geometry:
 rule cocodr_figure3:
     """COCO-DR Figure 3: average target nDCG@10 against K and against iDRO's update step."""
     input:
-        metrics=[f for p in PLAN.cocodr_figure3_points()[0] for f in p["metrics"]],
-        reference=(PLAN.cocodr_figure3_points()[1] or {}).get("metrics", []),
+        metrics=[
+            f for p in PLAN.figures.cocodr_figure3_points()[0] for f in p["metrics"]
+        ],
+        reference=(PLAN.figures.cocodr_figure3_points()[1] or {}).get("metrics", []),
         code=PLAN.code(
             "zsdr.tables.cocodr_figures",
             "zsdr.tables.figures",
@@ -210,8 +205,8 @@ rule cocodr_figure3:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.cocodr_figure3_points()[0],
-        reference=PLAN.cocodr_figure3_points()[1],
+        points=PLAN.figures.cocodr_figure3_points()[0],
+        reference=PLAN.figures.cocodr_figure3_points()[1],
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -221,7 +216,7 @@ rule cocodr_figure3:
 rule cocodr_figure4:
     """COCO-DR Figure 4: nDCG@10 per training episode (warmup, then each ANCE episode) per variant."""
     input:
-        metrics=[p["metrics"] for p in PLAN.cocodr_figure4_points()],
+        metrics=[p["metrics"] for p in PLAN.figures.cocodr_figure4_points()],
         code=PLAN.code(
             "zsdr.tables.cocodr_figures",
             "zsdr.tables.figures",
@@ -245,7 +240,7 @@ rule cocodr_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.cocodr_figure4_points(),
+        points=PLAN.figures.cocodr_figure4_points(),
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -255,27 +250,27 @@ rule cocodr_figure4:
 rule cocodr_clusters:
     """Figure 5c / Table 4: each target's nearest source query cluster and iDRO's effect on it."""
     input:
-        source=PLAN.dataset_marker(PLAN.SOURCE),
-        targets=[PLAN.dataset_marker(d) for d in PLAN.TARGETS],
+        source=PLAN.dataset_marker(PLAN.datasets.source),
+        targets=[PLAN.dataset_marker(d) for d in PLAN.datasets.targets],
         models=lambda wc: [
             f
             for k in ("with_idro", "without_idro")
-            for f in PLAN.model_files(
-                PLAN.dense_model(PLAN.cocodr_analysis_system(k), PLAN.SOURCE)
+            for f in PLAN.refs.model_files(
+                PLAN.systems.dense_model(
+                    PLAN.figures.cocodr_analysis_system(k), PLAN.datasets.source
+                )
             )
         ],
-        clusters=lambda wc: f"{DATA}/{PLAN.SOURCE}/clusters/{PLAN.recipe_run(PLAN.cocodr_analysis_system('with_idro'))}.jsonl",
-        negatives=lambda wc: PLAN.training_data(
-            PLAN.RECIPES[PLAN.cocodr_analysis_system("with_idro")],
-            "cocodr.analysis.with_idro",
-            PLAN.recipe_run(PLAN.cocodr_analysis_system("with_idro")),
-        )[1],
+        clusters=lambda wc: PLAN.figures.cocodr_idro_files()["clusters"],
+        negatives=lambda wc: PLAN.figures.cocodr_idro_files()["negatives"],
         metrics=lambda wc: [
-            f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
-            for d in PLAN.TARGETS
+            f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system(k)}.json"
+            for d in PLAN.datasets.targets
             for k in ("with_idro", "without_idro")
         ],
-        published=PLAN.source_file("src/zsdr/tables/published/cocodr_table4.csv"),
+        published=PLAN.code_plan.source_file(
+            "src/zsdr/tables/published/cocodr_table4.csv"
+        ),
         code=PLAN.code(
             "zsdr.evaluation.cocodr",
             "zsdr.training.idro",
@@ -284,55 +279,62 @@ rule cocodr_clusters:
             script="cocodr_clusters",
         ),
     output:
-        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
+        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.datasets.targets],
         csv=f"{RESULTS}/cocodr/table4.csv",
         md=f"{RESULTS}/cocodr/table4.md",
     log:
         f"{LOGS}/stats/cocodr_clusters.log",
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
         source=lambda wc, input: os.path.dirname(input.source),
-        targets={d: f"{DATA}/{d}" for d in PLAN.TARGETS},
-        splits={d: PLAN.eval_split(d) for d in PLAN.TARGETS},
+        targets={d: f"{DATA}/{d}" for d in PLAN.datasets.targets},
+        splits={d: PLAN.datasets.eval_split(d) for d in PLAN.datasets.targets},
         with_idro=lambda wc: {
-            "system": PLAN.cocodr_analysis_system("with_idro"),
-            "model": PLAN.dense_model(
-                PLAN.cocodr_analysis_system("with_idro"), PLAN.SOURCE
+            "system": PLAN.figures.cocodr_analysis_system("with_idro"),
+            "model": PLAN.systems.dense_model(
+                PLAN.figures.cocodr_analysis_system("with_idro"), PLAN.datasets.source
             ),
-            "options": PLAN.encoder_options(
-                PLAN.cocodr_analysis_system("with_idro"), PLAN.SOURCE
+            "options": PLAN.systems.encoder_options(
+                PLAN.figures.cocodr_analysis_system("with_idro"), PLAN.datasets.source
             ),
-            "scale": PLAN.system_scale(PLAN.cocodr_analysis_system("with_idro")),
+            "scale": PLAN.systems.system_scale(
+                PLAN.figures.cocodr_analysis_system("with_idro")
+            ),
         },
         without_idro=lambda wc: {
-            "system": PLAN.cocodr_analysis_system("without_idro"),
-            "model": PLAN.dense_model(
-                PLAN.cocodr_analysis_system("without_idro"), PLAN.SOURCE
+            "system": PLAN.figures.cocodr_analysis_system("without_idro"),
+            "model": PLAN.systems.dense_model(
+                PLAN.figures.cocodr_analysis_system("without_idro"),
+                PLAN.datasets.source,
             ),
-            "options": PLAN.encoder_options(
-                PLAN.cocodr_analysis_system("without_idro"), PLAN.SOURCE
+            "options": PLAN.systems.encoder_options(
+                PLAN.figures.cocodr_analysis_system("without_idro"),
+                PLAN.datasets.source,
             ),
-            "scale": PLAN.system_scale(PLAN.cocodr_analysis_system("without_idro")),
+            "scale": PLAN.systems.system_scale(
+                PLAN.figures.cocodr_analysis_system("without_idro")
+            ),
         },
         metrics=lambda wc: {
             d: {
-                k: f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
+                k: f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system(k)}.json"
                 for k in ("with_idro", "without_idro")
             }
-            for d in PLAN.TARGETS
+            for d in PLAN.datasets.targets
         },
-        table4_dataset=lambda wc: PLAN.check_dataset(
-            PLAN.COCODR.get("table4", {}).get("dataset") or PLAN.TARGETS[0]
+        table4_dataset=lambda wc: PLAN.datasets.check_dataset(
+            PLAN.cocodr.section.get("table4", {}).get("dataset")
+            or PLAN.datasets.targets[0]
         ),
-        queries=PLAN.COCODR["table4"]["queries"],
-        max_source_queries=PLAN.COCODR_ANALYSIS.get("max_source_queries"),
+        queries=PLAN.cocodr.section["table4"]["queries"],
+        max_source_queries=PLAN.cocodr.analysis.get("max_source_queries"),
         seed=config["seed"],
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
         scale=config["scale"],
     script:
         "../workflow_scripts/cocodr_clusters.py"
@@ -343,21 +345,21 @@ rule cocodr_figure5:
     (c) iDRO's training-loss gain on the nearest source cluster vs its target gain."""
     input:
         geometry=[
-            PLAN.geometry_file(m, d)
-            for m in PLAN.COCODR_ANALYSIS["models"]
-            for d in PLAN.TARGETS
+            PLAN.cocodr.geometry_file(m, d)
+            for m in PLAN.cocodr.analysis["models"]
+            for d in PLAN.datasets.targets
         ],
         loss=[
-            PLAN.geometry_file(PLAN.COCODR_ANALYSIS[k], d)
+            PLAN.cocodr.geometry_file(PLAN.cocodr.analysis[k], d)
             for k in ("before", "after")
-            for d in PLAN.TARGETS
+            for d in PLAN.datasets.targets
         ],
         metrics=[
-            f"{METRICS}/{d}/{PLAN.cocodr_analysis_system(k)}.json"
-            for d in PLAN.TARGETS
+            f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system(k)}.json"
+            for d in PLAN.datasets.targets
             for k in ("with_coco", "without_coco", "with_idro", "without_idro")
         ],
-        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.TARGETS],
+        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.datasets.targets],
         code=PLAN.code(
             "zsdr.tables.cocodr_figures",
             "zsdr.tables.figures",
@@ -384,26 +386,26 @@ rule cocodr_figure5:
         loss_points=[
             {
                 "dataset": d,
-                "before": PLAN.geometry_file(PLAN.COCODR_ANALYSIS["before"], d),
-                "after": PLAN.geometry_file(PLAN.COCODR_ANALYSIS["after"], d),
-                "with": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('with_coco')}.json",
-                "without": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('without_coco')}.json",
+                "before": PLAN.cocodr.geometry_file(PLAN.cocodr.analysis["before"], d),
+                "after": PLAN.cocodr.geometry_file(PLAN.cocodr.analysis["after"], d),
+                "with": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('with_coco')}.json",
+                "without": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('without_coco')}.json",
             }
-            for d in PLAN.TARGETS
+            for d in PLAN.datasets.targets
         ],
         geometry_points=[
-            {"label": m, "dataset": d, "stats": PLAN.geometry_file(m, d)}
-            for m in PLAN.COCODR_ANALYSIS["models"]
-            for d in PLAN.TARGETS
+            {"label": m, "dataset": d, "stats": PLAN.cocodr.geometry_file(m, d)}
+            for m in PLAN.cocodr.analysis["models"]
+            for d in PLAN.datasets.targets
         ],
         cluster_points=[
             {
                 "dataset": d,
                 "analysis": f"{STATS}/cocodr/clusters/{d}.json",
-                "with": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('with_idro')}.json",
-                "without": f"{METRICS}/{d}/{PLAN.cocodr_analysis_system('without_idro')}.json",
+                "with": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('with_idro')}.json",
+                "without": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('without_idro')}.json",
             }
-            for d in PLAN.TARGETS
+            for d in PLAN.datasets.targets
         ],
         scale=config["scale"],
     script:
@@ -417,5 +419,5 @@ ruleorder: cocodr_figure3 > cocodr_figure4 > cocodr_figure5 > paper_figure
 rule cocodr:
     """Every COCO-DR table and figure (results/cocodr/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "cocodr"],
-        PLAN.COCODR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs if p == "cocodr"],
+        PLAN.cocodr.figures,

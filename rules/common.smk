@@ -18,28 +18,31 @@ if os.environ.get("SLURM_JOB_ID"):
 # The whole plan, resolved now: a config mistake stops any command with the key to fix. ROOT is the
 # workflow folder (the Snakefile's), the working directory is where outputs and code stamps go.
 PLAN = Plan(config, ROOT, BERM_GRID, COCODR_SWEEPS, workdir=os.getcwd())
+# Snakemake lists the code stamp folder once while it builds the DAG: every training's stamp is written now.
+PLAN.write_training_stamps()
 
-PATHS = PLAN.PATHS
-DOWNLOADS = PLAN.DOWNLOADS
-DATA = PLAN.DATA
-MODELS = PLAN.MODELS
-INDEXES = PLAN.INDEXES
-EMBEDDINGS = PLAN.EMBEDDINGS
+DOWNLOADS = PLAN.paths.downloads
+DATA = PLAN.paths.data
+MODELS = PLAN.paths.models
+INDEXES = PLAN.paths.indexes
+EMBEDDINGS = PLAN.paths.embeddings
 # false (small, paper): embeddings are temporary, removed once searched and mined
 KEEP_EMBEDDINGS = config["dense"]["keep_embeddings"]
-RUNS = PLAN.RUNS
-METRICS = PLAN.METRICS
-STATS = PLAN.STATS
-RESULTS = PLAN.RESULTS
-LOGS = PLAN.LOGS
+RUNS = PLAN.paths.runs
+METRICS = PLAN.paths.metrics
+STATS = PLAN.paths.stats
+RESULTS = PLAN.paths.results
+LOGS = PLAN.paths.logs
 
 
 # On a cluster (profiles/slurm) every dense system's jobs on corpora of one shard form one group job,
-# "dense-<system>" (PLAN.dense_group): the profile sizes every such group by its "dense" entry of
+# "dense-<system>" (PLAN.work.dense_group): the profile sizes every such group by its "dense" entry of
 # `group-components`, and its `dense_slot=1` runs the group's jobs one after another on one GPU. Only a
 # run that limits `dense_slot` groups them (without it a group would run its jobs side by side and ask
 # for a GPU each).
-DENSE_GROUP = PLAN.dense_group if "dense_slot" in workflow.global_resources else None
+DENSE_GROUP = (
+    PLAN.work.dense_group if "dense_slot" in workflow.global_resources else None
+)
 workflow.parent_groupids.update(
-    {PLAN.dense_group_id(s): "dense" for s in PLAN.DENSE_SYSTEMS}
+    {PLAN.work.dense_group_id(s): "dense" for s in PLAN.systems.dense}
 )

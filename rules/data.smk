@@ -14,7 +14,7 @@ rule mini_benchmark:
         expand(
             "{data}/{name}/{f}",
             data=DATA,
-            name=PLAN.MINI_DATASETS,
+            name=PLAN.datasets.mini,
             f=["corpus.jsonl", "queries.jsonl", "dataset.json"],
         ),
         training=expand(
@@ -47,7 +47,7 @@ rule download:
     log:
         f"{LOGS}/download/{{path}}.log",
     wildcard_constraints:
-        path=PLAN.alternation(PLAN.REMOTE),
+        path=PLAN.alternation(PLAN.datasets.remote),
     retries: 1
     conda:
         "../envs/cpu.yaml"
@@ -57,7 +57,7 @@ rule download:
         runtime=PLAN.runtime(600),
         downloads=1,
     params:
-        spec=lambda wc: PLAN.REMOTE[wc.path].as_spec(),
+        spec=lambda wc: PLAN.datasets.remote[wc.path].as_spec(),
         mirror=config["mirror"],
         retries=config["download"]["retries"],
         timeout=config["download"]["timeout"],
@@ -68,7 +68,7 @@ rule download:
 rule convert:
     """Extract, convert to the BEIR layout and validate one registry dataset."""
     input:
-        files=lambda wc: PLAN.downloads_of(wc.dataset),
+        files=lambda wc: PLAN.datasets.downloads_of(wc.dataset),
         code=PLAN.code(
             "zsdr.data.fetch",
             "zsdr.data.convert",
@@ -90,7 +90,7 @@ rule convert:
         runtime=PLAN.runtime(240),
     params:
         downloads=DOWNLOADS,
-        byo=PATHS["byo"],
+        byo=PLAN.paths.byo,
     script:
         "../workflow_scripts/convert.py"
 
@@ -98,7 +98,7 @@ rule convert:
 rule tiny_backbone:
     """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora."""
     input:
-        data=[PLAN.dataset_marker(n) for n in PLAN.MINI_DATASETS],
+        data=[PLAN.dataset_marker(n) for n in PLAN.datasets.mini],
         code=PLAN.code("zsdr.models.tiny", script="tiny_backbone"),
     output:
         f"{MODELS}/backbones/{{backbone}}/config.json",
@@ -106,7 +106,7 @@ rule tiny_backbone:
     log:
         f"{LOGS}/models/tiny_backbone_{{backbone}}.log",
     wildcard_constraints:
-        backbone=PLAN.alternation(PLAN.BUILT_BACKBONES),
+        backbone=PLAN.alternation(PLAN.datasets.built_backbones),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -115,7 +115,7 @@ rule tiny_backbone:
         runtime=PLAN.runtime(10),
     params:
         build=lambda wc: config["backbones"][wc.backbone]["build"],
-        datasets=[f"{DATA}/{n}" for n in PLAN.MINI_DATASETS],
+        datasets=[f"{DATA}/{n}" for n in PLAN.datasets.mini],
         seed=config["seed"],
     script:
         "../workflow_scripts/tiny_backbone.py"
@@ -127,11 +127,19 @@ rule data:
         [
             PLAN.dataset_marker(n)
             for n in dict.fromkeys(
-                [PLAN.SOURCE, *PLAN.TARGETS, *config["datasets"]["extra"]]
+                [
+                    PLAN.datasets.source,
+                    *PLAN.datasets.targets,
+                    *config["datasets"]["extra"],
+                ]
             )
         ],
-        [p for n in PLAN.FETCHED for p in PLAN.downloads_of(n, extras=True)],
-        [f"{MODELS}/backbones/{b}/config.json" for b in PLAN.BUILT_BACKBONES],
+        [
+            p
+            for n in PLAN.datasets.fetched
+            for p in PLAN.datasets.downloads_of(n, extras=True)
+        ],
+        [f"{MODELS}/backbones/{b}/config.json" for b in PLAN.datasets.built_backbones],
 
 
 RELEASED_ENCODERS = [n for n, r in RELEASES.items() if r.kind in ("ance", "condenser")]
@@ -142,7 +150,7 @@ rule released_encoder:
     """A released archive as a model folder: ANCE-format checkpoints (ANCE warmup, MoDIR's) as encoders, the
     Condenser with its head (COCO-DR's COCO init)."""
     input:
-        archive=lambda wc: PLAN.released_archive(wc.release),
+        archive=lambda wc: PLAN.datasets.released_archive(wc.release),
         code=PLAN.code(
             "zsdr.models.released", "zsdr.models.encoder", script="released_model"
         ),
@@ -165,7 +173,7 @@ rule released_encoder:
 rule released_rem:
     """One of DDR's released REMs (adapter-transformers archives) in the project's REM format."""
     input:
-        archive=lambda wc: PLAN.released_archive(wc.release),
+        archive=lambda wc: PLAN.datasets.released_archive(wc.release),
         code=PLAN.code(
             "zsdr.models.released", "zsdr.models.encoder", script="released_model"
         ),
@@ -221,8 +229,8 @@ rule corpus_overlap:
     log:
         f"{LOGS}/data/corpus_overlap_{{dataset}}_{{donor}}.log",
     wildcard_constraints:
-        dataset=PLAN.alternation(PLAN.SHARED_CORPUS),
-        donor=PLAN.alternation(PLAN.SHARED_CORPUS.values()),
+        dataset=PLAN.alternation(PLAN.datasets.shared_corpus),
+        donor=PLAN.alternation(PLAN.datasets.shared_corpus.values()),
     conda:
         "../envs/cpu.yaml"
     resources:

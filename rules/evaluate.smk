@@ -7,13 +7,15 @@
 rule evaluate:
     """Metrics of every table-1 system's run on one dataset's evaluation split."""
     input:
-        runs=lambda wc: expand(f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.EVAL_SYSTEMS),
+        runs=lambda wc: expand(
+            f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.evaluation.eval_systems
+        ),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
         ),
     output:
-        [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.EVAL_SYSTEMS],
+        [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.evaluation.eval_systems],
     log:
         f"{LOGS}/metrics/{{dataset}}.log",
     conda:
@@ -24,7 +26,7 @@ rule evaluate:
         runtime=PLAN.runtime(30),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.eval_split(wc.dataset),
+        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
         metrics=config["evaluation"]["metrics"],
         ignore_identical_ids=lambda wc: wc.dataset
         in config["evaluation"]["ignore_identical_ids"],
@@ -44,26 +46,26 @@ use rule evaluate as evaluate_system with:
     log:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.EXTRA_EVAL_SYSTEMS),
+        system=PLAN.alternation(PLAN.evaluation.extra_eval_systems),
 
 
 # Table 1's systems with a model per target (MoDIR, RMSC) exist on every evaluation dataset: there one job
 # per dataset evaluates every table-1 system (their `evaluate_system` jobs would each start ranx again).
-if set(PLAN.TABLE1_SYSTEMS) - set(PLAN.EVAL_SYSTEMS):
+if set(PLAN.tables.table1_systems) - set(PLAN.evaluation.eval_systems):
 
     use rule evaluate as evaluate_table1 with:
         input:
             runs=lambda wc: expand(
-                f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.TABLE1_SYSTEMS
+                f"{RUNS}/{wc.dataset}/{{s}}.trec", s=PLAN.tables.table1_systems
             ),
             data=lambda wc: PLAN.dataset_marker(wc.dataset),
             code=PLAN.code(
                 "zsdr.evaluation.metrics", "zsdr.data.formats", script="evaluate"
             ),
         output:
-            [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.TABLE1_SYSTEMS],
+            [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.tables.table1_systems],
         wildcard_constraints:
-            dataset=PLAN.alternation(PLAN.EVAL_DATASETS),
+            dataset=PLAN.alternation(PLAN.datasets.evaluated),
 
     ruleorder: evaluate_table1 > evaluate
     ruleorder: evaluate_table1 > evaluate_system
@@ -96,7 +98,7 @@ rule dataset_stats:
 rule shift_stats:
     """Query-type and unigram weighted Jaccard between the source and a target (COCO-DR T6)."""
     input:
-        source=PLAN.dataset_marker(PLAN.SOURCE),
+        source=PLAN.dataset_marker(PLAN.datasets.source),
         target=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.analysis", "zsdr.data.formats", script="shift_stats"
@@ -115,7 +117,7 @@ rule shift_stats:
         source=lambda wc, input: os.path.dirname(input.source),
         source_split=config["statistics"]["source_split"],
         target=lambda wc: f"{DATA}/{wc.dataset}",
-        target_split=lambda wc: PLAN.eval_split(wc.dataset),
+        target_split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
         max_docs=config["statistics"]["max_docs"],
     script:
         "../workflow_scripts/shift_stats.py"

@@ -5,7 +5,7 @@
 rule triples_dataset:
     """Text triples -> a BEIR folder with content-hash ids plus negatives.jsonl (system `triples`)."""
     input:
-        triples=lambda wc: PLAN.side_file(wc.source, "triples", "recipes"),
+        triples=lambda wc: PLAN.trainings.side_file(wc.source, "triples", "recipes"),
         code=PLAN.code(
             "zsdr.data.convert",
             "zsdr.data.download",
@@ -18,7 +18,7 @@ rule triples_dataset:
     log:
         f"{LOGS}/data/triples_{{source}}.log",
     wildcard_constraints:
-        source=PLAN.alternation(PLAN.TRIPLES_SOURCES),
+        source=PLAN.alternation(PLAN.trainings.triples_sources),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -50,25 +50,20 @@ rule bm25_negatives:
         runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        depth=PLAN.TRAINING["bm25_negatives"],
+        depth=PLAN.recipes.training["bm25_negatives"],
         bm25=config["bm25"],
-        language=lambda wc: PLAN.language(wc.source),
+        language=lambda wc: PLAN.datasets.language(wc.source),
     script:
         "../workflow_scripts/bm25_negatives.py"
 
 
 rule mine_negatives:
     """ANCE refresh: the previous checkpoint retrieves top-k for the training queries at the episode's
-    query / document lengths (mining_system, mining_options); sample negatives."""
+    query / document lengths (zsdr.plan.core.MineJob); sample negatives."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.source),
-        model=lambda wc: PLAN.model_files(
-            PLAN.dense_model(PLAN.previous_system(wc.run), wc.source)
-        ),
-        shards=lambda wc: [
-            f"{EMBEDDINGS}/{wc.source}/{PLAN.mining_system(wc.run)}/{s}"
-            for s in PLAN.shards(wc.source)
-        ],
+        model=lambda wc: PLAN.mine_job(wc.run, wc.source).model_files,
+        shards=lambda wc: PLAN.mine_job(wc.run, wc.source).shards,
         code=PLAN.code(
             "zsdr.retrieval",
             "zsdr.training.data",
@@ -80,28 +75,22 @@ rule mine_negatives:
     log:
         f"{LOGS}/data/mine_{{source}}_{{run}}.log",
     wildcard_constraints:
-        run=PLAN.alternation(PLAN.ANCE_RUNS),
+        run=PLAN.alternation(PLAN.systems.ance_runs),
     priority: 1
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=32000,
         runtime=PLAN.runtime(240),
     params:
-        model=lambda wc: PLAN.dense_model(PLAN.previous_system(wc.run), wc.source),
-        options=lambda wc: PLAN.mining_options(wc.run, wc.source),
+        model=lambda wc: PLAN.mine_job(wc.run, wc.source).model,
+        options=lambda wc: PLAN.mine_job(wc.run, wc.source).options,
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        mine=lambda wc: {
-            **PLAN.TRAINING["mine"],
-            **PLAN.RECIPES[PLAN.MINED[wc.run][0]].get("mine", {}),
-        },
-        seed=lambda wc: PLAN.train_settings(PLAN.RECIPES[PLAN.MINED[wc.run][0]])[
-            "seed"
-        ]
-        + PLAN.MINED[wc.run][1],
-        max_examples=lambda wc: PLAN.RECIPES[PLAN.MINED[wc.run][0]].get("max_examples"),
-        dense=config["dense"],
+        mine=lambda wc: PLAN.mine_job(wc.run, wc.source).mine,
+        seed=lambda wc: PLAN.mine_job(wc.run, wc.source).seed,
+        max_examples=lambda wc: PLAN.mine_job(wc.run, wc.source).max_examples,
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/mine_negatives.py"
 
@@ -109,7 +98,7 @@ rule mine_negatives:
 rule train_cross_encoder:
     """A cross-encoder (teacher) trained with the one trainer."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.cross_encoder_spec(wc.name)),
+        lambda wc: PLAN.cross_encoder_job(wc.name).inputs,
         code=PLAN.code(
             *PLAN.TRAINER_CODE,
             "zsdr.losses.contrastive",
@@ -122,30 +111,22 @@ rule train_cross_encoder:
     log:
         f"{LOGS}/train/cross-encoder-{{name}}.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.CROSS_ENCODERS),
-    retries: PLAN.training_retries(workflow)
+        name=PLAN.alternation(PLAN.recipes.cross_encoders),
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(lambda wc: PLAN.CROSS_ENCODERS[wc.name])
+        PLAN.dense_env
+    threads: lambda wc: PLAN.cross_encoder_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.CROSS_ENCODERS[wc.name]),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.cross_encoder_spec(wc.name),
-            PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.cross_encoder_job(wc.name)),
+        mem_mb=lambda wc: PLAN.cross_encoder_job(wc.name).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.cross_encoder_spec(wc.name),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(
-                PLAN.cross_encoder_spec(wc.name),
-                PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
-            )
-        ),
-        launch=lambda wc: PLAN.launch_settings(PLAN.CROSS_ENCODERS[wc.name]),
+        spec=lambda wc: PLAN.cross_encoder_job(wc.name).spec,
+        summary=lambda wc: PLAN.cross_encoder_job(wc.name).summary,
+        launch=lambda wc: PLAN.cross_encoder_job(wc.name).launch,
     message:
         "train cross-encoder {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -155,7 +136,7 @@ rule train_cross_encoder:
 rule train_reader:
     """An extractive QA reader (the start probabilities of BERM's unit labels), one trainer."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.reader_spec(wc.name)),
+        lambda wc: PLAN.reader_job(wc.name).inputs,
         code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.models.reader", script="train"),
     output:
         f"{MODELS}/readers/{{name}}/config.json",
@@ -163,28 +144,22 @@ rule train_reader:
     log:
         f"{LOGS}/train/reader-{{name}}.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.TRAINED_READERS),
-    retries: PLAN.training_retries(workflow)
+        name=PLAN.alternation(PLAN.recipes.trained_readers),
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(lambda wc: PLAN.READERS[wc.name])
+        PLAN.dense_env
+    threads: lambda wc: PLAN.reader_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.READERS[wc.name]),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.reader_job(wc.name)),
+        mem_mb=lambda wc: PLAN.reader_job(wc.name).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.reader_spec(wc.name),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(
-                PLAN.reader_spec(wc.name), PLAN.launch_settings(PLAN.READERS[wc.name])
-            )
-        ),
-        launch=lambda wc: PLAN.launch_settings(PLAN.READERS[wc.name]),
+        spec=lambda wc: PLAN.reader_job(wc.name).spec,
+        summary=lambda wc: PLAN.reader_job(wc.name).summary,
+        launch=lambda wc: PLAN.reader_job(wc.name).launch,
     message:
         "train reader {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -198,7 +173,7 @@ rule teacher_scores:
         model=f"{MODELS}/cross-encoders/{{name}}/config.json",
         data=lambda wc: PLAN.dataset_marker(wc.source),
         store=f"{DATA}/{{source}}/store/store.json",
-        negatives=lambda wc: PLAN.teacher_negatives(wc.name, wc.source),
+        negatives=lambda wc: PLAN.trainings.teacher_negatives(wc.name, wc.source),
         code=PLAN.code(
             "zsdr.training.teacher",
             "zsdr.training.data",
@@ -212,23 +187,25 @@ rule teacher_scores:
     log:
         f"{LOGS}/data/teacher_{{source}}_{{name}}.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.CROSS_ENCODERS),
+        name=PLAN.alternation(PLAN.recipes.cross_encoders),
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        runtime=PLAN.runtime(PLAN.recipes.training["runtime"]),
     params:
         model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
         dataset=lambda wc: f"{DATA}/{wc.source}",
-        max_candidates=lambda wc: PLAN.CROSS_ENCODERS[wc.name].get("max_candidates"),
-        random_candidates=lambda wc: PLAN.CROSS_ENCODERS[wc.name].get(
+        max_candidates=lambda wc: PLAN.recipes.cross_encoders[wc.name].get(
+            "max_candidates"
+        ),
+        random_candidates=lambda wc: PLAN.recipes.cross_encoders[wc.name].get(
             "random_candidates", 0
         ),
-        seed=PLAN.TRAINING["seed"],
-        max_examples=lambda wc: PLAN.teacher_max_examples(wc.name, wc.source),
-        dense=config["dense"],
+        seed=PLAN.recipes.training["seed"],
+        max_examples=lambda wc: PLAN.trainings.teacher_max_examples(wc.name, wc.source),
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/teacher_scores.py"
 
@@ -236,8 +213,8 @@ rule teacher_scores:
 rule train:
     """One training run of a recipe (one ANCE episode, or the whole DPR / KD / DR recipe)."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.train_spec(wc.run)),
-        code=lambda wc: PLAN.recipe_code(wc.run),
+        lambda wc: PLAN.train_job(wc.run).inputs,
+        code=lambda wc: PLAN.trainings.recipe_code(wc.run),
     output:
         f"{MODELS}/trained/{{run}}/config.json",
         f"{MODELS}/trained/{{run}}/zsdr.json",
@@ -246,30 +223,22 @@ rule train:
     log:
         f"{LOGS}/train/{{run}}.log",
     wildcard_constraints:
-        run=PLAN.alternation(PLAN.TRAIN_RUNS),
-    retries: PLAN.training_retries(workflow)
+        run=PLAN.alternation(PLAN.recipes.runs),
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]])
+        PLAN.dense_env
+    threads: lambda wc: PLAN.train_job(wc.run).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.train_spec(wc.run),
-            PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.train_job(wc.run)),
+        mem_mb=lambda wc: PLAN.train_job(wc.run).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.train_spec(wc.run),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(
-                PLAN.train_spec(wc.run),
-                PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
-            )
-        ),
-        launch=lambda wc: PLAN.launch_settings(PLAN.RECIPES[PLAN.TRAIN_RUNS[wc.run][0]]),
+        spec=lambda wc: PLAN.train_job(wc.run).spec,
+        summary=lambda wc: PLAN.train_job(wc.run).summary,
+        launch=lambda wc: PLAN.train_job(wc.run).launch,
     message:
         "train {wildcards.run} ({params.shape}): {params.summary}"
     script:

@@ -27,8 +27,8 @@ rule unit_stats:
         runtime=PLAN.runtime(120),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=PLAN.BERM_LABELS,
-        max_pairs=lambda wc: PLAN.label_max_pairs(wc.split),
+        labels=PLAN.berm.labels,
+        max_pairs=lambda wc: PLAN.berm.label_max_pairs(wc.split),
         seed=config["seed"],
     script:
         "../workflow_scripts/unit_stats.py"
@@ -40,7 +40,7 @@ rule label_units_shard:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         store=f"{DATA}/{{dataset}}/store/store.json",
         stats=f"{DATA}/{{dataset}}/berm/{{split}}/unit_stats.json",
-        reader=lambda wc: PLAN.reader_files(),
+        reader=lambda wc: PLAN.berm.reader_files(),
         code=PLAN.code(
             "zsdr.training.unit_labels",
             "zsdr.sparse.unit_bm25",
@@ -60,14 +60,14 @@ rule label_units_shard:
     conda:
         "../envs/gpu.yaml"
     resources:
-        **PLAN.cluster_resources(PLAN.BERM_LABELS["gpus"]),
+        **PLAN.cluster_resources(PLAN.berm.labels["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.label_runtime,
+        runtime=PLAN.work.label_runtime,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=PLAN.BERM_LABELS,
-        reader=lambda wc: PLAN.berm_reader(),
-        max_pairs=lambda wc: PLAN.label_max_pairs(wc.split),
+        labels=PLAN.berm.labels,
+        reader=lambda wc: PLAN.berm.berm_reader(),
+        max_pairs=lambda wc: PLAN.berm.label_max_pairs(wc.split),
         seed=config["seed"],
         device=config["dense"]["device"],
         precision=config["dense"]["precision"],
@@ -78,7 +78,7 @@ rule label_units_shard:
 rule label_units:
     """All shards of a split joined, with a summary (agreement with the mini generator's truth)."""
     input:
-        shards=lambda wc: PLAN.label_shards(wc.dataset, wc.split),
+        shards=lambda wc: PLAN.berm.label_shards(wc.dataset, wc.split),
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.training.unit_labels", "zsdr.data.formats", script="label_units"
@@ -96,6 +96,6 @@ rule label_units:
         runtime=PLAN.runtime(30),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        info=lambda wc: {"split": wc.split, **PLAN.BERM_LABELS},
+        info=lambda wc: {"split": wc.split, **PLAN.berm.labels},
     script:
         "../workflow_scripts/label_units.py"

@@ -16,7 +16,7 @@ rule modir_triples:
     log:
         f"{LOGS}/data/modir_triples_{{dataset}}.log",
     wildcard_constraints:
-        dataset=PLAN.alternation(PLAN.MODIR_TARGETS),
+        dataset=PLAN.alternation(PLAN.recipes.per_target_datasets),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -25,7 +25,7 @@ rule modir_triples:
         runtime=PLAN.runtime(60),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=PLAN.MODIR["triples_split"],
+        split=PLAN.modir.section["triples_split"],
     script:
         "../workflow_scripts/modir_triples.py"
 
@@ -33,8 +33,8 @@ rule modir_triples:
 rule modir_domain:
     """Global Domain-Acc (queries, documents) and KNN-Source% of one system between the source and a target."""
     input:
-        model=PLAN.dense_model_input,
-        source=PLAN.dataset_marker(PLAN.SOURCE),
+        model=PLAN.systems.dense_model_input,
+        source=PLAN.dataset_marker(PLAN.datasets.source),
         target=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.domain",
@@ -47,23 +47,23 @@ rule modir_domain:
     log:
         f"{LOGS}/stats/modir_{{dataset}}_{{system}}.log",
     wildcard_constraints:
-        dataset=PLAN.alternation(PLAN.MODIR_CURVE_DATASETS),
-        system=PLAN.alternation(set(PLAN.MODIR_STEP_SYSTEMS.values())),
+        dataset=PLAN.alternation(PLAN.modir.curve_datasets),
+        system=PLAN.alternation(set(PLAN.systems.modir_step_systems.values())),
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
-        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
+        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
+        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
         source=lambda wc, input: os.path.dirname(input.source),
         target=lambda wc, input: os.path.dirname(input.target),
-        target_split=lambda wc: PLAN.eval_split(wc.dataset),
-        analysis=PLAN.MODIR["analysis"],
+        target_split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
+        analysis=PLAN.modir.section["analysis"],
         seed=config["seed"],
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/modir_domain.py"
 
@@ -74,14 +74,16 @@ ruleorder: modir_curves > modir_table4 > paper_table
 rule modir_curves:
     """MoDIR Figures 3 and 5 and Table 3: Domain-Acc, KNN-Source% and nDCG@10 over training."""
     input:
-        domain=[p["domain"] for p in PLAN.modir_points()],
-        metrics=[p["metrics"] for p in PLAN.modir_points()],
+        domain=[p["domain"] for p in PLAN.figures.modir_points()],
+        metrics=[p["metrics"] for p in PLAN.figures.modir_points()],
         runs=[
             f"{MODELS}/trained/{r}@{d}/training.json"
-            for d, logs in PLAN.modir_logs().items()
+            for d, logs in PLAN.modir.modir_logs().items()
             for r in logs
         ],
-        published=PLAN.source_file("src/zsdr/tables/published/modir_table3.csv"),
+        published=PLAN.code_plan.source_file(
+            "src/zsdr/tables/published/modir_table3.csv"
+        ),
         code=PLAN.code(
             "zsdr.tables.modir_figures",
             "zsdr.tables.figures",
@@ -117,11 +119,11 @@ rule modir_curves:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        points=PLAN.modir_points(),
-        logs=PLAN.modir_logs(),
-        dataset=PLAN.modir_dataset("table3"),
-        figure5=PLAN.modir_figure5(),
-        table3=PLAN.MODIR["table3"],
+        points=PLAN.figures.modir_points(),
+        logs=PLAN.modir.modir_logs(),
+        dataset=PLAN.modir.modir_dataset("table3"),
+        figure5=PLAN.modir.modir_figure5(),
+        table3=PLAN.modir.section["table3"],
         scale=config["scale"],
     script:
         "../workflow_scripts/modir_curves.py"
@@ -131,11 +133,13 @@ rule modir_figure4:
     """MoDIR Figure 4: t-SNE of source and target passages after 0 / ... steps, with and without momentum."""
     input:
         models=[
-            f for m in PLAN.modir_tsne_models().values() for f in PLAN.model_files(m)
+            f
+            for m in PLAN.figures.modir_tsne_models().values()
+            for f in PLAN.refs.model_files(m)
         ],
         data=[
-            PLAN.dataset_marker(PLAN.SOURCE),
-            PLAN.dataset_marker(PLAN.modir_dataset("figure4")),
+            PLAN.dataset_marker(PLAN.datasets.source),
+            PLAN.dataset_marker(PLAN.modir.modir_dataset("figure4")),
         ],
         code=PLAN.code(
             "zsdr.evaluation.tsne",
@@ -156,19 +160,21 @@ rule modir_figure4:
     log:
         f"{LOGS}/tables/modir_figure4.log",
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        models=PLAN.modir_tsne_models(),
-        options=PLAN.modir_tsne_models(options=True),
+        models=PLAN.figures.modir_tsne_models(),
+        options=PLAN.figures.modir_tsne_models(options=True),
         domains={
-            PLAN.SOURCE: f"{DATA}/{PLAN.SOURCE}",
-            PLAN.modir_dataset("figure4"): f"{DATA}/{PLAN.modir_dataset('figure4')}",
+            PLAN.datasets.source: f"{DATA}/{PLAN.datasets.source}",
+            PLAN.modir.modir_dataset(
+                "figure4"
+            ): f"{DATA}/{PLAN.modir.modir_dataset('figure4')}",
         },
-        points=PLAN.MODIR["figure4"]["points"],
+        points=PLAN.modir.section["figure4"]["points"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],
@@ -181,18 +187,20 @@ rule modir_table4:
     input:
         models=[
             f
-            for s in PLAN.modir_case()
-            for f in PLAN.model_files(
-                PLAN.dense_model(s, PLAN.modir_dataset("table4"))
+            for s in PLAN.modir.modir_case()
+            for f in PLAN.refs.model_files(
+                PLAN.systems.dense_model(s, PLAN.modir.modir_dataset("table4"))
             )
         ],
         metrics=[
-            f"{METRICS}/{PLAN.modir_dataset('table4')}/{s}.json"
-            for s in PLAN.modir_case()
+            f"{METRICS}/{PLAN.modir.modir_dataset('table4')}/{s}.json"
+            for s in PLAN.modir.modir_case()
         ],
-        source=PLAN.dataset_marker(PLAN.SOURCE),
-        target=PLAN.dataset_marker(PLAN.modir_dataset("table4")),
-        published=PLAN.source_file("src/zsdr/tables/published/modir_table4.csv"),
+        source=PLAN.dataset_marker(PLAN.datasets.source),
+        target=PLAN.dataset_marker(PLAN.modir.modir_dataset("table4")),
+        published=PLAN.code_plan.source_file(
+            "src/zsdr/tables/published/modir_table4.csv"
+        ),
         code=PLAN.code(
             "zsdr.evaluation.case_study",
             "zsdr.models.encoder",
@@ -206,26 +214,26 @@ rule modir_table4:
     log:
         f"{LOGS}/tables/modir_table4.log",
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
         models=[
-            PLAN.dense_model(s, PLAN.modir_dataset("table4"))
-            for s in PLAN.modir_case()
+            PLAN.systems.dense_model(s, PLAN.modir.modir_dataset("table4"))
+            for s in PLAN.modir.modir_case()
         ],
         options=[
-            PLAN.encoder_options(s, PLAN.modir_dataset("table4"))
-            for s in PLAN.modir_case()
+            PLAN.systems.encoder_options(s, PLAN.modir.modir_dataset("table4"))
+            for s in PLAN.modir.modir_case()
         ],
-        systems=PLAN.modir_case(),
+        systems=PLAN.modir.modir_case(),
         source=lambda wc, input: os.path.dirname(input.source),
         target=lambda wc, input: os.path.dirname(input.target),
-        split=PLAN.eval_split(PLAN.modir_dataset("table4")),
-        neighbours=PLAN.MODIR["table4"]["neighbours"],
-        max_source_queries=PLAN.MODIR["table4"]["max_source_queries"],
+        split=PLAN.datasets.eval_split(PLAN.modir.modir_dataset("table4")),
+        neighbours=PLAN.modir.section["table4"]["neighbours"],
+        max_source_queries=PLAN.modir.section["table4"]["max_source_queries"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],
@@ -237,5 +245,5 @@ rule modir_table4:
 rule modir:
     """Every MoDIR table and figure (results/modir/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "modir"],
-        PLAN.MODIR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs if p == "modir"],
+        PLAN.modir.figures,

@@ -5,7 +5,7 @@
 rule train_dam:
     """A DAM: MLM on its last corpus, from the backbone or from the DAM before it in the chain."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.dam_spec(wc.dam)),
+        lambda wc: PLAN.dam_job(wc.dam).inputs,
         code=PLAN.code(*PLAN.TRAINER_CODE, "zsdr.pretrain", script="train"),
     output:
         f"{MODELS}/dams/{{dam}}/config.json",
@@ -14,28 +14,21 @@ rule train_dam:
         f"{LOGS}/train/dam-{{dam}}.log",
     wildcard_constraints:
         dam=r"[^/]+--[^/]+",
-    retries: PLAN.training_retries(workflow)
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(launch=lambda wc: PLAN.dam_launch(wc.dam))
+        PLAN.dense_env
+    threads: lambda wc: PLAN.dam_job(wc.dam).threads
     resources:
-        **PLAN.cluster_resources(
-            lambda wc: PLAN.launch_gpus(PLAN.dam_launch(wc.dam)),
-            nodes=lambda wc: PLAN.dam_launch(wc.dam)["nodes"],
-        ),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam)
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.dam_job(wc.dam)),
+        mem_mb=lambda wc: PLAN.dam_job(wc.dam).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.dam_spec(wc.dam),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(PLAN.dam_spec(wc.dam), PLAN.dam_launch(wc.dam))
-        ),
-        launch=lambda wc: PLAN.dam_launch(wc.dam),
+        spec=lambda wc: PLAN.dam_job(wc.dam).spec,
+        summary=lambda wc: PLAN.dam_job(wc.dam).summary,
+        launch=lambda wc: PLAN.dam_job(wc.dam).launch,
     message:
         "train DAM {wildcards.dam} ({params.shape}): {params.summary}"
     script:

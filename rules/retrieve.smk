@@ -11,9 +11,9 @@ rule encode_corpus:
     rows from the dataset's store; with a `datasets.shared_corpus` donor, the documents both corpora hold
     are read from the donor's embeddings)."""
     input:
-        data=PLAN.shard_corpus,
-        model=PLAN.dense_model_input,
-        donor=PLAN.donor_inputs,
+        data=PLAN.datasets.shard_corpus,
+        model=PLAN.systems.dense_model_input,
+        donor=PLAN.evaluation.donor_inputs,
         code=PLAN.code(
             "zsdr.retrieval.encode",
             "zsdr.models.encoder",
@@ -31,27 +31,27 @@ rule encode_corpus:
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.dense),
         shard=r"\d+",
         shards=r"\d+",
     group:
         DENSE_GROUP
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.encode_runtime,
+        runtime=PLAN.work.encode_runtime,
         dense_slot=1,
-        embeddings_mb=PLAN.embeddings_mb,
+        embeddings_mb=PLAN.work.embeddings_mb,
     params:
-        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
+        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
         donor=lambda wc, input: (
             (list(input.donor[:-1]), input.donor[-1]) if input.donor else None
         ),
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/encode_corpus.py"
 
@@ -60,7 +60,7 @@ rule encode_queries:
     """The judged queries of a split encoded once by a dense system, for the per-shard searches."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        model=PLAN.dense_model_input,
+        model=PLAN.systems.dense_model_input,
         code=PLAN.code(
             "zsdr.retrieval.encode",
             "zsdr.models.encoder",
@@ -75,20 +75,20 @@ rule encode_queries:
     log:
         f"{LOGS}/embeddings/{{dataset}}/{{system}}/queries-{{split}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.dense),
         split=r"[\w.-]+",
     priority: 1
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.queries_runtime,
+        runtime=PLAN.work.queries_runtime,
     params:
-        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
-        dense=config["dense"],
+        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/encode_queries.py"
 
@@ -96,7 +96,7 @@ rule encode_queries:
 rule search_shard:
     """One corpus shard searched exactly for the encoded queries: its top-k ids and scores (temporary)."""
     input:
-        queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{PLAN.eval_split(wc.dataset)}",
+        queries=lambda wc: f"{EMBEDDINGS}/{wc.dataset}/{wc.system}/queries-{PLAN.datasets.eval_split(wc.dataset)}",
         shard=f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}",
         code=PLAN.code(
             "zsdr.retrieval",
@@ -110,18 +110,18 @@ rule search_shard:
     log:
         f"{LOGS}/runs/{{dataset}}/shards/{{system}}/shard{{shard}}-of-{{shards}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.dense),
         shard=r"\d+",
         shards=r"\d+",
     priority: 1
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.search_runtime,
+        runtime=PLAN.work.search_runtime,
     params:
-        dense=config["dense"],
+        dense=PLAN.dense_settings,
     script:
         "../workflow_scripts/search_shard.py"
 
@@ -132,8 +132,8 @@ rule dense_search:
     """
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        model=PLAN.dense_model_input,
-        shards=PLAN.dense_search_inputs,
+        model=PLAN.systems.dense_model_input,
+        shards=PLAN.evaluation.dense_search_inputs,
         code=PLAN.code(
             "zsdr.retrieval",
             "zsdr.models.encoder",
@@ -145,32 +145,34 @@ rule dense_search:
     log:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.DENSE_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.dense),
     priority: 1
     group:
         DENSE_GROUP
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(
-            lambda wc: 0 if PLAN.scattered(wc.dataset) else config["dense"]["gpus"]
+            lambda wc: (
+                0 if PLAN.evaluation.scattered(wc.dataset) else config["dense"]["gpus"]
+            )
         ),
         mem_mb=16000,
-        runtime=PLAN.search_runtime,
+        runtime=PLAN.work.search_runtime,
         dense_slot=1,
     params:
-        model=lambda wc: PLAN.dense_model(wc.system, wc.dataset),
+        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.eval_split(wc.dataset),
-        options=lambda wc: PLAN.encoder_options(wc.system, wc.dataset),
-        dense=config["dense"],
-        scattered=lambda wc: PLAN.scattered(wc.dataset),
+        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
+        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
+        dense=PLAN.dense_settings,
+        scattered=lambda wc: PLAN.evaluation.scattered(wc.dataset),
     script:
         "../workflow_scripts/dense_search.py"
 
 
 # Only where at least two evaluation datasets have a single shard (else nothing to group).
-if PLAN.GROUP_DATASETS:
+if PLAN.evaluation.group_datasets:
 
     rule dense_search_group:
         """A table-1 dense system on every evaluation dataset of one shard, in one job (`cluster.group_datasets`):
@@ -178,7 +180,7 @@ if PLAN.GROUP_DATASETS:
         `dense_search` run), one model load for all. Larger corpora keep their per-shard jobs.
         """
         input:
-            PLAN.group_inputs,
+            PLAN.evaluation.group_inputs,
             code=PLAN.code(
                 "zsdr.retrieval",
                 "zsdr.models.encoder",
@@ -189,28 +191,30 @@ if PLAN.GROUP_DATASETS:
             [
                 temp_unless(
                     KEEP_EMBEDDINGS,
-                    directory(f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.shards(d)[0]}"),
+                    directory(
+                        f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.datasets.shards(d)[0]}"
+                    ),
                 )
-                for d in PLAN.GROUP_DATASETS
+                for d in PLAN.evaluation.group_datasets
             ],
-            [f"{RUNS}/{d}/{{system}}.trec" for d in PLAN.GROUP_DATASETS],
+            [f"{RUNS}/{d}/{{system}}.trec" for d in PLAN.evaluation.group_datasets],
         log:
             f"{LOGS}/runs/group/{{system}}.log",
         wildcard_constraints:
-            system=PLAN.alternation(PLAN.GROUP_SYSTEMS),
+            system=PLAN.alternation(PLAN.evaluation.group_systems),
         group:
             DENSE_GROUP
         conda:
-            PLAN.DENSE_ENV
+            PLAN.dense_env
         resources:
             **PLAN.cluster_resources(config["dense"]["gpus"]),
             mem_mb=16000,
-            runtime=PLAN.group_runtime,
+            runtime=PLAN.work.group_runtime,
             dense_slot=1,
-            embeddings_mb=PLAN.embeddings_mb,
+            embeddings_mb=PLAN.work.embeddings_mb,
         params:
-            jobs=lambda wc: PLAN.group_jobs(wc.system),
-            dense=config["dense"],
+            jobs=lambda wc: PLAN.evaluation.group_jobs(wc.system),
+            dense=PLAN.dense_settings,
         script:
             "../workflow_scripts/dense_search_group.py"
 

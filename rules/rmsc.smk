@@ -6,8 +6,8 @@
 rule build_generator:
     """A randomly initialised tiny T5 query generator over a tiny backbone's tokenizer."""
     input:
-        tokenizer=lambda wc: PLAN.model_files(
-            PLAN.model_ref(PLAN.GENERATORS[wc.name]["tokenizer"])
+        tokenizer=lambda wc: PLAN.refs.model_files(
+            PLAN.refs.model_ref(PLAN.rmsc.generators[wc.name]["tokenizer"])
         ),
         code=PLAN.code("zsdr.models.generator", script="build_generator"),
     output:
@@ -15,7 +15,7 @@ rule build_generator:
     log:
         f"{LOGS}/train/generator-{{name}}-build.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
+        name=PLAN.alternation(PLAN.rmsc.trained_generators),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -24,7 +24,7 @@ rule build_generator:
         runtime=PLAN.runtime(10),
     params:
         tokenizer=lambda wc, input: os.path.dirname(input.tokenizer[0]),
-        size=lambda wc: PLAN.GENERATORS[wc.name]["build"],
+        size=lambda wc: PLAN.rmsc.generators[wc.name]["build"],
         seed=config["seed"],
     script:
         "../workflow_scripts/build_generator.py"
@@ -33,7 +33,7 @@ rule build_generator:
 rule train_generator:
     """QGen's generator trained on the source's training pairs (passage -> query), one trainer."""
     input:
-        lambda wc: PLAN.spec_inputs(PLAN.generator_spec(wc.name)),
+        lambda wc: PLAN.generator_job(wc.name).inputs,
         code=PLAN.code(
             *PLAN.TRAINER_CODE,
             "zsdr.models.generator",
@@ -46,30 +46,22 @@ rule train_generator:
     log:
         f"{LOGS}/train/generator-{{name}}.log",
     wildcard_constraints:
-        name=PLAN.alternation(PLAN.TRAINED_GENERATORS),
-    retries: PLAN.training_retries(workflow)
+        name=PLAN.alternation(PLAN.rmsc.trained_generators),
+    retries: PLAN.resources.training_retries(workflow)
     conda:
-        PLAN.DENSE_ENV
-    threads: PLAN.training_threads(lambda wc: PLAN.GENERATORS[wc.name])
+        PLAN.dense_env
+    threads: lambda wc: PLAN.generator_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.GENERATORS[wc.name]),
-        mem_mb=lambda wc: PLAN.training_memory(
-            PLAN.generator_spec(wc.name),
-            PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
-        )[0],
-        runtime=PLAN.runtime(PLAN.TRAINING["runtime"]),
+        **PLAN.training_resources(lambda wc: PLAN.generator_job(wc.name)),
+        mem_mb=lambda wc: PLAN.generator_job(wc.name).memory,
+        runtime=PLAN.training_runtime,
     params:
         shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.job_shape(resources, threads)
+            PLAN.resources.job_shape(resources, threads)
         ),
-        spec=lambda wc: PLAN.generator_spec(wc.name),
-        summary=lambda wc: PLAN.note(
-            PLAN.spec_summary(
-                PLAN.generator_spec(wc.name),
-                PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
-            )
-        ),
-        launch=lambda wc: PLAN.launch_settings(PLAN.GENERATORS[wc.name]),
+        spec=lambda wc: PLAN.generator_job(wc.name).spec,
+        summary=lambda wc: PLAN.generator_job(wc.name).summary,
+        launch=lambda wc: PLAN.generator_job(wc.name).launch,
     message:
         "train generator {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -80,7 +72,7 @@ rule weak_pairs:
     """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen)."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
-        model=PLAN.weak_inputs,
+        model=PLAN.rmsc.weak_inputs,
         code=PLAN.code(
             "zsdr.training.weak",
             "zsdr.pretrain.spans",
@@ -94,31 +86,31 @@ rule weak_pairs:
     log:
         f"{LOGS}/data/weak_{{corpus}}_{{method}}.log",
     wildcard_constraints:
-        corpus=PLAN.alternation({c for c, _ in PLAN.WEAK_PAIRS}),
+        corpus=PLAN.alternation({c for c, _ in PLAN.trainings.weak_pairs}),
         method="scl|ict|qgen",
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(
-            lambda wc: PLAN.RMSC_QGEN["gpus"] if wc.method == "qgen" else 0
+            lambda wc: PLAN.rmsc.qgen["gpus"] if wc.method == "qgen" else 0
         ),
         mem_mb=16000,
         runtime=PLAN.runtime(240),
     params:
         dataset=lambda wc, input: os.path.dirname(input.data),
         method=lambda wc: wc.method,
-        weak=PLAN.RMSC_WEAK,
-        qgen=PLAN.RMSC_QGEN,
-        tokenizer=PLAN.model_ref(PLAN.WEAK_TOKENIZER),
+        weak=PLAN.rmsc.weak,
+        qgen=PLAN.settings(PLAN.rmsc.qgen),
+        tokenizer=PLAN.refs.model_ref(PLAN.rmsc.weak_tokenizer),
         generator=lambda wc: (
-            PLAN.generator_path(PLAN.RMSC_QGEN["generator"])
+            PLAN.refs.generator_path(PLAN.rmsc.qgen["generator"])
             if wc.method == "qgen"
             else None
         ),
         seed=config["seed"],
         device=config["dense"]["device"],
         precision=config["dense"]["precision"],
-        summary=lambda wc: PLAN.note(PLAN.weak_summary(wc)),
+        summary=lambda wc: PLAN.note(PLAN.rmsc.weak_summary(wc)),
     message:
         "weak pairs of {wildcards.corpus}: {params.summary}"
     script:
@@ -128,7 +120,9 @@ rule weak_pairs:
 rule rmsc_curves:
     """RMSC Figures 2-3: nDCG@10 on the source dev set and the targets at snapshots during training."""
     input:
-        metrics=lambda wc: [p["metrics"] for p in PLAN.rmsc_curve_points(int(wc.n))],
+        metrics=lambda wc: [
+            p["metrics"] for p in PLAN.figures.rmsc_curve_points(int(wc.n))
+        ],
         code=PLAN.code(
             "zsdr.tables.rmsc_figures", "zsdr.tables.figures", script="rmsc_curves"
         ),
@@ -152,11 +146,11 @@ rule rmsc_curves:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=lambda wc: PLAN.rmsc_curve_points(int(wc.n)),
+        points=lambda wc: PLAN.figures.rmsc_curve_points(int(wc.n)),
         figure=lambda wc: int(wc.n),
         metric=config["table1"]["metric"],
         scale=config["scale"],
-        summary=lambda wc: PLAN.note(PLAN.curves_summary(int(wc.n))),
+        summary=lambda wc: PLAN.note(PLAN.rmsc.curves_summary(int(wc.n))),
     message:
         "RMSC figure {wildcards.n}: {params.summary}"
     script:
@@ -166,5 +160,5 @@ rule rmsc_curves:
 rule rmsc:
     """Every RMSC table and figure (results/rmsc/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "rmsc"],
-        PLAN.RMSC_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs if p == "rmsc"],
+        PLAN.rmsc.figures,

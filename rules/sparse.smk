@@ -14,14 +14,14 @@ rule lucene_index:
         fields="flat|multifield",
     conda:
         "../envs/java.yaml"
-    threads: PLAN.index_threads
+    threads: PLAN.work.index_threads
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=PLAN.index_runtime,
+        runtime=PLAN.work.index_runtime,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        language=lambda wc: PLAN.language(wc.dataset),
+        language=lambda wc: PLAN.datasets.language(wc.dataset),
     script:
         "../workflow_scripts/lucene_index.py"
 
@@ -30,14 +30,14 @@ rule bm25:
     """Top-k BM25 (or BM25+RM3) run of a configured `kind: bm25` system."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.SYSTEMS[wc.system]['fields']}",
+        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.systems.by_name[wc.system]['fields']}",
         code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats", script="bm25"),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",
     log:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
-        system=PLAN.alternation(PLAN.BM25_SYSTEMS),
+        system=PLAN.alternation(PLAN.systems.bm25),
     conda:
         "../envs/java.yaml"
     threads: config["bm25"]["threads"]
@@ -47,10 +47,12 @@ rule bm25:
         runtime=PLAN.runtime(120),
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.eval_split(wc.dataset),
-        fields=lambda wc: PLAN.SYSTEMS[wc.system]["fields"],
-        rm3=lambda wc: config["bm25"]["rm3"] if PLAN.SYSTEMS[wc.system]["rm3"] else None,
-        language=lambda wc: PLAN.language(wc.dataset),
+        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
+        fields=lambda wc: PLAN.systems.by_name[wc.system]["fields"],
+        rm3=lambda wc: (
+            config["bm25"]["rm3"] if PLAN.systems.by_name[wc.system]["rm3"] else None
+        ),
+        language=lambda wc: PLAN.datasets.language(wc.dataset),
         k1=config["bm25"]["k1"],
         b=config["bm25"]["b"],
         depth=config["bm25"]["depth"],

@@ -5,7 +5,10 @@ rule table1:
     """results/table1.{csv,md,png}: every configured system on the source dev set and every target."""
     input:
         metrics=expand(
-            "{m}/{d}/{s}.json", m=METRICS, d=PLAN.EVAL_DATASETS, s=PLAN.TABLE1_SYSTEMS
+            "{m}/{d}/{s}.json",
+            m=METRICS,
+            d=PLAN.datasets.evaluated,
+            s=PLAN.tables.table1_systems,
         ),
         code=PLAN.code("zsdr.tables", "zsdr.evaluation.significance", script="table1"),
         cards=f"{RESULTS}/model_cards.json",
@@ -30,11 +33,11 @@ rule table1:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        systems={s: PLAN.SYSTEMS[s].get("description", "") for s in PLAN.TABLE1_SYSTEMS},
-        baselines=PLAN.TABLE1_BASELINES,
-        papers=system_papers(ROOT, PLAN.TABLE1_SYSTEMS),
-        datasets=PLAN.EVAL_DATASETS,
-        source=PLAN.SOURCE,
+        systems=PLAN.tables.table1_labels(),
+        baselines=PLAN.tables.table1_baselines,
+        papers=system_papers(ROOT, PLAN.tables.table1_systems),
+        datasets=PLAN.datasets.evaluated,
+        source=PLAN.datasets.source,
         metric=config["table1"]["metric"],
         significance=config["evaluation"]["significance"],
         scale=config["scale"],
@@ -45,10 +48,10 @@ rule table1:
 rule model_cards:
     """A model card (README.md) in every trained model folder a table-1 system uses, with its scores."""
     input:
-        PLAN.model_card_inputs(),
+        PLAN.tables.model_card_inputs(),
         code=PLAN.code("zsdr.models.cards", script="model_cards"),
     output:
-        cards=[f"{folder}/README.md" for folder in PLAN.MODEL_CARDS],
+        cards=[f"{folder}/README.md" for folder in PLAN.tables.model_cards],
         index=f"{RESULTS}/model_cards.json",
     log:
         f"{LOGS}/tables/model_cards.log",
@@ -59,10 +62,10 @@ rule model_cards:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        cards=PLAN.MODEL_CARDS,
+        cards=PLAN.settings(PLAN.tables.model_cards),
         metric=config["table1"]["metric"],
         scale=config["scale"],
-        source=PLAN.SOURCE,
+        source=PLAN.datasets.source,
     script:
         "../workflow_scripts/model_cards.py"
 
@@ -70,18 +73,19 @@ rule model_cards:
 rule paper_table:
     """One table of one paper, regenerated at this scale beside its published numbers."""
     input:
-        metrics=PLAN.table_cell_files,
+        metrics=PLAN.tables.table_cell_files,
         stats=lambda wc: [
             f"{STATS}/{d}.json"
-            for d in PLAN.TABLE_STATS[(wc.paper, int(wc.n))]["stats"]
+            for d in PLAN.tables.stats[(wc.paper, int(wc.n))]["stats"]
         ],
         shift=lambda wc: [
             f"{STATS}/shift/{d}.json"
-            for d in PLAN.TABLE_STATS[(wc.paper, int(wc.n))]["shift"]
+            for d in PLAN.tables.stats[(wc.paper, int(wc.n))]["shift"]
         ],
-        spec=PLAN.table_inputs,
+        spec=PLAN.tables.table_inputs,
         rems=lambda wc: [
-            f"{m}/config.json" for m in PLAN.rem_models((wc.paper, int(wc.n))).values()
+            f"{m}/config.json"
+            for m in PLAN.tables.rem_models((wc.paper, int(wc.n))).values()
         ],
         code=PLAN.code(
             "zsdr.tables", "zsdr.evaluation.significance", script="paper_table"
@@ -98,7 +102,7 @@ rule paper_table:
     log:
         f"{LOGS}/tables/{{paper}}_table{{n}}.log",
     wildcard_constraints:
-        paper=PLAN.alternation({p for p, _ in PLAN.TABLE_SPECS}),
+        paper=PLAN.alternation({p for p, _ in PLAN.tables.specs}),
         n=r"\d+",
     conda:
         "../envs/cpu.yaml"
@@ -110,14 +114,14 @@ rule paper_table:
         paper=lambda wc: wc.paper,
         table=lambda wc: int(wc.n),
         scale=config["scale"],
-        datasets_override=PLAN.TABLE_DATASETS_OVERRIDE,
-        available_datasets=PLAN.TABLE_AVAILABLE_DATASETS,
-        produced_systems=sorted(PLAN.SYSTEMS),
+        datasets_override=PLAN.tables.datasets_override,
+        available_datasets=PLAN.tables.available_datasets,
+        produced_systems=sorted(PLAN.systems.by_name),
         splits=config["datasets"]["eval_splits"],
         significance=config["evaluation"]["significance"],
         rem_files=lambda wc: {
             k: f"{m}/rem/rem.json"
-            for k, m in PLAN.rem_models((wc.paper, int(wc.n))).items()
+            for k, m in PLAN.tables.rem_models((wc.paper, int(wc.n))).items()
         },
     script:
         "../workflow_scripts/paper_table.py"
@@ -142,7 +146,12 @@ rule paper_figure:
         f"{LOGS}/tables/{{paper}}_figure{{n}}.log",
     wildcard_constraints:
         paper=PLAN.alternation({p for p, _ in FIGURE_SPECS}),
-        n=r"\d+",
+        # only the (paper, figure) pairs of FIGURE_SPECS: n is matched with the paper before it, so a
+        # figure another rule draws (results/cocodr/figure3.png) never reaches the input function
+        n="|".join(
+            rf"(?<=/{PLAN.alternation([p])}/figure){n}"
+            for p, n in sorted(FIGURE_SPECS)
+        ),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -161,13 +170,13 @@ rule tables:
     """Every table of every paper (results/<paper>/table<N>.{csv,md}), their figures, and table 1."""
     input:
         f"{RESULTS}/table1.csv",
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS],
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs],
         [f"{RESULTS}/{p}/figure{n}.png" for p, n in FIGURE_SPECS],
-        PLAN.BERM_FIGURES,
-        PLAN.DDR_FIGURES,
-        PLAN.MODIR_FIGURES,
-        PLAN.COCODR_FIGURES,
-        PLAN.RMSC_FIGURES,
+        PLAN.berm.figures,
+        PLAN.ddr.figures,
+        PLAN.modir.figures,
+        PLAN.cocodr.figures,
+        PLAN.rmsc.figures,
 
 
 rule all_results:
@@ -192,28 +201,28 @@ rule all_results:
 rule berm:
     """Every BERM table and figure (results/berm/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "berm"],
-        PLAN.BERM_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs if p == "berm"],
+        PLAN.berm.figures,
 
 
 rule ddr:
     """Every DDR table and figure (results/ddr/)."""
     input:
-        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.TABLE_SPECS if p == "ddr"],
-        PLAN.DDR_FIGURES,
+        [f"{RESULTS}/{p}/table{n}.csv" for p, n in PLAN.tables.specs if p == "ddr"],
+        PLAN.ddr.figures,
 
 
 rule ddr_figure4:
     """DDR Figure 4: R@1000 on each target vs the target DAM's training time (REM on DAM snapshots)."""
     input:
-        metrics=[p["metrics"] for p in PLAN.figure4_points()],
+        metrics=[p["metrics"] for p in PLAN.figures.figure4_points()],
         baseline=[
-            f"{METRICS}/{d}/{PLAN.FIGURE4['baseline']}.json"
-            for d in PLAN.FIGURE4_DATASETS
+            f"{METRICS}/{d}/{PLAN.ddr.figure4['baseline']}.json"
+            for d in PLAN.ddr.figure4_datasets
         ],
         dams=[
-            f"{MODELS}/dams/{PLAN.figure4_dam(d)}/config.json"
-            for d in PLAN.FIGURE4_DATASETS
+            f"{MODELS}/dams/{PLAN.ddr.figure4_dam(d)}/config.json"
+            for d in PLAN.ddr.figure4_datasets
         ],
         code=PLAN.code(
             "zsdr.tables.ddr_figures", "zsdr.tables.figures", script="ddr_figure4"
@@ -236,18 +245,24 @@ rule ddr_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.figure4_points(),
-        dams={d: f"{MODELS}/dams/{PLAN.figure4_dam(d)}" for d in PLAN.FIGURE4_DATASETS},
-        baseline={
-            d: f"{METRICS}/{d}/{PLAN.FIGURE4['baseline']}.json"
-            for d in PLAN.FIGURE4_DATASETS
+        points=PLAN.figures.figure4_points(),
+        dams={
+            d: f"{MODELS}/dams/{PLAN.ddr.figure4_dam(d)}"
+            for d in PLAN.ddr.figure4_datasets
         },
-        labels={"system": PLAN.FIGURE4["system"], "baseline": PLAN.FIGURE4["baseline"]},
-        metric=PLAN.FIGURE4["metric"],
+        baseline={
+            d: f"{METRICS}/{d}/{PLAN.ddr.figure4['baseline']}.json"
+            for d in PLAN.ddr.figure4_datasets
+        },
+        labels={
+            "system": PLAN.ddr.figure4["system"],
+            "baseline": PLAN.ddr.figure4["baseline"],
+        },
+        metric=PLAN.ddr.figure4["metric"],
         devices={
-            d: max(PLAN.TRAINING["gpus"], 1)
-            * PLAN.launch_settings(PLAN.dam_settings(d))["processes"]
-            for d in PLAN.FIGURE4_DATASETS
+            d: max(PLAN.recipes.training["gpus"], 1)
+            * PLAN.recipes.launch_settings(PLAN.ddr.dam_settings(d))["processes"]
+            for d in PLAN.ddr.figure4_datasets
         },
         scale=config["scale"],
     script:
@@ -257,7 +272,7 @@ rule ddr_figure4:
 rule berm_figure4:
     """BERM Figure 4: average target nDCG@10 over the (alpha, beta) grid of loss weights."""
     input:
-        metrics=[f for p in PLAN.berm_grid_points() for f in p["metrics"]],
+        metrics=[f for p in PLAN.figures.berm_grid_points() for f in p["metrics"]],
         code=PLAN.code(
             "zsdr.tables.berm_figures", "zsdr.tables.figures", script="berm_figure4"
         ),
@@ -279,7 +294,7 @@ rule berm_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.berm_grid_points(),
+        points=PLAN.figures.berm_grid_points(),
         metric=config["table1"]["metric"],
         scale=config["scale"],
     script:
@@ -290,10 +305,10 @@ rule berm_figure5:
     """BERM Figure 5: t-SNE of source and target passages under DPR and DPR+BERM."""
     input:
         models=[
-            PLAN.model_files(PLAN.SYSTEMS[s]["model"])
-            for s in PLAN.BERM["analysis"]["tsne_models"]
+            PLAN.refs.model_files(PLAN.systems.by_name[s]["model"])
+            for s in PLAN.berm.section["analysis"]["tsne_models"]
         ],
-        data=[f"{d}/dataset.json" for d in PLAN.tsne_domains().values()],
+        data=[f"{d}/dataset.json" for d in PLAN.berm.tsne_domains().values()],
         code=PLAN.code(
             "zsdr.evaluation.tsne",
             "zsdr.models.encoder",
@@ -313,20 +328,22 @@ rule berm_figure5:
     log:
         f"{LOGS}/tables/berm_figure5.log",
     conda:
-        PLAN.DENSE_ENV
+        PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
         models={
-            s: PLAN.SYSTEMS[s]["model"] for s in PLAN.BERM["analysis"]["tsne_models"]
+            s: PLAN.systems.by_name[s]["model"]
+            for s in PLAN.berm.section["analysis"]["tsne_models"]
         },
         options={
-            s: PLAN.encoder_options(s) for s in PLAN.BERM["analysis"]["tsne_models"]
+            s: PLAN.systems.encoder_options(s)
+            for s in PLAN.berm.section["analysis"]["tsne_models"]
         },
-        domains=PLAN.tsne_domains(),
-        points=PLAN.BERM["analysis"]["tsne_points"],
+        domains=PLAN.berm.tsne_domains(),
+        points=PLAN.berm.section["analysis"]["tsne_points"],
         seed=config["seed"],
         device=config["dense"]["device"],
         batch_size=config["dense"]["batch_size"],

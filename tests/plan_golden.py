@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 CONFIGS = {"mini": [], "small": ["configs/small.yaml"], "paper": ["configs/paper.yaml"]}
 TARGET = "results/all"
+"""The plan's target: every table and figure (under the scale's own folder, paths.root: small/, paper/)."""
+ROOTS = {"mini": "", "small": "small/", "paper": "paper/"}
 
 
 def _plain(value):
@@ -63,7 +65,7 @@ def _code_expanded(inputs, workdir: Path = ROOT) -> list[str]:
 
 
 def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = ROOT,
-         target: str = TARGET) -> list[str]:
+         target: str | None = None, configfiles: tuple[Path, ...] = (), compared: bool = False) -> list[str]:
     """The planned jobs of one scale, as sorted JSON lines (``snakefile``: this workflow's, or one that
     imports it as a module; ``workdir``: the working directory)."""
     # The Snakefile sets variables for its jobs (ZSDR_DEBUG, HF_HUB_OFFLINE, ...) in this process's environment:
@@ -71,13 +73,14 @@ def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = RO
     # turns its one-line errors into tracebacks).
     saved = dict(os.environ)
     try:
-        return _plan(scale, snakefile, workdir, target)
+        return _plan(scale, snakefile, workdir, target or ROOTS[scale] + TARGET, configfiles, compared)
     finally:
         os.environ.clear()
         os.environ.update(saved)
 
 
-def _plan(scale: str, snakefile: Path, workdir: Path, target: str) -> list[str]:
+def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = (),
+          compared: bool = False) -> list[str]:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -89,7 +92,7 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str) -> list[str]:
     with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
         wf = api.workflow(
             resource_settings=ResourceSettings(cores=2),
-            config_settings=ConfigSettings(configfiles=[ROOT / c for c in CONFIGS[scale]]),
+            config_settings=ConfigSettings(configfiles=[ROOT / c for c in CONFIGS[scale]] + list(configfiles)),
             snakefile=Path(snakefile),
             workdir=Path(workdir),
         )
@@ -101,6 +104,10 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str) -> list[str]:
         workflow.dag.update_priority()
         lines = []
         for job in workflow.dag.jobs:
+            if compared:
+                lines.append(json.dumps({"rule": job.rule.name, "wildcards": dict(job.wildcards_dict),
+                                         "params": compared_params(job)}, sort_keys=True))
+                continue
             resources = {
                 k: _plain(v) for k, v in job.resources.items() if k not in ("_cores", "_nodes", "tmpdir")
             }
@@ -122,13 +129,24 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str) -> list[str]:
     return sorted(lines)
 
 
+def compared_params(job) -> list[str]:
+    """What Snakemake records of a job's params and compares to plan it again (its own serializer)."""
+    from snakemake.persistence import PersistenceBase
+
+    return sorted(p for p in (PersistenceBase._serialize_param_builtin(None, v) for v in job.non_derived_params)
+                  if isinstance(p, str))
+
+
 def golden_path(scale: str) -> Path:
     return GOLDEN / f"plan-{scale}.jsonl.gz"
 
 
 def main(argv: list[str]) -> None:
+    """``scale [--write] [--compared] [--configfile FILE ...]``: ``--compared`` prints, per job, the params Snakemake
+    compares for reruns instead of the golden line."""
     scale = argv[0]
-    lines = plan(scale)
+    extra = tuple(Path(a) for a in argv[argv.index("--configfile") + 1:]) if "--configfile" in argv else ()
+    lines = plan(scale, configfiles=extra, compared="--compared" in argv)
     if "--write" in argv:
         GOLDEN.mkdir(exist_ok=True)
         with gzip.open(golden_path(scale), "wt", encoding="utf-8", compresslevel=9) as f:

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from tests.conftest import mini_with_backbones, texts_hidden
-from zsdr.data.units import sentence_spans, tokenize_with_units
+from zsdr.data.units import read_unit_labels, sentence_spans, tokenize_with_units
 from zsdr.io import DataError
 from zsdr.losses.berm import matching_representation, unit_balance, unit_extraction
 from zsdr.models.encoder import Encoder
 from zsdr.sparse.unit_bm25 import UnitBM25
-from zsdr.training.berm import BermConfig, BermTerm, read_unit_labels
+from zsdr.training.berm import BermConfig, BermTerm
 from zsdr.training.recipes import run_spec
 from zsdr.training.unit_labels import (gather_labels, label_pairs, label_shard, select_pairs, unit_statistics,
                                       write_statistics)

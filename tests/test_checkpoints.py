@@ -312,3 +312,96 @@ def test_ddr_rem_release_converts_by_hub_id_offline(tmp_path, offline_hub):
     config, info = read_rem_info(out)
     assert (config.lora_r, config.adapter_bottleneck, config.adapter_scaling) == (4, 8, 4.0)
     assert info["architecture"]["hidden_size"] == 32
+
+
+# ------------------------------------------------------------- a model folder's parts, checked together
+def test_a_folder_without_its_tokenizer_is_refused_before_it_scores_every_document_alike(roberta, tmp_path, capsys):
+    from zsdr.cli import main
+    from zsdr.models.checkpoints import check_model_folder
+
+    folder = tmp_path / "model"
+    shutil.copytree(roberta["roberta"], folder)
+    (folder / "tokenizer.json").unlink()  # transformers would build a 5-token tokenizer of the special tokens
+    with pytest.raises(DataError, match="no tokenizer vocabulary") as info:
+        check_model_folder(folder)
+    assert str(folder) in str(info.value)
+    with pytest.raises(DataError, match="no tokenizer vocabulary"):
+        Encoder.from_pretrained(folder, pooling="mean", similarity="cosine")
+    out = tmp_path / "run.trec"
+    assert main(["encode-search", "--model", str(folder), "--dataset", str(roberta["data"]), "--out", str(out),
+                 "--pooling", "mean", "--similarity", "cosine"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(folder) in err and "no tokenizer vocabulary" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("rows, problem", [(200, "have no embedding"), (1000, "not that model's tokenizer")])
+def test_a_tokenizer_that_does_not_fit_the_weights_is_refused(roberta, tmp_path, rows, problem):
+    """The 300-token tokenizer of one model beside the weights of a model with other embeddings."""
+    from transformers import AutoModel
+
+    folder = tmp_path / "model"
+    model = AutoModel.from_pretrained(str(roberta["roberta"]))
+    model.resize_token_embeddings(rows)
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(roberta["roberta"] / name, folder / name)
+    with pytest.raises(DataError, match=problem) as info:
+        Encoder.from_pretrained(folder, pooling="mean", similarity="cosine")
+    assert str(folder) in str(info.value) and "300 tokens" in str(info.value) and f"{rows} embedding rows" in str(info.value)
+
+
+def test_a_model_argument_that_cannot_load_is_one_line_at_once(roberta, tmp_path, monkeypatch, capsys):
+    import time
+
+    from zsdr.cli import main
+    from zsdr.models import checkpoints
+    from zsdr.models.checkpoints import check_model_argument
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "weights.bin").write_bytes(b"x")
+    for name, problem in (("./missing", "no such model folder"), ("a/b/c", "no such model folder"),
+                          ("models/typo", "no such model folder"), ("weights.bin", "is a file")):
+        with pytest.raises(DataError, match=problem):
+            check_model_argument(name, "--model")
+    # a hub id the cache lacks: the hub switched off, or unreachable (never minutes of retries)
+    monkeypatch.setattr(checkpoints, "hub_reachable", lambda: False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(DataError, match="cannot be reached"):
+        check_model_argument("nope/x")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    with pytest.raises(DataError, match=r"switched off \(HF_HUB_OFFLINE\)"):
+        check_model_argument("nope/x")
+    check_model_argument(str(roberta["roberta"]))  # a complete folder passes
+    start = time.perf_counter()
+    assert main(["encode-search", "--model", "nope/x", "--dataset", str(roberta["data"]), "--out", "run.trec"]) == 1
+    assert time.perf_counter() - start < 10
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nope/x" in err and "Hugging Face cache" in err
+
+
+def test_the_hub_is_not_asked_for_a_file_when_it_cannot_be_reached(monkeypatch, tmp_path):
+    from zsdr.models import checkpoints
+
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(checkpoints, "hub_reachable", lambda: False)
+    monkeypatch.setattr("zsdr.models.loading.hub_reachable", lambda: False)
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", lambda *a, **k: pytest.fail("asked the hub"))
+    assert checkpoints.checkpoint_file("nope/x", "config.json") is None
+    with pytest.raises(DataError, match=r"the Hugging Face cache \(the hub cannot be reached\)"):
+        Encoder.from_pretrained("nope/x", pooling="mean", similarity="cosine")
+
+
+def test_gpu_yes_without_a_gpu_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    import faiss
+
+    from zsdr.cli import main
+
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 0, raising=False)
+    (tmp_path / "q").mkdir()
+    (tmp_path / "s").mkdir()
+    assert main(["search", "--queries", str(tmp_path / "q"), "--shards", str(tmp_path / "s"), "--out",
+                 str(tmp_path / "run.trec"), "--gpu", "yes"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--gpu" in err and "faiss sees no GPU" in err

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from tests.conftest import mini_with_backbones
+from zsdr.data.spans import SpanDocuments, open_spans, read_spans, sample_pair
 from zsdr.io import DataError
 from zsdr.losses.coco import span_contrastive
-from zsdr.pretrain.coco import (HEAD_CONFIG, HEAD_WEIGHTS, build_coco_task, contrastive_loss_on, sample_pair,
-                                whole_word_selection)
+from zsdr.pretrain.coco import HEAD_CONFIG, HEAD_WEIGHTS, build_coco_task, contrastive_loss_on, whole_word_selection
 from zsdr.pretrain.mlm import IGNORE
-from zsdr.pretrain.spans import (SpanDocuments, SpanWriter, document_spans, open_spans, pack_spans, read_spans,
-                                 split_sentences, write_span_documents, write_spans)
+from zsdr.pretrain.spans import (SpanWriter, document_spans, pack_spans, split_sentences, write_span_documents,
+                                 write_spans)
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,

@@ -100,7 +100,7 @@ def test_pick_gains_and_nearest_source():
 @pytest.fixture
 def negatives(tiny, tmp_path):
     """Hard negatives for the tiny dataset's queries q0..q11 (each: one positive, four negatives)."""
-    from zsdr.training.data import Example, write_negatives
+    from zsdr.data.training_set import Example, write_negatives
 
     examples = [Example(f"q{i}", (f"d{(7 * i) % 60}",), tuple(f"d{(7 * i + j) % 60}" for j in (2, 3, 5, 9)))
                 for i in range(12)]
@@ -112,7 +112,7 @@ def negatives(tiny, tmp_path):
 def test_cluster_training_losses_equal_a_direct_computation(tiny, negatives):
     from zsdr.losses.contrastive import pairwise_nll
     from zsdr.models.encoder import Encoder
-    from zsdr.training.data import TrainingSet
+    from zsdr.data.training_set import TrainingSet
 
     options = {"pooling": "mean", "similarity": "cosine"}
     clusters = {"q0": 0, "q1": 1, "q2": 0, "q3": 2, "q5": 0, "q6": 1, "q9": 1, "q10": 0, "gone": 3}
@@ -150,7 +150,8 @@ def test_cluster_training_losses_equal_a_direct_computation(tiny, negatives):
 def test_span_geometry_on_a_tiny_model(tiny, tmp_path):
     from zsdr.evaluation.cocodr import span_geometry
     from zsdr.models.encoder import Encoder
-    from zsdr.pretrain.coco import contrastive_loss_on, sample_pair, span_pair_vectors
+    from zsdr.data.spans import sample_pair
+    from zsdr.pretrain.coco import contrastive_loss_on, span_pair_vectors
     from zsdr.pretrain.spans import write_span_documents
 
     rng = np.random.default_rng(0)

@@ -151,9 +151,9 @@ def test_a_code_stamp_made_elsewhere_is_checked_by_sha256sum_there(tmp_path):
 @pytest.mark.parametrize("rule_file", sorted((ROOT / "rules").glob("*.smk")))
 def test_rules_name_no_checkout_file_relative_to_the_working_directory(rule_file):
     """An input naming a file of the checkout by a relative path would be looked for in the working
-    directory: such inputs go through PLAN.source_file (or PLAN.code for code)."""
+    directory: such inputs go through PLAN.code_plan.source_file (or PLAN.code for code)."""
     import re
 
     text = rule_file.read_text()
     bare = re.findall(r'^\s+\w+=\s*"((?:src|configs|schemas|workflow_scripts|report)/[^"]*)"', text, re.M)
-    assert not bare, f"{rule_file.name}: {bare} (wrap them in PLAN.source_file)"
+    assert not bare, f"{rule_file.name}: {bare} (wrap them in PLAN.code_plan.source_file)"

@@ -15,7 +15,8 @@ from tests.test_adapters import BOTH, perturb
 from tests.test_encoder import TINY, make_dataset
 from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
-from zsdr.models.export import EXPORT_FILE, REM_CODE, ST_MODULES, export_model
+from zsdr.models.export import EXPORT_FILE, REM_CODE, export_model
+from zsdr.models.st_files import ST_MODULES, st_loads, st_refusal
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.encode import encode_corpus_shard, load_embeddings
 
@@ -143,7 +144,7 @@ def ddr(tiny, tmp_path):
 def test_dam_with_rem_loads_with_no_arguments(tiny, ddr, tmp_path):
     folder, docs, ref = ddr
     assert json.loads((folder / "rem" / "rem.json").read_text())["encoder"]["pooling"] == "mean"
-    assert not (folder / ST_MODULES).exists()  # the folder's weights alone are the bare DAM
+    assert "zsdr export" in st_refusal(folder)  # the folder's weights alone are the bare DAM
     enc = Encoder.from_pretrained(tiny["roberta2"], rem=folder / "rem")
     assert (enc.config.pooling, enc.config.query_max_length, enc.config.doc_max_length) == ("mean", 12, 40)
     assert cosines(enc.encode_docs(docs), ref).min() > MIN_COSINE
@@ -181,7 +182,7 @@ def test_exported_rem_reproduces_the_pipeline(tiny, ddr, tmp_path):
 def test_soft_token_model_exports_its_inference_context(tiny, tmp_path, kind):
     enc = perturbed(Encoder.from_pretrained(tiny[kind], **SETTINGS)).add_soft_tokens(k=1, seed=2)
     folder = enc.save_pretrained(tmp_path / "rmsc")
-    assert not (folder / ST_MODULES).exists()  # the plain tokenizer would leave the soft tokens out
+    assert "zsdr export" in st_refusal(folder)  # the plain tokenizer would leave the soft tokens out
     docs, ref = pipeline(folder, tiny["data"], tmp_path / "emb")
     assert cosines(Encoder.from_pretrained(folder).encode_docs(docs), ref).min() > MIN_COSINE
     out = export_model(folder, tmp_path / "export")
@@ -196,7 +197,7 @@ def test_export_errors(tiny, tmp_path):
 
     folder = Encoder.from_pretrained(tiny["bert"], pooling="mean", similarity="dot", pool_skip=1,
                                      special_tokens=False).save_pretrained(tmp_path / "tct")
-    assert not (folder / ST_MODULES).exists()
+    assert "TCT-ColBERT" in st_refusal(folder) and not st_loads(folder)
     with pytest.raises(DataError, match="cannot export: TCT-ColBERT"):
         export_model(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists()
@@ -255,8 +256,143 @@ def test_model_card_from_training_metadata_and_metrics(tiny, tmp_path):
     front = card.split("---")[1]
     assert "library_name: sentence-transformers" in front and "pipeline_tag: sentence-similarity" in front
     assert f"base_model: {os.path.relpath(tiny['bert'], folder)}" in front
-    assert "| `dpr-berm` | 0.2500 | 0.5000 |" in card  # the source first, then the targets
+    assert "| this folder, loaded as it is | 0.2500 | 0.5000 |" in card  # the source first, then the targets
+    assert "`dpr-berm` load it so" in card and "(table 1's system" not in card
     assert "BERM: Xu et al., ACL 2023" in card and '"r2_weight": 0.1' in card
     assert "at most 30 tokens" in card and "model.max_seq_length = 12" in card
     index = json.loads((tmp_path / "results" / "model_cards.json").read_text())
     assert index["cards"][str(folder)]["scores"] == {"dpr-berm": {"src": 0.25, "alpha": 0.5}}
+
+
+# ------------------------------------------------------------------ every kind of folder, everywhere
+def folder_of_kind(tiny, tmp_path, kind: str):
+    """A trained folder of each kind the pipeline writes: plain, ANCE head, DDR (DAM + REM), RMSC (soft tokens)."""
+    if kind == "plain":
+        return perturbed(Encoder.from_pretrained(tiny["bert"], **SETTINGS)).save_pretrained(tmp_path / kind)
+    if kind == "ance":
+        enc = Encoder.from_pretrained(tiny["roberta"], **{**SETTINGS, "pooling": "cls_linear_ln",
+                                                          "similarity": "dot"}, head="new")
+        with torch.no_grad():
+            enc.head.norm.weight.uniform_(0.5, 1.5)
+        return perturbed(enc).save_pretrained(tmp_path / kind)
+    if kind == "rem":
+        enc = Encoder.from_pretrained(tiny["roberta"], **SETTINGS).add_rem(BOTH)
+        perturb(enc.rem, seed=1)
+        return enc.save_pretrained(tmp_path / kind)
+    enc = perturbed(Encoder.from_pretrained(tiny["bert"], **SETTINGS)).add_soft_tokens(k=1, seed=2)
+    return enc.save_pretrained(tmp_path / kind)
+
+
+KINDS = ["plain", "ance", "rem", "soft"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sentence_transformers_reproduces_or_refuses_every_kind_of_folder(tiny, tmp_path, kind):
+    """SentenceTransformer(folder) either gives zsdr's vectors or refuses the folder naming `zsdr export`;
+    it never loads a DDR or RMSC folder without its REM or soft tokens."""
+    folder = folder_of_kind(tiny, tmp_path, kind)
+    enc = Encoder.from_pretrained(folder)
+    docs = [{"title": "t", "text": "alpha beta gamma delta " * 3}, {"title": "", "text": "epsilon zeta eta"}]
+    st = pytest.importorskip("sentence_transformers")
+    try:
+        model = st.SentenceTransformer(str(folder), device="cpu")
+    except ImportError as exc:
+        assert kind in ("rem", "soft"), exc
+        assert "zsdr export" in str(exc) and str(folder) in str(exc)
+        return
+    assert kind in ("plain", "ance"), "sentence-transformers loaded a folder it cannot encode as zsdr does"
+    assert cosines(model.encode([text(d) for d in docs]), enc.encode_docs(docs)).min() > MIN_COSINE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_zsdr_reads_its_own_exports_with_their_settings_and_runs_no_code(tiny, tmp_path, kind, monkeypatch):
+    folder = folder_of_kind(tiny, tmp_path, kind)
+    out = export_model(folder, tmp_path / "export")
+    monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("asked on stdin"))
+    exported, original = Encoder.from_pretrained(out), Encoder.from_pretrained(folder)
+    # the export's own settings, not the sentence-transformers files' single length (the documents')
+    assert exported.config.query_max_length == SETTINGS["query_max_length"]
+    assert exported.config.soft_tokens is None  # its tokenizer writes them
+    docs = [{"title": "t", "text": "alpha beta gamma delta " * 9}, {"title": "", "text": "epsilon zeta eta"}]
+    queries = ["alpha beta gamma " * 8, "delta"]
+    assert cosines(exported.encode_docs(docs), original.encode_docs(docs)).min() > MIN_COSINE
+    assert cosines(exported.encode_queries(queries), original.encode_queries(queries)).min() > MIN_COSINE
+    info = json.loads((out / EXPORT_FILE).read_text())
+    assert info["rem"] == (str(folder / "rem") if kind == "rem" else None)
+    assert info["trust_remote_code"] == (kind == "rem")
+
+
+def test_an_exported_ddr_folder_searched_with_no_settings_scores_the_pipelines_run(tiny, ddr, tmp_path):
+    from zsdr.cli import main
+
+    folder, _, _ = ddr
+    out = export_model(folder, tmp_path / "export")
+    runs = {}
+    for name, model in (("pipeline", folder), ("export", out)):
+        path = tmp_path / f"{name}.trec"
+        assert main(["encode-search", "--model", str(model), "--dataset", str(tiny["data"]), "--out", str(path),
+                     "--quiet"]) == 0
+        runs[name] = sorted(line.split()[:5] for line in path.read_text().splitlines())
+    assert [r[:3] for r in runs["export"]] == [r[:3] for r in runs["pipeline"]]
+    assert np.allclose([float(r[4]) for r in runs["export"]], [float(r[4]) for r in runs["pipeline"]], atol=1e-4)
+
+
+def test_code_a_folder_asks_for_runs_only_with_the_flag(tiny, ddr, tmp_path, monkeypatch, capsys):
+    """A folder not written by zsdr whose config.json names its own code: one line, never a question on
+    stdin; --trust-remote-code runs it."""
+    import shutil
+
+    from zsdr.cli import main
+
+    folder, docs, _ = ddr
+    foreign = tmp_path / "foreign"
+    shutil.copytree(export_model(folder, tmp_path / "export"), foreign)
+    (foreign / EXPORT_FILE).unlink()  # no longer zsdr's own export: only its code knows the adapter
+    monkeypatch.setattr("builtins.input", lambda *a: pytest.fail("asked on stdin"))
+    with pytest.raises(DataError, match="asks to run the checkpoint's own code.*--trust-remote-code"):
+        Encoder.from_pretrained(foreign)
+    args = ["encode-search", "--model", str(foreign), "--dataset", str(tiny["data"]), "--out",
+            str(tmp_path / "run.trec"), "--quiet", "--max-length", "40"]
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--trust-remote-code" in err
+    assert main([*args, "--trust-remote-code"]) == 0
+    trusted = Encoder.from_pretrained(foreign, trust_remote_code=True, max_length=40)
+    assert cosines(trusted.encode_docs(docs), Encoder.from_pretrained(folder).encode_docs(docs)).min() > MIN_COSINE
+
+
+def test_export_writes_its_own_card_and_metadata(tiny, ddr, tmp_path):
+    from zsdr.models.cards import write_cards
+
+    folder, _, _ = ddr
+    trained = tmp_path / "models" / "trained" / "ddr-x"
+    import shutil
+
+    shutil.copytree(folder, trained)
+    (trained / "training.json").write_text(json.dumps({"init": "../../dams/x", "steps": 4, "recipe": {}}))
+    files = {}
+    for dataset, value in (("src", 0.25), ("alpha", 0.5), ("alpha-own", 0.55)):
+        path = tmp_path / "metrics" / f"{dataset}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({"aggregate": {"ndcg@10": value}}))
+        files[dataset] = str(path)
+    entry = {"run": "ddr-x", "recipe": "ddr-x", "paper": "ddr", "sections": {},
+             "metrics": {"ddr-x": {"src": files["src"], "alpha": files["alpha"]}},
+             "own": {"src": files["src"], "alpha": files["alpha-own"]},
+             "why": {"ddr-x": "the REM on each dataset's own DAM"}}
+    write_cards({str(trained): entry}, "ndcg@10", "mini", "src", tmp_path / "cards.json")
+    card = (trained / "README.md").read_text()
+    assert "| this folder, loaded as it is | 0.2500 | 0.5500 |" in card
+    assert "| `ddr-x` (table 1's system: the REM on each dataset's own DAM) | 0.2500 | 0.5000 |" in card
+    assert "sentence-transformers refuses this folder" in card and "library_name: transformers" in card
+    assert json.loads((tmp_path / "cards.json").read_text())["cards"][str(trained)]["own"] == {"src": 0.25,
+                                                                                                "alpha": 0.55}
+    out = export_model(trained, tmp_path / "exported")
+    exported = (out / "README.md").read_text()
+    assert exported != card
+    front = exported.split("---")[1]
+    assert "library_name: sentence-transformers" in front and "base_model" not in front
+    assert "rem=" not in exported and "trust_remote_code=True" in exported
+    assert "| the exported folder (and this one) | 0.2500 | 0.5500 |" in exported  # the folder's own scores
+    info = json.loads((out / EXPORT_FILE).read_text())
+    assert info["rem"] == str(trained / "rem") and info["lora_merged"] and info["encoder"]["pooling"] == "mean"

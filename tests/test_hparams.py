@@ -13,7 +13,8 @@ import yaml
 
 from zsdr.plan.card import Reference, compare, inference_rows, training_rows
 from zsdr.plan.core import load_plan
-from zsdr.training.data import TrainingSet, epoch_order
+from zsdr.data.training_set import TrainingSet
+from zsdr.training.data import epoch_order
 from zsdr.training.trainer import TrainConfig, lr_factor, training_steps
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,12 +98,12 @@ def test_official_budgets_of_the_issue(paper_rows, paper):
 
 
 def test_lengths_per_dataset_reach_the_encode_jobs(paper):
-    assert paper.encoder_options("cocodr-base", "arguana")["query_max_length"] == 128
-    assert paper.encoder_options("cocodr-base", "scifact")["doc_max_length"] == 256
-    assert paper.encoder_options("cocodr-base", "nq") == {"doc_max_length": 128}
-    assert paper.encoder_options("cocodr-base-msmarco", "robust04")["doc_max_length"] == 256
-    assert paper.encoder_options("ance-modir", "arguana")["query_max_length"] == 512
-    assert "dataset_lengths" not in paper.encoder_options("ance-modir", "nq")
+    assert paper.systems.encoder_options("cocodr-base", "arguana")["query_max_length"] == 128
+    assert paper.systems.encoder_options("cocodr-base", "scifact")["doc_max_length"] == 256
+    assert paper.systems.encoder_options("cocodr-base", "nq") == {"doc_max_length": 128}
+    assert paper.systems.encoder_options("cocodr-base-msmarco", "robust04")["doc_max_length"] == 256
+    assert paper.systems.encoder_options("ance-modir", "arguana")["query_max_length"] == 512
+    assert "dataset_lengths" not in paper.systems.encoder_options("ance-modir", "nq")
 
 
 def test_hparams_command_prints_the_card_and_names_a_missing_file(tree):

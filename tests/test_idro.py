@@ -235,7 +235,7 @@ def write_query_clusters(root: Path) -> None:
     """``root/clusters.jsonl``: the training queries of ``root/data/src`` in 4 K-means clusters of their
     ``root/bert`` embeddings."""
     from zsdr.models.encoder import Encoder
-    from zsdr.training.data import TrainingSet
+    from zsdr.data.training_set import TrainingSet
 
     data = TrainingSet(root / "data" / "src", root / "data" / "src" / "negatives.jsonl")
     qids = sorted({ex.qid for ex in data.examples})

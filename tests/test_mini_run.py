@@ -94,6 +94,22 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     assert "| `ddr-contrast` | " + " | ".join(f"{value('ddr-contrast', c):.4f}" for c in cols) + " |" in card
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
+    # a change that cannot alter a number (zsdr.plan.params) reruns nothing
+    (workdir / "cosmetic.yaml").write_text(yaml.safe_dump({
+        "training": {"log_every": 5, "save_every": 3, "loader_workers": 1},
+        "recipes": {"dpr-berm": {"description": "reworded", "provenance": "[X] reworded"}},
+        "systems": {"bm25-flat": {"description": "reworded"}}, "dense": {"keep_embeddings": False}}))
+    again = snakemake("-n", "results/table1.csv", "--configfile", "cosmetic.yaml", cwd=workdir)
+    assert "Nothing to be done" in again.stdout + again.stderr, planned_jobs(again.stdout)
+    # each scale its own folders: the run marked its own; a small-scale plan here writes none of them
+    assert (workdir / "results" / ".zsdr-scale").read_text() == "mini\n"
+    small = snakemake("-n", "small/results/table1.csv", "--configfile", "configs/small.yaml", cwd=workdir).stdout
+    written = [o.strip() for line in re.findall(r"^\s+output: (.*)$", small, re.M) for o in line.split(",")]
+    assert written and all(o.startswith(("small/", "downloads/")) for o in written), written[:5]
+    # the report docs/outputs.md gives after `make run`: table 1 and its figure under their captions
+    snakemake("--report", "results/report.html", "results/table1.csv", cwd=workdir, timeout=600)
+    report = (workdir / "results" / "report.html").read_text(encoding="utf-8", errors="replace")
+    assert "table1.csv" in report and "table1.png" in report
     # MoDIR: Global Domain-Acc of documents (MoDIR's analysis, a fresh linear classifier on held-out
     # source and target embeddings) falls over DPR+MoDIR training on mini-alpha, and does not when the
     # same run has no adversary (lambda0 = 0)
@@ -238,8 +254,11 @@ def test_loss_edit_replans_exactly_the_distilled_trainings(workdir):
     n = len(distilled)
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     # every mini dataset has one shard: each system is encoded and searched on all three by one grouped job
-    # (the model cards read the retrained models and the new metrics: their one job runs again)
-    assert jobs == {"train": n, "dense_search_group": n, "evaluate_table1": datasets, "model_cards": 1, "table1": 1}, jobs
+    # (the model cards read the retrained models and the new metrics: their one job runs again; ddr-distill's
+    # card also scores its folder as it is on the two targets, where its system swaps in each target's DAM)
+    own = {"encode_corpus": 2, "dense_search": 2, "evaluate_system": 2}
+    assert jobs == {"train": n, "dense_search_group": n, "evaluate_table1": datasets, "model_cards": 1, "table1": 1,
+                    **own}, jobs
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     for name in distilled:
         assert f"train {name} (0 GPU(s), 1 node(s), 1 CPU(s), " in proc.stdout

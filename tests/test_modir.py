@@ -32,28 +32,43 @@ def test_confusion_loss_is_its_formula_and_minimal_at_fifty_fifty():
     logits = torch.randn(7, 2, generator=torch.Generator().manual_seed(0)) * 3
     p = logits.softmax(dim=1)
     expected = (-0.5 * (p[:, 0].log() + p[:, 1].log())).mean()
-    assert torch.allclose(confusion_loss(logits), expected, atol=1e-6)
+    assert torch.allclose(confusion_loss(logits, 0, 1), expected, atol=1e-6)
     even = torch.tensor([[1.3, 1.3], [-2.0, -2.0]])
-    assert math.isclose(float(confusion_loss(even)), math.log(2), rel_tol=1e-6)
+    assert math.isclose(float(confusion_loss(even, 0, 1)), math.log(2), rel_tol=1e-6)
     for delta in (0.1, 1.0, 5.0):
         skewed = even + torch.tensor([delta, 0.0])
-        assert float(confusion_loss(skewed)) > math.log(2)
+        assert float(confusion_loss(skewed, 0, 1)) > math.log(2)
     # the gradient vanishes at 50/50
     z = even.clone().requires_grad_(True)
-    confusion_loss(z).backward()
+    confusion_loss(z, 0, 1).backward()
     assert torch.allclose(z.grad, torch.zeros_like(z), atol=1e-7)
 
 
 def test_minimax_gan_and_the_sum_over_embedding_sets():
     src, tgt = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.5, 1.0]])
     assert torch.allclose(minimax_loss(src, 0), -F.cross_entropy(src, torch.tensor([0])))
-    assert torch.allclose(gan_loss(tgt), F.cross_entropy(tgt, torch.tensor([0])))
+    assert torch.allclose(gan_loss(tgt, 0), F.cross_entropy(tgt, torch.tensor([0])))
     sets, domains = {"sq": src, "tq": tgt}, {"sq": 0, "tq": 1}
-    assert torch.allclose(adversarial_loss("confusion", sets, domains), confusion_loss(src) + confusion_loss(tgt))
-    assert torch.allclose(adversarial_loss("minimax", sets, domains), minimax_loss(src, 0) + minimax_loss(tgt, 1))
-    assert torch.allclose(adversarial_loss("gan", sets, domains), gan_loss(tgt))  # target sets only
+    labels = {"source": 0, "target": 1}
+    assert torch.allclose(adversarial_loss("confusion", sets, domains, **labels),
+                          confusion_loss(src, 0, 1) + confusion_loss(tgt, 0, 1))
+    assert torch.allclose(adversarial_loss("minimax", sets, domains, **labels),
+                          minimax_loss(src, 0) + minimax_loss(tgt, 1))
+    assert torch.allclose(adversarial_loss("gan", sets, domains, **labels), gan_loss(tgt, 0))  # target sets only
     with pytest.raises(ValueError, match="confusion"):
-        adversarial_loss("wgan", sets, domains)
+        adversarial_loss("wgan", sets, domains, **labels)
+
+
+def test_the_adversarial_losses_take_the_labels_they_are_given():
+    # the losses know no label numbering of their own: swapped labels give the swapped sets' losses
+    src, tgt = torch.tensor([[2.0, 0.0]]), torch.tensor([[0.5, 1.0]])
+    swapped = {"sq": 1, "tq": 0}  # a classifier whose class 1 is the source
+    assert torch.allclose(adversarial_loss("gan", {"sq": src, "tq": tgt}, swapped, source=1, target=0),
+                          F.cross_entropy(tgt, torch.tensor([1])))  # the target set, labelled as the source
+    assert torch.allclose(adversarial_loss("minimax", {"sq": src, "tq": tgt}, swapped, source=1, target=0),
+                          minimax_loss(src, 1) + minimax_loss(tgt, 0))
+    with pytest.raises(ValueError, match="neither source"):
+        adversarial_loss("confusion", {"sq": src}, {"sq": 2}, source=0, target=1)
 
 
 def test_lambda_halves_every_half_life():

@@ -48,59 +48,82 @@ def test_schema_defaults_equal_snakemakes_validate(tree):
 
 def test_recipes_resolve_into_runs_and_episodes(mini, paper):
     # an ANCE recipe with E episodes trains runs <name>-ep1..E; its system is the last one
-    assert mini.TRAIN_RUNS["ance-ep1"] == ("ance", 1) and mini.TRAIN_RUNS["ance-ep2"] == ("ance", 2)
-    assert mini.recipe_run("ance") == "ance-ep2" and mini.trained_model("ance").endswith("/trained/ance-ep2")
-    assert paper.recipe_run("ance") == "ance-ep3"
+    assert mini.recipes.runs["ance-ep1"] == ("ance", 1) and mini.recipes.runs["ance-ep2"] == ("ance", 2)
+    assert mini.recipes.recipe_run("ance") == "ance-ep2" and mini.recipes.trained_model("ance").endswith("/trained/ance-ep2")
+    assert paper.recipes.recipe_run("ance") == "ance-ep3"
     # episode k starts from episode k-1 and mines with it
-    spec = mini.train_spec("ance-ep2")
-    assert spec["init"] == f"{mini.MODELS}/trained/ance-ep1"
-    assert mini.previous_system("ance-ep2") == "ance-ep1"
+    spec = mini.trainings.train_spec("ance-ep2")
+    assert spec["init"] == f"{mini.paths.models}/trained/ance-ep1"
+    assert mini.systems.previous_system("ance-ep2") == "ance-ep1"
     # MoDIR trains once per target; per-target runs are <recipe>@<dataset>
-    modir_runs = [r for r, (n, _) in mini.TRAIN_RUNS.items() if n == "dpr-modir"]
-    assert sorted(modir_runs) == [f"dpr-modir@{d}" for d in sorted(mini.MODIR_TARGETS)]
+    modir_runs = [r for r, (n, _) in mini.recipes.runs.items() if n == "dpr-modir"]
+    assert sorted(modir_runs) == [f"dpr-modir@{d}" for d in sorted(mini.recipes.per_target_datasets)]
 
 
 def test_training_specs_carry_the_recipe_settings(mini, paper):
-    kd = paper.train_spec("kd")
+    kd = paper.trainings.train_spec("kd")
     assert kd["loss"] == "margin_mse" and kd["teacher"] and kd["negatives_per_query"] == 1
-    dpr = paper.train_spec("dpr")
+    dpr = paper.trainings.train_spec("dpr")
     assert dpr["train"]["batch_size"] == 32 and dpr["train"]["max_steps"] == 60000 and dpr["examples"] == "triples"
     assert dpr["head"] == "new"
     # the spec's inputs: its dataset, negatives and starting model
-    files = paper.spec_inputs(paper.train_spec("ance-ep2"))
-    assert f"{paper.MODELS}/trained/ance-ep1/config.json" in files
+    files = paper.trainings.spec_inputs(paper.trainings.train_spec("ance-ep2"))
+    assert f"{paper.paths.models}/trained/ance-ep1/config.json" in files
     # the dry-run line names the loss, the batch shape and the steps
-    summary = paper.spec_summary(dpr, paper.launch_settings(paper.RECIPES["dpr"]))
+    summary = paper.summaries.spec_summary(dpr, paper.recipes.launch_settings(paper.recipes.by_name["dpr"]))
     assert "pairwise_nll with 1 negative" in summary and "60,000 steps (max_steps; linear decay to 0 at 2,187,500" in summary
     # the settings a recipe's system encodes with beyond its training ones reach the saved model
-    assert paper.train_spec("ddr-dr-contrast")["retrieval"] == {"query_max_length": 512, "doc_max_length": 512}
-    assert {k: paper.encoder_options("ddr-dr-contrast")[k] for k in ("query_max_length", "doc_max_length")} == \
-        paper.train_spec("ddr-dr-contrast")["retrieval"]
-    assert "retrieval" not in mini.train_spec("dpr")  # no recipe `system:` at mini scale
+    assert paper.trainings.train_spec("ddr-dr-contrast")["retrieval"] == {"query_max_length": 512, "doc_max_length": 512}
+    assert {k: paper.systems.encoder_options("ddr-dr-contrast")[k] for k in ("query_max_length", "doc_max_length")} == \
+        paper.trainings.train_spec("ddr-dr-contrast")["retrieval"]
+    assert "retrieval" not in mini.trainings.train_spec("dpr")  # no recipe `system:` at mini scale
 
 
 
 def test_model_cards_cover_the_trained_table1_models(mini):
-    cards = mini.MODEL_CARDS
-    ddr = cards[f"{mini.MODELS}/trained/ddr-contrast"]  # one card for the REM, scored on every dataset
-    assert ddr["paper"] == "ddr" and list(ddr["metrics"]["ddr-contrast"]) == mini.EVAL_DATASETS
+    cards = mini.tables.model_cards
+    ddr = cards[f"{mini.paths.models}/trained/ddr-contrast"]  # one card for the REM, scored on every dataset
+    assert ddr["paper"] == "ddr" and list(ddr["metrics"]["ddr-contrast"]) == mini.datasets.evaluated
     # per-target models: each folder scored where its system uses it
-    for target in mini.TARGETS:
-        entry = cards[mini.dense_model("rmsc-cd", target)]
+    for target in mini.datasets.targets:
+        entry = cards[mini.systems.dense_model("rmsc-cd", target)]
         assert target in entry["metrics"]["rmsc-cd"] and entry["paper"] == "rmsc"
     assert not any("backbones" in f for f in cards)  # untrained systems get no card
-    assert f"{mini.METRICS}/{mini.SOURCE}/dpr.json" in mini.model_card_inputs()
+    assert f"{mini.paths.metrics}/{mini.datasets.source}/dpr.json" in mini.tables.model_card_inputs()
+    # a card's own scores: the folder as it loads with no arguments. DDR's system plugs the REM into each
+    # target's own DAM, so there the folder itself is evaluated (system ddr-contrast.own); on the source
+    # the system loads the folder as it is
+    metrics, source, systems = mini.paths.metrics, mini.datasets.source, mini.systems
+    assert ddr["own"] == {d: f"{metrics}/{d}/" + ("ddr-contrast.json" if d == source else "ddr-contrast.own.json")
+                          for d in mini.datasets.evaluated}
+    assert ddr["why"] == {"ddr-contrast": "the REM on each dataset's own DAM"}  # said once for every target
+    assert systems.own[f"{mini.paths.models}/trained/ddr-contrast"] == "ddr-contrast.own"
+    assert systems.by_name["ddr-contrast.own"]["model"] == f"{mini.paths.models}/trained/ddr-contrast"
+    assert systems.encoder_options("ddr-contrast.own", mini.datasets.targets[0]) == {}
+    assert "ddr-contrast.own" in systems.dense and "ddr-contrast.own" in mini.evaluation.extra_eval_systems
+    # RMSC encodes the source dataset in rmsc.source_context, at mini the folder's own inference context: the
+    # folder as it loads; another context would be named
+    folder = systems.dense_model("rmsc-cd", source)
+    rmsc = cards[folder]
+    assert rmsc["own"] == rmsc["metrics"]["rmsc-cd"] and rmsc["why"] == {}
+    assert systems.encodes_otherwise("rmsc-cd", source, folder, {}) == (
+        f"{source} in the soft-token context {systems.rmsc.source_context}")
+    assert systems.encodes_otherwise("rmsc-cd", source, folder, systems.saved_settings(rmsc["recipe"])) is None
+    # a plain model's own scores are its system's
+    dpr = cards[f"{mini.paths.models}/trained/dpr"]
+    assert dpr["own"] == dpr["metrics"]["dpr"] and dpr["why"] == {}
+    assert set(mini.tables.model_card_inputs()) >= {f for e in cards.values() for f in e["own"].values()}
 
 
 def test_systems_route_to_their_model_per_dataset(mini):
-    dataset = mini.TARGETS[0]
-    assert mini.dense_model("dpr", dataset) == f"{mini.MODELS}/trained/dpr"
-    assert mini.dense_model_input(SimpleNamespace(system="dpr", dataset=dataset)) == [
-        f"{mini.MODELS}/trained/dpr/config.json"
+    dataset = mini.datasets.targets[0]
+    assert mini.systems.dense_model("dpr", dataset) == f"{mini.paths.models}/trained/dpr"
+    assert mini.systems.dense_model_input(SimpleNamespace(system="dpr", dataset=dataset)) == [
+        f"{mini.paths.models}/trained/dpr/config.json"
     ]
     # a MoDIR system is its run on each target
-    assert mini.dense_model("dpr-modir", dataset).startswith(f"{mini.MODELS}/trained/dpr-modir@{dataset}")
-    assert set(mini.BM25_SYSTEMS) <= set(mini.SYSTEMS) and "dpr" in mini.DENSE_SYSTEMS
+    assert mini.systems.dense_model("dpr-modir", dataset).startswith(f"{mini.paths.models}/trained/dpr-modir@{dataset}")
+    assert set(mini.systems.bm25) <= set(mini.systems.by_name) and "dpr" in mini.systems.dense
 
 
 def test_resources_follow_the_site_config(tree):
@@ -140,12 +163,12 @@ def test_config_mistakes_name_the_key(tree):
 
 def test_code_inputs_follow_a_recipes_terms(mini, tree):
     def files(run):
-        return stamp_files(tree / mini.recipe_code(run))
+        return stamp_files(tree / mini.trainings.recipe_code(run))
 
     assert "src/zsdr/losses/margin_mse.py" in files("kd")
     assert "src/zsdr/losses/margin_mse.py" not in files("dpr")
     assert "src/zsdr/losses/berm.py" in files("kd-berm") and "src/zsdr/losses/berm.py" not in files("kd")
-    assert mini.recipe_code("kd").startswith(f"{STAMPS}/train-")
+    assert mini.trainings.recipe_code("kd").startswith(f"{STAMPS}/train-")
 
 
 def test_a_new_loss_terms_section_reaches_its_spec_and_code(tree, monkeypatch):
@@ -155,13 +178,13 @@ def test_a_new_loss_terms_section_reaches_its_spec_and_code(tree, monkeypatch):
 
     monkeypatch.setitem(term_registry.TERMS, "toy", "zsdr.losses.contrastive:ToyTerm")
     plan = load_plan(tree)
-    plan.RECIPES["dpr"]["toy"] = {"weight": 0.5}
+    plan.recipes.by_name["dpr"]["toy"] = {"weight": 0.5}
     try:
-        assert plan.train_spec("dpr")["toy"] == {"weight": 0.5}
-        assert "toy" not in plan.train_spec("kd")
-        assert "src/zsdr/losses/contrastive.py" in stamp_files(tree / plan.recipe_code("dpr"))
+        assert plan.trainings.train_spec("dpr")["toy"] == {"weight": 0.5}
+        assert "toy" not in plan.trainings.train_spec("kd")
+        assert "src/zsdr/losses/contrastive.py" in stamp_files(tree / plan.trainings.recipe_code("dpr"))
     finally:
-        del plan.RECIPES["dpr"]["toy"]
+        del plan.recipes.by_name["dpr"]["toy"]
 
 
 def test_job_shapes_of_the_paper_trainings(paper, tree):
@@ -169,37 +192,36 @@ def test_job_shapes_of_the_paper_trainings(paper, tree):
     the 8-GPU trainings run as 2 nodes x 4 processes (the same 8 processes), on nodes of 8 on one; GPU jobs ask
     for 8 CPUs per GPU; runtimes are capped at the site's maximum where configured."""
     def gpus(plan, recipe):
-        return plan.launch_gpus(plan.launch_settings(plan.RECIPES[recipe]))
+        return plan.train_job(plan.recipes.recipe_run(recipe)).gpus
 
     assert gpus(paper, "cocodr-base") == 8 and gpus(paper, "ddr-contrast") == 4 and gpus(paper, "dpr") == 1
     assert gpus(paper, "ance") == 1
     wc = SimpleNamespace(run="cocodr-base-ep1")
-    recipe = lambda w: paper.RECIPES[paper.TRAIN_RUNS[w.run][0]]    # noqa: E731
-    assert paper.SITE.gpus_per_node == 4
-    assert {k: paper.launch_settings(recipe(wc))[k] for k in ("processes", "nodes")} == {"processes": 4, "nodes": 2}
-    res = paper.training_resources(recipe)
+    job = lambda w: paper.train_job(w.run)    # noqa: E731
+    assert paper.resources.site.gpus_per_node == 4
+    assert {k: job(wc).launch[k] for k in ("processes", "nodes")} == {"processes": 4, "nodes": 2}
+    res = paper.training_resources(job)
     assert res["gpu"](wc) == 8 and res["nodes"](wc) == 2 and res["cpus_per_gpu"] == 8
     # the SLURM executor starts no one-task step around it (`mpi`), and it asks one task a node
     assert res["mpi"](wc) == "srun" and res["tasks"](wc) == 2 and res["tasks_per_gpu"](wc) == 0
     one = SimpleNamespace(run="dpr")
     assert res["nodes"](one) is None and res["mpi"](one) is None and res["tasks"](one) is None
     # a CPU per process: a 2-process training on the CPU asks for two cores (4 processes a node here)
-    assert paper.training_threads(recipe)(wc) == 4
-    assert paper.training_threads(lambda w: {"processes": 2})(wc) == 2 * paper.TRAINING["threads"]
+    assert job(wc).threads == 4
+    assert paper.resources.training_threads(lambda w: {"processes": 2})(wc) == 2 * paper.recipes.training["threads"]
     cfg = tree / "eight.yaml"
     cfg.write_text(yaml.safe_dump({"site": {"gpus_per_node": 8, "cores_per_node": 96}}))
     eight = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
-    assert {k: eight.launch_settings(eight.RECIPES["cocodr-base"])[k] for k in ("processes", "nodes")} == \
-        {"processes": 8, "nodes": 1}
-    assert eight.training_resources(recipe)["nodes"](wc) is None
+    assert {k: eight.train_job(wc.run).launch[k] for k in ("processes", "nodes")} == {"processes": 8, "nodes": 1}
+    assert eight.training_resources(lambda w: eight.train_job(w.run))["nodes"](wc) is None
     # 3 days of training at the paper config's 24-h cap: three attempts, two on top of the profile's retries
-    assert paper.TRAINING["runtime"] == 4320 and paper.runtime(paper.TRAINING["runtime"]) == 1440
+    assert paper.recipes.training["runtime"] == 4320 and paper.runtime(paper.recipes.training["runtime"]) == 1440
     profile = SimpleNamespace(execution_settings=SimpleNamespace(retries=2))
-    assert paper.training_retries(profile) == 4 and paper.runtime(600) == 600
+    assert paper.resources.training_retries(profile) == 4 and paper.runtime(600) == 600
     cfg = tree / "capped.yaml"
     cfg.write_text(yaml.safe_dump({"site": {"max_runtime": 4320}}))
     roomy = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
-    assert roomy.runtime(roomy.TRAINING["runtime"]) == 4320 and roomy.training_retries(profile) is None
+    assert roomy.runtime(roomy.recipes.training["runtime"]) == 4320 and roomy.resources.training_retries(profile) is None
     cfg.write_text(yaml.safe_dump({"site": {"max_runtime": None}}))
     assert load_plan(tree, tree / "configs" / "paper.yaml", cfg).runtime(4320) == 4320    # no cap: as asked
 
@@ -207,11 +229,11 @@ def test_job_shapes_of_the_paper_trainings(paper, tree):
 def test_training_memory_follows_processes_data_and_teacher(paper, tree):
     """mem_mb of a bi-encoder training: the larger of its processes beside the mapped dataset and the
     one-process arrays conversion (with a distillation's unpickled teacher scores); shown in the dry run."""
-    m = paper.TRAINING["memory"]
+    m = paper.recipes.training["memory"]
 
     def memory(run):
-        spec = paper.train_spec(run)
-        return paper.training_memory(spec, paper.launch_settings(paper.RECIPES[paper.TRAIN_RUNS[run][0]]))
+        spec = paper.trainings.train_spec(run)
+        return paper.resources.training_memory(spec, paper.train_job(run).launch)
 
     data = m["dataset_mb"]["msmarco-triples"]
     assert memory("dpr")[0] == m["process_mb"] + data
@@ -220,12 +242,12 @@ def test_training_memory_follows_processes_data_and_teacher(paper, tree):
     kd, why = memory("kd")
     assert kd == max(m["process_mb"] + m["dataset_mb"]["msmarco"], m["dataset_mb"]["msmarco"] + m["teacher_mb"])
     assert "incl. teacher" in why and f"{kd} MB" in why
-    assert why in paper.spec_summary(paper.train_spec("kd"), paper.launch_settings(paper.RECIPES["kd"]))
+    assert why in paper.summaries.spec_summary(paper.trainings.train_spec("kd"), paper.recipes.launch_settings(paper.recipes.by_name["kd"]))
     cfg = tree / "fixed-memory.yaml"
     cfg.write_text(yaml.safe_dump({"training": {"memory": {"mb": 64000}}}))
     fixed = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
-    spec = fixed.train_spec("kd")
-    assert fixed.training_memory(spec, fixed.launch_settings(fixed.RECIPES["kd"]))[0] == 64000
+    spec = fixed.trainings.train_spec("kd")
+    assert fixed.resources.training_memory(spec, fixed.recipes.launch_settings(fixed.recipes.by_name["kd"]))[0] == 64000
 
 
 def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tree):
@@ -234,23 +256,23 @@ def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tre
     default; shown in the dry run, overridden by training.memory.mb."""
     from zsdr.data.sizes import TEXT_BYTES_PER_WORD, published_sizes
 
-    m = paper.TRAINING["memory"]
-    spec = paper.coco_spec("coco")
-    launch = paper.launch_settings(paper.PRETRAINED["coco"])
-    corpora = paper.pretrained_corpora("coco")
+    m = paper.recipes.training["memory"]
+    spec = paper.trainings.coco_spec("coco")
+    launch = paper.coco_job("coco").launch
+    corpora = paper.cocodr.pretrained_corpora("coco")
     assert len(corpora) == 30 and (launch["processes"], launch["nodes"]) == (4, 2)     # per node: 8 in all
     bioasq = published_sizes()["bioasq"]
-    assert paper.corpus_mb("bioasq") == (-(-int(14914602 * 202.61 * TEXT_BYTES_PER_WORD) // 10**6), "published size")
-    assert bioasq["docs"] == 14914602 and paper.corpus_mb("msmarco") == (m["dataset_mb"]["msmarco"], "configured")
-    assert paper.corpus_mb("no-such-corpus") == (m["default_dataset_mb"], "default")
-    mb, why = paper.training_memory(spec, launch)
-    assert mb == 4 * m["process_mb"] + sum(paper.corpus_mb(c)[0] for c in corpora)
+    assert paper.resources.corpus_mb("bioasq") == (-(-int(14914602 * 202.61 * TEXT_BYTES_PER_WORD) // 10**6), "published size")
+    assert bioasq["docs"] == 14914602 and paper.resources.corpus_mb("msmarco") == (m["dataset_mb"]["msmarco"], "configured")
+    assert paper.resources.corpus_mb("no-such-corpus") == (m["default_dataset_mb"], "default")
+    mb, why = paper.resources.training_memory(spec, launch)
+    assert mb == 4 * m["process_mb"] + sum(paper.resources.corpus_mb(c)[0] for c in corpora)
     assert why.startswith(f"{mb} MB = 4 process(es) x {m['process_mb']} + span files of 30 corpora ")
-    assert why in paper.spec_summary(spec, launch)
+    assert why in paper.summaries.spec_summary(spec, launch)
     cfg = tree / "fixed-pretraining-memory.yaml"
     cfg.write_text(yaml.safe_dump({"training": {"memory": {"mb": 64000}}}))
     fixed = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
-    assert fixed.training_memory(fixed.coco_spec("coco"), launch)[0] == 64000
+    assert fixed.resources.training_memory(fixed.trainings.coco_spec("coco"), launch)[0] == 64000
 
 
 def test_mixture_memory_follows_processes_stores_and_weak_tables(paper):
@@ -258,75 +280,78 @@ def test_mixture_memory_follows_processes_stores_and_weak_tables(paper):
     (mapped: each at most rmsc.weak.max_pairs documents' worth of its corpus's text); in the dry run."""
     from zsdr.data.sizes import published_sizes
 
-    m = paper.TRAINING["memory"]
+    m = paper.recipes.training["memory"]
     run = "rmsc-cd@lotte-writing-test"
-    spec = paper.train_spec(run)
-    launch = paper.launch_settings(paper.RECIPES["rmsc-cd"])
+    spec = paper.trainings.train_spec(run)
+    launch = paper.recipes.launch_settings(paper.recipes.by_name["rmsc-cd"])
     assert spec["kind"] == "mixture" and [e["relevance"] for e in spec["sets"]] == ["human", "weak", "weak"]
     cap = paper.config["rmsc"]["weak"]["max_pairs"]
-    source, target = paper.corpus_mb("msmarco")[0], paper.corpus_mb("lotte-writing-test")[0]
+    source, target = paper.resources.corpus_mb("msmarco")[0], paper.resources.corpus_mb("lotte-writing-test")[0]
     weak = sum(-(-int(mb * min(1.0, cap / published_sizes()[name]["docs"]) * 1000) // 1000)
                for name, mb in (("msmarco", source), ("lotte-writing-test", target)))
-    mb, why = paper.training_memory(spec, launch)
+    mb, why = paper.resources.training_memory(spec, launch)
     assert mb == launch["processes"] * m["process_mb"] + source + target + weak
     assert why == (f"{mb} MB = {launch['processes']} process(es) x {m['process_mb']} + stores of 2 dataset(s) "
                    f"{source + target} + weak-pair tables {weak}")
-    assert why in paper.spec_summary(spec, launch)
+    assert why in paper.summaries.spec_summary(spec, launch)
 
 
-def test_every_trainings_code_stamp_exists_once_the_plan_is_made(tmp_path):
-    """Snakemake lists the stamp folder once while it builds the DAG: the plan writes every training's
-    stamp while the Snakefile is read, not when an input function first asks for it."""
+def test_every_trainings_code_stamp_is_written_by_the_workflows_call_not_by_the_plan(tmp_path):
+    """Snakemake lists the stamp folder once while it builds the DAG: the workflow writes every training's
+    stamp while the Snakefile is read (Plan.write_training_stamps, rules/common.smk), not when an input function
+    first asks for it; making a plan writes nothing."""
     for name in ("config.yaml", "configs", "schemas", "src", "workflow_scripts"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     plan = load_plan(tmp_path)
-    stamps = {plan.TRAINING_STAMPS[run] for run in plan.TRAIN_RUNS}
+    assert not (tmp_path / STAMPS).exists()    # making a plan writes nothing
+    plan.write_training_stamps()
+    stamps = {plan.trainings.stamps[run] for run in plan.recipes.runs}
     assert stamps and all((tmp_path / s).is_file() for s in stamps)
-    assert plan.recipe_code("kd") == plan.TRAINING_STAMPS["kd"]
+    assert plan.trainings.recipe_code("kd") == plan.trainings.stamps["kd"]
 
 
 def test_dam_reader_and_generator_memory_follow_processes_examples_and_the_store(paper, mini):
     """mem_mb of the trainings that once asked for a flat 32 GB: a DAM's processes beside its corpus's
     mapped store; a reader's or generator's processes, each holding its pairs as Python objects
     (published training pairs, or max_examples, x example_bytes), beside the store; in the dry run."""
-    m = paper.TRAINING["memory"]
-    spec = paper.dam_spec("bert-base--msmarco")
-    launch = paper.dam_launch("bert-base--msmarco")
-    mb, why = paper.training_memory(spec, launch)
-    assert launch["processes"] == 4 and f"{spec['dataset']}/store/store.json" in paper.spec_inputs(spec)
+    m = paper.recipes.training["memory"]
+    spec = paper.trainings.dam_spec("bert-base--msmarco")
+    launch = paper.trainings.dam_launch("bert-base--msmarco")
+    mb, why = paper.resources.training_memory(spec, launch)
+    assert launch["processes"] == 4 and f"{spec['dataset']}/store/store.json" in paper.trainings.spec_inputs(spec)
     assert mb == 4 * m["process_mb"] + m["dataset_mb"]["msmarco"]
     assert why == f"{mb} MB = 4 process(es) x {m['process_mb']} + msmarco store {m['dataset_mb']['msmarco']} (configured)"
-    assert why in paper.spec_summary(spec, launch)
-    bioasq = paper.dam_spec("bert-base--msmarco--bioasq")   # 14.9M documents: ~22.7 GB of text, mapped once
-    assert paper.corpus_mb("bioasq")[0] > 20000
-    assert paper.training_memory(bioasq, launch)[0] == 4 * m["process_mb"] + paper.corpus_mb("bioasq")[0]
+    assert why in paper.summaries.spec_summary(spec, launch)
+    bioasq = paper.trainings.dam_spec("bert-base--msmarco--bioasq")   # 14.9M documents: ~22.7 GB of text, mapped once
+    assert paper.resources.corpus_mb("bioasq")[0] > 20000
+    assert paper.resources.training_memory(bioasq, launch)[0] == 4 * m["process_mb"] + paper.resources.corpus_mb("bioasq")[0]
 
-    assert paper.train_pairs("msmarco", None) == (532761, "published")
-    assert paper.train_pairs("msmarco", 1000) == (1000, "max_examples")
-    assert paper.train_pairs("msmarco", 10**9) == (532761, "published")
-    assert paper.train_pairs("no-such-set", None) == (None, "unknown")
+    assert paper.resources.train_pairs("msmarco", None) == (532761, "published")
+    assert paper.resources.train_pairs("msmarco", 1000) == (1000, "max_examples")
+    assert paper.resources.train_pairs("msmarco", 10**9) == (532761, "published")
+    assert paper.resources.train_pairs("no-such-set", None) == (None, "unknown")
     one = {"processes": 1, "nodes": 1}
     for kind in ("reader", "generator"):
-        mb, why = paper.training_memory({"kind": kind, "dataset": "data/msmarco"}, one)
+        mb, why = paper.resources.training_memory({"kind": kind, "dataset": "data/msmarco"}, one)
         examples = -(-532761 * m["example_bytes"] // 10**6)
         assert mb == m["process_mb"] + examples + m["dataset_mb"]["msmarco"]
         assert f"examples {examples}: 532761 pairs (published)" in why
-        two = paper.training_memory({"kind": kind, "dataset": "data/msmarco", "max_examples": 1000},
+        two = paper.resources.training_memory({"kind": kind, "dataset": "data/msmarco", "max_examples": 1000},
                                     {"processes": 2, "nodes": 1})[0]
         assert two == 2 * (m["process_mb"] + -(-1000 * m["example_bytes"] // 10**6)) + m["dataset_mb"]["msmarco"]
-    for name in mini.TRAINED_READERS:
-        spec, launch = mini.reader_spec(name), mini.launch_settings(mini.READERS[name])
-        assert mini.training_memory(spec, launch)[1] in mini.spec_summary(spec, launch)
+    for name in mini.recipes.trained_readers:
+        spec, launch = mini.trainings.reader_spec(name), mini.recipes.launch_settings(mini.recipes.readers[name])
+        assert mini.resources.training_memory(spec, launch)[1] in mini.summaries.spec_summary(spec, launch)
     with pytest.raises(ValueError, match="training.memory.mb"):
-        paper.training_memory({"kind": "unknown", "dataset": "data/msmarco"}, one)
+        paper.resources.training_memory({"kind": "unknown", "dataset": "data/msmarco"}, one)
 
 
 def test_teacher_scores_cover_what_the_distilling_recipes_read(mini, tree):
     """A cross-encoder scores the queries of the first max_examples examples when every recipe distilling from
     its scores reads only those (the largest of their max_examples), every query otherwise."""
-    assert mini.teacher_max_examples("tiny-cross-encoder", mini.SOURCE) is None      # kd reads every example
-    users = [n for n, r in mini.RECIPES.items() if r.get("teacher") == "tiny-cross-encoder"]
+    assert mini.trainings.teacher_max_examples("tiny-cross-encoder", mini.datasets.source) is None      # kd reads every example
+    users = [n for n, r in mini.recipes.by_name.items() if r.get("teacher") == "tiny-cross-encoder"]
     assert {"kd", "ddr-dr-distill"} <= set(users)
 
     def plan_with(**recipes):
@@ -335,21 +360,21 @@ def test_teacher_scores_cover_what_the_distilling_recipes_read(mini, tree):
         return load_plan(tree, cfg)
 
     capped = plan_with(**{u: {"max_examples": 5 + i} for i, u in enumerate(users)})
-    assert capped.teacher_max_examples("tiny-cross-encoder", capped.SOURCE) == 5 + len(users) - 1
+    assert capped.trainings.teacher_max_examples("tiny-cross-encoder", capped.datasets.source) == 5 + len(users) - 1
     one_reads_all = plan_with(**{u: {"max_examples": 5} for u in users[1:]})
-    assert one_reads_all.teacher_max_examples("tiny-cross-encoder", one_reads_all.SOURCE) is None
+    assert one_reads_all.trainings.teacher_max_examples("tiny-cross-encoder", one_reads_all.datasets.source) is None
     other_file = plan_with(**{u: {"max_examples": 5, **({"negatives": "bm25"} if u == users[0] else {})}
                               for u in users})
-    assert other_file.teacher_max_examples("tiny-cross-encoder", other_file.SOURCE) is None
+    assert other_file.trainings.teacher_max_examples("tiny-cross-encoder", other_file.datasets.source) is None
 
 
 def test_large_corpora_are_cut_into_span_shards(paper, mini):
     """COCO's span files of a corpus in several shards (as its encoding: BioASQ 6, MS MARCO 4) are merged
     from one job per shard; small corpora, the mini ones and a max_docs prefix are one pass."""
-    assert paper.COCODR["spans"].get("max_docs") is None
-    assert paper.span_parts("bioasq") == [f"{paper.DATA}/bioasq/coco/spans.{i}-of-6.arrow" for i in range(6)]
-    assert len(paper.span_parts("msmarco")) == 4 and paper.span_parts("scifact") == []
-    assert "bioasq" in paper.SPAN_CORPORA and all(mini.span_parts(c) == [] for c in mini.SPAN_CORPORA)
+    assert paper.cocodr.section["spans"].get("max_docs") is None
+    assert paper.cocodr.span_parts("bioasq") == [f"{paper.paths.data}/bioasq/coco/spans.{i}-of-6.arrow" for i in range(6)]
+    assert len(paper.cocodr.span_parts("msmarco")) == 4 and paper.cocodr.span_parts("scifact") == []
+    assert "bioasq" in paper.cocodr.span_corpora and all(mini.cocodr.span_parts(c) == [] for c in mini.cocodr.span_corpora)
 
 
 def test_climate_fever_takes_fevers_embeddings_where_a_system_encodes_both_alike(paper, mini, tree):
@@ -357,15 +382,15 @@ def test_climate_fever_takes_fevers_embeddings_where_a_system_encodes_both_alike
     system with one model and setting for both; per-target systems (DDR's DAMs, MoDIR, RMSC) encode their own."""
     from types import SimpleNamespace
 
-    assert paper.SHARED_CORPUS == {"climate-fever": "fever"} and mini.SHARED_CORPUS == {}
-    assert paper.embedding_donor("tas-b", "climate-fever") == "fever"
-    assert paper.embedding_donor("tas-b", "fever") is None
+    assert paper.datasets.shared_corpus == {"climate-fever": "fever"} and mini.datasets.shared_corpus == {}
+    assert paper.evaluation.embedding_donor("tas-b", "climate-fever") == "fever"
+    assert paper.evaluation.embedding_donor("tas-b", "fever") is None
     for own in ("ddr-contrast", "dpr-modir", "rmsc-cd"):
-        assert paper.embedding_donor(own, "climate-fever") is None
-        assert paper.dense_model(own, "climate-fever") != paper.dense_model(own, "fever")
-    inputs = paper.donor_inputs(SimpleNamespace(system="tas-b", dataset="climate-fever"))
-    assert inputs == [f"{paper.EMBEDDINGS}/fever/tas-b/{s}" for s in paper.shards("fever")] + [
-        f"{paper.DATA}/climate-fever/overlap/fever.npy"]
+        assert paper.evaluation.embedding_donor(own, "climate-fever") is None
+        assert paper.systems.dense_model(own, "climate-fever") != paper.systems.dense_model(own, "fever")
+    inputs = paper.evaluation.donor_inputs(SimpleNamespace(system="tas-b", dataset="climate-fever"))
+    assert inputs == [f"{paper.paths.embeddings}/fever/tas-b/{s}" for s in paper.datasets.shards("fever")] + [
+        f"{paper.paths.data}/climate-fever/overlap/fever.npy"]
     cfg = tree / "shared-bad.yaml"
     for bad, match in (({"fever": "fever"}, "must be another dataset"),
                        ({"climate-fever": "fever", "fever": "nq"}, "takes no donor itself"),

@@ -1,8 +1,12 @@
-"""The commands of README.md and docs/ run as written.
+"""The commands of README.md, docs/ and the files' own comments run as written.
 
-Every command of a ```bash, ```sh or ```console block (in a console block, the lines that start with
-``$ ``; a line ending in ``\\`` continues on the next) runs in a fresh copy of the workflow, one copy
-per page, in the order the page gives them:
+The commands are those of every page of README.md and docs/ (docs/*.md, docs/*/*.md) — every command of
+a ```bash, ```sh or ```console block (in a console block, the lines that start with ``$ ``; a line
+ending in ``\\`` continues on the next), and every inline ``snakemake ...`` code span of its prose (run
+as a dry run) — and those of the comments of the files a user opens first: the header comments of
+config.yaml, configs/ and profiles/ files and of the Makefile (a comment line indented like code,
+``#   snakemake ...``), and the Snakefile's docstring. Each source's commands run in a fresh copy of the
+workflow, one copy per source, in the order the source gives them:
 
 * ``snakemake`` commands run as dry runs: ``-n`` is appended unless the command has it already. The
   one exception is the mini ``data`` target (``snakemake ... data`` with no ``--configfile``): it runs
@@ -11,9 +15,10 @@ per page, in the order the page gives them:
 * a command matching an entry of :data:`SKIP` is not run; each entry says why, and every entry must
   still match a command somewhere (a stale entry fails :func:`test_every_skip_is_still_needed`).
 
-A command that exits non-zero fails the test, with its output, and so does a comment showing a
-command's JSON output (``# {"ndcg@10": 0.8174, ...}``) that disagrees with it. A dry run that Snakemake has already
-planned with the same arguments (in any order) is not planned again.
+A command that exits non-zero fails the test, with its output, and so does a dry run that prints an
+exception, a traceback or a warning, and a comment showing a command's JSON output (``# {"ndcg@10":
+0.8174, ...}``) that disagrees with it. A dry run that Snakemake has already planned with the same
+arguments (in any order, however the program is named) is not planned again.
 """
 
 from __future__ import annotations
@@ -30,12 +35,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_workflow import NOISE
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/*.md"))]
+COMMENTED = [ROOT / "Snakefile", ROOT / "Makefile", ROOT / "config.yaml", *sorted((ROOT / "configs").rglob("*.yaml")),
+             *sorted((ROOT / "profiles").rglob("*.yaml"))]
+SOURCES = PAGES + COMMENTED
 COPIED = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "profiles", "envs",
           "report", "docs", "Makefile", "pyproject.toml")
 FENCE = re.compile(r"^```(bash|sh|console)\s*$")
+INLINE = re.compile(r"`((?:\.venv/bin/)?snakemake\s[^`]+)`")
+# a command in a comment: indented like code after the `#`, optional VAR=value words, then a program
+PROGRAM = r"(?:[A-Z_]+=\S+\s+)*(?:\.venv/bin/\S+|snakemake|zsdr|make|python)\b"
+COMMENT_COMMAND = re.compile(rf"^#\s{{2,}}({PROGRAM}.*)$")
+DOCSTRING_COMMAND = re.compile(rf"^({PROGRAM}.*)$")
 
 # (pattern searched in the command without its comment, why the command is not run here)
 SKIP: list[tuple[str, str]] = [
@@ -47,9 +62,15 @@ SKIP: list[tuple[str, str]] = [
                      "checks"),
     (r"^\.venv/bin/pytest\b", "a test module, which the test suite runs itself"),
     (r"\bzsdr fetch\b|data/(scifact|msmarco)\b", "downloads a dataset from the internet (or reads one downloaded)"),
-    (r"^\.venv/bin/snakemake (-n )?--profile profiles/slurm results/all --configfile configs/paper\.yaml$",
+    (r"^(\.venv/bin/)?snakemake (-n )?--profile profiles/slurm paper/results/all --configfile configs/paper\.yaml$",
      "submits every paper job to SLURM; tests/test_workflow.py makes exactly this plan (-n, ~40 s of CPU)"),
+    (r"^TORCH_INDEX=https://\S+ make install$", "downloads torch from the internet"),
+    (r"^make lock$", "resolves every package against the package indexes (~45 s, the network); "
+                     "tests/test_packaging.py checks the locks it writes"),
     (r"\bzsdr (train|mine|score-pairs|export)\b", "reads a training's spec, models or embeddings: outputs of `make run`"),
+    (r"\bsnakemake --report\b", "bundles the outputs of a finished run: tests/test_mini_run.py makes the report "
+                                 "of table 1 after its run, and that of `tables` after the whole mini DAG "
+                                 "(make test-full)"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "
                                               "as a module; tests/test_elsewhere.py plans such a workflow"),
     (r"^(sbatch|squeue) ", "talks to a SLURM cluster (the controller job and its run's jobs); tests/test_slurm.py "
@@ -62,6 +83,7 @@ class Command:
     page: Path
     line: int
     text: str
+    inline: bool = False   # a code span of a page's prose: always a dry run
 
     def __str__(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}: {self.text}"
@@ -73,6 +95,38 @@ class Command:
 
 
 def commands(page: Path) -> list[Command]:
+    """The commands of a source: a page's blocks and inline spans, or a file's comments, in line order."""
+    if page.suffix != ".md":
+        return comment_commands(page)
+    return sorted(block_commands(page) + inline_commands(page), key=lambda c: c.line)
+
+
+def inline_commands(page: Path) -> list[Command]:
+    """The ``snakemake ...`` code spans of a page's prose (outside its fenced blocks; a span may wrap)."""
+    prose, fenced = [], False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            line = ""
+        prose.append("" if fenced else line)
+    text = "\n".join(prose)
+    return [Command(page, text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()), inline=True)
+            for m in INLINE.finditer(text)]
+
+
+def comment_commands(path: Path) -> list[Command]:
+    """The commands of a file's comments: code-indented ``#`` lines, and the Snakefile's docstring lines."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = [Command(path, n, m.group(1).strip()) for n, line in enumerate(lines, 1)
+             if (m := COMMENT_COMMAND.match(line))]
+    if path.name == "Snakefile" and lines and lines[0].startswith('"""'):
+        end = next(i for i, line in enumerate(lines[1:], 1) if '"""' in line)
+        found += [Command(path, n + 1, m.group(1).strip()) for n, line in enumerate(lines[1:end], 1)
+                  if (m := DOCSTRING_COMMAND.match(line))]
+    return sorted(found, key=lambda c: c.line)
+
+
+def block_commands(page: Path) -> list[Command]:
     """The commands of the page's bash / sh / console blocks, continuation lines joined."""
     found: list[Command] = []
     kind, pending, start = None, "", 0
@@ -120,7 +174,7 @@ def as_run(command: Command) -> tuple[str, bool]:
         return command.text, False
     if "-n" in tokens or "--dry-run" in tokens:
         return shlex.join(tokens), True
-    if "data" in tokens and not any(t.startswith("--configfile") for t in tokens):
+    if "data" in tokens and not command.inline and not any(t.startswith("--configfile") for t in tokens):
         return shlex.join(tokens), False   # the mini data target: later commands read its files
     return shlex.join([*tokens, "-n"]), True
 
@@ -144,6 +198,12 @@ def run(line: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess
 
 
 _PLANNED: set[tuple[str, ...]] = set()
+
+
+def plan_key(line: str) -> tuple[str, ...]:
+    """What a dry run plans: its arguments in any order, `snakemake` however the program is named."""
+    program, *args = shlex.split(line)
+    return (Path(program).name, *sorted(args))
 FIGURE = re.compile(r'"([\w@.-]+)": (\d+(?:\.\d+)?)')
 
 
@@ -162,7 +222,7 @@ def wrong_figures(command: Command, stdout: str) -> list[str]:
     return wrong
 
 
-WITH_COMMANDS = [page for page in PAGES if commands(page)]
+WITH_COMMANDS = [page for page in SOURCES if commands(page)]
 
 
 @pytest.mark.parametrize("page", WITH_COMMANDS, ids=[str(p.relative_to(ROOT)) for p in WITH_COMMANDS])
@@ -174,14 +234,17 @@ def test_page_commands_run_as_written(page, tmp_path):
         if skip_reason(command):
             continue
         line, dry = as_run(command)
-        key = tuple(sorted(shlex.split(line))) if dry else None
+        key = plan_key(line) if dry else None
         if key in _PLANNED:
             continue
         copy = copy or workflow_copy(tmp_path / "work")
         proc = run(line, copy)
+        noise = NOISE.findall(proc.stdout + proc.stderr) if dry else []
         if proc.returncode != 0:
             failures.append(f"{command}\n  ran: {line}\n  exit {proc.returncode}\n"
                             f"{(proc.stdout + proc.stderr)[-3000:]}")
+        elif noise:
+            failures.append(f"{command}\n  ran: {line}\n  planned, but printed:\n" + "\n".join(noise[:10]))
         elif key is not None:
             _PLANNED.add(key)
         else:
@@ -200,7 +263,7 @@ def test_readme_commands_cover_every_scale():
 
 
 def test_every_skip_is_still_needed():
-    every = [c for page in PAGES for c in commands(page)]
+    every = [c for page in SOURCES for c in commands(page)]
     for pattern, reason in SKIP:
         assert any(re.search(pattern, c.bare) for c in every), f"SKIP entry {pattern!r} ({reason}) matches nothing"
 
@@ -243,3 +306,28 @@ def test_a_figure_in_a_comment_must_match_the_output(tmp_path):
     assert wrong_figures(command, '{"ndcg@10": 0.81739663, "recall@100": 1.0}\n') == []
     assert wrong_figures(command, 'log line\n{"ndcg@10": 0.8175}\n')
     assert wrong_figures(Command(page, 1, "zsdr stats x  # counts"), "not json") == []
+
+
+def test_commands_of_comments_and_prose(tmp_path):
+    """Header comments give the commands indented like code (not prose that starts with a program's
+    name), the Snakefile its docstring's, a page its inline `snakemake ...` spans, wrapped or not, as
+    dry runs (the mini data target too)."""
+    config = tmp_path / "small.yaml"
+    config.write_text("# SMALL scale\n#   snakemake --cores all --configfile configs/small.yaml results/table1.csv\n"
+                      "# make sure the target comes first\nscale: small  # snakemake reads it\n"
+                      "#   TORCH_INDEX=https://example.org/cpu make install   # a note\n")
+    assert [(c.line, c.bare) for c in commands(config)] == [
+        (2, "snakemake --cores all --configfile configs/small.yaml results/table1.csv"),
+        (5, "TORCH_INDEX=https://example.org/cpu make install")]
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text('"""The DAG.\n\nsnakemake --cores all data   # mini\n"""\n\nsnakemake = 1\n')
+    assert [(c.line, c.bare) for c in commands(snakefile)] == [(3, "snakemake --cores all data")]
+    page = tmp_path / "page.md"
+    page.write_text("Build it with `snakemake --cores all\ndata`, then `zsdr stats x`.\n"
+                    "```bash\necho `snakemake --version`\n```\nOr `.venv/bin/snakemake -n tables`.\n")
+    found = commands(page)
+    assert [(c.line, c.text, c.inline) for c in found] == [
+        (1, "snakemake --cores all data", True), (4, "echo `snakemake --version`", False),
+        (6, ".venv/bin/snakemake -n tables", True)]
+    assert as_run(found[0]) == ("snakemake --cores all data -n", True)
+    assert plan_key(".venv/bin/snakemake -n tables") == plan_key("snakemake tables -n")

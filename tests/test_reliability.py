@@ -204,20 +204,20 @@ def _truncated_model(tmp_path: Path) -> Path:
 def test_model_weights_checks_accept_complete_files_and_name_truncated_ones(tmp_path):
     import torch
 
-    from zsdr.cli import _weights_problem
+    from zsdr.models.checkpoints import weights_problem
 
     torch.save({"w": torch.zeros(100)}, tmp_path / "pytorch_model.bin")
     torch.save({"w": torch.zeros(100)}, tmp_path / "legacy.bin", _use_new_zipfile_serialization=False)
     whole = (tmp_path / "pytorch_model.bin").read_bytes()
     (tmp_path / "cut.bin").write_bytes(whole[:len(whole) // 2])
-    assert _weights_problem(tmp_path / "pytorch_model.bin") is None
-    assert _weights_problem(tmp_path / "legacy.bin") is None   # pre-1.6 pickles cannot be checked: accepted
-    assert _weights_problem(tmp_path / "cut.bin") == "not a complete PyTorch (zip) archive"
+    assert weights_problem(tmp_path / "pytorch_model.bin") is None
+    assert weights_problem(tmp_path / "legacy.bin") is None   # pre-1.6 pickles cannot be checked: accepted
+    assert weights_problem(tmp_path / "cut.bin") == "not a complete PyTorch (zip) archive"
     from safetensors.torch import save_file
 
     save_file({"w": torch.zeros(100)}, tmp_path / "model.safetensors")
-    assert _weights_problem(tmp_path / "model.safetensors") is None
-    assert "the tensors need" in _weights_problem(_truncated_model(tmp_path) / "model.safetensors")
+    assert weights_problem(tmp_path / "model.safetensors") is None
+    assert "the tensors need" in weights_problem(_truncated_model(tmp_path) / "model.safetensors")
 
 
 def _file_mistakes(tmp_path: Path) -> list[tuple[list[str], int, str]]:
@@ -409,6 +409,36 @@ def test_check_config_reads_configs_as_the_workflow_does(tmp_path, capsys):
     for name in ("small.yaml", "paper.yaml"):
         code, out, err = zsdr(capsys, "check-config", ROOT / "configs" / name)
         assert code == 0 and json.loads(out)["ok"], err
+
+
+@pytest.mark.parametrize("overlay, line", [
+    ({"evaluation": {"metrics": ["ndgc@10"]}}, "config key evaluation.metrics: unknown metric 'ndgc@10'"),
+    ({"table1": {"metric": "ndcg@5"}}, "config key table1.metric: 'ndcg@5' is not computed; add it to evaluation.metrics"),
+    ({"table1": {"systems": ["bm25-flat", "no-such-system"]}},
+     "config key table1.systems: system 'no-such-system' is not defined under `systems`"),
+    ({"recipes": {"dpr": {"init": "./no/such/folder"}}}, "./no/such/folder"),
+    ({"datasets": {"eval_splits": {"mini-alpha": "dev"}}},
+     "config key datasets.eval_splits.mini-alpha: mini-alpha has no split 'dev' (its splits: test)"),
+])
+def test_check_config_catches_at_plan_time_what_jobs_would_fail_on(tmp_path, capsys, overlay, line):
+    """`zsdr check-config` makes the plan as the workflow does: what the schema allows but a job would trip on is
+    one line naming its key, not an OK followed by a failed job."""
+    import yaml
+
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    code, out, err = zsdr(capsys, "check-config", path)
+    assert code == 1 and line in err, err
+    assert len(error_lines(err)) == 1, err
+
+
+def test_check_config_knows_the_splits_of_registry_datasets(tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "overlay.yaml"
+    path.write_text(yaml.safe_dump({"datasets": {"eval_splits": {"scifact": "dev"}}}))
+    code, out, err = zsdr(capsys, "check-config", ROOT / "configs" / "small.yaml", path)
+    assert code == 1 and "config key datasets.eval_splits.scifact: scifact has no split 'dev' (its splits: train, test)" in err
 
 
 def test_config_errors_name_the_paper_file_and_a_users_overlay_wins(tmp_path):

@@ -1,6 +1,6 @@
 """The site check: every paper-scale submission, as snakemake-executor-plugin-slurm writes its sbatch line, fits
 nodes of 4 x A100 / 64 cores / 512 GB and of 8 x H100 / 96 cores / 1 TB / 48 h (benchmarks/slurm_site.py, one
-plan of `results/all` for both), and the pure functions of zsdr.plan.site that shape the jobs.
+plan of `paper/results/all` for both), and the pure functions of zsdr.plan.site that shape the jobs.
 """
 
 import sys
@@ -80,7 +80,7 @@ def test_runtimes_from_work_with_a_floor_a_safety_factor_and_retries():
     assert site.minutes(site.seconds("encode", 600_000)) == 33      # 600 s of work
     with pytest.raises(ValueError, match="indexing x needs about 603 min .* more than site.max_runtime 600: split"):
         site.minutes(12_000, what="indexing x")
-    with pytest.raises(ValueError, match="site.throughput.label is not set"):
+    with pytest.raises(ValueError, match="config key site.throughput.label: not set"):
         site.seconds("label", 1)
     # Lucene: a thread per hour of one thread's work, within index_threads and the node
     assert site.lucene_threads(100 * 3600 * 4.5) == 5 and site.lucene_threads(1) == 1
@@ -125,21 +125,21 @@ def test_the_paper_configs_site_and_the_profiles_groups_fit_both_site_descriptio
             assert profile["group-components"][group] <= site.group_size(mem, threads)
 
 
-def test_work_of_a_job_follows_its_corpus(tmp_path):
+def test_work_of_a_job_follows_its_corpus():
     """Encode and index runtimes grow with the corpus's published size; a corpus without published statistics
     is sized as the config's largest shard."""
     from zsdr.plan.core import load_plan
 
     plan = load_plan(ROOT, ROOT / "configs" / "paper.yaml")
-    wc = SimpleNamespace
-    small, large = plan.encode_runtime(wc(dataset="scifact", shards="1")), plan.encode_runtime(wc(dataset="nq", shards="1"))
-    assert small == plan.SITE.floor < large
-    assert plan.encode_runtime(wc(dataset="msmarco", shards="4")) == plan.encode_runtime(wc(dataset="bioasq", shards="6"))
-    assert plan.corpus_size("oagqa") == plan.LARGEST_SHARD
+    work, site, wc = plan.work, plan.resources.site, SimpleNamespace
+    small, large = work.encode_runtime(wc(dataset="scifact", shards="1")), work.encode_runtime(wc(dataset="nq", shards="1"))
+    assert small == site.floor < large
+    assert work.encode_runtime(wc(dataset="msmarco", shards="4")) == work.encode_runtime(wc(dataset="bioasq", shards="6"))
+    assert work.corpus_size("oagqa") == work.largest_shard
     # BioASQ's 3.02B words: more than one thread, and an index job that fits the day
-    threads = plan.index_threads(wc(dataset="bioasq"))
-    assert threads > 1 and plan.index_runtime(wc(dataset="bioasq")) < plan.SITE.max_runtime
-    assert plan.index_threads(wc(dataset="scifact")) == 1
+    threads = work.index_threads(wc(dataset="bioasq"))
+    assert threads > 1 and work.index_runtime(wc(dataset="bioasq")) < site.max_runtime
+    assert work.index_threads(wc(dataset="scifact")) == 1
 
 
 def test_a_cluster_run_checks_its_jobs_and_groups_against_the_site_before_submitting():

@@ -1,4 +1,4 @@
-"""The memory-mapped text stores and training arrays (zsdr.data.store, zsdr.training.data)."""
+"""The memory-mapped text stores and training arrays (zsdr.data.store, zsdr.data.training_set)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from tests.conftest import mini_with_backbones, texts_hidden
 from zsdr.data.formats import read_corpus, read_queries, write_beir
 from zsdr.data.store import TextStore, build_store, open_current, open_store, store_is_current
 from zsdr.io import DataError
-from zsdr.training.data import (TrainingSet, build_training_arrays, read_negatives, read_teacher_scores,
-                                with_teacher)
+from zsdr.data.training_set import (TrainingSet, build_training_arrays, read_negatives, read_teacher_scores,
+                                    with_teacher)
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from zsdr.data.mini import generate
 from zsdr.io import DataError
 from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.mine import sample_negatives
-from zsdr.training.data import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
-                                write_teacher_scores)
+from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
+                                    write_teacher_scores)
 from zsdr.training.recipes import launch
 from zsdr.training.trainer import StopSignals
 
@@ -139,7 +139,7 @@ def test_training_learns_and_writes_an_encoder_folder(tiny):
 def test_a_triples_epoch_counts_every_query_negative_pair_and_epoch_size_sets_the_length(tiny):
     """`examples: triples` (the official warmups' epoch: one line of the triples file an example) trains through
     the one trainer; `epoch_size` (ANCE's expected_train_size) sets the length as the official t_total does."""
-    from zsdr.training.data import TrainingSet
+    from zsdr.data.training_set import TrainingSet
 
     negatives = tiny / "data" / "src" / "negatives.jsonl"
     pairs = len(TrainingSet(tiny / "data" / "src", negatives, unit="triples"))

@@ -147,6 +147,14 @@ def cmd_check_config(args) -> int:
             config = command_line
         expand_recipes(config)
         check_config(config, schema, sources)
+        if args.base:
+            # the whole plan, as the workflow makes it: systems, inits, metrics and splits that only jobs
+            # would trip on are refused here, naming their key
+            from zsdr.plan.core import Plan, with_schema_defaults
+            from zsdr.workflow import expand_berm_grid, expand_cocodr_sweeps
+
+            with_schema_defaults(config, schema)
+            Plan(config, root, expand_berm_grid(config), expand_cocodr_sweeps(config))
     except (ConfigError, ValueError) as exc:
         lines = [line for line in str(exc).splitlines() if line and line != "invalid config:"]
         if len(lines) > 1:
@@ -366,77 +374,6 @@ def check_inputs(args) -> None:
                 raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
 
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                "pytorch_model.bin.index.json")
-
-
-def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None:
-    """A model given as a folder must hold ``config.json`` and complete weights; raise
-    :class:`DataError` naming the folder, the problem and the fix otherwise (before any loading)."""
-    folder = Path(path)
-    if not folder.is_dir():
-        return  # a Hugging Face id, or a file: the loader decides
-    fix = (f"point {argument} at a folder written by zsdr (save_pretrained + zsdr.json) or a complete "
-           "Hugging Face download, or copy the model again")
-    if not any(folder.iterdir()):
-        raise DataError(folder, None, "the model folder is empty", fix)
-    if not (folder / "config.json").is_file() and (folder / "modules.json").is_file():
-        return  # a sentence-transformers folder whose transformer lives in a module subfolder
-    if not (folder / "config.json").is_file():
-        raise DataError(folder, None, "the model folder has no config.json", fix)
-    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not weights:
-        raise DataError(folder, None, f"the model folder has no weights ({' or '.join(WEIGHT_FILES[:2])})", fix)
-    for file in weights:
-        problem = _weights_problem(file)
-        if problem:
-            raise DataError(file, None, f"the model weights are incomplete or damaged: {problem}", fix)
-
-
-def _weights_problem(file: Path) -> str | None:
-    """Why a weights file cannot be complete, from its structure alone (no tensors are read), or None."""
-    import struct
-    import zipfile
-
-    size = file.stat().st_size
-    if file.name.endswith(".index.json"):
-        try:
-            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            return f"the shard index is not readable ({exc.__class__.__name__})"
-        missing = sorted(s for s in shards if not (file.parent / s).is_file())
-        if missing:
-            return f"shard {missing[0]} is missing"
-        for shard in sorted(shards):
-            problem = _weights_problem(file.parent / shard)
-            if problem:
-                return f"{shard}: {problem}"
-        return None
-    if file.suffix == ".safetensors":
-        with open(file, "rb") as fh:
-            head = fh.read(8)
-            if len(head) < 8:
-                return f"{size} bytes, shorter than a safetensors header"
-            (length,) = struct.unpack("<Q", head)
-            if length > size - 8:
-                return f"the header says {length} bytes, the file has {size - 8} after it"
-            try:
-                header = json.loads(fh.read(length))
-            except ValueError:
-                return "the safetensors header is not valid JSON"
-        end = max((v["data_offsets"][1] for k, v in header.items()
-                   if k != "__metadata__" and isinstance(v, dict) and "data_offsets" in v), default=0)
-        if 8 + length + end > size:
-            return f"the tensors need {8 + length + end} bytes, the file has {size}"
-        return None
-    if file.suffix == ".bin" and not zipfile.is_zipfile(file):
-        with open(file, "rb") as fh:
-            if fh.read(1) == b"\x80":
-                return None   # torch's legacy (pre-1.6) pickle format: no structure to check
-        return "not a complete PyTorch (zip) archive"
-    return None
-
-
 _ERRNO_FIXES = {
     errno.ENOSPC: "free space on that file system, or point the output (or `paths:` in the config) at a larger one",
     errno.EDQUOT: "free space within your quota, or point the output at another file system",
@@ -483,8 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_inputs(args)
         check_device(getattr(args, "device", None))
+        if getattr(args, "check_usage", None) is not None:  # a command's own usage checks, before any model
+            args.check_usage(args)
         if getattr(args, "model", None) is not None:
-            check_model_folder(args.model, "--model" if "--model" in argv else "the model argument")
+            from zsdr.models.checkpoints import check_model_argument
+
+            check_model_argument(args.model, "--model" if "--model" in argv else "the model argument")
         return args.func(args)
     except KeyboardInterrupt:
         print(f"zsdr {args.command}: interrupted", file=sys.stderr)

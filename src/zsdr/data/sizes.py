@@ -2,7 +2,7 @@
 papers evaluate on, read from the tables the project carries (src/zsdr/tables/published/): BEIR's Table 1
 as COCO-DR's Table 5 prints it, and DDR's Table 1 for LoTTE and the Chinese sets (it counts characters
 there). They size what the plan cannot see before the data exists: a pretraining job's mapped corpora
-(:meth:`zsdr.plan.resources.ResourcesPlan.corpus_mb`) and the disk benchmark (benchmarks/disk_paper.py).
+(:meth:`zsdr.plan.resources.Resources.corpus_mb`) and the disk benchmark (benchmarks/disk_paper.py).
 """
 
 from __future__ import annotations

@@ -7,12 +7,18 @@ included), so a unit's embedding is the mean of the last-layer states of precise
 Works for any fast tokenizer with offsets (BERT WordPiece, RoBERTa byte-level BPE, ...).
 
 Units are defined in character space so that the labelling stage (which never sees the encoder's
-tokenizer) and the training step (which does) agree on them.
+tokenizer) and the training step (which does) agree on them. :func:`read_unit_labels` reads the
+labelling stage's output (:mod:`zsdr.training.unit_labels`), for BERM's loss term and its unit
+analyses alike.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
+
+from zsdr.data.formats import iter_jsonl
+from zsdr.io import DataError
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -82,4 +88,24 @@ def char_to_token_spans(offsets: Sequence[tuple[int, int]], seq_ids: Sequence[in
         hit = [j for j, ((a, b), sid) in enumerate(zip(offsets, seq_ids))
                if sid == text_seq and b > a and a < e and b > s]
         out.append((hit[0], hit[-1] + 1) if hit else None)
+    return out
+
+
+def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:
+    """``{(qid, pid): (unit character spans, essential index)}`` from a labels file (one JSON line per
+    training pair: ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...}``, ``k`` = -1:
+    no essential unit)."""
+    out = {}
+    for line, obj in iter_jsonl(path):
+        try:
+            spans = [(int(s), int(e)) for s, e in obj["units"]]
+            k = int(obj["essential"])
+            key = (str(obj["qid"]), str(obj["pid"]))
+        except (KeyError, TypeError, ValueError):
+            raise DataError(path, line, 'a label needs "qid", "pid", "units" ([[start, end], ...]) and "essential"',
+                            "write the file with the label_units rule") from None
+        if not -1 <= k < len(spans):
+            raise DataError(path, line, f"essential unit {k} outside the {len(spans)} units",
+                            "label the pairs again with the label_units rule")
+        out[key] = (spans, k)
     return out

@@ -26,8 +26,12 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from zsdr.data.spans import span_pair_texts
+from zsdr.data.training_set import TrainingSet
 from zsdr.evaluation.case_study import nearest_rows
 from zsdr.evaluation.domain import finite_matrix
+from zsdr.losses.coco import contrastive_of_vectors
+from zsdr.models.inference import cls_vectors
 
 log = logging.getLogger(__name__)
 
@@ -96,16 +100,15 @@ def uniformity(x, t: float = 2.0, normalize: bool = True, block: int = 1024) -> 
 def span_geometry(model_dir: str | os.PathLike, spans_path: str | os.PathLike, *, docs: int = 1000,
                   batch_size: int = 64, seed: int = 0, max_length: int = 128, device=None) -> dict:
     """COCO-DR Fig. 5a/b statistics of a pretrained model on a corpus's spans, from one encoding of the
-    span pairs of ``docs`` documents (:func:`zsdr.pretrain.coco.span_pair_vectors`): the COCO
-    contrastive loss (:func:`zsdr.pretrain.coco.contrastive_of_vectors`: ``contrastive_loss``,
+    span pairs of ``docs`` documents (:func:`zsdr.data.spans.span_pair_texts`, their last-layer [CLS]
+    vectors by :func:`zsdr.models.inference.cls_vectors`, as COCO pretraining encodes them): the COCO
+    contrastive loss (:func:`zsdr.losses.coco.contrastive_of_vectors`: ``contrastive_loss``,
     ``contrastive_accuracy``, ``documents``, ``batch_size``) plus ``alignment`` over the documents'
     span pairs and ``uniformity`` over all their spans (on the unit sphere, as Wang & Isola define
     them), ``geometry_documents`` (how many documents those use: all of them, where the loss leaves
     out a last incomplete batch) and ``max_length``."""
-    from zsdr.pretrain.coco import contrastive_of_vectors, span_pair_vectors
-
-    vectors = span_pair_vectors(model_dir, spans_path, docs=docs, seed=seed, batch_size=batch_size,
-                                max_length=max_length, device=device)
+    vectors = cls_vectors(model_dir, span_pair_texts(spans_path, docs, seed), batch_size=2 * int(batch_size),
+                          max_length=max_length, device=device)
     stats = contrastive_of_vectors(vectors, batch_size, where=spans_path)
     x1, x2 = vectors[0::2].numpy(), vectors[1::2].numpy()
     return {**stats, "alignment": alignment(x1, x2), "uniformity": uniformity(np.concatenate([x1, x2])),
@@ -163,7 +166,6 @@ def example_losses(model, options: dict | None, dataset, negatives, keep: Callab
     most ``max_queries`` of them, in file order): the loss of :func:`training_losses`, one encoding
     pass; :func:`by_query` and :func:`by_cluster` average it."""
     from zsdr.models.encoder import load_encoder
-    from zsdr.training.data import TrainingSet
 
     if negatives_per_query < 1:
         raise ValueError(f"negatives_per_query must be >= 1, got {negatives_per_query}")
@@ -202,7 +204,7 @@ def training_losses(model, options: dict | None, dataset: str | os.PathLike, neg
                     seed: int = 0, batch_size: int = 64, device=None) -> dict[str, float]:
     """``{qid: loss}``: the pairwise NLL ``−log softmax([scale·s(q,d+), scale·s(q,d−_1), ...])[0]`` of each
     training query of ``negatives`` (a hard-negatives file over the BEIR folder ``dataset``, read by
-    :class:`zsdr.training.data.TrainingSet`), with the positive and ``negatives_per_query`` negatives
+    :class:`zsdr.data.training_set.TrainingSet`), with the positive and ``negatives_per_query`` negatives
     that ``TrainingSet.sample(i, epoch=0, seed)`` draws — so two models are scored on the same
     candidates. ``qids``: only these queries (None: all); ``max_queries``: a seeded sample of at most
     that many of them. ``s`` is the encoder's similarity (``model`` loaded by

@@ -4,7 +4,7 @@ On the labelled test pairs of a dataset (the labelling stage's ``labels.jsonl``:
 ``(qid, pid)`` with the passage's sentence units and its essential unit, see
 :mod:`zsdr.training.unit_labels`) the encoder embeds the query (``t_q``), the passage (``t_p``) and
 every unit of the passage (``e_i``: the mean of the last-layer token states over exactly the unit's
-tokens, pooled by :meth:`zsdr.training.berm.BermTerm.batch`, as in training; ``t_q`` and ``t_p`` times
+tokens, pooled by :func:`zsdr.losses.berm.unit_pooling`, as in training; ``t_q`` and ``t_p`` times
 the square root of the system's inverse temperature, as the loss term scales them). Per pair:
 
 * ``unit_variance`` (Table 5, R1 balance; lower = more balanced): the population variance over the
@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 
 from zsdr.data.formats import find_file, iter_records, read_queries
+from zsdr.data.units import read_unit_labels
 from zsdr.io import DataError, atomic_write
-from zsdr.losses.berm import matching_representation, unit_scores
+from zsdr.losses.berm import matching_representation, scaled, unit_pooling, unit_scores, unit_vectors
 from zsdr.models.encoder import Encoder, load_encoder, resolve_device
-from zsdr.training.berm import BermConfig, BermTerm, scaled
 
 log = logging.getLogger(__name__)
 
@@ -87,12 +87,12 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
     :class:`zsdr.models.encoder.EncoderConfig` ``encoder_options`` override (a system's settings, as the
     encode jobs pass them), or an :class:`zsdr.models.encoder.Encoder` (no options). ``scale``: the
     inverse temperature the model was trained with; ``t_q`` and ``t_p`` are scaled by its square root
-    as BERM's loss term scales them (:mod:`zsdr.training.berm`)."""
+    as BERM's loss term scales them (:func:`zsdr.losses.berm.scaled`)."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     dataset = Path(dataset)
-    term = BermTerm(BermConfig(labels=str(labels)))
-    pairs = list(term.labels)
+    labelled = read_unit_labels(labels)
+    pairs = list(labelled)
     queries = read_queries(dataset)
     docs = _passages(dataset, {pid for _, pid in pairs})
     for qid, pid in pairs:
@@ -113,10 +113,10 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
                 texts = [docs[p] for p in pids]
                 q_batch = encoder.collate(encoder.tokenize_queries([queries[q] for q in qids]))
                 d_batch = encoder.collate(encoder.tokenize_docs(texts))
-                units = term.batch(encoder, qids, pids, texts, width=d_batch["input_ids"].shape[1])
+                units = unit_pooling(encoder, texts, [labelled[pair] for pair in chunk], d_batch["input_ids"].shape[1])
                 t_q = encoder(**{k: v.to(target) for k, v in q_batch.items()})
                 t_p, hidden = encoder(**{k: v.to(target) for k, v in d_batch.items()}, return_hidden=True)
-                e = torch.einsum("nul,nlh->nuh", units["weights"].to(target), hidden.float())
+                e = unit_vectors(units["weights"], hidden)
                 measures = unit_measures(scaled(t_q, scale), scaled(t_p, scale), e, units["mask"], units["targets"])
                 kept = units["mask"].sum(dim=1).tolist()
                 for j, (qid, pid) in enumerate(chunk):

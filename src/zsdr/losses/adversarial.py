@@ -1,6 +1,7 @@
 """MoDIR's adversarial losses (docs/methods/modir.md#components-and-losses), on the logits of the domain classifier.
 
-Labels: 0 = source, 1 = target (:mod:`zsdr.models.heads`).
+The domain labels are the classifier's classes (``source`` and ``target``), given by the caller
+(MoDIR's classifier, :class:`zsdr.models.heads.DomainClassifier`, numbers them 0 and 1).
 
 * :func:`classifier_loss`: the classifier's own objective, cross-entropy against the true domain
   (paper eq. 6-7: ``-log f(e)`` for source, ``-log(1 - f(e))`` for target).
@@ -22,8 +23,6 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from zsdr.models.heads import SOURCE, TARGET
-
 ADVERSARIAL_LOSSES = ("confusion", "minimax", "gan")
 
 
@@ -35,32 +34,37 @@ def classifier_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), labels)
 
 
-def confusion_loss(logits: torch.Tensor) -> torch.Tensor:
+def confusion_loss(logits: torch.Tensor, source: int, target: int) -> torch.Tensor:
     logits = logits.float()
-    return 0.5 * (F.cross_entropy(logits, _labels(logits, SOURCE)) + F.cross_entropy(logits, _labels(logits, TARGET)))
+    return 0.5 * (F.cross_entropy(logits, _labels(logits, source)) + F.cross_entropy(logits, _labels(logits, target)))
 
 
 def minimax_loss(logits: torch.Tensor, label: int) -> torch.Tensor:
     return -F.cross_entropy(logits.float(), _labels(logits, label))
 
 
-def gan_loss(logits: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.float(), _labels(logits, SOURCE))
+def gan_loss(logits: torch.Tensor, source: int) -> torch.Tensor:
+    return F.cross_entropy(logits.float(), _labels(logits, source))
 
 
-def adversarial_loss(kind: str, logits: Mapping[str, torch.Tensor], domains: Mapping[str, int]) -> torch.Tensor:
+def adversarial_loss(kind: str, logits: Mapping[str, torch.Tensor], domains: Mapping[str, int], *, source: int,
+                     target: int) -> torch.Tensor:
     """The encoder's adversarial loss over the sets ``logits`` (``{name: (n, 2)}``), each of domain
-    ``domains[name]``: confusion and minimax sum over every set, GAN over the target sets."""
+    ``domains[name]`` (the label ``source`` or ``target``): confusion and minimax sum over every set,
+    GAN over the target sets."""
     if kind not in ADVERSARIAL_LOSSES:
         raise ValueError(f"adversarial loss {kind!r}: expected one of {', '.join(ADVERSARIAL_LOSSES)}")
     terms = []
     for name, z in logits.items():
+        if domains[name] not in (source, target):
+            raise ValueError(f"set {name!r}: domain label {domains[name]!r} is neither source ({source}) nor "
+                             f"target ({target})")
         if kind == "confusion":
-            terms.append(confusion_loss(z))
+            terms.append(confusion_loss(z, source, target))
         elif kind == "minimax":
             terms.append(minimax_loss(z, domains[name]))
-        elif domains[name] == TARGET:
-            terms.append(gan_loss(z))
+        elif domains[name] == target:
+            terms.append(gan_loss(z, source))
     return torch.stack(terms).sum()
 
 

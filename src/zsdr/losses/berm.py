@@ -13,6 +13,11 @@ contributes nothing; the means run over the passages that do contribute.
   also sums over the passages it reached and divides by their number + 1, skipping the last passage
   of a batch: a factor ``(B - 1) / B`` on a batch of ``B`` that this mean over passages leaves out.)
 * :func:`matching_representation`: ``m = GELU(t_q ⊙ t_p+)``.
+* The inputs, shared by the training term (:class:`zsdr.training.berm.BermTerm`) and the unit
+  analyses (:mod:`zsdr.evaluation.unit_analysis`): :func:`unit_pooling` (each unit's pooling weights
+  over the document batch's tokens, the mask and the essential-unit targets), :func:`unit_vectors`
+  (``e_i``: the mean of the last-layer token states over exactly the unit's tokens) and
+  :func:`scaled` (``t_q`` and ``t_p`` times the square root of the logit scale).
 * :func:`unit_extraction` (R2, paper eq. 5): cross-entropy of ``softmax_i <m, e_i>`` against the
   essential unit. ``double_softmax=True`` is the official code's variant (docs/methods/berm.md#r2-essential-unit-extractability ⚠): the
   cross-entropy is applied to the already-softmaxed probabilities, which flattens its gradient.
@@ -20,8 +25,49 @@ contributes nothing; the means run over the passages that do contribute.
 
 from __future__ import annotations
 
+import math
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
+
+from zsdr.data.units import tokenize_with_units
+
+# A labelled pair: its units' character spans and the essential unit's index (-1: none).
+Labelled = tuple[list[tuple[int, int]], int]
+
+
+def unit_pooling(encoder, docs: Sequence[dict], labels: Sequence[Labelled | None], width: int) -> dict:
+    """Unit pooling weights ``(n, u, width)``, unit mask ``(n, u)`` and targets ``(n,)`` of ``docs``,
+    tokenised by ``encoder`` as its documents are (``width``: the padded length of the document
+    batch); ``labels``: each document's labelled units and essential unit, or ``None`` (units
+    segmented on the fly, no target). Units truncation leaves out get no row; a target whose unit
+    was left out is -1."""
+    _, spans = tokenize_with_units(encoder, docs, [k[0] if k else None for k in labels])
+    kept = [[j for j, s in enumerate(row) if s is not None] for row in spans]
+    n, u = len(docs), max([len(k) for k in kept] + [1])
+    weights = torch.zeros(n, u, width)
+    mask = torch.zeros(n, u, dtype=torch.bool)
+    targets = torch.full((n,), -1, dtype=torch.long)
+    for b, (row, keep) in enumerate(zip(spans, kept)):
+        for i, j in enumerate(keep):
+            s, e = row[j]
+            weights[b, i, s:e] = 1.0 / (e - s)
+            mask[b, i] = True
+        essential = labels[b][1] if labels[b] else -1
+        if essential in keep:
+            targets[b] = keep.index(essential)
+    return {"weights": weights, "mask": mask, "targets": targets}
+
+
+def unit_vectors(weights: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """``(n, u, h)`` unit vectors: :func:`unit_pooling`'s weights applied to the last-layer states."""
+    return torch.einsum("nul,nlh->nuh", weights.to(hidden.device), hidden.float())
+
+
+def scaled(vectors: torch.Tensor, scale: float) -> torch.Tensor:
+    """``sqrt(scale) · vectors``: the vectors whose dot products are the logits ``scale · <a, b>``."""
+    return vectors if scale == 1.0 else vectors * math.sqrt(scale)
 
 
 def unit_scores(vectors: torch.Tensor, units: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

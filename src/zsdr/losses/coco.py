@@ -6,10 +6,16 @@ against the spans of every process; its own row is masked out, the other span of
 the target, and every other span is a negative: ``mean_i -log softmax(h_i · H^T)[partner(i)]``
 over the local rows. Official code: ``compute_contrastive_loss`` of coCondenser / COCO-DR
 (``similarities.fill_diagonal_(float('-inf'))``, targets ``[1, 0, 3, 2, ...]``).
+
+:func:`contrastive_of_vectors` is the same loss measured on fixed vectors, batch by batch (the
+contrastive loss of a pretrained model on a corpus's spans, COCO-DR's Fig. 5).
 """
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -50,3 +56,24 @@ def span_contrastive(local: torch.Tensor, gather: bool = True) -> torch.Tensor:
     """
     logits, targets = span_logits(local, gather)
     return F.cross_entropy(logits, targets)
+
+
+def contrastive_of_vectors(vectors: torch.Tensor, batch_size: int, where: str | os.PathLike = "spans") -> dict:
+    """The in-batch span-contrastive loss of span-pair vectors (rows ``x1_0, x2_0, x1_1, ...``), in
+    consecutive batches of ``batch_size`` documents (a last, smaller batch is left out: the loss depends
+    on the batch size; fewer documents than ``batch_size`` make one batch): ``{"contrastive_loss",
+    "contrastive_accuracy", "documents", "batch_size"}``, means over the batches. ``where`` names the
+    vectors' source in errors."""
+    n = len(vectors) // 2
+    size = min(int(batch_size), n)
+    if size < 2:
+        raise ValueError(f"{where}: {n} document(s) with batch_size={batch_size}; the in-batch loss needs at "
+                         "least two documents per batch")
+    used = (n // size) * size
+    losses, accuracies = [], []
+    for start in range(0, used, size):
+        logits, partners = span_logits(vectors[2 * start:2 * (start + size)], gather=False)
+        losses.append(float(F.cross_entropy(logits, partners)))
+        accuracies.append(float((logits.argmax(dim=1) == partners).float().mean()))
+    return {"contrastive_loss": float(np.mean(losses)), "contrastive_accuracy": float(np.mean(accuracies)),
+            "documents": used, "batch_size": size}

@@ -449,6 +449,24 @@ def attach_rem(backbone: nn.Module, config: RemConfig) -> Rem:
     return rem
 
 
+def rem_with_adapters(backbone: nn.Module, config: RemConfig, adapters: dict[str, torch.Tensor],
+                      where: str | os.PathLike | None = None) -> Rem:
+    """A REM of parallel adapters alone, with the weights ``adapters`` (``<layer>.down.weight`` ...), on a
+    backbone whose LoRA, if the REM had one, is already merged into its weights: what ``zsdr export``
+    writes. Frozen (inference). DataError naming ``where`` when the weights do not fit."""
+    if config.lora_r or not config.adapter_bottleneck:
+        raise ValueError("rem_with_adapters takes parallel adapters only (lora_r 0, adapter_bottleneck > 0)")
+    rem = attach_rem(backbone, config)
+    try:
+        rem.adapters.load_state_dict(adapters, strict=True)
+    except RuntimeError as exc:
+        raise DataError(where, None, f"the parallel adapter's weights do not fit the model "
+                        f"({' '.join(str(exc).split())[:300]})", "export the model again with `zsdr export`") from None
+    for _, p in rem.named_rem_parameters():
+        p.requires_grad_(False)
+    return rem
+
+
 def read_rem_info(path: str | os.PathLike) -> tuple[RemConfig, dict]:
     """The :class:`RemConfig` and the whole ``rem.json`` of a REM folder (validated)."""
     folder = Path(path)

@@ -3,9 +3,12 @@
 The card (:func:`card_text`) says what the model is (system, paper, the recipe's description and
 provenance), how it was trained (from its ``training.json`` and the recipe's method sections), how
 its texts are encoded (``zsdr.json``), how to load it (zsdr, sentence-transformers, ``zsdr export``)
-and its scores on the evaluation datasets of the scale (from ``metrics/``). Rule ``model_cards``
-writes every card in one job (:func:`write_cards`), after evaluation, with ``results/model_cards.json``
-listing them.
+and its scores on the evaluation datasets of the scale (from ``metrics/``): first the folder's own,
+as it loads with no arguments, then, labelled, those of each table-1 system that encodes otherwise
+(DDR's systems plug the REM into each target's own DAM; a system may encode a dataset at other
+lengths, or RMSC's the source in an rmsc.source_context other than the model's own). Rule ``model_cards`` writes every card in one job (:func:`write_cards`), after
+evaluation, with ``results/model_cards.json`` listing them. :func:`export_card_text` is the card of a
+folder ``zsdr export`` writes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zsdr.io import atomic_write, read_json
+from zsdr.models.st_files import st_loads
 
 # The paper each method section comes from (a recipe without one is a dense-retrieval baseline).
 PAPERS = {
@@ -60,14 +64,55 @@ def base_model(init: str | None, folder: Path) -> str | None:
     return None
 
 
+def _score(path: str, metric: str) -> float | None:
+    value = read_json(path, "evaluate the run again").get("aggregate", {}).get(metric)
+    return None if value is None else float(value)
+
+
 def _scores(entry: dict, metric: str) -> dict[str, dict[str, float | None]]:
     """system -> dataset -> the metric's value from each metrics file of the entry."""
-    out: dict[str, dict[str, float | None]] = {}
+    return {system: {dataset: _score(path, metric) for dataset, path in files.items()}
+            for system, files in entry["metrics"].items()}
+
+
+def _own_files(entry: dict) -> dict[str, str]:
+    """dataset -> the metrics file of the folder itself (an entry without ``own``: its only system's)."""
+    if "own" in entry:
+        return entry["own"]
+    return {d: f for files in entry["metrics"].values() for d, f in files.items()}
+
+
+def _own_scores(entry: dict, metric: str) -> dict[str, float | None]:
+    return {dataset: _score(path, metric) for dataset, path in _own_files(entry).items()}
+
+
+def _score_lines(entry: dict, metric: str, source: str) -> list[str]:
+    """The card's scores section: the folder's own row, then a labelled row per system that encodes otherwise."""
+    own, own_files = _own_scores(entry, metric), _own_files(entry)
+    datasets = sorted({d for files in entry["metrics"].values() for d in files} | set(own),
+                      key=lambda d: (d != source, d))
+    header = ["", *datasets]
+    lines = [f"## Scores ({metric})", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def cells(values: dict) -> list[str]:
+        return [f"{values[d]:.4f}" if values.get(d) is not None else "-" for d in datasets]
+
+    lines.append("| " + " | ".join(["this folder, loaded as it is", *cells(own)]) + " |")
+    systems, other = list(entry["metrics"]), {}
     for system, files in entry["metrics"].items():
-        for dataset, path in files.items():
-            value = read_json(path, "evaluate the run again").get("aggregate", {}).get(metric)
-            out.setdefault(system, {})[dataset] = None if value is None else float(value)
-    return out
+        if any(own_files.get(d) != f for d, f in files.items()):
+            other[system] = files
+            why = (entry.get("why") or {}).get(system)
+            label = f"`{system}` (table 1's system" + (f": {why}" if why else "") + ")"
+            lines.append("| " + " | ".join([label, *cells({d: _score(f, metric) for d, f in files.items()})]) + " |")
+    same = [s for s in systems if s not in other]
+    lines += ["", f"`{source}` is the source dataset (its dev split); the others are zero-shot targets (their test "
+              "split). The first row scores this folder as it loads with no arguments (zsdr, or its "
+              "sentence-transformers files where it has them)"
+              + (f"; table 1's system(s) {', '.join(f'`{s}`' for s in same)} load it so" if same else "")
+              + (", the rows below are table 1's systems that encode otherwise, with their scores" if other else "")
+              + ". From `metrics/<dataset>/<system>.json`.", ""]
+    return lines
 
 
 def _data(training: dict) -> str:
@@ -95,10 +140,9 @@ def card_text(folder: str | os.PathLike, entry: dict, metric: str, scale: str, s
     info = training.get("recipe") or {}
     train = training.get("train") or {}
     paper = entry["paper"]
-    st = (folder / "modules.json").is_file()
+    st = st_loads(folder)
     has_rem = bool(settings.get("rem"))
     soft = effective.get("soft_tokens")
-    scores = _scores(entry, metric)
     base = base_model(training.get("init"), folder)
     tags = ["zsdr", "dense-retrieval", "zero-shot", f"{paper}" if paper != "baseline" else "baseline", f"scale-{scale}"]
     front = ["---", f"library_name: {'sentence-transformers' if st else 'transformers'}",
@@ -166,6 +210,10 @@ def card_text(folder: str | os.PathLike, entry: dict, metric: str, scale: str, s
                   "model = SentenceTransformer(\"path/to/this/folder\")",
                   "docs = model.encode([\"title text\"])", f"model.max_seq_length = {effective.get('query_max_length')}",
                   "queries = model.encode([\"a query\"])", "```", ""]
+    elif (folder / "modules.json").is_file():
+        lines += ["sentence-transformers refuses this folder, saying why (it would load it without "
+                  + ("its REM" if has_rem else "the soft tokens" if soft else "its input convention")
+                  + "): use the folder `zsdr export` writes.", ""]
     lines += ["A standalone plain Hugging Face / sentence-transformers folder"
               + (" (LoRA merged; the parallel adapter as the folder's own code: `trust_remote_code=True`)"
                  if has_rem else "")
@@ -174,14 +222,7 @@ def card_text(folder: str | os.PathLike, entry: dict, metric: str, scale: str, s
     if has_rem:
         lines.append("zsdr export models/dams/<dam>--<dataset> exported-<dataset>/ --rem path/to/this/folder/rem")
     lines += ["```", ""]
-    header = ["system", *sorted({d for v in scores.values() for d in v}, key=lambda d: (d != source, d))]
-    lines += [f"## Scores ({metric})", "", "| " + " | ".join(header) + " |",
-              "|" + "---|" * len(header)]
-    for system, values in scores.items():
-        cells = [f"{values[d]:.4f}" if values.get(d) is not None else "-" for d in header[1:]]
-        lines.append("| " + " | ".join([f"`{system}`", *cells]) + " |")
-    lines += ["", f"`{source}` is the source dataset (its dev split); the others are zero-shot targets "
-              "(their test split). From `metrics/<dataset>/<system>.json`.", ""]
+    lines += _score_lines(entry, metric, source)
     return "\n".join(lines)
 
 
@@ -198,6 +239,52 @@ def write_cards(entries: dict[str, dict], metric: str, scale: str, source: str, 
         with atomic_write(Path(folder) / "README.md") as fh:
             fh.write(text)
         listing[folder] = {"run": entry["run"], "recipe": entry["recipe"], "paper": entry["paper"],
-                           "scores": _scores(entry, metric)}
+                           "own": _own_scores(entry, metric), "scores": _scores(entry, metric)}
     with atomic_write(index) as fh:
         fh.write(json.dumps({"metric": metric, "scale": scale, "cards": listing}, indent=1) + "\n")
+
+
+def export_card_text(name: str, info: dict, source_card: str | None = None) -> str:
+    """The README.md of a folder ``zsdr export`` wrote (``name``: its folder name; ``info``: its
+    ``zsdr_export.json``): what it holds and how to load it, and the scores section of the source
+    folder's card (``source_card``), whose vectors it reproduces, where there is one."""
+    enc = info.get("encoder") or {}
+    rem, soft, remote = info.get("rem"), info.get("soft_tokens"), bool(info.get("trust_remote_code"))
+    tags = ["zsdr", "dense-retrieval", "zero-shot", "exported"]
+    lines = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity", "tags:",
+             _yaml_list(tags), "---", "", f"# {name}", "",
+             f"A standalone export by `zsdr export` of the zsdr model folder `{Path(str(info.get('source'))).name}`"
+             + (f" with the relevance module (REM) `{rem}`" if rem else "")
+             + ": it needs neither zsdr nor the pipeline's folders (`zsdr_export.json` says what was exported).", ""]
+    if rem:
+        lines.append("* DDR's REM: " + ("LoRA merged into the weights" if info.get("lora_merged") else "no LoRA")
+                     + ("; the parallel adapter kept as this folder's own code, `zsdr_rem.py` (load with "
+                        "`trust_remote_code=True`)" if remote else "") + ".")
+    if soft:
+        lines.append(f"* RMSC's soft tokens: the tokenizer writes the inference context {info.get('soft_token_context')} "
+                     "(`[CLS] [T] x [H] [SEP]`) around every text.")
+    lines += [f"* pooling `{enc.get('pooling')}`, similarity `{enc.get('similarity')}`"
+              + (" (vectors L2-normalised)" if enc.get("similarity") == "cosine" else ""),
+              f"* queries: at most {enc.get('query_max_length')} tokens, prefix {json.dumps(enc.get('query_prefix', ''))}",
+              f"* documents: at most {enc.get('doc_max_length')} tokens, prefix {json.dumps(enc.get('doc_prefix', ''))}, "
+              f"format `{enc.get('doc_format')}`", "", "## Loading", "", "```python",
+              "from sentence_transformers import SentenceTransformer", "",
+              f"model = SentenceTransformer(\"path/to/this/folder\"{', trust_remote_code=True' if remote else ''})",
+              "docs = model.encode([\"title text\"])", f"model.max_seq_length = {enc.get('query_max_length')}",
+              "queries = model.encode([\"a query\"])", "```", "",
+              "zsdr reads the folder too, with these settings and without running its code:", "", "```python",
+              "from zsdr.models.encoder import Encoder", "",
+              "enc = Encoder.from_pretrained(\"path/to/this/folder\")", "```", ""]
+    scores = _section(source_card or "", "## Scores")
+    if scores:
+        lines += [scores.replace("this folder, loaded as it is", "the exported folder (and this one)"), ""]
+    return "\n".join(lines)
+
+
+def _section(card: str, heading: str) -> str:
+    """The section of a Markdown card that starts with ``heading``, up to the next heading of its level."""
+    start = card.find(f"\n{heading}")
+    if start < 0:
+        return ""
+    end = card.find("\n## ", start + 1)
+    return card[start + 1:end if end >= 0 else len(card)].strip()

@@ -48,7 +48,8 @@ class CrossEncoder(nn.Module):
                         max_length: int | None = None) -> "CrossEncoder":
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        from zsdr.models.encoder import load_backbone, quiet_transformers
+        from zsdr.models.checkpoints import check_vocabulary
+        from zsdr.models.loading import load_backbone, quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
@@ -60,6 +61,7 @@ class CrossEncoder(nn.Module):
                 model = AutoModelForSequenceClassification.from_pretrained(str(name_or_path), num_labels=1)
             else:  # without the (unused) pooler, so DDP sees no parameter without a gradient
                 model = load_backbone(str(name_or_path))
+        check_vocabulary(name_or_path, tokenizer, model)
         encoder = cls(model, tokenizer, head, max_length)
         if encoder.score is not None and (folder / HEAD_FILE).is_file():
             from safetensors.torch import load_file

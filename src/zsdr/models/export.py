@@ -1,17 +1,4 @@
-"""Model folders usable outside zsdr: sentence-transformers metadata and standalone exports.
-
-:func:`write_st_metadata` writes the files with which ``SentenceTransformer(folder)`` encodes as the
-:class:`~zsdr.models.encoder.Encoder` does: ``modules.json`` (Transformer, Pooling, for ANCE's head Dense
-and LayerNorm, and for cosine similarity Normalize), ``1_Pooling/config.json``, ``sentence_bert_config.json`` (the *documents'*
-maximum length: sentence-transformers has one length for every text; queries were encoded at
-``query_max_length``, which ``model.max_seq_length = ...`` sets before encoding them) and
-``config_sentence_transformers.json`` (the query and document prefixes as prompts, the similarity).
-The files use the classic layout (``sentence_transformers.models.*``), which every sentence-transformers
-release since 2.x loads (zsdr reads a folder's ``zsdr.json`` instead; the plain-pooling layout is
-what :func:`zsdr.models.encoder.sentence_transformers_settings` reads from a folder without one).
-:meth:`Encoder.save_pretrained <zsdr.models.encoder.Encoder.save_pretrained>` writes them whenever
-the folder's own weights and tokenizer encode that way (:func:`st_blocker` says when not: a REM,
-soft tokens, TCT-ColBERT's input convention).
+"""Standalone exports of zsdr's model folders.
 
 :func:`export_model` (``zsdr export MODEL_DIR OUT_DIR [--rem REM_DIR]``) writes a plain Hugging Face
 folder that needs neither zsdr nor a second folder:
@@ -24,100 +11,35 @@ folder that needs neither zsdr nor a second folder:
 * RMSC's soft tokens: the tokenizer's post-processor writes the inference context around every text
   (``[CLS] [T] x [H] [SEP]``), so any tokenizer call, and sentence-transformers, gives the ids the
   encoder gives (the context takes its room from the maximum length, as in zsdr);
-* the tokenizer is copied, every path resolved, and the sentence-transformers metadata written.
+* the tokenizer is copied, every path resolved, and the sentence-transformers metadata written
+  (:mod:`zsdr.models.st_files`);
+* ``zsdr_export.json`` says what was exported (:func:`export_info`) and the model card is written anew
+  for the export (:func:`zsdr.models.cards.export_card_text`: what it holds and how to load it, the
+  scores of the source's card carried over).
+
+zsdr reads an export itself (:func:`zsdr.models.loading.read_pretrained`): its settings come from
+``zsdr_export.json``, and a parallel adapter is rebuilt from the weights by zsdr's own REM code, so
+the folder's ``zsdr_rem.py`` never runs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zsdr.io import DataError, atomic_dir
+from zsdr.models.settings import EXPORT_FILE, EXPORTED_REM_TYPE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from zsdr.models.encoder import Encoder, EncoderConfig
+    from zsdr.models.encoder import Encoder
 
-ST_MODULES = "modules.json"
-ST_POOLING_DIR = "1_Pooling"
-ST_CONFIG = "sentence_bert_config.json"
-ST_MODEL_CONFIG = "config_sentence_transformers.json"
 REM_CODE = "zsdr_rem.py"
-EXPORT_FILE = "zsdr_export.json"
 
 # BERT-style backbones the REM supports, with their transformers config and model classes.
 _REM_BASES = {"bert": ("BertConfig", "BertModel"), "roberta": ("RobertaConfig", "RobertaModel"),
               "electra": ("ElectraConfig", "ElectraModel")}
-
-
-def st_blocker(config: "EncoderConfig", rem: bool = False, soft: bool = False) -> str | None:
-    """Why the folder's own weights and tokenizer cannot encode as ``config`` says under
-    sentence-transformers (``None``: they can). ``rem``: the folder holds a REM apart from its
-    weights; ``soft``: its texts need soft tokens inserted."""
-    if rem:
-        return "its weights are the bare DAM and the REM sits apart in rem/ (use `zsdr export`)"
-    if soft or config.soft_tokens is not None:
-        return "its texts take soft tokens the plain tokenizer does not insert (use `zsdr export`)"
-    if not config.special_tokens or config.pool_skip or config.query_fill:
-        return "TCT-ColBERT's input convention (markers, pool_skip, query_fill) is not sentence-transformers'"
-    return None
-
-
-def st_metadata(config: "EncoderConfig", dim: int) -> dict[str, dict | list]:
-    """The sentence-transformers files (relative path -> JSON content) for an encoder of ``config``.
-    ANCE's ``cls_linear_ln`` head is CLS pooling, a ``Dense`` module (identity activation) and a
-    ``LayerNorm`` module (eps 1e-5, as the head's); their weights are :func:`st_head_weights`'."""
-    kinds = ["Transformer", "Pooling"]
-    if config.pooling == "cls_linear_ln":
-        kinds += ["Dense", "LayerNorm"]
-    if config.normalize:
-        kinds.append("Normalize")
-    paths = {"Transformer": "", "Pooling": ST_POOLING_DIR}
-    modules = []
-    for i, kind in enumerate(kinds):
-        paths.setdefault(kind, f"{i}_{kind}")
-        modules.append({"idx": i, "name": str(i), "path": paths[kind], "type": f"sentence_transformers.models.{kind}"})
-    cls = config.pooling in ("cls", "cls_linear_ln")
-    pooling = {"word_embedding_dimension": int(dim), "pooling_mode_cls_token": cls,
-               "pooling_mode_mean_tokens": config.pooling == "mean", "pooling_mode_max_tokens": False,
-               "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-               "pooling_mode_lasttoken": False, "include_prompt": True}
-    heads = {}
-    if config.pooling == "cls_linear_ln":
-        heads = {f"{paths['Dense']}/config.json": {"in_features": int(dim), "out_features": int(dim), "bias": True,
-                                                   "activation_function": "torch.nn.modules.linear.Identity"},
-                 f"{paths['LayerNorm']}/config.json": {"dimension": int(dim)}}
-    return {
-        ST_MODULES: modules,
-        **heads,
-        f"{ST_POOLING_DIR}/config.json": pooling,
-        ST_CONFIG: {"max_seq_length": int(config.doc_max_length), "do_lower_case": False},
-        ST_MODEL_CONFIG: {"prompts": {"query": config.query_prefix, "document": config.doc_prefix},
-                          "default_prompt_name": None,
-                          "similarity_fn_name": "cosine" if config.normalize else "dot"},
-    }
-
-
-def write_st_metadata(folder: str | os.PathLike, config: "EncoderConfig", dim: int, head=None) -> None:
-    """Write :func:`st_metadata` into ``folder`` (an existing, possibly temporary, model folder);
-    ``head``: the encoder's :class:`~zsdr.models.encoder.AnceHead` (``cls_linear_ln`` pooling)."""
-    folder = Path(folder)
-    for rel, content in st_metadata(config, dim).items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
-    if config.pooling == "cls_linear_ln":
-        from safetensors.torch import save_file
-
-        if head is None:
-            raise ValueError("cls_linear_ln pooling needs its head to write the sentence-transformers modules")
-        state = {k: v.detach().float().cpu().contiguous() for k, v in head.state_dict().items()}
-        save_file({"linear.weight": state["linear.weight"], "linear.bias": state["linear.bias"]},
-                  str(folder / "2_Dense" / "model.safetensors"))
-        save_file({"norm.weight": state["norm.weight"], "norm.bias": state["norm.bias"]},
-                  str(folder / "3_LayerNorm" / "model.safetensors"))
 
 
 def _rem_code(model_type: str) -> str:
@@ -209,11 +131,12 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
     """Write ``model`` (a zsdr model folder, or a DAM with ``rem``) to ``out`` as a standalone Hugging Face
     folder (module docstring); ``overrides`` are encoder settings as in ``Encoder.from_pretrained``.
     Returns ``out``; writes ``zsdr_export.json`` (what was exported, the settings, how to load it)."""
-    import torch
     from safetensors.torch import save_file
 
     from zsdr.models.adapters import bare_state_dict
+    from zsdr.models.cards import export_card_text
     from zsdr.models.encoder import Encoder
+    from zsdr.models.st_files import st_blocker, write_st_metadata
 
     enc: Encoder = Encoder.from_pretrained(model, rem=rem, merge_rem=True, **overrides)
     cfg = enc.config
@@ -231,7 +154,7 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
                                 f"export a REM on {', '.join(_REM_BASES)}")
             config = backbone.config.to_dict()
             config_cls, model_cls = _REM_BASES[arch["model_type"]]
-            config.update({"model_type": f"zsdr-rem-{arch['model_type']}", "architectures": [f"ZsdrRem{model_cls}"],
+            config.update({"model_type": f"{EXPORTED_REM_TYPE}{arch['model_type']}", "architectures": [f"ZsdrRem{model_cls}"],
                            "auto_map": {"AutoConfig": f"zsdr_rem.ZsdrRem{config_cls}",
                                         "AutoModel": f"zsdr_rem.ZsdrRem{model_cls}"},
                            "rem_adapter_bottleneck": enc.rem.config.adapter_bottleneck,
@@ -263,21 +186,33 @@ def export_model(model: str | os.PathLike, out: str | os.PathLike, rem: str | os
             data["tokenizer_class"] = "PreTrainedTokenizerFast"
             tok_config.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         write_st_metadata(tmp, cfg, enc.dim, head=enc.head)
-        info = {"source": str(model), "rem": None if rem is None else str(rem),
-                "encoder": {k: v for k, v in cfg.to_dict().items()},
-                "rem_settings": None if enc.rem is None else enc.rem.config.to_dict(),
-                "trust_remote_code": remote,
-                "soft_token_context": None if soft is None else list(soft.inference),
-                "torch": torch.__version__}
+        info = export_info(model, enc, remote)
         (tmp / EXPORT_FILE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
         readme = Path(model) / "README.md"
-        if readme.is_file():
-            shutil.copyfile(readme, tmp / "README.md")
+        source_card = readme.read_text(encoding="utf-8") if readme.is_file() else None
+        (tmp / "README.md").write_text(export_card_text(Path(out).name, info, source_card), encoding="utf-8")
     return out
 
 
+def export_info(model: str | os.PathLike, enc: "Encoder", remote: bool) -> dict:
+    """The content of ``zsdr_export.json``: what was exported (the source folder, the REM merged into it),
+    the encoder settings to load the export with (``encoder``: the tokenizer writes the soft tokens,
+    so the settings have none), the REM's and the soft tokens' settings, and how to load it."""
+    import torch
+
+    cfg = enc.config
+    return {"source": str(model), "rem": enc.rem_source if enc.rem is not None else None,
+            "encoder": {**cfg.to_dict(), "soft_tokens": None},
+            "rem_settings": None if enc.rem is None else enc.rem.config.to_dict(),
+            "lora_merged": enc.rem is not None and bool(enc.rem.config.lora_r),
+            "trust_remote_code": remote,
+            "soft_tokens": cfg.soft_tokens,
+            "soft_token_context": None if cfg.soft is None else list(cfg.soft.inference),
+            "torch": torch.__version__}
+
+
 def cmd_export(args) -> int:
-    # MODEL_DIR itself is checked by zsdr.cli before any command runs (check_model_folder)
+    # MODEL_DIR itself is checked by zsdr.cli before any command runs (zsdr.models.checkpoints.check_model_folder)
     if args.rem is not None:
         if not Path(args.rem).is_dir():
             raise DataError(args.rem, None, "REM folder not found", "pass --rem the rem/ folder of a trained DDR model")

@@ -83,7 +83,7 @@ class QueryGenerator(nn.Module):
         that cannot be loaded as seq2seq raises :class:`DataError`."""
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from zsdr.models.encoder import quiet_transformers
+        from zsdr.models.loading import quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
@@ -137,7 +137,7 @@ class QueryGenerator(nn.Module):
         ``auto`` and (where the GPU has bf16) ``fp16``, since T5's activations overflow fp16's range;
         fp16 only on a GPU without bf16; ``fp32`` keeps float32, as does the CPU always. In place: a
         job's generator is not trained after."""
-        from zsdr.models.encoder import autocast_dtype, resolve_device
+        from zsdr.models.inference import autocast_dtype, resolve_device
 
         target = resolve_device(device)
         half = autocast_dtype(target, precision)

@@ -50,7 +50,7 @@ class Reader(nn.Module):
         """
         from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-        from zsdr.models.encoder import quiet_transformers
+        from zsdr.models.loading import quiet_transformers
 
         folder = Path(name_or_path)
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
@@ -115,7 +115,7 @@ class Reader(nn.Module):
         """Move the reader to ``device`` (default: CUDA when available, else the CPU, as the encoder
         chooses) for labelling; on CUDA its weights are cast to ``precision``'s half dtype (fp16 / bf16;
         fp32 keeps float32; always float32 on the CPU). In place: a job's reader is not trained after."""
-        from zsdr.models.encoder import autocast_dtype, resolve_device
+        from zsdr.models.inference import autocast_dtype, resolve_device
 
         target = resolve_device(device)
         half = autocast_dtype(target, precision)

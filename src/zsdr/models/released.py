@@ -156,7 +156,9 @@ def convert_ance(source: str | os.PathLike, out: str | os.PathLike, tokenizer: s
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import Encoder, EncoderConfig, quiet_transformers
+    from zsdr.models.encoder import Encoder
+    from zsdr.models.loading import quiet_transformers
+    from zsdr.models.settings import EncoderConfig
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -208,7 +210,7 @@ def convert_condenser(source: str | os.PathLike, out: str | os.PathLike, tokeniz
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import quiet_transformers
+    from zsdr.models.loading import quiet_transformers
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))
@@ -272,7 +274,7 @@ def convert_adapter_rem(source: str | os.PathLike, out: str | os.PathLike, archi
 
     from zsdr.models.adapters import RemConfig, attach_rem
     from zsdr.models.checkpoints import read_tensors
-    from zsdr.models.encoder import quiet_transformers
+    from zsdr.models.loading import quiet_transformers
 
     with tempfile.TemporaryDirectory() as scratch:
         root = _unpacked(source, Path(scratch))

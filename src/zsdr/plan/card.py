@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from zsdr.data.sizes import TRAINING_SETS, published_sizes
+from zsdr.plan.recipes import DAM_SEP
 
 # The card's fields, in the order a row shows them (what each means: FIELD_HELP).
 FIELDS = ("kind", "example", "examples_per_epoch", "epochs", "steps", "warmup", "lr", "optimizer", "schedule",
@@ -133,7 +134,7 @@ def examples_of(plan: Any, spec: dict[str, Any]) -> tuple[int | None, str, str]:
         return None, f"document (2 spans) of {len(corpora)} corpora", "from the data"
     if kind in ("reader", "generator"):
         name = _dataset_name(spec["dataset"])
-        n, source = plan.train_pairs(name, cap)
+        n, source = plan.resources.train_pairs(name, cap)
         return n, "training pair (query, passage)", source
     return None, "example", "from the data"
 
@@ -141,7 +142,7 @@ def examples_of(plan: Any, spec: dict[str, Any]) -> tuple[int | None, str, str]:
 # --------------------------------------------------------------------------------------------------- rows
 def _head(plan: Any, spec: dict[str, Any]) -> str:
     kind = spec["kind"]
-    pooling = spec.get("encoder", {}).get("pooling") or plan.recipe_pooling(spec.get("info", {}).get("recipe"))
+    pooling = spec.get("encoder", {}).get("pooling") or plan.recipes.recipe_pooling(spec.get("info", {}).get("recipe"))
     if kind == "coco":
         return "Condenser head: new" if spec.get("head") == "new" else "Condenser head: from init"
     if kind == "mlm":
@@ -253,18 +254,24 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     v["lengths"] = _lengths(spec)
     v["precision"] = t.get("precision", "fp32")
     episode = spec.get("info", {}).get("episode") or 1
-    v["init"] = spec["init"] if episode == 1 else "the previous episode"
+    v["init"] = _in_scale(plan, spec["init"]) if episode == 1 else "the previous episode"
     v["head"] = _head(plan, spec)
     return row
 
 
+def _in_scale(plan: Any, path: str) -> str:
+    """``path`` relative to the scale's own folder (`paths.root`), so a card reads the same at every scale."""
+    root = plan.recipes.datasets.paths.root
+    return path[len(root) + 1:] if root and path.startswith(root + "/") else path
+
+
 def _evaluated_per_target(plan: Any) -> set[tuple[str, str]]:
     """``(recipe, dataset)`` of every per-target run (`per_target_init`, DDR\\D) a table or table 1 evaluates."""
-    cells = {c for cells in plan.TABLE_CELLS.values() for c in cells}
-    cells |= {(d, s) for s in plan.TABLE1_SYSTEMS for d in plan.EVAL_DATASETS}
+    cells = {c for cells in plan.tables.cells.values() for c in cells}
+    cells |= {(d, s) for s in plan.tables.table1_systems for d in plan.datasets.evaluated}
     out = set()
     for d, s in cells:
-        spec = plan.SYSTEMS.get(plan.routed(s, d), {}) if s in plan.SYSTEMS else {}
+        spec = plan.systems.by_name.get(plan.systems.routed(s, d), {}) if s in plan.systems.by_name else {}
         if spec.get("per_target"):
             out.add((spec["per_target"], d))
     return out
@@ -276,47 +283,47 @@ def training_jobs(plan: Any) -> Iterable[tuple[str, str, dict[str, Any], dict[st
     the corpus alone: the sources, every corpus with its own `ddr.dam.datasets` entry, and `*` for any other
     target), COCO pretraining, and the cross-encoders, readers and generators something uses."""
     evaluated = _evaluated_per_target(plan)
-    for run, (name, _) in plan.TRAIN_RUNS.items():
-        r = plan.RECIPES[name]
-        target = plan.PER_TARGET.get(run, r.get("dataset", plan.SOURCE))
+    for run, (name, _) in plan.recipes.runs.items():
+        r = plan.recipes.by_name[name]
+        target = plan.recipes.per_target.get(run, r.get("dataset", plan.datasets.source))
         if r.get("per_target_init") and (name, target) not in evaluated:
             continue
-        yield f"train {run}", f"recipes.{name}", plan.train_spec(run), plan.launch_settings(plan.RECIPES[name])
-    dam = plan.DDR["dam"]
-    corpora = list(dict.fromkeys([*(dam.get("sources") or [plan.SOURCE]), *dam["datasets"]]))
+        yield f"train {run}", f"recipes.{name}", plan.trainings.train_spec(run), plan.recipes.launch_settings(plan.recipes.by_name[name])
+    dam = plan.ddr.section["dam"]
+    corpora = list(dict.fromkeys([*(dam.get("sources") or [plan.datasets.source]), *dam["datasets"]]))
     chains = sorted(set(_dam_chains(plan)))
     for corpus in [*corpora, "*"]:
-        settings = plan.dam_settings(corpus if corpus != "*" else "\0")
+        settings = plan.ddr.dam_settings(corpus if corpus != "*" else "\0")
         where = (f"ddr.dam.{settings['role']}" if corpus == "*" or corpus not in dam["datasets"]
                  else f"ddr.dam.datasets.{corpus}")
         spec = _dam_card_spec(plan, corpus, settings, chains)
-        yield f"dam {corpus}", where, spec, plan.launch_settings(settings)
-    for name in plan.TRAINED_PRETRAINED:
-        p = plan.PRETRAINED[name]
-        yield f"pretrain {name}", f"cocodr.pretrained.{name}", plan.coco_spec(name), plan.launch_settings(p)
-    teachers = {r.get("teacher") for r in plan.RECIPES.values()}
-    for name in plan.CROSS_ENCODERS:
+        yield f"dam {corpus}", where, spec, plan.recipes.launch_settings(settings)
+    for name in plan.recipes.trained_pretrained:
+        p = plan.recipes.pretrained[name]
+        yield f"pretrain {name}", f"cocodr.pretrained.{name}", plan.trainings.coco_spec(name), plan.recipes.launch_settings(p)
+    teachers = {r.get("teacher") for r in plan.recipes.by_name.values()}
+    for name in plan.recipes.cross_encoders:
         if name not in teachers:
             continue
-        c = plan.CROSS_ENCODERS[name]
-        yield f"cross-encoder {name}", f"cross_encoders.{name}", plan.cross_encoder_spec(name), plan.launch_settings(c)
-    for name in plan.TRAINED_READERS:
-        if name != plan.BERM_LABELS.get("reader"):
+        c = plan.recipes.cross_encoders[name]
+        yield f"cross-encoder {name}", f"cross_encoders.{name}", plan.trainings.cross_encoder_spec(name), plan.recipes.launch_settings(c)
+    for name in plan.recipes.trained_readers:
+        if name != plan.berm.labels.get("reader"):
             continue
-        yield f"reader {name}", f"readers.{name}", plan.reader_spec(name), plan.launch_settings(plan.READERS[name])
-    for name in plan.TRAINED_GENERATORS:
-        if name != plan.RMSC_QGEN.get("generator"):
+        yield f"reader {name}", f"readers.{name}", plan.trainings.reader_spec(name), plan.recipes.launch_settings(plan.recipes.readers[name])
+    for name in plan.rmsc.trained_generators:
+        if name != plan.rmsc.qgen.get("generator"):
             continue
-        g = plan.GENERATORS[name]
-        yield f"generator {name}", f"rmsc.qgen.generators.{name}", plan.generator_spec(name), plan.launch_settings(g)
+        g = plan.rmsc.generators[name]
+        yield f"generator {name}", f"rmsc.qgen.generators.{name}", plan.trainings.generator_spec(name), plan.recipes.launch_settings(g)
 
 
 def _dam_chains(plan: Any) -> list[str]:
     """The DAM chains the recipes start from or plug their REMs into (their backbones name the DAMs)."""
     out = []
-    for r in plan.RECIPES.values():
+    for r in plan.recipes.by_name.values():
         for key in ("init", "target_dam", "per_target_init"):
-            if r.get(key) and plan.is_dam(r[key]):
+            if r.get(key) and plan.recipes.is_dam(r[key]):
                 out.append(r[key])
     return out
 
@@ -325,20 +332,20 @@ def _dam_card_spec(plan: Any, corpus: str, settings: dict[str, Any], chains: lis
     """A DAM's spec as the card shows it: the MLM settings of ``corpus`` (``*``: any other target), its
     dataset and what it starts from: a source DAM its backbone, a target DAM the source DAM of its language
     (the chains the recipes name; DDR's sequential initialisation)."""
-    parts = [plan.dam_parts(c, "card") for c in chains]
+    parts = [plan.recipes.dam_parts(c, "card") for c in chains]
     if settings["role"] == "source":
         starts = sorted({base for base, corpora in parts if corpora[0] == corpus})
     else:
-        language = plan.language(corpus) if corpus != "*" else None
-        starts = sorted({f"{base}{plan.DAM_SEP}{corpora[0]}" for base, corpora in parts
-                         if language is None or plan.language(corpora[0]) == language})
+        language = plan.datasets.language(corpus) if corpus != "*" else None
+        starts = sorted({f"{base}{DAM_SEP}{corpora[0]}" for base, corpora in parts
+                         if language is None or plan.datasets.language(corpora[0]) == language})
     return {
         "kind": "mlm",
         "init": " or ".join(starts) or "-",
-        "dataset": f"{plan.DATA}/{corpus}" if corpus != "*" else "*",
+        "dataset": f"{plan.paths.data}/{corpus}" if corpus != "*" else "*",
         "max_length": settings["max_length"],
         "max_examples": settings.get("max_examples"),
-        "train": plan.train_settings(settings),
+        "train": plan.recipes.train_settings(settings),
     }
 
 
@@ -350,16 +357,16 @@ def training_rows(plan: Any) -> list[Row]:
 def inference_rows(plan: Any) -> list[dict[str, Any]]:
     """Per group of dense systems that encode alike: their default lengths and the datasets they encode at
     other lengths (`dataset_lengths`), over the datasets this config evaluates."""
-    datasets = list(dict.fromkeys([*plan.EVAL_DATASETS, *plan.CONFIGURED_DATASETS]))
+    datasets = list(dict.fromkeys([*plan.datasets.evaluated, *plan.datasets.configured]))
     groups: dict[tuple, list[str]] = {}
-    for system in plan.DENSE_SYSTEMS:
+    for system in plan.systems.dense:
         if ".mine-d" in system:  # encodes the training queries' corpus only
             continue
-        own = plan.system_lengths(system)
+        own = plan.systems.system_lengths(system)
         default = (own.get("query_max_length"), own.get("doc_max_length"))
         special = []
         for d in datasets:
-            opts = plan.encoder_options(system, d)
+            opts = plan.systems.encoder_options(system, d)
             got = (opts.get("query_max_length", default[0]), opts.get("doc_max_length", default[1]))
             if got != default:
                 special.append((d, got))

@@ -403,26 +403,18 @@ def stamp_files(stamp: str | Path) -> list[str]:
     return [line.split("  ", 1)[1] for line in Path(stamp).read_text(encoding="utf-8").splitlines()]
 
 
-class CodePlan:
-    """Code inputs: the library source files a job runs, so that a code edit re-plans it (a part of
-    :class:`zsdr.plan.core.Plan`).
+@dataclass(frozen=True)
+class Code:
+    """Code inputs: the library source files a job runs, so that a code edit re-plans it.
 
     ``root`` is the workflow folder (the checkout that holds the Snakefile, ``src/`` and
     ``workflow_scripts/``); ``workdir`` the working directory the workflow runs in, where outputs and
     code stamps go. They are the same folder unless the workflow runs with ``--directory`` or as a
-    module of another workflow."""
+    module of another workflow (``runs_elsewhere``)."""
 
     root: str
     workdir: str
-
-    @property
-    def runs_elsewhere(self) -> bool:
-        """Whether the working directory is another folder than the workflow folder."""
-        key = (self.root, self.workdir)
-        cached = getattr(self, "_elsewhere", None)
-        if cached is None or cached[0] != key:
-            cached = self._elsewhere = (key, not _same_folder(Path(self.root), Path(self.workdir)))
-        return cached[1]
+    runs_elsewhere: bool
 
     def source_file(self, rel: str) -> str:
         """A file of the workflow folder (``rel``: relative to it) as a job input: ``rel`` itself when
@@ -448,3 +440,10 @@ class CodePlan:
         files = self.code_files(*modules, script=script)
         label = script or modules[-1].rsplit(".", 1)[-1]
         return code_stamp(files, self.root, label, self.workdir if self.runs_elsewhere else None)
+
+
+def build_code(root: str | os.PathLike, workdir: str | os.PathLike | None = None) -> Code:
+    """The code stage of the workflow folder ``root`` run in ``workdir`` (default: ``root``)."""
+    root = str(root)
+    workdir = root if workdir is None else str(workdir)
+    return Code(root=root, workdir=workdir, runs_elsewhere=not _same_folder(Path(root), Path(workdir)))

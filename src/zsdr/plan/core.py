@@ -1,51 +1,90 @@
 """The plan of a validated config: every job's settings, as plain functions of the config.
 
-``Plan(config, root)`` resolves the config once (systems, recipes and their runs, the specs of every
-training) and raises a ValueError naming the config key of the first mistake. The Snakemake rules
-call into it through thin wildcard adapters; nothing here imports Snakemake.
+``Plan(config, root)`` builds the stages below once, in dependency order, each a pure function of the config
+and the stages it names (a frozen dataclass; a config mistake raises a ValueError naming its key):
+
+    datasets -> recipes -> refs -> modir, rmsc, ddr, cocodr, berm -> systems -> tables, figures -> evaluation
+             -> work, trainings -> summaries        (code and resources read the config alone)
+
+The rules read the plan through this facade: the stages as attributes (``PLAN.systems.dense_model(...)``), a
+training job's whole bundle from one call (:meth:`Plan.train_job` and its siblings), and a few helpers every
+rule file uses. Nothing here imports Snakemake, and building a plan writes nothing: the workflow calls
+:meth:`Plan.write_training_stamps` itself.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zsdr.plan.berm import BermPlan
-from zsdr.plan.cocodr import CocodrPlan
-from zsdr.plan.code import CodePlan
-from zsdr.plan.datasets import DatasetsPlan
-from zsdr.plan.ddr import DdrPlan
-from zsdr.plan.figures import FiguresPlan
-from zsdr.plan.modir import ModirPlan
-from zsdr.plan.recipes import RecipesPlan
-from zsdr.plan.resources import ResourcesPlan
-from zsdr.plan.rmsc import RmscPlan
-from zsdr.plan.summary import SummaryPlan
-from zsdr.plan.systems import SystemsPlan
-from zsdr.plan.tables import TablesPlan
-from zsdr.plan.training import TrainingPlan
+from zsdr.plan.berm import build_berm
+from zsdr.plan.cocodr import build_cocodr
+from zsdr.plan.code import build_code
+from zsdr.plan.datasets import alternation, build_datasets
+from zsdr.plan.ddr import build_ddr
+from zsdr.plan.evaluation import build_evaluation
+from zsdr.plan.figures import build_figures
+from zsdr.plan.modir import build_modir
+from zsdr.plan.params import Settings
+from zsdr.plan.recipes import build_recipes
+from zsdr.plan.references import build_model_refs
+from zsdr.plan.resources import build_resources
+from zsdr.plan.rmsc import build_rmsc
+from zsdr.plan.summary import Note, build_summaries
+from zsdr.plan.systems import build_systems
+from zsdr.plan.tables import build_tables
+from zsdr.plan.trainings import TRAINER_CODE, build_trainings
+from zsdr.plan.work import build_work
 
 
-class Plan(
-    DatasetsPlan,
-    CodePlan,
-    RecipesPlan,
-    ModirPlan,
-    RmscPlan,
-    DdrPlan,
-    SystemsPlan,
-    ResourcesPlan,
-    TablesPlan,
-    CocodrPlan,
-    TrainingPlan,
-    BermPlan,
-    FiguresPlan,
-    SummaryPlan,
-):
-    """The resolved plan of one config (``root``: the workflow folder, for relative code paths;
-    ``workdir``: the working directory the workflow runs in, where code stamps go, default ``root``)."""
+@dataclass(frozen=True)
+class TrainingJob:
+    """Everything a training rule needs for one job: what it trains (``spec``, the trainer's input), how it
+    starts (``launch``), what it reads, what it asks the cluster for and the line its dry run shows."""
+
+    spec: Settings         # (description, provenance, log and save intervals not compared for reruns)
+    launch: Settings
+    inputs: list[str]
+    gpus: int
+    nodes: int
+    threads: int
+    memory: int            # MB per node
+    summary: Note
+
+
+@dataclass(frozen=True)
+class MineJob:
+    """What one ANCE mining job does: the previous model at the episode's lengths searches the training queries."""
+
+    model: str
+    model_files: list[str]
+    options: dict[str, Any]
+    shards: list[str]
+    mine: dict[str, Any]
+    seed: int
+    max_examples: int | None
+
+
+@dataclass(frozen=True)
+class ClusterJob:
+    """What one iDRO clustering job does: the model that mines the episode embeds the training queries at the
+    mining's query length, and K-means groups them."""
+
+    model: str
+    model_files: list[str]
+    options: dict[str, Any]
+    clusters: int
+    seed: int
+
+
+class Plan:
+    """The resolved plan of one config (``root``: the workflow folder, for relative code paths; ``workdir``: the
+    working directory the workflow runs in, where code stamps go, default ``root``)."""
+
+    TRAINER_CODE = TRAINER_CODE
 
     def __init__(
         self,
@@ -55,33 +94,157 @@ class Plan(
         cocodr_sweeps: dict[tuple[str, float], str] | None = None,
         workdir: str | os.PathLike | None = None,
     ) -> None:
-        """``config``: validated (schema defaults filled in); ``berm_grid`` and ``cocodr_sweeps``: the
-        recipes :func:`zsdr.workflow.expand_berm_grid` and :func:`~zsdr.workflow.expand_cocodr_sweeps`
-        added to it."""
+        """``config``: validated (schema defaults filled in); ``berm_grid`` and ``cocodr_sweeps``: the recipes
+        :func:`zsdr.workflow.expand_berm_grid` and :func:`~zsdr.workflow.expand_cocodr_sweeps` added to it."""
         self.config = config
-        self.root = str(root)
-        self.workdir = str(root if workdir is None else workdir)
-        self.BERM_GRID = berm_grid or {}
-        self.COCODR_SWEEPS = cocodr_sweeps or {}
-        self._setup_datasets()
-        self._setup_datasets_2()
-        self._setup_recipes()
-        self._setup_modir()
-        self._setup_rmsc()
-        self._setup_modir_2()
-        self._setup_ddr()
-        self._setup_systems()
-        self._setup_resources()
-        self._setup_tables()
-        self._setup_cocodr()
-        self._setup_training()
-        self._setup_berm()
-        self._setup_figures()
-        self._setup_training_2()
-        self._setup_rmsc_2()
-        self._setup_ddr_2()
-        self.MODEL_CARDS = self.model_cards()  # routes every table-1 system to its folders: last
-        self.write_training_stamps()
+        self.code_plan = build_code(root, workdir)
+        self.datasets = build_datasets(config)
+        self.paths = self.datasets.paths
+        self.recipes = build_recipes(config, self.datasets)
+        self.refs = build_model_refs(config, self.recipes)
+        self.modir = build_modir(config, self.recipes)
+        self.rmsc = build_rmsc(config, self.recipes, self.refs)
+        self.ddr = build_ddr(config, self.recipes)
+        self.cocodr = build_cocodr(config, self.recipes)
+        self.berm = build_berm(config, self.datasets, self.refs, berm_grid or {})
+        self.systems = build_systems(config, self.recipes, self.refs, self.modir, self.rmsc, self.ddr)
+        self.resources = build_resources(config)
+        self.tables = build_tables(config, self.systems, self.code_plan)
+        self.figures = build_figures(self.systems, self.ddr, self.cocodr, self.berm, cocodr_sweeps or {})
+        self.evaluation = build_evaluation(config, self.systems, self.tables, self.figures)
+        self.work = build_work(config, self.datasets, self.evaluation, self.berm, self.resources.site)
+        self.trainings = build_trainings(self.recipes, self.refs, self.systems, self.cocodr, self.ddr, self.berm,
+                                         self.code_plan)
+        self.summaries = build_summaries(config, self.recipes, self.systems, self.resources, self.berm)
+        if config["offline"]:
+            self.refs.check_offline()
+        self._jobs: dict[tuple[str, str], Any] = {}
+
+    # -------------------------------------------------------------------------------- helpers of every rule file
+    alternation = staticmethod(alternation)
+
+    @staticmethod
+    def note(text: str) -> Note:
+        """``text`` for a job's message, not compared for reruns (:class:`zsdr.plan.summary.Note`)."""
+        return Note(text)
+
+    def write_training_stamps(self) -> None:
+        """Write (or confirm) the code stamp of every training run (the workflow calls this while the
+        Snakefile is read; zsdr.plan.trainings)."""
+        self.trainings.write_training_stamps()
+
+    def code(self, *modules: str, script: str | None = None) -> str:
+        """A job's code input: the stamp of the source files it runs (zsdr.plan.code)."""
+        return self.code_plan.code(*modules, script=script)
+
+    def dataset_marker(self, name: str) -> str:
+        return self.datasets.dataset_marker(name)
+
+    def runtime(self, minutes: int) -> int:
+        return self.resources.runtime(minutes)
+
+    @property
+    def training_runtime(self) -> int:
+        """A training job's runtime request: `training.runtime`, capped at `site.max_runtime`."""
+        return self.resources.runtime(self.resources.training["runtime"])
+
+    def cluster_resources(self, gpus: int | Callable[[Any], int] = 0,
+                          nodes: int | Callable[[Any], int] = 1) -> dict[str, Any]:
+        return self.resources.cluster_resources(gpus, nodes)
+
+    @staticmethod
+    def settings(value: dict[str, Any]) -> Settings:
+        """``value`` as a params value whose cosmetic keys Snakemake does not compare (zsdr.plan.params)."""
+        return Settings(value)
+
+    @property
+    def dense_settings(self) -> Settings:
+        """Config `dense` as the encode, search and mining jobs read it (`keep_embeddings` not compared)."""
+        return Settings(self.config["dense"])
+
+    @property
+    def dense_env(self) -> str:
+        return self.resources.dense_env
+
+    # ------------------------------------------------------------------------------------------ training jobs
+    def _training_job(self, kind: str, name: str) -> TrainingJob:
+        key = (kind, name)
+        job = self._jobs.get(key)
+        if job is None:
+            t, recipes = self.trainings, self.recipes
+            if kind == "train":
+                spec, item = t.train_spec(name), recipes.by_name[recipes.runs[name][0]]
+            elif kind == "cross_encoder":
+                spec, item = t.cross_encoder_spec(name), recipes.cross_encoders[name]
+            elif kind == "reader":
+                spec, item = t.reader_spec(name), recipes.readers[name]
+            elif kind == "coco":
+                spec, item = t.coco_spec(name), recipes.pretrained[name]
+            elif kind == "generator":
+                spec, item = t.generator_spec(name), self.rmsc.generators[name]
+            elif kind == "dam":
+                spec, item = t.dam_spec(name), self.ddr.dam_settings(name.split("--")[-1])
+            else:
+                raise ValueError(f"no training job of kind {kind!r}")
+            # the recipe's processes laid out on the site's nodes (8 on nodes of 4 GPUs: 2 nodes x 4)
+            launch = self.resources.site_layout(recipes.launch_settings(item))
+            job = self._jobs[key] = TrainingJob(
+                spec=Settings(spec), launch=Settings(launch), inputs=t.spec_inputs(spec), gpus=self.resources.launch_gpus(launch),
+                nodes=int(launch["nodes"]), threads=int(self.resources.training["threads"]) * int(launch["processes"]),
+                memory=self.resources.training_memory(spec, launch)[0],
+                summary=Note(self.summaries.spec_summary(spec, launch)),
+            )
+        return job
+
+    def train_job(self, run: str) -> TrainingJob:
+        """A recipe's training run (a bi-encoder or an RMSC mixture)."""
+        return self._training_job("train", run)
+
+    def cross_encoder_job(self, name: str) -> TrainingJob:
+        return self._training_job("cross_encoder", name)
+
+    def reader_job(self, name: str) -> TrainingJob:
+        return self._training_job("reader", name)
+
+    def coco_job(self, name: str) -> TrainingJob:
+        """COCO pretraining of `cocodr.pretrained.<name>`."""
+        return self._training_job("coco", name)
+
+    def generator_job(self, name: str) -> TrainingJob:
+        return self._training_job("generator", name)
+
+    def dam_job(self, chain: str) -> TrainingJob:
+        """DDR's masked-LM training of the DAM ``chain``."""
+        return self._training_job("dam", chain)
+
+    def training_resources(self, job: Callable[[Any], TrainingJob]) -> dict[str, Any]:
+        """The cluster resources of a training rule whose job is ``job(wildcards)``: its GPUs and nodes."""
+        return self.resources.cluster_resources(lambda wc: job(wc).gpus, nodes=lambda wc: job(wc).nodes)
+
+    def mine_job(self, run: str, dataset: str) -> MineJob:
+        """The mining job of ANCE run ``run`` on its training dataset."""
+        key = ("mine", f"{run}\0{dataset}")
+        job = self._jobs.get(key)
+        if job is None:
+            s = self.systems
+            model = s.dense_model(s.previous_system(run), dataset)
+            mining = s.mining_system(run)
+            embeddings = self.paths.embeddings
+            job = self._jobs[key] = MineJob(
+                model=model, model_files=self.refs.model_files(model), options=s.mining_options(run, dataset),
+                shards=[f"{embeddings}/{dataset}/{mining}/{x}" for x in self.datasets.shards(dataset)],
+                **self.trainings.mine_settings(run),
+            )
+        return job
+
+    def cluster_job(self, run: str, dataset: str) -> ClusterJob:
+        """The query-clustering job of iDRO run ``run`` on its training dataset (by the model that mines it)."""
+        mine = self.mine_job(run, dataset)
+        name, k = self.recipes.runs[run]
+        recipe = self.recipes.by_name[name]
+        return ClusterJob(model=mine.model, model_files=mine.model_files, options=mine.options,
+                          clusters=recipe["dro"].get("clusters", 50),
+                          seed=self.recipes.train_settings(recipe)["seed"] + k)
 
 
 def with_schema_defaults(config: dict[str, Any], schema_path: str | os.PathLike) -> dict[str, Any]:

@@ -1,100 +1,159 @@
-"""Datasets: the configured source and targets, their downloads, markers and shards."""
+"""Stage 1, datasets: the output folders, the source and target datasets, their downloads, markers and shards.
+
+:func:`build_datasets` reads the config's ``paths``, ``datasets``, ``mini``, ``backbones`` and ``dense`` sections
+into a :class:`Datasets`; nothing here depends on another stage.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from zsdr.data import registry
 from zsdr.models.released import RELEASES
 from zsdr.models.released import remote_files as released_files
 
 
-class DatasetsPlan:
-    """Datasets: the configured source and targets, their downloads, markers and shards (a part of :class:`zsdr.plan.core.Plan`)."""
+def alternation(names: Iterable[str]) -> str:
+    """A wildcard constraint that matches exactly one of ``names``."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
-    def alternation(self, names: Iterable[str]) -> str:
-        """A wildcard constraint that matches exactly one of ``names``."""
-        return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
+
+@dataclass(frozen=True)
+class Paths:
+    """The output folders (config `paths`: every one under `paths.root`, the scale's own folder) and the input
+    folders every scale shares (downloads, bring-your-own datasets)."""
+
+    downloads: str
+    data: str
+    models: str
+    indexes: str
+    embeddings: str
+    runs: str
+    metrics: str
+    stats: str
+    results: str
+    byo: str
+    logs: str = "logs"
+    root: str = ""                        # the scale's own folder every output folder lies in ("": none)
+
+    OUTPUTS = ("data", "models", "indexes", "embeddings", "runs", "metrics", "stats", "results", "logs")
+    """The folders a run writes (each scale its own)."""
+
+
+def build_paths(paths: dict[str, Any]) -> Paths:
+    """The folders of config `paths`: an output folder given relative lies in `paths.root` (none: as given)."""
+    root = paths.get("root") or ""
+
+    def under_root(name: str) -> str:
+        folder = paths.get(name, name)
+        return folder if not root or os.path.isabs(folder) else f"{root.rstrip('/')}/{folder}"
+
+    return Paths(downloads=paths["downloads"], byo=paths["byo"], root=root.rstrip("/"),
+                 **{k: under_root(k) for k in Paths.OUTPUTS})
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """The configured datasets and where their files go."""
+
+    paths: Paths
+    source: str
+    targets: list[str]
+    mini: list[str]                 # the mini benchmark's domains (none at small and paper scale)
+    configured: list[str]           # source, targets and extra datasets, in that order
+    evaluated: list[str]            # the source, then the targets
+    fetched: list[str]              # the configured registry datasets (downloaded and converted)
+    built_backbones: list[str]      # tiny backbones built from the mini corpora
+    shared_corpus: dict[str, str]         # dataset -> the dataset whose corpus holds its documents
+    remote: dict[str, Any]                # local download path -> registry.RemoteFile
+    eval_splits: dict[str, str]
+    shard_counts: dict[str, int]
+    default_shards: int
 
     def dataset_marker(self, name: str) -> str:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
-        return f"{self.DATA}/{name}/dataset.json"
+        return f"{self.paths.data}/{name}/dataset.json"
 
-    def shard_corpus(self, wc) -> list[str]:
+    def shard_corpus(self, wc: Any) -> list[str]:
         """What an encode shard reads: the dataset, and for a corpus in several shards its store too (each
         shard reads its own rows from it, never parsing the whole ``corpus.jsonl``; zsdr.retrieval.encode)."""
         marker = self.dataset_marker(wc.dataset)
-        return [marker] if int(wc.shards) == 1 else [marker, f"{self.DATA}/{wc.dataset}/store/store.json"]
+        return [marker] if int(wc.shards) == 1 else [marker, f"{self.paths.data}/{wc.dataset}/store/store.json"]
 
     def overlap_file(self, dataset: str, donor: str) -> str:
         """The map of the documents ``dataset``'s corpus shares with ``donor``'s (zsdr.data.store.corpus_overlap)."""
-        return f"{self.DATA}/{dataset}/overlap/{donor}.npy"
+        return f"{self.paths.data}/{dataset}/overlap/{donor}.npy"
 
     def eval_split(self, name: str) -> str:
-        return self.config["datasets"]["eval_splits"].get(name, "test")
+        return self.eval_splits.get(name, "test")
 
     def check_dataset(self, name: str) -> str:
-        if name not in self.MINI_DATASETS and name not in registry.REGISTRY:
-            raise ValueError(
-                f"config key datasets: {name!r} is neither a mini domain nor a registry dataset; "
-                f"use one of: {', '.join(self.MINI_DATASETS + sorted(registry.REGISTRY))} "
-                f"(see `zsdr datasets`)"
-            )
-        return name
+        return check_dataset(name, self.mini)
+
+    def language(self, name: str) -> str:
+        """Analyzer language of a dataset (the registry's; mini domains are English)."""
+        return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
+
+    def shards(self, dataset: str) -> list[str]:
+        """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
+        n = self.shard_counts.get(dataset, self.default_shards)
+        return [f"shard{i}-of-{n}" for i in range(n)]
 
     def released_archive(self, name: str) -> list[str]:
         """The downloaded archive of a release (zsdr.models.released.RELEASES); none for an archive kept in
-        a hub repository, which the job reads through the Hugging Face cache like any hub file.
-        """
+        a hub repository, which the job reads through the Hugging Face cache like any hub file."""
         if RELEASES[name].hub_file:
             return []
-        return [f"{self.DOWNLOADS}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
+        return [f"{self.paths.downloads}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
 
     def downloads_of(self, name: str, extras: bool = False) -> list[str]:
         ds = registry.get(name)
         files = list(ds.files) + (list(ds.extras) if extras else [])
-        return [f"{self.DOWNLOADS}/{f.local_path}" for f in files]
+        return [f"{self.paths.downloads}/{f.local_path}" for f in files]
 
-    def _setup_datasets(self) -> None:
-        """Resolve the output folders (`paths`), the source and target datasets and the backbones built from the mini corpora."""
-        self.PATHS = self.config["paths"]
-        self.DOWNLOADS = self.PATHS["downloads"]
-        self.DATA = self.PATHS["data"]
-        self.MODELS = self.PATHS["models"]
-        self.INDEXES = self.PATHS["indexes"]
-        self.EMBEDDINGS = self.PATHS["embeddings"]
-        self.RUNS = self.PATHS["runs"]
-        self.METRICS = self.PATHS["metrics"]
-        self.STATS = self.PATHS["stats"]
-        self.RESULTS = self.PATHS["results"]
-        self.LOGS = "logs"
 
-        self.SOURCE = self.config["datasets"]["source"]
-        self.TARGETS = list(self.config["datasets"]["targets"])
-        self.MINI_DATASETS = [d["name"] for d in self.config["mini"]["domains"]]
-        # Tiny backbones are built from the mini corpora, so only a config with mini domains builds them
-        # (Snakemake merges --configfile over config.yaml, so the paper config still lists them).
-        self.BUILT_BACKBONES = [
-            n for n, b in self.config["backbones"].items() if "build" in b and self.MINI_DATASETS
-        ]
+def check_dataset(name: str, mini: Iterable[str]) -> str:
+    """``name``, or a ValueError naming config key `datasets` when it is neither a mini domain nor a registry dataset."""
+    mini = list(mini)
+    if name not in mini and name not in registry.REGISTRY:
+        raise ValueError(
+            f"config key datasets: {name!r} is neither a mini domain nor a registry dataset; "
+            f"use one of: {', '.join(mini + sorted(registry.REGISTRY))} (see `zsdr datasets`)"
+        )
+    return name
 
-    def _setup_datasets_2(self) -> None:
-        """Resolve the evaluated and fetched datasets (checked against the registry) and every remote file."""
-        self.EVAL_DATASETS = [self.check_dataset(self.SOURCE)] + [
-            self.check_dataset(t) for t in self.TARGETS
-        ]
-        self.FETCHED = [
-            self.check_dataset(d)
-            for d in dict.fromkeys([self.SOURCE, *self.TARGETS, *self.config["datasets"]["extra"]])
-            if d not in self.MINI_DATASETS
-        ]
-        self.REMOTE = {**registry.remote_files(), **released_files()}
-        self.SHARED_CORPUS = {}
-        for name, donor in self.config["datasets"]["shared_corpus"].items():
-            self.check_dataset(name)
-            self.check_dataset(donor)
-            if donor == name or donor in self.config["datasets"]["shared_corpus"]:
-                raise ValueError(f"config key datasets.shared_corpus.{name}: {donor!r} must be another dataset "
-                                 "that takes no donor itself")
-            self.SHARED_CORPUS[name] = donor
+
+def build_datasets(config: dict[str, Any]) -> Datasets:
+    """The datasets stage of a validated config."""
+    paths = build_paths(config["paths"])
+    d = config["datasets"]
+    source, targets = d["source"], list(d["targets"])
+    mini = list(m["name"] for m in config["mini"]["domains"])
+    configured = list(dict.fromkeys([source, *targets, *d["extra"]]))
+    evaluated = list(check_dataset(x, mini) for x in (source, *targets))
+    fetched = list(check_dataset(x, mini) for x in configured if x not in mini)
+    shared = {}
+    for name, donor in d["shared_corpus"].items():
+        check_dataset(name, mini)
+        check_dataset(donor, mini)
+        if donor == name or donor in d["shared_corpus"]:
+            raise ValueError(f"config key datasets.shared_corpus.{name}: {donor!r} must be another dataset "
+                             "that takes no donor itself")
+        shared[name] = donor
+    for name in config["dense"]["dataset_shards"]:
+        if name not in configured:
+            raise ValueError(
+                f"config key dense.dataset_shards.{name}: {name!r} is not a configured dataset "
+                f"(datasets.source, datasets.targets or datasets.extra)"
+            )
+    # Tiny backbones are built from the mini corpora, so only a config with mini domains builds them
+    # (Snakemake merges --configfile over config.yaml, so the paper config still lists them).
+    built = list(n for n, b in config["backbones"].items() if "build" in b and mini)
+    return Datasets(paths=paths, source=source, targets=targets, mini=mini, configured=configured,
+                    evaluated=evaluated, fetched=fetched, built_backbones=built, shared_corpus=shared,
+                    remote={**registry.remote_files(), **released_files()}, eval_splits=dict(d["eval_splits"]),
+                    shard_counts=dict(config["dense"]["dataset_shards"]), default_shards=config["dense"]["shards"])

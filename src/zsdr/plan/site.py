@@ -49,7 +49,7 @@ class Site:
         """Estimated seconds of ``units`` of work of ``kind`` (:data:`KINDS`) at the configured throughput."""
         rate = self.throughput.get(kind)
         if not rate:
-            raise ValueError(f"site.throughput.{kind} is not set: give the {KINDS.get(kind, kind)} per second")
+            raise ValueError(f"config key site.throughput.{kind}: not set; give the {KINDS.get(kind, kind)} per second")
         return float(units) / float(rate)
 
     def minutes(self, seconds: float, attempt: int = 1, what: str = "a job") -> int:
@@ -59,7 +59,7 @@ class Site:
         ``what``: such a job would be killed at the limit every time."""
         base = max(int(self.floor), math.ceil(self.safety * (self.startup_s + max(0.0, seconds)) / 60))
         if self.max_runtime and base > self.max_runtime:
-            raise ValueError(f"{what} needs about {base} min (site.safety {self.safety:g} x an estimated "
+            raise ValueError(f"config key site.max_runtime: {what} needs about {base} min (site.safety {self.safety:g} x an estimated "
                              f"{seconds / 60:.0f} min of work), more than site.max_runtime {self.max_runtime}: "
                              f"split its work (e.g. more dense.dataset_shards) or raise site.throughput")
         asked = base * max(1, int(attempt))
@@ -89,7 +89,7 @@ class Site:
         for n in range(max(int(nodes), 1), total + 1):
             if total % n == 0 and (total // n) * per_gpu <= self.gpus_per_node:
                 return total // n, n
-        raise ValueError(f"a training of {total} process(es) with {per_gpu} GPU(s) each does not fit nodes of "
+        raise ValueError(f"config key site.gpus_per_node: a training of {total} process(es) with {per_gpu} GPU(s) each does not fit nodes of "
                          f"site.gpus_per_node {self.gpus_per_node}")
 
     def gpu_cpus(self) -> int | None:
@@ -142,7 +142,7 @@ def site_from_config(config: dict[str, Any]) -> Site:
     for key in MOVED:
         old, new = cluster.get(key), site.get(key)
         if old is not None and new is not None and old != new:
-            raise ValueError(f"cluster.{key} ({old!r}) and site.{key} ({new!r}) disagree: set site.{key} only "
+            raise ValueError(f"config key site.{key}: cluster.{key} ({old!r}) and site.{key} ({new!r}) disagree: set site.{key} only "
                              f"(cluster.{key} is its older name)")
         if new is None and old is not None:
             site[key] = old
@@ -154,6 +154,6 @@ def site_from_config(config: dict[str, Any]) -> Site:
     if "throughput" in kwargs:
         unknown = sorted(set(kwargs["throughput"]) - set(KINDS))
         if unknown:
-            raise ValueError(f"site.throughput.{unknown[0]}: no job kind of that name (known: {', '.join(KINDS)})")
+            raise ValueError(f"config key site.throughput.{unknown[0]}: no job kind of that name (known: {', '.join(KINDS)})")
         kwargs["throughput"] = {k: float(v) for k, v in kwargs["throughput"].items() if v}
     return Site(**kwargs)

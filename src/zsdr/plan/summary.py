@@ -1,9 +1,16 @@
-"""The dry-run summary: one readable line per planned training and pretraining."""
+"""Stage 11, summaries: one readable line per planned training and pretraining, which a dry run shows
+(`snakemake -n`), and :class:`Note`, the text a job's message shows without it counting as a parameter."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
+
+from zsdr.plan.berm import Berm
+from zsdr.plan.recipes import Recipes
+from zsdr.plan.resources import Resources
+from zsdr.plan.systems import Systems
 
 
 class Note:
@@ -35,8 +42,13 @@ class Note:
         return (Note, (self.text,))
 
 
-class SummaryPlan:
-    """The dry-run summary: one readable line per planned training and pretraining (a part of :class:`zsdr.plan.core.Plan`)."""
+@dataclass(frozen=True)
+class Summaries:
+    recipes: Recipes
+    systems: Systems
+    resources: Resources
+    berm: Berm
+    inference_precision: str       # dense.precision
 
     @staticmethod
     def note(text: str) -> Note:
@@ -46,7 +58,7 @@ class SummaryPlan:
     def head_summary(self, spec: dict[str, Any]) -> str:
         """Where a cls_linear_ln training's head comes from ("" for other poolings)."""
         info = spec.get("info", {})
-        pooling = spec.get("encoder", {}).get("pooling") or self.recipe_pooling(info.get("recipe"))
+        pooling = spec.get("encoder", {}).get("pooling") or self.recipes.recipe_pooling(info.get("recipe"))
         if pooling != "cls_linear_ln":
             return ""
         if spec.get("head") == "new":
@@ -70,8 +82,8 @@ class SummaryPlan:
                 else "cross-entropy, paper"
             )
             + "), labels "
-            f"{self.BERM_LABELS['variant']} BM25 + {self.BERM_LABELS['delta']:g} x reader "
-            f"{self.BERM_LABELS['reader']}"
+            f"{self.berm.labels['variant']} BM25 + {self.berm.labels['delta']:g} x reader "
+            f"{self.berm.labels['reader']}"
             if b
             else ""
         )
@@ -99,7 +111,7 @@ class SummaryPlan:
             soft = spec.get("soft_tokens")
             tokens = (
                 f"soft tokens k {soft['k']} ([S]/[T] x [H]/[W], inference [T] x [H]; on "
-                f"{self.SOURCE} {self.soft_context(self.RMSC_SOURCE_CONTEXT)} [X] rmsc.source_context)"
+                f"{self.recipes.datasets.source} {self.systems.rmsc.soft_context(self.systems.rmsc.source_context)} [X] rmsc.source_context)"
                 if soft
                 else "no soft tokens"
             )
@@ -203,17 +215,17 @@ class SummaryPlan:
         if t.get("snapshot_every"):
             length += f", a snapshot every {t['snapshot_every']} steps"
         per_dataset = (
-            self.dataset_lengths_text(spec["info"]["recipe"])
-            if spec["kind"] in ("bi_encoder", "mixture") and spec["info"].get("recipe") in self.SYSTEMS
+            self.systems.dataset_lengths_text(spec["info"]["recipe"])
+            if spec["kind"] in ("bi_encoder", "mixture") and spec["info"].get("recipe") in self.systems.by_name
             else ""
         )
         inference = (
-            f"; inference {self.config['dense']['precision']}"
+            f"; inference {self.inference_precision}"
             + (f", at other lengths on {per_dataset}" if per_dataset else "")
             if spec["kind"] in ("bi_encoder", "mixture")
             else ""
         )
-        memory = f"; memory {self.training_memory(spec, launch)[1]}"
+        memory = f"; memory {self.resources.training_memory(spec, launch)[1]}"
         dropout = (
             ""
             if "dropout" not in spec
@@ -230,3 +242,9 @@ class SummaryPlan:
             f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
             f"{inference}{memory}"
         )
+
+
+def build_summaries(config: dict[str, Any], recipes: Recipes, systems: Systems, resources: Resources,
+                    berm: Berm) -> Summaries:
+    return Summaries(recipes=recipes, systems=systems, resources=resources, berm=berm,
+                     inference_precision=config["dense"]["precision"])

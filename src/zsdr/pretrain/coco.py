@@ -59,9 +59,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from zsdr.data.spans import SpanDocuments, SpanFile, open_spans, sample_pair, span_pair_texts
+from zsdr.losses.coco import contrastive_of_vectors
+from zsdr.models.inference import cls_vectors
 from zsdr.pretrain.mlm import (IGNORE, head_split, mask_tokens, masked_lm_frame, masked_lm_of_spec, model_name,
                               pad_masked)
-from zsdr.pretrain.spans import SpanDocuments, SpanFile, open_spans, read_spans
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +71,6 @@ HEAD_WEIGHTS = "condenser_head.safetensors"
 HEAD_CONFIG = "condenser_head.json"
 _WORD_STREAM = 2   # seeds the choice of whole words of a span
 _MASK_STREAM = 3   # seeds the 80/10/10 replacement of its selected tokens
-
-
-def sample_pair(n_spans: int, seed: int, epoch: int, index: int) -> tuple[int, int]:
-    """Two distinct span positions of document ``index`` in ``epoch``: ``default_rng([seed, epoch, index])``."""
-    if n_spans < 2:
-        raise ValueError(f"document {index} has {n_spans} span(s); a pair needs two")
-    a, b = np.random.default_rng([int(seed), int(epoch), int(index)]).choice(n_spans, 2, replace=False)
-    return int(a), int(b)
 
 
 def whole_word_selection(word_ids: Sequence[int | None], probability: float, rng: np.random.Generator) -> list[int]:
@@ -137,7 +131,7 @@ def _run_layer(layer: nn.Module, hidden: torch.Tensor, mask) -> torch.Tensor:
 
 class CocoTask(nn.Module):
     """COCO pretraining of ``model`` (an ``AutoModelForMaskedLM``) on ``documents`` (each a list of
-    at least two spans: the mapped span files of :func:`zsdr.pretrain.spans.open_spans`, read a document
+    at least two spans: the mapped span files of :func:`zsdr.data.spans.open_spans`, read a document
     at a time, or lists) for the Trainer; see the module docstring."""
 
     def __init__(self, model: nn.Module, tokenizer, documents: Sequence[Sequence[str]], max_length: int = 128,
@@ -402,7 +396,7 @@ def contrastive_loss_on(model_dir: str | os.PathLike, spans_path: str | os.PathL
     when the file has fewer) and cut into consecutive batches of ``batch_size`` (a last, smaller
     batch is left out: the in-batch loss depends on the batch size; fewer documents than
     ``batch_size`` make one batch); document ``i`` contributes its pair of epoch 0
-    (:func:`sample_pair` with ``seed``). Each span is encoded by ``AutoModel`` in eval mode,
+    (:func:`~zsdr.data.spans.sample_pair` with ``seed``). Each span is encoded by ``AutoModel`` in eval mode,
     ``[CLS] span [SEP]`` truncated to ``max_length`` (at most the tokenizer's ``model_max_length``),
     and represented by its last layer's first state, so the folder may be any backbone (loaded as
     the project's encoders load theirs, without pooler), with or without a Condenser head. Returns
@@ -416,52 +410,9 @@ def contrastive_loss_on(model_dir: str | os.PathLike, spans_path: str | os.PathL
 
 def span_pair_vectors(model_dir: str | os.PathLike, spans_path: str | os.PathLike, docs: int = 256, seed: int = 0,
                       batch_size: int = 64, max_length: int = 128, device=None) -> torch.Tensor:
-    """``(2n, dim)`` float32 on the CPU, rows ``x1_0, x2_0, x1_1, ...``: the last-layer [CLS] vectors of
-    the two spans of epoch 0 (:func:`sample_pair` with ``seed``) of the first ``docs`` documents of a
-    permutation seeded by ``seed`` (all of them when the file has fewer). Each span is encoded in eval
-    mode as ``[CLS] span [SEP]`` truncated to ``max_length`` (at most the tokenizer's
-    ``model_max_length``), by the backbone loaded as the project's encoders load theirs (no pooler), so
-    the folder may be any backbone, with or without a Condenser head."""
-    from transformers import AutoTokenizer
-
-    from zsdr.models.encoder import load_backbone
-
-    documents = read_spans(spans_path)
-    order = np.random.default_rng(int(seed)).permutation(len(documents))[:int(docs)].tolist()
-    texts = [documents[i][p] for i in order for p in sample_pair(len(documents[i]), seed, 0, i)]
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    limit = getattr(tokenizer, "model_max_length", None)
-    if limit is not None and limit < 1_000_000:
-        max_length = min(int(max_length), int(limit))
-    model = load_backbone(str(model_dir)).to(device).eval()
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(texts), 2 * int(batch_size)):
-            enc = tokenizer(texts[start:start + 2 * int(batch_size)], truncation=True, max_length=int(max_length),
-                            padding=True, return_tensors="pt")
-            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
-            out.append(model(**enc).last_hidden_state[:, 0].float().cpu())
-    return torch.cat(out) if out else torch.empty((0, 0))
-
-
-def contrastive_of_vectors(vectors: torch.Tensor, batch_size: int, where: str | os.PathLike = "spans") -> dict:
-    """The in-batch span-contrastive loss of :func:`span_pair_vectors`' rows, in consecutive batches of
-    ``batch_size`` documents (a last, smaller batch is left out: the loss depends on the batch size;
-    fewer documents than ``batch_size`` make one batch): ``{"contrastive_loss", "contrastive_accuracy",
-    "documents", "batch_size"}``, means over the batches."""
-    from zsdr.losses.coco import span_logits
-
-    n = len(vectors) // 2
-    size = min(int(batch_size), n)
-    if size < 2:
-        raise ValueError(f"{where}: {n} document(s) with batch_size={batch_size}; the in-batch loss needs at "
-                         "least two documents per batch")
-    used = (n // size) * size
-    losses, accuracies = [], []
-    for start in range(0, used, size):
-        logits, partners = span_logits(vectors[2 * start:2 * (start + size)], gather=False)
-        losses.append(float(nn.functional.cross_entropy(logits, partners)))
-        accuracies.append(float((logits.argmax(dim=1) == partners).float().mean()))
-    return {"contrastive_loss": float(np.mean(losses)), "contrastive_accuracy": float(np.mean(accuracies)),
-            "documents": used, "batch_size": size}
+    """``(2n, dim)`` float32 on the CPU, rows ``x1_0, x2_0, x1_1, ...``: the last-layer [CLS] vectors
+    (:func:`zsdr.models.inference.cls_vectors`, ``2 batch_size`` spans at a time) of the two spans of
+    epoch 0 of the first ``docs`` documents of a permutation seeded by ``seed``
+    (:func:`zsdr.data.spans.span_pair_texts`)."""
+    return cls_vectors(model_dir, span_pair_texts(spans_path, docs, seed), batch_size=2 * int(batch_size),
+                       max_length=max_length, device=device)

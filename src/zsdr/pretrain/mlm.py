@@ -290,7 +290,7 @@ def masked_lm_of_spec(spec: dict) -> tuple[int, str, object, nn.Module]:
     and its masked LM (``tie_embeddings``, :func:`load_masked_lm`; ``dropout``) in training mode."""
     from transformers import AutoTokenizer
 
-    from zsdr.models.encoder import set_dropout
+    from zsdr.models.loading import set_dropout
 
     seed = int(spec.get("train", {}).get("seed", 42))
     torch.manual_seed(seed)

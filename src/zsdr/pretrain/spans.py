@@ -25,9 +25,10 @@ spans as one pass over the corpus.
 
 Span files. :func:`write_spans` writes the kept documents, in corpus order, to an Arrow IPC file
 (:class:`SpanWriter`): columns ``id`` (large string) and ``spans`` (large list of large strings),
-record batches of :data:`BATCH_ROWS` documents. :func:`read_spans` maps one (:class:`SpanFile`),
-:func:`open_spans` several, concatenated (:class:`SpanDocuments`): ``documents[i]`` is document
-``i``'s list of spans, read from the mapped file when asked for. The pages live once in the page cache,
+record batches of :data:`BATCH_ROWS` documents. :mod:`zsdr.data.spans` reads them:
+:func:`~zsdr.data.spans.read_spans` maps one (:class:`~zsdr.data.spans.SpanFile`),
+:func:`~zsdr.data.spans.open_spans` several, concatenated: ``documents[i]`` is document ``i``'s list
+of spans, read from the mapped file when asked for. The pages live once in the page cache,
 shared by every process of a pretraining job, and a process's private memory stays a few megabytes
 (the record batches' first rows) whatever the corpora's size; Python lists of the same spans cost
 ~1 KB a document in every process.
@@ -37,20 +38,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import abc
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_write, locate_item
+from zsdr.data.spans import SpanFile, span_schema
+from zsdr.io import atomic_write
 
 log = logging.getLogger(__name__)
 
 MIN_FIRST_SPAN_TOKENS = 3  # a first span of <= 2 tokens drops the document (official: ``len(spans[0]) <= 2``)
 _CHUNK = 256               # documents per tokenizer call in write_spans
 BATCH_ROWS = 65_536        # documents per record batch of a span file
-_FIX = "write the spans again with the coco_spans rule (zsdr.pretrain.spans.write_spans)"
 
 
 def split_sentences(text: str) -> list[str]:
@@ -206,12 +206,6 @@ def write_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, tok
 
 
 # ------------------------------------------------------------------------------------ span files
-def _schema():
-    import pyarrow as pa
-
-    return pa.schema([("id", pa.large_string()), ("spans", pa.large_list(pa.large_string()))])
-
-
 class SpanWriter:
     """Write a span file (see the module doc) atomically: ``with SpanWriter(path) as w: w.add(id, spans)``.
     The file appears once the block succeeds; memory: one record batch of documents."""
@@ -229,7 +223,7 @@ class SpanWriter:
         self._context = atomic_write(self.path, "wb")
         self._fh = self._context.__enter__()
         self._sink = pa.PythonFile(self._fh, mode="w")
-        self._writer = pa.ipc.new_file(self._sink, _schema())
+        self._writer = pa.ipc.new_file(self._sink, span_schema())
         return self
 
     def add(self, rid: str, spans: Sequence[str]) -> None:
@@ -241,7 +235,7 @@ class SpanWriter:
         if len(self._ids) == self.batch_rows:
             self._flush()
 
-    def add_file(self, span_file: "SpanFile") -> None:
+    def add_file(self, span_file: SpanFile) -> None:
         """Append every document of a span file (its record batches, as they are)."""
         self._flush()
         for batch in span_file.record_batches():
@@ -254,7 +248,7 @@ class SpanWriter:
         if self._ids:
             self._writer.write_batch(pa.record_batch(
                 [pa.array(self._ids, pa.large_string()), pa.array(self._spans, pa.large_list(pa.large_string()))],
-                schema=_schema()))
+                schema=span_schema()))
             self.documents += len(self._ids)
             self._ids, self._spans = [], []
 
@@ -284,85 +278,3 @@ def write_span_documents(path: str | os.PathLike, documents: Iterable[tuple[str,
         for rid, spans in documents:
             writer.add(rid, spans)
     return writer.documents
-
-
-class SpanFile(abc.Sequence):
-    """A span file, memory-mapped: ``spans_file[i]`` is document ``i``'s list of spans (read from the
-    mapped pages when asked for), :meth:`id` its id. Opening checks the schema and that every document
-    has at least two spans (from the list offsets alone: the text is not read); a file that is not a
-    span file raises :class:`DataError` naming it."""
-
-    def __init__(self, path: str | os.PathLike):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise DataError(self.path, None, "no such span file", _FIX)
-        try:
-            table = pa.ipc.open_file(pa.memory_map(str(self.path), "r")).read_all()
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DataError(self.path, None, f"not an Arrow span file ({str(exc).splitlines()[0][:120]})",
-                            _FIX) from None
-        if not table.schema.equals(_schema()):
-            raise DataError(self.path, None, f"expected columns id (large_string) and spans (large_list of "
-                            f"large_string), found {', '.join(f'{f.name} ({f.type})' for f in table.schema)}", _FIX)
-        self._ids, self._spans = table.column("id").chunks, table.column("spans").chunks
-        self._starts = np.cumsum([0] + [len(c) for c in self._spans])
-        for k, chunk in enumerate(self._spans):
-            if len(chunk) and pc.min(pc.list_value_length(chunk)).as_py() < 2:
-                local = int(np.argmax(pc.less(pc.list_value_length(chunk), 2).to_numpy(zero_copy_only=False)))
-                n = len(chunk[local])
-                raise DataError(self.path, None, f"document {self._ids[k][local].as_py()!r} (row "
-                                f"{int(self._starts[k]) + local}) has {n} span(s): a document needs at least two "
-                                "to give a pair", _FIX)
-        self._table = table
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def record_batches(self) -> list:
-        """The file's record batches (mapped: no copy)."""
-        return self._table.to_batches()
-
-    def _locate(self, i: int) -> tuple[int, int]:
-        return locate_item(self._starts, i, f" in {self.path}")
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        k, local = self._locate(i)
-        return self._spans[k][local].as_py()
-
-    def id(self, i: int) -> str:
-        k, local = self._locate(i)
-        return self._ids[k][local].as_py()
-
-
-class SpanDocuments(abc.Sequence):
-    """The documents of several span files in order, the first ``limit`` of each (all: ``None``);
-    ``documents[i]`` is a list of spans, read from the mapped file when asked for."""
-
-    def __init__(self, files: Sequence[SpanFile], limit: int | None = None):
-        self.files = list(files)
-        self.sizes = [len(f) if limit is None else min(len(f), int(limit)) for f in self.files]
-        self._starts = np.cumsum([0] + self.sizes)
-
-    def __len__(self) -> int:
-        return int(self._starts[-1])
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        k, local = locate_item(self._starts, i)
-        return self.files[k][local]
-
-
-def read_spans(path: str | os.PathLike) -> SpanFile:
-    """The documents of a span file written by :func:`write_spans`, in file order, memory-mapped."""
-    return SpanFile(path)
-
-
-def open_spans(paths: Sequence[str | os.PathLike], limit: int | None = None) -> SpanDocuments:
-    """The documents of several span files, concatenated in this order (the first ``limit`` of each)."""
-    return SpanDocuments([SpanFile(p) for p in paths], limit)

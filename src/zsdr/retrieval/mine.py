@@ -9,7 +9,7 @@ the qrels), so the same checkpoint gives the same file. With ``max_examples`` (t
 reads only the first that many examples) only as many queries are encoded and searched as give that
 many examples, in qrels order, in blocks: the file is the first ``max_examples`` lines of the file
 that mining every query would write. Output: the negatives JSON-lines format
-(system ``ance``) that :class:`zsdr.training.data.TrainingSet` reads.
+(system ``ance``) that :class:`zsdr.data.training_set.TrainingSet` reads.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from zsdr.argtypes import device, positive_int
 from zsdr.data.formats import read_qrels
-from zsdr.training.data import Example, write_negatives
+from zsdr.data.training_set import Example, write_negatives
 
 log = logging.getLogger(__name__)
 

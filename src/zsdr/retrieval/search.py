@@ -464,11 +464,13 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
                   doc_format: str | None = None, query_prefix: str | None = None, doc_prefix: str | None = None,
                   batch_size: int = 64, k: int = 1000, num_shards: int = 1, work_dir: str | os.PathLike | None = None,
                   tag: str | None = None, device: str | None = None, precision: str | None = None,
-                  dtype: str = "float16", gpu: bool | None = None, show_progress: bool = True) -> dict:
+                  dtype: str = "float16", gpu: bool | None = None, show_progress: bool = True,
+                  trust_remote_code: bool = False) -> dict:
     """Encode the judged queries of ``split`` and the corpus (``num_shards`` shards), search, write a TREC run.
 
     ``model`` is an HF id, a folder or an :class:`~zsdr.models.encoder.Encoder`. Shards go to
     ``work_dir`` (kept) or to a temporary folder beside ``out_run`` (removed). Returns the run.
+    ``trust_remote_code``: as in :meth:`Encoder.from_pretrained <zsdr.models.encoder.Encoder.from_pretrained>`.
     """
     from zsdr.models.encoder import load_encoder
     from zsdr.retrieval.encode import encode_corpus_shard, encode_judged_queries
@@ -476,7 +478,8 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
     overrides = dict(pooling=pooling, similarity=similarity, max_length=max_length, query_max_length=query_max_length,
                      doc_max_length=doc_max_length, doc_format=doc_format, query_prefix=query_prefix,
                      doc_prefix=doc_prefix)
-    encoder = load_encoder(model, device=device, precision=precision, **overrides)
+    encoder = load_encoder(model, device=device, precision=precision, trust_remote_code=trust_remote_code,
+                           **overrides)
     start = time.perf_counter()
     q_ids, q_emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     out_run = Path(out_run)
@@ -558,6 +561,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                                       "default: the checkpoint's, else title_space_text)")
     p.add_argument("--query-prefix", default=None, help="text put before every query (default: the checkpoint's)")
     p.add_argument("--doc-prefix", default=None, help="text put before every document (default: the checkpoint's)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the model folder's own code where its config.json asks for it (refused otherwise; "
+                        "folders zsdr export wrote need no code run)")
     p.add_argument("--batch-size", type=positive_int, default=64,
                    help="texts per batch at the longest length; shorter batches hold as many tokens "
                         "(default: %(default)s)")
@@ -569,12 +575,22 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args) -> dict:
+    """The encoder settings a command was given (and ``trust_remote_code`` where asked for)."""
     return dict(pooling=args.pooling, similarity=args.similarity, max_length=args.max_length,
                 query_max_length=args.query_max_length, doc_max_length=args.doc_max_length,
-                doc_format=args.doc_format, query_prefix=args.query_prefix, doc_prefix=args.doc_prefix)
+                doc_format=args.doc_format, query_prefix=args.query_prefix, doc_prefix=args.doc_prefix,
+                **({"trust_remote_code": True} if args.trust_remote_code else {}))
 
 
 def _gpu_flag(value: str) -> bool | None:
+    """``--gpu`` as ``search_shards``' ``gpu``; ``yes`` where faiss sees no GPU is a usage error at once
+    (before any encoding), naming the fix."""
+    if value == "yes":
+        import faiss
+
+        if not (faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0):
+            raise UsageError("argument --gpu: yes, but faiss sees no GPU (fix: --gpu auto or no; on a CUDA machine "
+                             "`make install-gpu` installs faiss-gpu)")
     return {"auto": None, "yes": True, "no": False}[value]
 
 
@@ -589,13 +605,22 @@ def cmd_encode_search(args) -> int:
     return 0
 
 
-def cmd_encode(args) -> int:
-    from zsdr.retrieval.encode import encode_corpus_shard, read_meta
-
+def _check_shard(args) -> None:
+    """``zsdr encode``'s usage check (run by zsdr.cli before the model is looked at)."""
     if args.shard >= args.num_shards:
         raise UsageError(f"argument --shard: shard {args.shard} does not exist among --num-shards {args.num_shards} "
                          f"(fix: pass --shard 0 to {args.num_shards - 1})")
 
+
+def _check_gpu(args) -> None:
+    """The usage check of the commands with ``--gpu`` (run by zsdr.cli before the model is looked at)."""
+    _gpu_flag(args.gpu)
+
+
+def cmd_encode(args) -> int:
+    from zsdr.retrieval.encode import encode_corpus_shard, read_meta
+
+    _check_shard(args)
     _set_threads(args.threads)
     out = encode_corpus_shard(args.model, args.dataset, args.out, args.shard, args.num_shards,
                               batch_size=args.batch_size, dtype=args.dtype, device=args.device,
@@ -656,7 +681,7 @@ def register_cli(subparsers) -> None:
     p.add_argument("--work-dir", default=None, help="keep the shard folders here (default: temporary)")
     p.add_argument("--tag", default=None, help="run tag, the TREC run's last column (default: dense-<model name>)")
     p.add_argument("--gpu", choices=["auto", "yes", "no"], default="auto", help="faiss on the GPU")
-    p.set_defaults(func=cmd_encode_search)
+    p.set_defaults(func=cmd_encode_search, check_usage=_check_gpu)
 
     p = subparsers.add_parser("encode", help="encode one shard of a corpus into an embeddings folder")
     _add_model_args(p)
@@ -669,7 +694,7 @@ def register_cli(subparsers) -> None:
                    help="stored document embeddings (default: float16)")
     p.add_argument("--chunk-size", type=positive_int, default=10_000,
                    help="documents read, encoded and written at a time")
-    p.set_defaults(func=cmd_encode)
+    p.set_defaults(func=cmd_encode, check_usage=_check_shard)
 
     p = subparsers.add_parser("encode-queries", help="encode the judged queries of a split into an embeddings folder")
     _add_model_args(p)
@@ -688,7 +713,7 @@ def register_cli(subparsers) -> None:
                    help="faiss on the GPU (auto: when one is visible)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=cmd_search)
+    p.set_defaults(func=cmd_search, check_usage=_check_gpu)
 
     p = subparsers.add_parser("search-shard", help="one shard's exact top-k for query embeddings (scattered search)")
     p.add_argument("--queries", required=True, help="embeddings folder of the queries")
@@ -699,7 +724,7 @@ def register_cli(subparsers) -> None:
                    help="faiss on the GPU (auto: when one is visible)")
     p.add_argument("--threads", type=positive_int, default=None, help="CPU threads for torch and faiss")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(func=cmd_search_shard)
+    p.set_defaults(func=cmd_search_shard, check_usage=_check_gpu)
 
     p = subparsers.add_parser("merge-shards", help="merge per-shard top-k files (search-shard) into a TREC run")
     p.add_argument("--parts", required=True, nargs="+", help="the shards' .npz files, in shard order")

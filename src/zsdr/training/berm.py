@@ -8,7 +8,8 @@ Labels come from the labelling stage (:mod:`zsdr.training.unit_labels`): one JSO
 training pair ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...}`` with character
 spans into the passage text. A pair without a label still gets R1 (its units are segmented on the
 fly) but no R2. Unit vectors ``e_i`` are the mean of the last-layer token states over exactly the
-unit's tokens (:func:`zsdr.data.units.tokenize_with_units`), no projection head; ``t_p`` and
+unit's tokens (:func:`zsdr.losses.berm.unit_pooling`, :func:`zsdr.data.units.tokenize_with_units`),
+no projection head; ``t_p`` and
 ``t_q`` are the vectors whose dot product is the model's relevance logit: the encoder's (pooled,
 headed) vectors times ``sqrt(scale)``. With the papers' dot products (``scale`` 1) these are the
 encoder's vectors; with cosine similarity and an inverse temperature (the mini recipes: scale 20)
@@ -18,16 +19,13 @@ nothing to learn from, so they are scaled as the logit scales them.
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from zsdr.data.units import tokenize_with_units
-from zsdr.data.formats import iter_jsonl
-from zsdr.io import DataError
+from zsdr.data.units import read_unit_labels
+from zsdr.losses.berm import scaled, unit_pooling, unit_vectors
 from zsdr.training.sections import section_from_dict
 from zsdr.training.terms import AdditiveTerm, Encoded, Sampled
 
@@ -53,24 +51,6 @@ class BermConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "BermConfig":
         return section_from_dict(cls, data, "berm")
-
-
-def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:
-    """``{(qid, pid): (unit character spans, essential index)}`` from a labels file."""
-    out = {}
-    for line, obj in iter_jsonl(path):
-        try:
-            spans = [(int(s), int(e)) for s, e in obj["units"]]
-            k = int(obj["essential"])
-            key = (str(obj["qid"]), str(obj["pid"]))
-        except (KeyError, TypeError, ValueError):
-            raise DataError(path, line, 'a label needs "qid", "pid", "units" ([[start, end], ...]) and "essential"',
-                            "write the file with the label_units rule") from None
-        if not -1 <= k < len(spans):
-            raise DataError(path, line, f"essential unit {k} outside the {len(spans)} units",
-                            "label the pairs again with the label_units rule")
-        out[key] = (spans, k)
-    return out
 
 
 class BermTerm(AdditiveTerm):
@@ -104,22 +84,7 @@ class BermTerm(AdditiveTerm):
     def batch(self, encoder, qids: Sequence[str], pids: Sequence[str], docs: Sequence[dict], width: int) -> dict:
         """Unit pooling weights ``(n, u, width)``, unit mask ``(n, u)`` and targets ``(n,)`` of the positives
         (``width``: the padded length of the document batch)."""
-        known = [self.labels.get((q, p)) for q, p in zip(qids, pids)]
-        _, spans = tokenize_with_units(encoder, docs, [k[0] if k else None for k in known])
-        kept = [[j for j, s in enumerate(row) if s is not None] for row in spans]
-        n, u = len(docs), max([len(k) for k in kept] + [1])
-        weights = torch.zeros(n, u, width)
-        mask = torch.zeros(n, u, dtype=torch.bool)
-        targets = torch.full((n,), -1, dtype=torch.long)
-        for b, (row, keep) in enumerate(zip(spans, kept)):
-            for i, j in enumerate(keep):
-                s, e = row[j]
-                weights[b, i, s:e] = 1.0 / (e - s)
-                mask[b, i] = True
-            essential = known[b][1] if known[b] else -1
-            if essential in keep:
-                targets[b] = keep.index(essential)
-        return {"weights": weights, "mask": mask, "targets": targets}
+        return unit_pooling(encoder, docs, [self.labels.get((q, p)) for q, p in zip(qids, pids)], width)
 
     def loss(self, queries: torch.Tensor, passages: torch.Tensor, hidden: torch.Tensor,
              batch: dict) -> tuple[torch.Tensor, dict]:
@@ -129,7 +94,7 @@ class BermTerm(AdditiveTerm):
         cfg = self.config
         queries, passages = scaled(queries, cfg.scale), scaled(passages, cfg.scale)
         mask, targets = batch["mask"].to(hidden.device), batch["targets"].to(hidden.device)
-        units = torch.einsum("nul,nlh->nuh", batch["weights"].to(hidden.device), hidden.float())
+        units = unit_vectors(batch["weights"], hidden)
         total = passages.sum() * 0.0
         logs = {}
         if cfg.r1_weight:
@@ -145,8 +110,3 @@ class BermTerm(AdditiveTerm):
             if acc == acc:  # NaN when no positive of the batch is labelled
                 logs["unit_accuracy"] = acc
         return total, logs
-
-
-def scaled(vectors: torch.Tensor, scale: float) -> torch.Tensor:
-    """``sqrt(scale) · vectors``: the vectors whose dot products are the logits ``scale · <a, b>``."""
-    return vectors if scale == 1.0 else vectors * math.sqrt(scale)

@@ -329,7 +329,7 @@ class ModirTerm(AdditiveTerm):
             logs["classifier_loss"] = self.train_classifier(current)
         frozen = self.classifier.linear.weight.detach().clone()
         logits = {k: DomainClassifier.logits_with(frozen, v, self.config.logit_clip) for k, v in embs.items()}
-        adv = adversarial_loss(self.config.loss, logits, SETS)
+        adv = adversarial_loss(self.config.loss, logits, SETS, source=SOURCE, target=TARGET)
         lam = lambda_at(self.step, self.config.lambda0, self.config.lambda_half_life)
         logs.update(adversarial_loss=float(adv.detach()), adversarial_lambda=lam)
         return lam * adv, logs

@@ -4,13 +4,16 @@
 A task is an ``nn.Module``: ``make_batch(indices, epoch)`` samples and tokenises the examples,
 ``forward(batch)`` returns ``(loss, logs)``, ``save(directory)`` writes the model.
 
-:class:`BiEncoderTask` losses (``loss``):
+:class:`BiEncoderTask` trains with one base loss (``loss``), a class of
+:mod:`zsdr.training.base_losses` found by name in :mod:`zsdr.training.loss_registry`:
 * ``pairwise_nll``: each query against its own positive and ``negatives`` sampled negatives
   (ANCE-family ``rdot_nll``; DPR warmup, ANCE episodes);
 * ``contrastive``: each query against every positive and negative of the global batch (gathered
   with gradients across processes), inverse temperature ``scale``, other documents labelled
   relevant to the query masked (DDR's REM/DR contrastive loss);
 * ``margin_mse``: Margin-MSE against teacher scores of the positive and each negative (KD).
+The task holds no loss-specific code: the loss checks the training set, adds its entries to the
+batch and computes itself from the encoded batch.
 
 Loss terms (:mod:`zsdr.training.terms`) compose with any of them, in the order given: an
 additive term (BERM's :class:`~zsdr.training.berm.BermTerm`, MoDIR's
@@ -29,18 +32,21 @@ cosine similarities need a temperature, e.g. DDR's 20).
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from zsdr.distributed import gather_objects, gather_with_grad, rank_offset
+from zsdr.data.training_set import TrainingSet
 from zsdr.models.encoder import Encoder
-from zsdr.training.data import ReaderExample, TrainingSet
+from zsdr.training.base_losses import BaseLoss, Scores
+from zsdr.training.data import ReaderExample
+from zsdr.training.loss_registry import LOSSES, loss_class
 from zsdr.training.terms import AdditiveTerm, Encoded, ReducingTerm, Sampled, Term
 
-LOSSES = ("pairwise_nll", "contrastive", "margin_mse")
+log = logging.getLogger(__name__)
 
 
 class Task(nn.Module):
@@ -58,27 +64,22 @@ class Task(nn.Module):
         return len(self.data)
 
 
-PER_QUERY_LOSSES = ("pairwise_nll",)  # the losses with per-query values a reducing term can weight
-BATCH_KEYS = ("q", "d", "qids", "doc_ids", "teacher", "relevant")  # the task's own batch entries
+BATCH_KEYS = ("q", "d", "qids", "doc_ids")  # the task's own batch entries (its loss may add its batch_keys)
 
 
 class BiEncoderTask(Task):
-    """A bi-encoder trained with one of :data:`LOSSES` and any loss terms (see the module docstring)."""
+    """A bi-encoder trained with one base loss (a name of :data:`~zsdr.training.loss_registry.LOSSES`)
+    and any loss terms (see the module docstring)."""
 
     def __init__(self, encoder: Encoder, data: TrainingSet, loss: str, negatives: int = 1, scale: float = 1.0,
                  seed: int = 42, terms: list[Term] | tuple[Term, ...] = ()):
         super().__init__(data, negatives, seed)
-        if loss not in LOSSES:
-            raise ValueError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
-        if negatives < 1 and loss != "contrastive":
-            raise ValueError(f"loss {loss} needs at least one negative per query")
-        if loss == "margin_mse" and data.teacher is None:
-            raise ValueError("margin_mse needs teacher scores")
+        self.loss: BaseLoss = loss_class(loss)(scale)
+        self.loss.check(data, self.negatives)
+        log.info("loss %s x%g: %s", loss, self.loss.scale, LOSSES[loss].summary)
         terms = list(terms)
-        check_terms(terms, loss)
+        check_terms(terms, self.loss)
         self.encoder = encoder
-        self.loss_name = loss
-        self.scale = float(scale)
         # the terms are no submodules (MoDIR's classifier trains apart, iDRO's weights are no parameters);
         # what a term trains with the encoder is, under the term's name
         self.terms = terms
@@ -121,10 +122,7 @@ class BiEncoderTask(Task):
                  "d": enc.collate(enc.tokenize_docs(data.corpus_store.rows(doc_rows))),
                  "qids": qids, "doc_ids": doc_ids}
         group = 1 + self.negatives
-        if self.loss_name == "margin_mse":
-            batch["teacher"] = torch.tensor(scores, dtype=torch.float32)
-        if self.loss_name == "contrastive":
-            batch["relevant"] = [data.relevant_ids(i) for i in indices]
+        batch.update(self.loss.batch_of(data, indices, scores))
         if self.terms:
             sampled = Sampled(enc, data, list(indices), epoch, qids, doc_ids, group, batch["d"])
             for term in self.terms:
@@ -147,29 +145,13 @@ class BiEncoderTask(Task):
         # state a term moves per step (iDRO's weights) moves only in training steps (never under no_grad / eval)
         encoded = Encoded(self.encoder, q, d.view(n, group, -1), states,
                           update=self.training and torch.is_grad_enabled())
-        if self.loss_name == "pairwise_nll":
-            from zsdr.losses.contrastive import pairwise_nll
-
-            if self.reducer is None:
-                loss = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:])
-            else:
-                per_query = pairwise_nll(self.scale * own[:, 0], self.scale * own[:, 1:], reduction="none")
-                loss, term_logs = self.reducer.reduce(per_query, encoded, batch.get(self.reducer.key))
-                logs.update(term_logs, task_loss=per_query.detach().mean())
-        elif self.loss_name == "margin_mse":
-            from zsdr.losses.margin_mse import margin_mse
-
-            t = batch["teacher"]
-            loss = margin_mse(self.scale * own[:, 0], self.scale * own[:, 1:], t[:, 0], t[:, 1:])
+        scores = Scores(q, d, own)
+        if self.reducer is None:
+            loss = self.loss.loss(scores, batch)
         else:
-            from zsdr.losses.contrastive import contrastive, relevance_mask
-
-            all_d = gather_with_grad(d)
-            all_ids = gather_objects(batch["doc_ids"])
-            offset = rank_offset(d.shape[0])
-            targets = offset + torch.arange(n, device=q.device) * group
-            mask = relevance_mask(batch["relevant"], all_ids).to(q.device)
-            loss = contrastive(q, all_d, targets, mask, self.scale)
+            per_query = self.loss.loss(scores, batch, reduction="none")
+            loss, term_logs = self.reducer.reduce(per_query, encoded, batch.get(self.reducer.key))
+            logs.update(term_logs, task_loss=per_query.detach().mean())
         for term in self.additive:
             extra, term_logs = term.loss_of(encoded, batch.get(term.key))
             logs.update(term_logs, task_loss=loss.detach())
@@ -180,9 +162,10 @@ class BiEncoderTask(Task):
         return self.encoder.save_pretrained(directory)
 
 
-def check_terms(terms: list[Term], loss: str) -> None:
-    """Terms a bi-encoder task with ``loss`` can hold: distinct sections and batch keys, at most one
-    reducing term, and that one only with a loss that has per-query values."""
+def check_terms(terms: list[Term], loss: BaseLoss) -> None:
+    """Terms a bi-encoder task with ``loss`` can hold: distinct sections and batch keys (none of the
+    task's or the loss's), at most one reducing term, and that one only with a loss that has
+    per-query values."""
     other = [t for t in terms if not isinstance(t, (AdditiveTerm, ReducingTerm))]
     if other:
         raise TypeError(f"loss term {other[0]!r}: neither an AdditiveTerm nor a ReducingTerm "
@@ -192,19 +175,21 @@ def check_terms(terms: list[Term], loss: str) -> None:
     if twice:
         raise ValueError(f"loss term(s) {', '.join(twice)} given twice")
     keys = [t.key for t in terms]
-    clash = sorted({k for k in keys if keys.count(k) > 1 or k in BATCH_KEYS})
+    own = (*BATCH_KEYS, *loss.batch_keys)
+    clash = sorted({k for k in keys if keys.count(k) > 1 or k in own})
     if clash:
         raise ValueError(f"loss terms: batch key(s) {', '.join(clash)} taken twice (the task's own: "
-                         f"{', '.join(BATCH_KEYS)})")
+                         f"{', '.join(own)})")
     reducing = [t for t in terms if isinstance(t, ReducingTerm)]
     if len(reducing) > 1:
         raise ValueError(f"loss terms {' and '.join(t.name for t in reducing)} both replace the mean over the "
                          "per-query losses; a task takes at most one reducing term (keep one of these sections)")
-    if reducing and loss not in PER_QUERY_LOSSES:
+    if reducing and not loss.per_query:
         t = reducing[0]
         what = f"{t.name} ({t.summary})" if t.summary else t.name
+        per_query = [name for name, info in LOSSES.items() if info.per_query]
         raise ValueError(f"{what} weights per-query losses and supports loss "
-                         f"{', '.join(PER_QUERY_LOSSES)} only, not {loss}")
+                         f"{', '.join(per_query)} only, not {loss.name}")
 
 
 class CrossEncoderTask(Task):

@@ -3,7 +3,7 @@
 Used when a dataset has no published teacher scores (MS MARCO has sentence-transformers'
 ``cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz``; the mini source domain does not): the
 candidates of a query are its positives and its negative pool, and the output is the JSON-lines
-format :func:`zsdr.training.data.read_teacher_scores` reads. Texts are read by id from the dataset's
+format :func:`zsdr.data.training_set.read_teacher_scores` reads. Texts are read by id from the dataset's
 memory-mapped store (:func:`zsdr.data.store.open_current`).
 """
 
@@ -20,7 +20,7 @@ from zsdr.argtypes import device, nonnegative_int, positive_int
 from zsdr.data.store import ById, open_current
 from zsdr.io import DataError
 from zsdr.models.encoder import autocast_dtype, resolve_device
-from zsdr.training.data import iter_negatives, write_teacher_scores
+from zsdr.data.training_set import iter_negatives, write_teacher_scores
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
     teacher margins (which candidates the teacher scores is an open choice: docs/methods/ddr.md#teacher-scores).
 
     ``max_examples`` (a distilling recipe's: it keeps the first N examples with a scored positive and
-    another scored document, :func:`zsdr.training.data.build_training_arrays`) scores the lines of the file
+    another scored document, :func:`zsdr.data.training_set.build_training_arrays`) scores the lines of the file
     until N of them qualify, and after that only the later lines of queries already met (their pairs add to
     those queries' scores): the N examples such a recipe keeps get exactly the scores the whole file
     would give them, and the other queries are never scored.

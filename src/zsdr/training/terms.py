@@ -45,7 +45,7 @@ from zsdr.training.term_registry import TERMS  # noqa: F401 (section name -> "mo
 
 if TYPE_CHECKING:
     from zsdr.models.encoder import Encoder
-    from zsdr.training.data import TrainingSet
+    from zsdr.data.training_set import TrainingSet
     from zsdr.training.trainer import TrainConfig
 
 

@@ -85,8 +85,8 @@ def training_arrays(spec: dict) -> Path | None:
 
 
 def training_set(spec: dict):
-    """The spec's :class:`~zsdr.training.data.TrainingSet` (its arrays built first when missing)."""
-    from zsdr.training.data import TrainingSet
+    """The spec's :class:`~zsdr.data.training_set.TrainingSet` (its arrays built first when missing)."""
+    from zsdr.data.training_set import TrainingSet
 
     return TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
                        max_examples=spec.get("max_examples"), arrays=training_arrays(spec),
