@@ -199,8 +199,12 @@ class _Queue(threading.Thread):
         return self.jobs
 
     def table(self) -> str:
-        return "\n".join(f"{job:>8} {state:<10} {cpus:>4} CPU(s) {reason}"
-                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=lambda kv: int(kv[0])))
+        # ids in squeue's order: a job array's tasks are "<id>_<task>", a pending array "<id>_[1-2]"
+        def order(kv):
+            return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", kv[0])]
+
+        return "\n".join(f"{job:>10} {state:<10} {cpus:>4} CPU(s) {reason}"
+                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=order))
 
 
 def _content(path: Path):
