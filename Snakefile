@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -80,6 +81,11 @@ if not workflow.modifier.skip_validation:
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 
+# At most 4 downloads at once, unless --resources (or a profile's `resources`) sets `downloads`: here, not
+# in profiles/default, whose `resources` would replace those of a --profile such as profiles/slurm.
+if "downloads" not in workflow.global_resources:
+    workflow.register_resource("downloads", 4)
+
 os.environ.setdefault("NUMBA_CACHE_DIR", str(ROOT / ".cache" / "numba"))
 # A job that runs the `zsdr` command (a multi-process training) logs the traceback of a failure too.
 os.environ.setdefault("ZSDR_DEBUG", "1")
@@ -95,7 +101,21 @@ WARM = {}
 
 onstart:
     from zsdr.warm import start_server, worth_starting
+    from zsdr.workflow import site_problems
 
+    # A cluster run submits nothing, and marks no folder, where a job asks more than config `site` says a
+    # node holds (the profile's group sizes included)
+    problems = (
+        []
+        if workflow.local_exec
+        else site_problems(workflow.dag, PLAN.resources.site)
+    )
+    if problems:
+        raise WorkflowError(
+            "the run asks more than config `site` says a node holds; shrink the profile's "
+            "group-components or correct `site`:\n    "
+            + "\n    ".join(problems[:20])
+        )
     mark_scale_folders(PLAN.paths, config["scale"], os.getcwd())
     if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
         WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))

@@ -18,7 +18,12 @@ writers.
    LoTTE and the Chinese sets; src/zsdr/tables/published/).
 3. print per stage: outputs, bytes written, bytes left behind (temporary outputs: embeddings with
    `dense.keep_embeddings: false`, the scattered searches' per-shard top-k, the span shards of a large
-   corpus once merged, training checkpoints).
+   corpus once merged, training checkpoints; the model snapshots of the learning curves are kept).
+4. the most held at once (:func:`peak_held`): the plan run in the order Snakemake's scheduler would take
+   it under profiles/slurm (its `jobs` at a time, each for its runtime request, ready jobs by priority,
+   within the profile's `embeddings_mb` for the encodes running at once), every output held from its
+   job's start, a temporary one until its last reader ends; and the same run without the limit and the
+   priorities.
 
 The figures are estimates: text costs scale linearly in words (Lucene's term dictionary grows more
 slowly, so indexes are over-estimated), Chinese text is counted at the English cost per word (DDR's
@@ -34,10 +39,12 @@ import os
 import re
 import sys
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAN = ROOT / "tests" / "golden" / "plan-paper.jsonl.gz"
+PROFILE = ROOT / "profiles" / "slurm" / "config.v8+.yaml"
 sys.path.insert(0, str(ROOT / "src"))          # the checkout's library, installed or not
 from zsdr.data.sizes import published_sizes  # noqa: E402
 DIMS, FLOAT16 = 768, 2
@@ -111,18 +118,23 @@ def rem_bytes(rem: dict) -> float:
 
 
 STAGES = ("downloads", "data", "stores", "indexes", "spans", "embeddings", "runs", "models", "other")
+TRAININGS = ("train", "train_dam", "pretrain_coco", "train_cross_encoder", "train_reader", "train_generator")
 
 
-def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool) -> tuple[dict, set]:
-    """``{stage: [outputs, written, left]}`` and the datasets without published statistics."""
-    table = {s: [0, 0.0, 0.0] for s in STAGES}
-    unknown: set[str] = set()
+def snapshots(spec: dict) -> int:
+    """Model snapshots a training writes into its output (``train.snapshot_every``: a learning curve over its
+    steps; steps every, 2 x every, ... short of its last)."""
+    t = spec.get("train") or {}
+    every, steps = t.get("snapshot_every"), t.get("max_steps")
+    return len(range(int(every), int(steps), int(every))) if every and steps else 0
 
-    def add(stage: str, nbytes: float, temporary: bool = False) -> None:
-        t = table[stage]
-        t[0] += 1
-        t[1] += nbytes
-        t[2] += 0.0 if temporary else nbytes
+
+def job_items(job: dict, sizes: dict, cost: dict, keep_embeddings: bool, unknown: set) -> list[tuple]:
+    """What one planned job writes: ``(stage, bytes, temporary, path)`` per item (``path``: the output a later job
+    reads, for temporary ones), and, for a training, ``("checkpoint", bytes, True, None)``: the weights and
+    AdamW's two moments it holds while it trains."""
+    rule, wc = job["rule"], job["wildcards"]
+    out: list[tuple] = []
 
     def size(dataset: str) -> dict | None:
         if dataset not in sizes:
@@ -130,43 +142,135 @@ def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool
             return None
         return sizes[dataset]
 
+    if rule == "convert" and (s := size(wc["dataset"])):
+        out.append(("data", s["docs"] * s["words"] * cost["text"], False, None))
+    elif rule == "text_store" and (s := size(wc["dataset"])):
+        out.append(("stores", s["docs"] * s["words"] * cost["store"], False, None))
+    elif rule == "lucene_index" and (s := size(wc["dataset"])):
+        out.append(("indexes", s["docs"] * s["words"] * cost[f"lucene-{wc['fields']}"], False, None))
+    elif rule == "coco_spans" and (s := size(wc["corpus"])):
+        out.append(("spans", s["docs"] * s["words"] * cost["spans"], False, None))
+    elif rule == "coco_spans_shard" and (s := size(wc["corpus"])):    # merged into coco_spans, then removed
+        out.append(("spans", s["docs"] * s["words"] * cost["spans"] / int(wc["shards"]), True, job["output"][0]))
+    elif rule in ("encode_corpus", "dense_search_group"):
+        shards = [(wc["dataset"], int(wc["shards"]), job["output"][0])] if rule == "encode_corpus" else [
+            (re.search(r"(?:^|/)embeddings/([^/]+)/", o).group(1), 1, o) for o in job["output"]
+            if re.search(r"(?:^|/)embeddings/", o)]
+        for dataset, n, path in shards:
+            if s := size(dataset):
+                out.append(("embeddings", s["docs"] / n * (DIMS * FLOAT16 + cost["id"]), not keep_embeddings, path))
+                if rule == "dense_search_group":                # and the run of each dataset
+                    out.append(("runs", s["queries"] * DEPTH * cost["run_line"], False, None))
+    elif rule == "search_shard" and (s := size(wc["dataset"])):
+        out.append(("runs", s["queries"] * DEPTH * 12, True, job["output"][0]))   # ids (int64) + scores (float32)
+    elif rule in ("dense_search", "bm25") and (s := size(wc["dataset"])):
+        out.append(("runs", s["queries"] * DEPTH * cost["run_line"], False, None))
+    elif rule in TRAININGS:
+        spec = job["params"].get("spec", {})
+        name = " ".join([json.dumps(wc), str(spec.get("init", ""))])
+        weights = rem_bytes(spec["rem"]) if spec.get("rem") else cost["bert-large" if "large" in name else "bert-base"]
+        out.append(("models", weights, False, None))
+        out += [("models", weights, False, None)] * snapshots(spec)          # kept: the curves read them later
+        out.append(("checkpoint", 3 * weights, True, None))
+    elif rule == "download":
+        out.append(("downloads", 0.0, False, None))
+    else:
+        out.append(("other", 0.0, False, None))
+    return out
+
+
+def stage_bytes(jobs: list[dict], sizes: dict, cost: dict, keep_embeddings: bool) -> tuple[dict, set]:
+    """``{stage: [outputs, written, left]}`` and the datasets without published statistics (a training's
+    checkpoint counts as written, not as an output)."""
+    table = {s: [0, 0.0, 0.0] for s in STAGES}
+    unknown: set[str] = set()
     for job in jobs:
-        rule, wc = job["rule"], job["wildcards"]
-        if rule == "convert" and (s := size(wc["dataset"])):
-            add("data", s["docs"] * s["words"] * cost["text"])
-        elif rule == "text_store" and (s := size(wc["dataset"])):
-            add("stores", s["docs"] * s["words"] * cost["store"])
-        elif rule == "lucene_index" and (s := size(wc["dataset"])):
-            add("indexes", s["docs"] * s["words"] * cost[f"lucene-{wc['fields']}"])
-        elif rule == "coco_spans" and (s := size(wc["corpus"])):
-            add("spans", s["docs"] * s["words"] * cost["spans"])
-        elif rule == "coco_spans_shard" and (s := size(wc["corpus"])):    # merged into coco_spans, then removed
-            add("spans", s["docs"] * s["words"] * cost["spans"] / int(wc["shards"]), temporary=True)
-        elif rule in ("encode_corpus", "dense_search_group"):
-            shards = [(wc["dataset"], int(wc["shards"]))] if rule == "encode_corpus" else [
-                (re.search(r"(?:^|/)embeddings/([^/]+)/", o).group(1), 1) for o in job["output"]
-                if re.search(r"(?:^|/)embeddings/", o)]
-            for dataset, n in shards:
-                if s := size(dataset):
-                    add("embeddings", s["docs"] / n * (DIMS * FLOAT16 + cost["id"]), temporary=not keep_embeddings)
-                    if rule == "dense_search_group":                # and the run of each dataset
-                        add("runs", s["queries"] * DEPTH * cost["run_line"])
-        elif rule == "search_shard" and (s := size(wc["dataset"])):
-            add("runs", s["queries"] * DEPTH * 12, temporary=True)      # ids (int64) + scores (float32)
-        elif rule in ("dense_search", "bm25") and (s := size(wc["dataset"])):
-            add("runs", s["queries"] * DEPTH * cost["run_line"])
-        elif rule in ("train", "train_dam", "pretrain_coco", "train_cross_encoder", "train_reader", "train_generator"):
-            spec = job["params"].get("spec", {})
-            name = " ".join([json.dumps(wc), str(spec.get("init", ""))])
-            weights = rem_bytes(spec["rem"]) if spec.get("rem") else cost["bert-large" if "large" in name else "bert-base"]
-            add("models", weights)
-            # the checkpoint while it trains: weights + AdamW's two moments, removed once the model is written
-            table["models"][1] += 3 * weights
-        elif rule == "download":
-            add("downloads", 0.0)
-        else:
-            table["other"][0] += 1
+        for stage, nbytes, temporary, _ in job_items(job, sizes, cost, keep_embeddings, unknown):
+            if stage == "checkpoint":
+                table["models"][1] += nbytes
+                continue
+            t = table[stage]
+            t[0] += 1
+            t[1] += nbytes
+            t[2] += 0.0 if temporary else nbytes
     return table, unknown
+
+
+def peak_held(jobs: list[dict], items: list[list[tuple]], slots: int, limits: dict[str, int],
+              priorities: bool = True) -> dict:
+    """The most disk held at once over a run of ``jobs`` (their ``items``, :func:`job_items`) as Snakemake's
+    scheduler would order them: at most ``slots`` jobs at a time (the profile's `jobs`), the ready job of the
+    highest priority first (``priorities``; else in plan order), within the profile's run-wide resource
+    ``limits`` (e.g. `embeddings_mb` of the encodes running at once; a job asking more runs alone). Each job
+    takes its resources' runtime; what it writes is held from its start, a temporary output until the last
+    job reading it ends (at once without one), a training's checkpoint while it trains. Returns the peak of
+    all that is held, of the temporary part, and when (hours into the run)."""
+    import heapq
+
+    producer = {o: i for i, j in enumerate(jobs) for o in j["output"]}
+    deps = [{producer[f] for f in j["input"] if f in producer} for j in jobs]
+    readers: dict[str, int] = defaultdict(int)
+    for j in jobs:
+        for f in set(j["input"]):
+            readers[f] += 1
+    waiting = [len(d) for d in deps]
+    dependents: dict[int, list[int]] = defaultdict(list)
+    for i, d in enumerate(deps):
+        for k in d:
+            dependents[k].append(i)
+    temp_size = {path: b for its in items for _, b, temp, path in its if temp and path}
+    left = {path: readers.get(path, 0) for path in temp_size}
+
+    def ask(i: int) -> dict[str, int]:
+        r = jobs[i]["resources"]
+        return {k: min(int(r.get(k, 0) or 0), v) for k, v in limits.items()}
+
+    def key(i: int) -> tuple:
+        return (-int(jobs[i].get("priority", 0) or 0) if priorities else 0, i)
+
+    ready = [key(i) for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    running: list[tuple[float, int]] = []
+    used = dict.fromkeys(limits, 0)
+    held = temp = 0.0
+    best = {"held": 0.0, "temporary": 0.0, "hours": 0.0}
+    now = 0.0
+    while ready or running:
+        blocked = []
+        while ready and len(running) < slots:
+            _, i = heapq.heappop(ready)
+            want = ask(i)
+            if any(used[k] + want[k] > limits[k] and used[k] for k in limits):
+                blocked.append(key(i))
+                continue
+            for k in limits:
+                used[k] += want[k]
+            for stage, b, t, _ in items[i]:
+                held += b
+                temp += b if t else 0.0
+            heapq.heappush(running, (now + float(jobs[i]["resources"].get("runtime") or 60) / 60, i))
+        for b in blocked:
+            heapq.heappush(ready, b)
+        if held > best["held"]:
+            best.update(held=held, hours=now)
+        best["temporary"] = max(best["temporary"], temp)
+        now, i = heapq.heappop(running)
+        for k, v in ask(i).items():
+            used[k] -= v
+        gone = [(b, path) for stage, b, t, path in items[i] if t and (path is None or left.get(path, 0) == 0)]
+        for f in set(jobs[i]["input"]):
+            if f in left:
+                left[f] -= 1
+                if left[f] == 0:
+                    gone.append((temp_size[f], f))
+        for b, _ in gone:
+            held -= b
+            temp -= b
+        for d in dependents[i]:
+            waiting[d] -= 1
+            if waiting[d] == 0:
+                heapq.heappush(ready, key(d))
+    return best
 
 
 def download_bytes(jobs: list[dict]) -> float:
@@ -224,9 +328,22 @@ def main(argv: list[str] | None = None) -> int:
     total_w, total_l = sum(t[1] for t in table.values()), sum(t[2] for t in table.values())
     print(f"{'total':<12}{'':>9}{gb(total_w):>14}{gb(total_l):>14}")
     print("\nwritten: every output once (models: + the training checkpoints, weights and AdamW moments, removed "
-          "when each model is written); left behind: without the temporary outputs")
+          "when each model is written, and the snapshots of a learning curve, kept); left behind: without the "
+          "temporary outputs")
     if unknown:
         print(f"no published statistics, left out: {', '.join(sorted(unknown))}")
+    profile = yaml.safe_load(PROFILE.read_text())
+    slots = int(profile.get("jobs", 1))
+    limits = {k: int(v) for k, _, v in (str(r).partition("=") for r in profile.get("resources") or [])
+              if k in ("embeddings_mb",)}
+    items = [job_items(j, published_sizes(), cost, keep, set()) for j in jobs]
+    print(f"\nheld at once, {slots} jobs at a time, each for its runtime request (profiles/slurm):")
+    for what, lim, prio in ((f"as profiled ({', '.join(f'{k} {v:,}' for k, v in limits.items())}, priorities)",
+                             limits, True),
+                            ("without the limit and the priorities", {}, False)):
+        peak = peak_held(jobs, items, slots, lim, priorities=prio)
+        print(f"  {what}: peak {gb(peak['held'])} ({gb(peak['temporary'])} of it temporary at most), "
+              f"{peak['hours']:.0f} h into the run")
     return 0
 
 

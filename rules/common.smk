@@ -34,3 +34,16 @@ METRICS = PLAN.paths.metrics
 STATS = PLAN.paths.stats
 RESULTS = PLAN.paths.results
 LOGS = PLAN.paths.logs
+
+
+# On a cluster (profiles/slurm) every dense system's jobs on corpora of one shard form one group job,
+# "dense-<system>" (PLAN.work.dense_group): the profile sizes every such group by its "dense" entry of
+# `group-components`, and its `dense_slot=1` runs the group's jobs one after another on one GPU. Only a
+# run that limits `dense_slot` groups them (without it a group would run its jobs side by side and ask
+# for a GPU each).
+DENSE_GROUP = (
+    PLAN.work.dense_group if "dense_slot" in workflow.global_resources else None
+)
+workflow.parent_groupids.update(
+    {PLAN.work.dense_group_id(s): "dense" for s in PLAN.systems.dense}
+)

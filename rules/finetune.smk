@@ -76,6 +76,7 @@ rule mine_negatives:
         f"{LOGS}/data/mine_{{source}}_{{run}}.log",
     wildcard_constraints:
         run=PLAN.alternation(PLAN.systems.ance_runs),
+    priority: 1
     conda:
         PLAN.dense_env
     resources:

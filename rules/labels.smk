@@ -62,7 +62,7 @@ rule label_units_shard:
     resources:
         **PLAN.cluster_resources(PLAN.berm.labels["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(240),
+        runtime=PLAN.work.label_runtime,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         labels=PLAN.berm.labels,

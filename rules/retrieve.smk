@@ -1,5 +1,9 @@
 # Dense retrieval: sharded corpus encoding, then exact (faiss) search over the shards: in one job, or
 # with `cluster.scatter_search` (datasets of > 1 shard) one job per shard and a merge.
+#
+# On a cluster every dense system's jobs on corpora of one shard form one group job (DENSE_GROUP,
+# rules/common.smk). Searches run before new encodes (priority), and the encodes running at once write
+# at most the profile's `embeddings_mb` of embeddings, so the temporary embeddings held at once stay bounded.
 
 
 rule encode_corpus:
@@ -30,12 +34,16 @@ rule encode_corpus:
         system=PLAN.alternation(PLAN.systems.dense),
         shard=r"\d+",
         shards=r"\d+",
+    group:
+        DENSE_GROUP
     conda:
         PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(600),
+        runtime=PLAN.work.encode_runtime,
+        dense_slot=1,
+        embeddings_mb=PLAN.work.embeddings_mb,
     params:
         model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -69,12 +77,13 @@ rule encode_queries:
     wildcard_constraints:
         system=PLAN.alternation(PLAN.systems.dense),
         split=r"[\w.-]+",
+    priority: 1
     conda:
         PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(60),
+        runtime=PLAN.work.queries_runtime,
     params:
         model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -104,12 +113,13 @@ rule search_shard:
         system=PLAN.alternation(PLAN.systems.dense),
         shard=r"\d+",
         shards=r"\d+",
+    priority: 1
     conda:
         PLAN.dense_env
     resources:
         **PLAN.cluster_resources(config["dense"]["gpus"]),
         mem_mb=16000,
-        runtime=PLAN.runtime(120),
+        runtime=PLAN.work.search_runtime,
     params:
         dense=PLAN.dense_settings,
     script:
@@ -136,6 +146,9 @@ rule dense_search:
         f"{LOGS}/runs/{{dataset}}/{{system}}.log",
     wildcard_constraints:
         system=PLAN.alternation(PLAN.systems.dense),
+    priority: 1
+    group:
+        DENSE_GROUP
     conda:
         PLAN.dense_env
     resources:
@@ -145,7 +158,8 @@ rule dense_search:
             )
         ),
         mem_mb=16000,
-        runtime=PLAN.runtime(120),
+        runtime=PLAN.work.search_runtime,
+        dense_slot=1,
     params:
         model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
@@ -188,12 +202,16 @@ if PLAN.evaluation.group_datasets:
             f"{LOGS}/runs/group/{{system}}.log",
         wildcard_constraints:
             system=PLAN.alternation(PLAN.evaluation.group_systems),
+        group:
+            DENSE_GROUP
         conda:
             PLAN.dense_env
         resources:
             **PLAN.cluster_resources(config["dense"]["gpus"]),
             mem_mb=16000,
-            runtime=PLAN.runtime(60 * len(PLAN.evaluation.group_datasets)),
+            runtime=PLAN.work.group_runtime,
+            dense_slot=1,
+            embeddings_mb=PLAN.work.embeddings_mb,
         params:
             jobs=lambda wc: PLAN.evaluation.group_jobs(wc.system),
             dense=PLAN.dense_settings,

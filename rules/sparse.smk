@@ -14,11 +14,11 @@ rule lucene_index:
         fields="flat|multifield",
     conda:
         "../envs/java.yaml"
-    threads: config["bm25"]["threads"]
+    threads: PLAN.work.index_threads
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
-        runtime=PLAN.runtime(240),
+        runtime=PLAN.work.index_runtime,
     params:
         dataset=lambda wc: f"{DATA}/{wc.dataset}",
         language=lambda wc: PLAN.datasets.language(wc.dataset),

@@ -4,7 +4,7 @@
 
 prints (or, with --write, stores under tests/golden/) every job `snakemake -n --forceall` plans for
 `results/all` at that scale: its rule, wildcards, params, resources, inputs (a code stamp as the source
-files it lists), outputs and threads, one JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
+files it lists), outputs, threads and priority, one JSON object per line, sorted. A refactor of the planning code must leave these lists unchanged.
 
 :func:`plan` also plans from another working directory or through another Snakefile (one that imports
 this workflow as a module); files of the checkout, which such a plan names by absolute path, are
@@ -101,6 +101,7 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: 
         workflow.dag_settings = dag_api.dag_settings
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
         workflow._build_dag()
+        workflow.dag.update_priority()
         lines = []
         for job in workflow.dag.jobs:
             if compared:
@@ -120,6 +121,7 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: 
                         "params": _named(job.params),
                         "resources": resources,
                         "threads": job.threads,
+                        "priority": job.priority,
                     },
                     sort_keys=True,
                 )

@@ -126,14 +126,32 @@ def test_systems_route_to_their_model_per_dataset(mini):
     assert set(mini.systems.bm25) <= set(mini.systems.by_name) and "dpr" in mini.systems.dense
 
 
-def test_resources_follow_the_cluster_config(tree):
-    cfg = tree / "cluster.yaml"
-    cfg.write_text(yaml.safe_dump({"cluster": {"account": "lab", "gpu_partition": "gpu", "partition": "cpu"}}))
+def test_resources_follow_the_site_config(tree):
+    cfg = tree / "site.yaml"
+    cfg.write_text(yaml.safe_dump({"site": {"account": "lab", "gpu_partition": "gpu", "partition": "cpu"}}))
     plan = load_plan(tree, cfg)
     res = plan.cluster_resources(gpus=2)
-    assert res["gpu"] == 2 and res["slurm_account"] == "lab"
+    assert res["gpu"] == 2 and res["slurm_account"] == "lab" and res["cpus_per_gpu"] == 8
     assert res["slurm_partition"](None) == "gpu"
     assert plan.cluster_resources()["slurm_partition"](None) == "cpu"
+    # a job on one node names no nodes (a group job would add them up); `nodes` only where a job spans several
+    assert "nodes" not in res and "mpi" not in res
+
+
+def test_older_cluster_keys_still_say_where_jobs_run(tree):
+    """Configs from before `site:` gave account, partitions, GPU model, CPUs per GPU and the time limit under
+    `cluster:`; they still apply, and the same key set differently in both places is an error naming both."""
+    cfg = tree / "cluster.yaml"
+    cfg.write_text(yaml.safe_dump({"cluster": {"account": "lab", "gpu_partition": "gpu", "cpus_per_gpu": 4,
+                                               "max_runtime": 600}}))
+    plan = load_plan(tree, cfg)
+    res = plan.cluster_resources(gpus=2)
+    assert res["slurm_account"] == "lab" and res["slurm_partition"](None) == "gpu" and res["cpus_per_gpu"] == 4
+    assert plan.runtime(4320) == 600
+    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 600}, "site": {"max_runtime": 1440}}))
+    with pytest.raises(ValueError, match=r"cluster\.max_runtime \(600\) and site\.max_runtime \(1440\) disagree: "
+                                         r"set site\.max_runtime only"):
+        load_plan(tree, cfg)
 
 
 def test_config_mistakes_name_the_key(tree):
@@ -171,27 +189,41 @@ def test_a_new_loss_terms_section_reaches_its_spec_and_code(tree, monkeypatch):
 
 
 def test_job_shapes_of_the_paper_trainings(paper, tree):
-    """COCO-DR trains on 8 GPUs, DDR's REMs and DAMs on 4, the rest on 1; every job stays on one node and
-    GPU jobs ask for 8 CPUs per GPU; runtimes are capped at the site's maximum where configured."""
-    def gpus(recipe):
-        return paper.train_job(paper.recipes.recipe_run(recipe)).gpus
+    """COCO-DR trains on 8 GPUs, DDR's REMs and DAMs on 4, the rest on 1; on the paper config's nodes of 4 GPUs
+    the 8-GPU trainings run as 2 nodes x 4 processes (the same 8 processes), on nodes of 8 on one; GPU jobs ask
+    for 8 CPUs per GPU; runtimes are capped at the site's maximum where configured."""
+    def gpus(plan, recipe):
+        return plan.train_job(plan.recipes.recipe_run(recipe)).gpus
 
-    assert gpus("cocodr-base") == 8 and gpus("ddr-contrast") == 4 and gpus("dpr") == 1 and gpus("ance") == 1
+    assert gpus(paper, "cocodr-base") == 8 and gpus(paper, "ddr-contrast") == 4 and gpus(paper, "dpr") == 1
+    assert gpus(paper, "ance") == 1
     wc = SimpleNamespace(run="cocodr-base-ep1")
-    res = paper.training_resources(lambda w: paper.train_job(w.run))
-    assert res["gpu"](wc) == 8 and res["nodes"](wc) == 1 and res["cpus_per_gpu"] == 8
-    # a CPU per process: a 2-process training on the CPU asks for two cores
-    assert paper.train_job(wc.run).threads == 8
+    job = lambda w: paper.train_job(w.run)    # noqa: E731
+    assert paper.resources.site.gpus_per_node == 4
+    assert {k: job(wc).launch[k] for k in ("processes", "nodes")} == {"processes": 4, "nodes": 2}
+    res = paper.training_resources(job)
+    assert res["gpu"](wc) == 8 and res["nodes"](wc) == 2 and res["cpus_per_gpu"] == 8
+    # the SLURM executor starts no one-task step around it (`mpi`), and it asks one task a node
+    assert res["mpi"](wc) == "srun" and res["tasks"](wc) == 2 and res["tasks_per_gpu"](wc) == 0
+    one = SimpleNamespace(run="dpr")
+    assert res["nodes"](one) is None and res["mpi"](one) is None and res["tasks"](one) is None
+    # a CPU per process: a 2-process training on the CPU asks for two cores (4 processes a node here)
+    assert job(wc).threads == 4
     assert paper.resources.training_threads(lambda w: {"processes": 2})(wc) == 2 * paper.recipes.training["threads"]
+    cfg = tree / "eight.yaml"
+    cfg.write_text(yaml.safe_dump({"site": {"gpus_per_node": 8, "cores_per_node": 96}}))
+    eight = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
+    assert {k: eight.train_job(wc.run).launch[k] for k in ("processes", "nodes")} == {"processes": 8, "nodes": 1}
+    assert eight.training_resources(lambda w: eight.train_job(w.run))["nodes"](wc) is None
     # 3 days of training at the paper config's 24-h cap: three attempts, two on top of the profile's retries
     assert paper.recipes.training["runtime"] == 4320 and paper.runtime(paper.recipes.training["runtime"]) == 1440
     profile = SimpleNamespace(execution_settings=SimpleNamespace(retries=2))
     assert paper.resources.training_retries(profile) == 4 and paper.runtime(600) == 600
     cfg = tree / "capped.yaml"
-    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": 4320}}))
+    cfg.write_text(yaml.safe_dump({"site": {"max_runtime": 4320}}))
     roomy = load_plan(tree, tree / "configs" / "paper.yaml", cfg)
     assert roomy.runtime(roomy.recipes.training["runtime"]) == 4320 and roomy.resources.training_retries(profile) is None
-    cfg.write_text(yaml.safe_dump({"cluster": {"max_runtime": None}}))
+    cfg.write_text(yaml.safe_dump({"site": {"max_runtime": None}}))
     assert load_plan(tree, tree / "configs" / "paper.yaml", cfg).runtime(4320) == 4320    # no cap: as asked
 
 
@@ -202,11 +234,12 @@ def test_training_memory_follows_processes_data_and_teacher(paper, tree):
 
     def memory(run):
         spec = paper.trainings.train_spec(run)
-        return paper.resources.training_memory(spec, paper.recipes.launch_settings(paper.recipes.by_name[paper.recipes.runs[run][0]]))
+        return paper.resources.training_memory(spec, paper.train_job(run).launch)
 
     data = m["dataset_mb"]["msmarco-triples"]
     assert memory("dpr")[0] == m["process_mb"] + data
-    assert memory("cocodr-base-ep1")[0] == 8 * m["process_mb"] + m["dataset_mb"]["msmarco"]
+    # per node: 4 of its 8 processes on each of its 2 nodes, each node mapping the data
+    assert memory("cocodr-base-ep1")[0] == 4 * m["process_mb"] + m["dataset_mb"]["msmarco"]
     kd, why = memory("kd")
     assert kd == max(m["process_mb"] + m["dataset_mb"]["msmarco"], m["dataset_mb"]["msmarco"] + m["teacher_mb"])
     assert "incl. teacher" in why and f"{kd} MB" in why
@@ -226,16 +259,16 @@ def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tre
 
     m = paper.recipes.training["memory"]
     spec = paper.trainings.coco_spec("coco")
-    launch = paper.recipes.launch_settings(paper.recipes.pretrained["coco"])
+    launch = paper.coco_job("coco").launch
     corpora = paper.cocodr.pretrained_corpora("coco")
-    assert len(corpora) == 30 and launch["processes"] == 8
+    assert len(corpora) == 30 and (launch["processes"], launch["nodes"]) == (4, 2)     # per node: 8 in all
     bioasq = published_sizes()["bioasq"]
     assert paper.resources.corpus_mb("bioasq") == (-(-int(14914602 * 202.61 * TEXT_BYTES_PER_WORD) // 10**6), "published size")
     assert bioasq["docs"] == 14914602 and paper.resources.corpus_mb("msmarco") == (m["dataset_mb"]["msmarco"], "configured")
     assert paper.resources.corpus_mb("no-such-corpus") == (m["default_dataset_mb"], "default")
     mb, why = paper.resources.training_memory(spec, launch)
-    assert mb == 8 * m["process_mb"] + sum(paper.resources.corpus_mb(c)[0] for c in corpora)
-    assert why.startswith(f"{mb} MB = 8 process(es) x {m['process_mb']} + span files of 30 corpora ")
+    assert mb == 4 * m["process_mb"] + sum(paper.resources.corpus_mb(c)[0] for c in corpora)
+    assert why.startswith(f"{mb} MB = 4 process(es) x {m['process_mb']} + span files of 30 corpora ")
     assert why in paper.summaries.spec_summary(spec, launch)
     cfg = tree / "fixed-pretraining-memory.yaml"
     cfg.write_text(yaml.safe_dump({"training": {"memory": {"mb": 64000}}}))

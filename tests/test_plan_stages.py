@@ -25,7 +25,9 @@ from zsdr.plan.rmsc import build_rmsc
 from zsdr.plan.summary import Note, build_summaries
 from zsdr.plan.systems import build_systems
 from zsdr.plan.tables import build_tables
+from zsdr.plan.site import Site
 from zsdr.plan.trainings import build_trainings, episode_lr_factor
+from zsdr.plan.work import build_work
 
 PATHS = {k: k for k in ("downloads", "data", "models", "indexes", "embeddings", "runs", "metrics", "stats",
                         "results", "byo")}
@@ -208,6 +210,44 @@ def test_resources_stage_reads_training_and_cluster():
     assert r.training_threads(lambda wc: {"processes": 3})(None) == 6
     # a 600-minute training at a 240-minute cap runs as three attempts
     assert r.training_retries(SimpleNamespace(execution_settings=SimpleNamespace(retries=1))) == 3
+    # `cluster`'s older keys are the site's; a job on one node names no nodes, a training over two does
+    assert r.site.account == "lab" and "nodes" not in res
+    cfg["site"] = {"gpus_per_node": 2}
+    r = build_resources(cfg)
+    assert r.site_layout({"processes": 4, "nodes": 1}) == {"processes": 2, "nodes": 2}
+    spans = r.cluster_resources(gpus=4, nodes=lambda wc: 2)
+    assert spans["nodes"](None) == 2 and spans["mpi"](None) == "srun" and spans["tasks"](None) == 2
+
+
+def test_work_stage_sizes_jobs_by_their_corpus(monkeypatch):
+    """Runtimes from the corpora's published sizes at the site's throughput; a shard job asks as the largest
+    shard; a corpus without statistics is sized as the largest shard; dense groups only for one-shard corpora."""
+    import zsdr.data.sizes
+
+    sizes = {"src": {"docs": 1e6, "words": 50.0, "queries": 1000.0}, "t2": {"docs": 4e6, "words": 100.0, "queries": 10.0}}
+    monkeypatch.setattr(zsdr.data.sizes, "published_sizes", lambda: sizes)
+    cfg = config()
+    cfg["dense"]["dtype"] = "float16"
+    cfg["bm25"] = {"threads": 1}
+    s = stages(cfg)
+    site = Site(floor=1, safety=1, startup_s=0, max_runtime=600,
+                throughput={"encode": 1e6, "search": 1e9, "index": 1e5, "label": 10.0})
+    w = build_work(cfg, s["datasets"], s["evaluation"], s["berm"], site)
+    wc = SimpleNamespace
+    assert w.corpus_size("t1") == w.largest_shard == (2e6, 100.0)        # t2's shard: 2M of its 4M documents
+    assert w.encode_runtime(wc(dataset="src", shards="1")) == 1 and w.encode_seconds("src") == 50.0
+    assert w.encode_runtime(wc(dataset="t2", shard="0", shards="2")) == 4       # 200 s for 2M x 100 words
+    assert w.search_runtime(wc(dataset="src", system="dpr")) == 1               # 1000 x 1M scores: 1 s
+    assert w.index_threads(wc(dataset="t2")) == 2 and w.index_runtime(wc(dataset="t2")) == 34   # 4,000 s / 2
+    assert w.encode_runtime(wc(dataset="t2", shard="0", shards="2"), attempt=2) == 8
+    assert w.dense_group(wc(system="dpr", dataset="src")) == "dense-dpr"
+    assert w.dense_group(wc(system="dpr", dataset="t2")) is None
+    assert w.embeddings_mb(wc(dataset="t2", shards="2")) == round(2e6 * (768 * 2 + 10) / 1e6)
+    # labelling: the most pairs of a split (the training pairs unknown: the most queries) over the shards
+    assert w.shard_work["label"] == 1000 / 10 / 2 and w.label_runtime(wc()) == 1
+    # work that cannot fit the site's limit stops the plan, naming the job
+    with pytest.raises(ValueError, match="encoding t2 needs about 7 min .* more than site.max_runtime 3: split"):
+        replace(w, site=replace(site, max_runtime=3)).encode_runtime(wc(dataset="t2", shards="1"))
 
 
 def test_code_stage_writes_nothing_until_asked(tmp_path):

@@ -73,6 +73,8 @@ SKIP: list[tuple[str, str]] = [
                                  "(make test-full)"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "
                                               "as a module; tests/test_elsewhere.py plans such a workflow"),
+    (r"^(sbatch|squeue) ", "talks to a SLURM cluster (the controller job and its run's jobs); tests/test_slurm.py "
+                           "runs the profile on a real one"),
 ]
 
 

@@ -38,13 +38,14 @@ CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKFLOW = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
             "profiles", "envs")
-# Data, a tiny backbone, BM25 (index + search), a training, corpus shards encoded in two jobs, dense search,
-# and two small statistics jobs that the profile groups into one SLURM job.
-TARGETS = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "stats/mini-alpha.json",
-           "stats/mini-beta.json")
-SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "models/trained/dpr/model.safetensors",
-        "embeddings/mini-alpha/dpr/shard0-of-2", "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json",
-        "stats/mini-beta.json")
+# Data, a tiny backbone, BM25 (index + search), a training, corpus shards encoded by one job array of two tasks,
+# dense search, the system's one-shard corpora in its dense group job, and two small statistics jobs that the
+# profile groups into one SLURM job.
+TARGETS = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "runs/mini-beta/dpr.trec",
+           "stats/mini-alpha.json", "stats/mini-beta.json")
+SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "runs/mini-beta/dpr.trec",
+        "models/trained/dpr/model.safetensors", "embeddings/mini-alpha/dpr/shard0-of-2",
+        "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json", "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
 # Two shards of mini-alpha; the training in two processes (72 steps of 2 x 32 examples: 4 epochs of the 1,200
 # training queries); a checkpoint every 10 steps (the config's 100 leaves no time to interrupt it between two
@@ -198,8 +199,12 @@ class _Queue(threading.Thread):
         return self.jobs
 
     def table(self) -> str:
-        return "\n".join(f"{job:>8} {state:<10} {cpus:>4} CPU(s) {reason}"
-                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=lambda kv: int(kv[0])))
+        # ids in squeue's order: a job array's tasks are "<id>_<task>", a pending array "<id>_[1-2]"
+        def order(kv):
+            return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", kv[0])]
+
+        return "\n".join(f"{job:>10} {state:<10} {cpus:>4} CPU(s) {reason}"
+                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=order))
 
 
 def _content(path: Path):
@@ -233,9 +238,15 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     watcher.join(timeout=60)
     assert "error" not in seen and {"signalled", "requeued"} <= seen.keys(), seen
     jobs = {line.split("SLURM jobid ")[1].split()[0] for line in log.splitlines() if "SLURM jobid" in line}
-    assert len(jobs) >= 9, log[-3000:]                    # the retry of the training included
-    # the two statistics jobs ran as one SLURM job of the profile's `statistics` group
-    assert "group job statistics" in log.lower(), log[-3000:]
+    # the shard encodes: one array (the profile's slurm-array-jobs), each task a job of its own in squeue
+    arrays = re.findall(r"Submitted array job with Snakemake IDs \S+ and SLURM job ID (\d+)\. "
+                        r"The individual task IDs are (\d+)-(\d+)", log)
+    assert [(lo, hi) for _, lo, hi in arrays] == [("1", "2")], log[-3000:]
+    jobs |= {f"{job}_{task}" for job, lo, hi in arrays for task in range(int(lo), int(hi) + 1)}
+    assert len(jobs) >= 10, log[-3000:]                    # the retry of the training included
+    # the two statistics jobs ran as one SLURM job of the profile's `statistics` group, the dense system's
+    # one-shard corpora as its group job
+    assert "group job statistics" in log.lower() and "group job dense-dpr" in log.lower(), log[-3000:]
     states = cluster_queue.stop()
     queue = cluster_queue.table()
     assert jobs <= states.keys(), (jobs, queue)

@@ -450,13 +450,172 @@ def test_torchrun_command_one_node_standalone_several_nodes_through_srun():
     assert "--standalone" in one and one[one.index("--nproc_per_node") + 1] == "4"
     assert "--rdzv_endpoint" not in one and "--master_port" not in one
     env = {"SLURM_JOB_ID": "123456", "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    two = torchrun_command(8, 2, env=env)
-    assert two[:2] == ["srun", "--overlap"] and "--nodes=2" in two and "--ntasks-per-node=1" in two
+    two = torchrun_command(4, 2, env=env, cpus=32, gpus=4)
+    # one task on each node, with the node's CPUs and GPUs (a step's task gets one CPU unless it asks)
+    assert two[:2] == ["srun", "--overlap"] and "--nodes=2" in two and "--ntasks=2" in two
+    assert "--ntasks-per-node=1" in two and "--cpus-per-task=32" in two and "--gpus-per-task=4" in two
     assert two[two.index("--rdzv_endpoint") + 1] == "gpu07:23456" and two[two.index("--rdzv_id") + 1] == "123456"
-    assert two[two.index("--nnodes") + 1] == "2" and "--standalone" not in two
+    assert two[two.index("--nnodes") + 1] == "2" and two[two.index("--nproc_per_node") + 1] == "4"
+    assert "--standalone" not in two
     assert first_host("node1,node2") == "node1" and first_host("a[3,5-7],b") == "a3"
+    # the executor's multi-node job keeps only the job id: the rendezvous is on this node, which runs an agent too
+    import socket
+
+    bare = torchrun_command(4, 2, env={"SLURM_JOB_ID": "123456"})
+    assert bare[bare.index("--rdzv_endpoint") + 1] == f"{socket.gethostname()}:23456"
     with pytest.raises(ValueError, match="needs a SLURM allocation of 2 nodes"):
         torchrun_command(8, 2, env={})
+
+
+# What the SLURM executor's one-task step (`srun -n1 ... snakemake`) leaves in a job's environment.
+STEP = {"SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_NTASKS": "1", "SLURM_NPROCS": "1", "SLURM_NNODES": "1", "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_STEP_NUM_TASKS": "1", "SLURM_TASKS_PER_NODE": "1", "SLURM_CPUS_PER_TASK": "8", "SLURM_GPUS": "8",
+        "SLURM_CPU_BIND": "quiet", "SLURM_STEP_ID": "0", "SLURM_NODELIST": "localhost", "SRUN_DEBUG": "3",
+        "SBATCH_EXPORT": "ALL", "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_CLUSTER_NAME": "c"}
+
+
+def test_multi_node_launch_drops_the_executors_one_task_step_variables():
+    """srun reads SLURM_NTASKS, SLURM_NNODES, SLURM_CPUS_PER_TASK ... as its own options: inherited from the
+    executor's `srun -n1` step they would make the step over every node one task on one node."""
+    from zsdr.training.recipes import srun_environment
+
+    env = srun_environment({**STEP, "PATH": "/bin", "OMP_NUM_THREADS": "4"})
+    assert env == {"SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_JOB_NODELIST": "localhost",
+                   "SLURM_JOB_NUM_NODES": "2", "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_CLUSTER_NAME": "c",
+                   "PATH": "/bin", "OMP_NUM_THREADS": "4"}
+
+
+FAKE_SRUN = """#!{python}
+# srun on "nodes" of this machine: one copy of the command a task (--ntasks), each told its node, as srun does.
+import json, os, subprocess, sys
+args, opts = sys.argv[1:], {{}}
+while args and args[0].startswith("--"):
+    key, _, value = args.pop(0)[2:].partition("=")
+    opts[key] = value
+slurm = {{k: v for k, v in os.environ.items() if k.startswith(("SLURM_", "SRUN_", "SBATCH_"))}}
+json.dump({{"options": opts, "env": slurm}}, open(os.environ["FAKE_SRUN_RECORD"], "w"))
+tasks = [subprocess.Popen(args, env={{**os.environ, "SLURM_NODEID": str(i), "SLURM_PROCID": str(i)}})
+         for i in range(int(opts["ntasks"]))]
+sys.exit(max(t.wait() for t in tasks))
+"""
+
+
+def _free_rendezvous_job() -> str:
+    """A job id whose rendezvous port (20000 + id % 20000) is free here."""
+    import random
+    import socket
+
+    for _ in range(200):
+        port = random.randrange(20000, 40000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("localhost", port))
+            except OSError:
+                continue
+        return str(port - 20000 + 20000 * random.randrange(1, 50))
+    pytest.skip("no free port for the rendezvous")
+
+
+def test_two_processes_on_each_of_two_nodes_train_as_four_on_one(tiny, tmp_path, monkeypatch):
+    """A training laid out as 2 nodes x 2 processes (site.gpus_per_node) trains as the same 4 processes on one
+    node: the launch on several nodes (inside the executor's one-task step) runs one srun step of a task a node,
+    each a torchrun agent meeting the other through a c10d rendezvous, here two agents on this machine."""
+    one, _ = spec(tiny, "node-one", train={"batch_size": 2})
+    launch(one, processes=4, spec_path=tiny / "node-one.run.json", log_file=tiny / "node-one.log", threads=2)
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text(FAKE_SRUN.format(python=sys.executable))
+    srun.chmod(0o755)
+    record = tmp_path / "srun.json"
+    monkeypatch.setenv("PATH", f"{srun.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SRUN_RECORD", str(record))
+    for key, value in {**STEP, "SLURM_JOB_ID": _free_rendezvous_job()}.items():
+        monkeypatch.setenv(key, value)
+    two, _ = spec(tiny, "node-two", train={"batch_size": 2})
+    launch(two, processes=2, nodes=2, spec_path=tiny / "node-two.run.json", log_file=tiny / "node-two.log",
+           threads=2, cpus=2, gpus=0)
+    seen = json.loads(record.read_text())
+    assert seen["options"] == {"overlap": "", "nodes": "2", "ntasks": "2", "ntasks-per-node": "1",
+                               "kill-on-bad-exit": "1", "cpus-per-task": "2"}
+    assert "SLURM_NTASKS" not in seen["env"] and "SLURM_NNODES" not in seen["env"] and "SRUN_DEBUG" not in seen["env"]
+    assert seen["env"]["SLURM_JOB_NODELIST"] == "localhost"
+    assert json.loads((Path(two["out"]) / "training.json").read_text())["processes"] == 4
+    a, b = losses(one["out"]), losses(two["out"])
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 13))
+    wa, wb = weights(one["out"]), weights(two["out"])
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def _launch_in_process(path, env=None):
+    """A training job's process: ``launch`` of the spec at ``path``, as the train rule's script calls it."""
+    code = "import json, sys; from zsdr.training.recipes import launch; launch(json.load(open(sys.argv[1])))"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.Popen([sys.executable, "-c", code, str(path)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _holding(proc, folder, limit=120):
+    """Wait until ``proc`` holds ``folder``'s checkpoint lock (its lock file names it)."""
+    from zsdr.training.lock import holder
+
+    deadline = time.time() + limit
+    while holder(folder).get("pid") != proc.pid:
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read() if proc.poll() is not None else ""
+        time.sleep(0.05)
+
+
+def test_a_second_job_of_the_same_run_fails_naming_the_holder(tiny):
+    """Two jobs of one training run (a restarted controller resubmitting a training whose job still runs):
+    the second stops at once with the first's host, process and SLURM job; the first trains on undisturbed."""
+    import socket
+
+    from zsdr.training.lock import CheckpointInUse
+
+    s, path = spec(tiny, "locked")
+    first = _launch_in_process(path, {"SLURM_JOB_ID": "777"})
+    _holding(first, s["checkpoint_dir"])
+    os.kill(first.pid, signal.SIGSTOP)             # mid-training, for as long as the second job needs
+    try:
+        with pytest.raises(CheckpointInUse, match=rf"locked is in use by process {first.pid} on "
+                                                  rf"{re.escape(socket.gethostname())} \(SLURM job 777, since "):
+            launch(s, lock_wait=0.5)
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 13))
+
+
+def test_a_second_job_of_the_same_run_waits_for_the_first(tiny):
+    """Within `lock_wait` the second job waits for the first to end, then trains the run itself, from the start
+    (the first removed its checkpoints once it had written the model)."""
+    import threading
+
+    from zsdr.training.lock import holder
+
+    s, path = spec(tiny, "waits")
+    first = _launch_in_process(path)
+    _holding(first, s["checkpoint_dir"])
+    os.kill(first.pid, signal.SIGSTOP)
+    errors = []
+
+    def run():
+        try:
+            launch(s, lock_wait=300)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    second = threading.Thread(target=run)
+    try:
+        second.start()
+        time.sleep(3)
+        assert second.is_alive() and holder(s["checkpoint_dir"])["pid"] == first.pid   # waiting, not training
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    second.join(timeout=300)
+    assert not second.is_alive() and not errors, errors
+    assert [r["step"] for r in losses(s["out"])] == list(range(1, 13))
 
 
 def test_two_multi_process_trainings_run_side_by_side(tiny):

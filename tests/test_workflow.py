@@ -118,12 +118,16 @@ def test_dry_run_every_paper_table(configfile):
 
 
 def rule_resources(output: str) -> dict[str, set[str]]:
-    """{rule: the distinct `resources:` lines of its jobs} from a dry run's job blocks."""
+    """{rule: the distinct `resources:` lines of its jobs} from a dry run's job blocks (a group job's members
+    indented under it)."""
     found: dict[str, set[str]] = {}
-    for block in re.split(r"\n\s*\n", output):
-        rule, res = re.search(r"^(?:local)?rule (\w+):", block, re.M), re.search(r"resources: (.*)", block)
-        if rule and res:
-            found.setdefault(rule.group(1), set()).add(res.group(1))
+    rule = None
+    for line in output.splitlines():
+        if m := re.match(r"\s*(?:local)?rule (\w+):", line):
+            rule = m.group(1)
+        elif (m := re.match(r"\s*resources: (.*)", line)) and rule:
+            found.setdefault(rule, set()).add(m.group(1))
+            rule = None
     return found
 
 
@@ -154,6 +158,9 @@ def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardwa
     # MS MARCO's 4 shards: 4 encode jobs per dense system, searched one shard per job and merged
     assert jobs["search_shard"] >= 4 and jobs["encode_queries"] >= 1
     assert "runs/msmarco/.shards/" in out
+    # the profile's resources reach the run (profiles/default, read with any --profile, sets none): its
+    # dense_slot groups each dense system's jobs on one-shard corpora
+    assert "Group job dense-tas-b " in out and "Group job dense-ance-modir " in out
 
 
 def test_dry_run_paper_config_plans_every_dataset():

@@ -615,3 +615,23 @@ def misplaced_targets(targets: Iterable[str], paths: Any, defaults: dict[str, st
             if head == defaults.get(name, name) and own != head and not str(target).startswith(own + "/"):
                 out.append((str(target), f"{own}/{rest}"))
     return out
+
+
+def site_problems(dag, site) -> list[str]:
+    """What the submissions of a cluster run ask beyond ``site`` (:class:`zsdr.plan.site.Site`), one line
+    each: ``dag`` is Snakemake's, whose jobs and group jobs (``get_jobs_or_groups``) become the sbatch calls,
+    each asking its resources as the SLURM executor turns them into options (GPUs, nodes, CPUs per GPU of a
+    GPU job else its threads, memory, runtime). Only a job that is one training may span nodes."""
+    out = []
+    for sub in dag.get_jobs_or_groups():
+        group = sub.is_group()
+        if not group and not dag.needrun(sub):
+            continue
+        r = sub.resources
+        gpus, nodes = int(r.get("gpu", 0) or 0), int(r.get("nodes", 1) or 1)
+        per_gpu = r.get("cpus_per_gpu")
+        cpus = gpus * int(per_gpu) if gpus and per_gpu else int(sub.threads)
+        what = f"group job {sub.groupid} ({len(list(sub.jobs))} jobs)" if group else f"job {sub}"
+        out += site.problems(what, nodes=nodes, gpus=gpus, cpus=cpus, mem_mb=r.get("mem_mb"),
+                             runtime=r.get("runtime"), multi_node=not group and bool(r.get("mpi")))
+    return out

@@ -4,7 +4,7 @@
 and the stages it names (a frozen dataclass; a config mistake raises a ValueError naming its key):
 
     datasets -> recipes -> refs -> modir, rmsc, ddr, cocodr, berm -> systems -> tables, figures -> evaluation
-             -> trainings -> summaries        (code and resources read the config alone)
+             -> work, trainings -> summaries        (code and resources read the config alone)
 
 The rules read the plan through this facade: the stages as attributes (``PLAN.systems.dense_model(...)``), a
 training job's whole bundle from one call (:meth:`Plan.train_job` and its siblings), and a few helpers every
@@ -39,6 +39,7 @@ from zsdr.plan.summary import Note, build_summaries
 from zsdr.plan.systems import build_systems
 from zsdr.plan.tables import build_tables
 from zsdr.plan.trainings import TRAINER_CODE, build_trainings
+from zsdr.plan.work import build_work
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class Plan:
         self.tables = build_tables(config, self.systems, self.code_plan)
         self.figures = build_figures(self.systems, self.ddr, self.cocodr, self.berm, cocodr_sweeps or {})
         self.evaluation = build_evaluation(config, self.systems, self.tables, self.figures)
+        self.work = build_work(config, self.datasets, self.evaluation, self.berm, self.resources.site)
         self.trainings = build_trainings(self.recipes, self.refs, self.systems, self.cocodr, self.ddr, self.berm,
                                          self.code_plan)
         self.summaries = build_summaries(config, self.recipes, self.systems, self.resources, self.berm)
@@ -170,7 +172,7 @@ class Plan:
 
     @property
     def training_runtime(self) -> int:
-        """A training job's runtime request: `training.runtime`, capped at `cluster.max_runtime`."""
+        """A training job's runtime request: `training.runtime`, capped at `site.max_runtime`."""
         return self.resources.runtime(self.resources.training["runtime"])
 
     def cluster_resources(self, gpus: int | Callable[[Any], int] = 0,
@@ -211,7 +213,8 @@ class Plan:
                 spec, item = t.dam_spec(name), self.ddr.dam_settings(name.split("--")[-1])
             else:
                 raise ValueError(f"no training job of kind {kind!r}")
-            launch = recipes.launch_settings(item)
+            # the recipe's processes laid out on the site's nodes (8 on nodes of 4 GPUs: 2 nodes x 4)
+            launch = self.resources.site_layout(recipes.launch_settings(item))
             job = self._jobs[key] = TrainingJob(
                 spec=Settings(spec), launch=Settings(launch), inputs=t.spec_inputs(spec), gpus=self.resources.launch_gpus(launch),
                 nodes=int(launch["nodes"]), threads=int(self.resources.training["threads"]) * int(launch["processes"]),

@@ -1,7 +1,9 @@
 """Stage 6, resources: what each job asks a cluster for (GPUs, CPUs, memory, runtime, partition).
 
-:func:`build_resources` reads the config's `training`, `cluster`, `dense` and `rmsc.weak` sections; a training
-job's request follows from its spec and launch settings (zsdr.plan.trainings), passed in.
+:func:`build_resources` reads the config's `training`, `site` (zsdr.plan.site: with the older names of its keys
+under `cluster`), `dense` and `rmsc.weak` sections; a training job's request follows from its spec and launch
+settings (zsdr.plan.trainings), passed in, laid out on the site's nodes (:meth:`Resources.site_layout`). The
+runtimes of the jobs whose work the corpora's sizes give are the work stage's (zsdr.plan.work).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from zsdr.plan.site import Site, site_from_config
+
 
 @dataclass(frozen=True)
 class Resources:
     training: dict[str, Any]        # config `training`
-    cluster: dict[str, Any]         # config `cluster`
+    site: Site                      # config `site` (zsdr.plan.site)
     dense_env: str                  # the conda environment of dense (GPU) jobs
     weak_max_pairs: int | None      # rmsc.weak.max_pairs
 
@@ -28,7 +32,7 @@ class Resources:
         """A training job's CPU threads (``threads:``): `training.threads` for each of its processes on a
         node, its launch settings being ``launch(wildcards)``. A one-process job computes on them; a
         multi-process one gives each process its share (OMP_NUM_THREADS), so two gloo processes on the
-        CPU ask for two cores, not one. (GPU jobs on SLURM ask for `cluster.cpus_per_gpu` instead.)"""
+        CPU ask for two cores, not one. (GPU jobs on SLURM ask for `site.cpus_per_gpu` instead.)"""
         return lambda wc: int(self.training["threads"]) * int(launch(wc)["processes"])
 
     def training_resources(self, launch: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
@@ -160,19 +164,18 @@ class Resources:
                        f"+ {name} store {store} ({source})")
 
     def runtime(self, minutes: int) -> int:
-        """A job's runtime request (minutes): ``minutes``, capped at `cluster.max_runtime` (the longest
-        the site's partitions allow) where set. A training that needs longer is stopped at the limit
+        """A fixed runtime request (minutes): ``minutes``, capped at `site.max_runtime` (the longest the
+        site's partitions allow) where set. A training that needs longer is stopped at the limit
         (SIGUSR1 -> checkpoint) and its retry resumes from the checkpoint."""
-        cap = self.cluster["max_runtime"]
-        return min(int(minutes), cap) if cap else int(minutes)
+        return self.site.capped(minutes)
 
     def training_retries(self, workflow: Any) -> int | None:
         """A training job's retries (``retries:``): the ``workflow``'s own (Snakemake's `--retries`, the
-        profile's value, for failures) plus the attempts its runtime needs beyond the first when `cluster.max_runtime`
+        profile's value, for failures) plus the attempts its runtime needs beyond the first when `site.max_runtime`
         caps it: a 3-day `training.runtime` at a 24-h cap runs as three attempts, each stopped by the
         time limit's SIGUSR1 and resumed from its checkpoint by the next. None (Snakemake's default) when
         one attempt holds the whole runtime."""
-        cap = self.cluster["max_runtime"]
+        cap = self.site.max_runtime
         attempts = -(-int(self.training["runtime"]) // int(cap)) if cap else 1
         retries = getattr(getattr(workflow, "execution_settings", None), "retries", 0) or 0
         return int(retries) + attempts - 1 if attempts > 1 else None
@@ -195,34 +198,53 @@ class Resources:
 
         `gpu` is the job's GPU count (an int, or a function of the wildcards): Snakemake's standard GPU
         resource, which the SLURM executor turns into `--gpus` and `profiles/local-gpu` limits with
-        `--resources gpu=N`. From config `cluster`, when set: the account, the partition (GPU jobs use
+        `--resources gpu=N`. From config `site`, when set: the account, the partition (GPU jobs use
         `gpu_partition` where given), the GPU model and CPUs per GPU of GPU jobs (data loading and the
         launcher beside each rank; the SLURM executor asks --cpus-per-gpu for GPU jobs only). Unset keys
-        are left out, so a profile's default-resources still apply. `nodes` (an int, or a function of
-        the wildcards) keeps a multi-GPU job on one node (--nodes=1) unless its training spans several.
+        are left out, so a profile's default-resources still apply.
+
+        `nodes` (an int, or a function of the wildcards) is given only where a job spans several nodes
+        (a training laid out over nodes): a group job adds up its members' resources, nodes too, and
+        every single-node job is placed on one node anyway. Such a job also runs its Snakemake in the
+        allocation's first task rather than in the executor's one-task step (`mpi`: the SLURM executor's
+        name for a job that starts its own tasks, one per node: `tasks`), so the launcher's `srun`
+        reaches every node (:func:`zsdr.training.recipes.torchrun_command`).
         """
         count = gpus if callable(gpus) else (lambda wc: gpus)
+        span = nodes if callable(nodes) else (lambda wc: nodes)
 
         def pick(gpu_value: str, cpu_value: str) -> Callable[[Any], str]:
             return lambda wc: gpu_value if count(wc) else cpu_value
 
-        out = {"gpu": gpus, "nodes": nodes}
-        if self.cluster["account"]:
-            out["slurm_account"] = self.cluster["account"]
-        if self.cluster["partition"] or self.cluster["gpu_partition"]:
-            cpu_partition = self.cluster["partition"] or ""
-            out["slurm_partition"] = pick(
-                self.cluster["gpu_partition"] or cpu_partition, cpu_partition
-            )
-        if self.cluster["gpu_model"]:
-            out["gpu_model"] = pick(self.cluster["gpu_model"], "")
-        if self.cluster["cpus_per_gpu"]:
-            out["cpus_per_gpu"] = self.cluster["cpus_per_gpu"]
+        def several(value: Any) -> Callable[[Any], Any]:
+            return lambda wc: (value if value is not None else int(span(wc))) if int(span(wc)) > 1 else None
+
+        out: dict[str, Any] = {"gpu": gpus}
+        if callable(nodes) or int(nodes) > 1:
+            # the SLURM executor: `mpi` (any value) runs the job's command in the batch script's own task;
+            # its task count is one a node, none per GPU (0: no --ntasks-per-gpu)
+            out.update(nodes=several(None), mpi=several("srun"), tasks=several(None), tasks_per_gpu=several(0))
+        site = self.site
+        if site.account:
+            out["slurm_account"] = site.account
+        if site.partition or site.gpu_partition:
+            cpu_partition = site.partition or ""
+            out["slurm_partition"] = pick(site.gpu_partition or cpu_partition, cpu_partition)
+        if site.gpu_model:
+            out["gpu_model"] = pick(site.gpu_model, "")
+        if site.gpu_cpus():
+            out["cpus_per_gpu"] = site.gpu_cpus()
         return out
+
+    def site_layout(self, launch: dict[str, Any]) -> dict[str, Any]:
+        """A training's launch settings laid out on the site's nodes (:meth:`zsdr.plan.site.Site.layout`):
+        8 processes of one GPU each on nodes of 4 GPUs run as 2 nodes of 4 (the same global batch)."""
+        processes, nodes = self.site.layout(self.training["gpus"], launch["processes"], launch["nodes"])
+        return {**launch, "processes": processes, "nodes": nodes}
 
 
 def build_resources(config: dict[str, Any]) -> Resources:
     # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
-    return Resources(training=config["training"], cluster=config["cluster"],
+    return Resources(training=config["training"], site=site_from_config(config),
                      dense_env="../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml",
                      weak_max_pairs=config.get("rmsc", {}).get("weak", {}).get("max_pairs"))

@@ -40,6 +40,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +48,7 @@ from pathlib import Path
 from zsdr.argtypes import positive_int
 from zsdr.devices import THREAD_VARIABLES
 from zsdr.io import job_outputs_environment
+from zsdr.training.lock import LOCK_WAIT, checkpoint_lock
 
 log = logging.getLogger(__name__)
 
@@ -187,27 +189,58 @@ def first_host(nodelist: str) -> str:
     return head.group(1) + first
 
 
-def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = None) -> list[str]:
-    """The command that starts ``processes`` training processes on each of ``nodes`` nodes.
-
-    One node: ``torchrun --standalone``, whose rendezvous takes a free local port, so several
-    multi-process trainings share a machine without colliding on a port. Several nodes (inside a SLURM
-    allocation of that many nodes): one ``srun`` step that starts one torchrun agent per node, the
-    agents meeting through a c10d rendezvous on the allocation's first host, on a port derived from
-    the job id.
-    """
-    env = os.environ if env is None else env
+def node_agent(processes: int, nodes: int, endpoint: str | None = None, rdzv_id: str | None = None) -> list[str]:
+    """The torchrun agent that starts ``processes`` training processes on one node: on one node alone
+    ``--standalone`` (a free local rendezvous port, so several multi-process trainings share a machine
+    without colliding on a port); one of ``nodes`` agents meeting through a c10d rendezvous at
+    ``endpoint`` (host:port) under ``rdzv_id`` otherwise."""
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)]
     if nodes <= 1:
         return [*torchrun, "--standalone", "--nnodes", "1"]
+    return [*torchrun, "--nnodes", str(nodes), "--rdzv_backend", "c10d", "--rdzv_endpoint", str(endpoint),
+            "--rdzv_id", str(rdzv_id)]
+
+
+def torchrun_command(processes: int, nodes: int, env: dict[str, str] | None = None, cpus: int | None = None,
+                     gpus: int | None = None) -> list[str]:
+    """The command that starts ``processes`` training processes on each of ``nodes`` nodes.
+
+    One node: :func:`node_agent` alone. Several nodes (inside a SLURM allocation of that many nodes): one
+    ``srun`` step of one task a node, each task a torchrun agent with the node's ``cpus`` and ``gpus``
+    (without them a step's task gets one CPU), the agents meeting through a c10d rendezvous on the
+    allocation's first host (``SLURM_JOB_NODELIST``), or on this one where the executor passed no node list
+    (this process runs on a node of the allocation, and every node runs an agent), on a port derived from
+    the job id. Run it with :func:`srun_environment`.
+    """
+    env = os.environ if env is None else env
+    if nodes <= 1:
+        return node_agent(processes, 1)
     job, nodelist = env.get("SLURM_JOB_ID"), env.get("SLURM_JOB_NODELIST")
-    if not job or not nodelist:
+    if not job:
         raise ValueError(f"training on {nodes} nodes needs a SLURM allocation of {nodes} nodes (run it with "
                          f"--profile profiles/slurm), or config training.launcher naming a multi-node launcher")
+    host = first_host(nodelist) if nodelist else socket.gethostname()
     port = 20000 + int(job) % 20000
-    return ["srun", "--overlap", f"--nodes={nodes}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
-            *torchrun, "--nnodes", str(nodes), "--rdzv_backend", "c10d",
-            "--rdzv_endpoint", f"{first_host(nodelist)}:{port}", "--rdzv_id", str(job)]
+    step = ["srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1"]
+    step += [f"--cpus-per-task={cpus}"] if cpus else []
+    step += [f"--gpus-per-task={gpus}"] if gpus else []
+    return [*step, *node_agent(processes, nodes, f"{host}:{port}", job)]
+
+
+# What a SLURM job's environment says about the allocation as a whole: every other SLURM_ (and SRUN_,
+# SBATCH_, SALLOC_) variable describes the step or task the launcher runs in. The SLURM executor runs a
+# job's Snakemake in a step of one task (`srun -n1`: SLURM_NTASKS=1, SLURM_NNODES=1, its CPUs, GPUs and
+# binding), and srun reads those variables as its own options: the step over every node would get one task.
+SLURM_ALLOCATION = ("SLURM_JOB_", "SLURM_JOBID", "SLURM_CONF", "SLURM_CLUSTER_NAME", "SLURM_SUBMIT_",
+                    "SLURM_ARRAY_")
+SLURM_PREFIXES = ("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")
+
+
+def srun_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for the multi-node launcher's ``srun``: the allocation's variables kept, the inherited step's
+    and task's (:data:`SLURM_ALLOCATION`) dropped, so the new step is what :func:`torchrun_command` asks."""
+    return {k: v for k, v in env.items() if not k.startswith(SLURM_PREFIXES) or k.startswith(SLURM_ALLOCATION)}
 
 
 # The signals torchrun's agent handles by passing them to its workers and waiting for them to end. Its
@@ -225,19 +258,30 @@ TORCHRUN_SIGNALS = {"PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGU
 def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str] | None = None,
            spec_path: str | os.PathLike | None = None, progress: bool = False,
            log_file: str | os.PathLike | None = None, loop: dict | None = None,
-           threads: int | None = None) -> None:
+           threads: int | None = None, cpus: int | None = None, gpus: int | None = None,
+           lock_wait: float = LOCK_WAIT) -> None:
     """Train ``spec`` with ``processes`` processes per node (``torchrun``) or in this process when 1.
 
     ``launcher`` replaces the default command (:func:`torchrun_command`), e.g. ``accelerate launch
     --multi_gpu ...``. ``loop`` (``{"workers": ..., "compile": ...}``, config ``training.loader_workers``
     and ``training.compile``) says how the training loop runs; it changes no result. ``threads`` are the
     job's CPU threads on this node: each of several processes gets its share (``OMP_NUM_THREADS``,
-    ``MKL_NUM_THREADS`` and the other :data:`THREAD_VARIABLES`).
+    ``MKL_NUM_THREADS`` and the other :data:`THREAD_VARIABLES`). ``cpus`` and ``gpus`` are the job's CPUs
+    and GPUs on each node, which a launch on several nodes asks for each node's agent.
+
+    One training writes a checkpoint folder at a time: the spec's ``checkpoint_dir`` is locked while it
+    trains (:func:`zsdr.training.lock.checkpoint_lock`; another job of the same run waits up to
+    ``lock_wait`` seconds, then fails naming the holder).
 
     When the processes stop at a signal (a time limit, preemption), their "stopped by ..." line is
     repeated here, where the job's console sees it, and this process exits as they did (128 + the
     signal): the retry resumes from their checkpoint.
     """
+    with checkpoint_lock(spec.get("checkpoint_dir"), wait=lock_wait):
+        _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loop, threads, cpus, gpus)
+
+
+def _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loop, threads, cpus, gpus) -> None:
     if loop:
         spec = {**spec, "loop": dict(loop)}
     if processes <= 1 and nodes <= 1 and not launcher:
@@ -252,12 +296,14 @@ def launch(spec: dict, *, processes: int = 1, nodes: int = 1, launcher: list[str
     spec_path = Path(spec_path or Path(spec["out"]).parent / f".{Path(spec['out']).name}.spec.json")
     spec_path.parent.mkdir(parents=True, exist_ok=True)
     spec_path.write_text(json.dumps(spec, indent=1))
-    cmd = list(launcher) if launcher else torchrun_command(processes, nodes)
+    cmd = list(launcher) if launcher else torchrun_command(processes, nodes, cpus=cpus, gpus=gpus)
     cmd += ["-m", "zsdr", "train", str(spec_path), "--quiet", "--log-info"]
     log.info("launching: %s", " ".join(cmd))
     # torchrun's agent must handle (and pass on) SIGUSR1 too: see TORCHRUN_SIGNALS.
     # the job's declared output folders are the processes' to replace, as the job's own (zsdr.io.atomic_dir)
     env = {**os.environ, **TORCHRUN_SIGNALS, **job_outputs_environment()}
+    if nodes > 1 and not launcher:
+        env = srun_environment(env)
     if threads:  # every math library's pool (torch's matmuls go through MKL): one share per process, not
         # the whole job's count in each, which oversubscribes the job's CPUs (6x slower on 2 x 1 CPU)
         share = str(max(1, int(threads) // max(1, processes)))
