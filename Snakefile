@@ -28,17 +28,15 @@ os.environ.update(
 
 
 from zsdr.plan.core import with_schema_defaults
+from zsdr.plan.scales import check_scale_folders, check_targets, mark_scale_folders
 from zsdr.workflow import (
     COMMAND_LINE,
     add_paper_configs,
     check_config,
-    check_scale_folders,
-    check_targets,
     expand_berm_grid,
     expand_cocodr_sweeps,
     expand_recipes,
     load_yaml,
-    mark_scale_folders,
     system_papers,
     update_config,
     workdir_overlays,

@@ -20,7 +20,7 @@ PACKAGE = SRC / "zsdr"
 # A name stands for that module or package and everything under it, except ``zsdr`` itself (the
 # package's ``__init__``), which stands for that file alone: a new top-level module needs a layer.
 LAYERS: list[tuple[str, ...]] = [
-    ("zsdr", "zsdr.io", "zsdr.argtypes", "zsdr.logs", "zsdr.devices", "zsdr.distributed", "zsdr.warm",
+    ("zsdr", "zsdr.io", "zsdr.files", "zsdr.argtypes", "zsdr.logs", "zsdr.devices", "zsdr.distributed", "zsdr.warm",
      "zsdr.warm_client"),
     ("zsdr.data",),
     ("zsdr.sparse", "zsdr.models"),

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from zsdr.plan.datasets import Paths, build_paths
-from zsdr.workflow import SCALE_MARK, ConfigError, check_scale_folders, mark_scale_folders, misplaced_targets
+from zsdr.plan.scales import SCALE_MARK, check_scale_folders, mark_scale_folders, misplaced_targets
+from zsdr.workflow import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = {k: k for k in ("downloads", "byo", "data", "models", "indexes", "embeddings", "runs", "metrics",
