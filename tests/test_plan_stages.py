@@ -352,3 +352,16 @@ def test_stages_are_frozen_and_take_what_they_read():
     before = copy.deepcopy(d)
     cfg["datasets"]["targets"].append("t3")
     assert d == before
+
+
+def test_single_run_sections_refuse_episodes_and_rems():
+    from zsdr.plan import checks
+
+    for check, key in ((checks.check_per_target_init, "per_target_init"), (checks.check_modir_recipe, "modir"),
+                       (checks.check_mixture_recipe, "mixture")):
+        for recipe in ({"episodes": 2, "train": {"max_steps": 1}}, {"episodes": 1, "rem": {"r": 8}, "train": {"max_steps": 1}}):
+            with pytest.raises(ValueError, match=rf"^config key recipes\.r\.{key}: "):
+                check("r", recipe)
+        check("r", {"episodes": 1, "train": {"max_steps": 5}})
+    with pytest.raises(ValueError, match=r"recipes\.r\.train\.max_steps: MoDIR evaluates"):
+        checks.check_modir_recipe("r", {"episodes": 1, "train": {}})

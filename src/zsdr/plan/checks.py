@@ -49,19 +49,19 @@ def check_recipe(name: str, r: dict[str, Any], recipes: dict[str, Any]) -> None:
         )
 
 
-def check_per_target_init(name: str, r: dict[str, Any]) -> None:
+def _single_run(name: str, key: str, why: str, r: dict[str, Any]) -> None:
+    """A recipe section that trains one model per target: no episodes, no REM."""
     if r["episodes"] > 1 or r.get("rem"):
-        raise ValueError(
-            f"config key recipes.{name}.per_target_init: per-target training is for "
-            f"single-episode full fine-tuning (no episodes, no rem)"
-        )
+        raise ValueError(f"config key recipes.{name}.{key}: {why}")
+
+
+def check_per_target_init(name: str, r: dict[str, Any]) -> None:
+    _single_run(name, "per_target_init", "per-target training is for single-episode full fine-tuning (no "
+                "episodes, no rem)", r)
 
 
 def check_modir_recipe(name: str, r: dict[str, Any]) -> None:
-    if r["episodes"] > 1 or r.get("rem"):
-        raise ValueError(
-            f"config key recipes.{name}.modir: MoDIR continues one model per target (set episodes: 1, no rem)"
-        )
+    _single_run(name, "modir", "MoDIR continues one model per target (set episodes: 1, no rem)", r)
     if not r["train"].get("max_steps"):
         raise ValueError(
             f"config key recipes.{name}.train.max_steps: MoDIR evaluates every target at a "
@@ -70,10 +70,7 @@ def check_modir_recipe(name: str, r: dict[str, Any]) -> None:
 
 
 def check_mixture_recipe(name: str, r: dict[str, Any]) -> None:
-    if r["episodes"] > 1 or r.get("rem"):
-        raise ValueError(
-            f"config key recipes.{name}.mixture: a mixture recipe is one run per target (set episodes: 1, no rem)"
-        )
+    _single_run(name, "mixture", "a mixture recipe is one run per target (set episodes: 1, no rem)", r)
 
 
 def check_recipe_targets(name: str, wanted: Iterable[str], targets: Iterable[str]) -> list[str]:
