@@ -1,6 +1,7 @@
 """zsdr.warm: a job forked from the warm server behaves as `python <script>` would, or runs cold."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -217,7 +218,7 @@ def test_the_server_is_worth_starting_for_four_python_jobs_or_an_unreadable_dag(
     assert worth_starting(SimpleNamespace())  # a DAG this cannot read: started, as before this check
 
 
-def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch):
+def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch, request):
     """`kill -9` of Snakemake takes the server with it (PR_SET_PDEATHSIG) before either removes the socket's
     folder: the next start removes every folder whose Snakemake is gone, and no other."""
     import socket
@@ -225,8 +226,10 @@ def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, mon
 
     from zsdr.warm import remove_stale_folders
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    # a short folder: a socket's path must fit AF_UNIX's ~107 bytes, which pytest's own temporary folders
+    # (popen-gw1/test_the_folders_of_a_killed_r0/...) do not leave room for
+    tmp = Path(tempfile.mkdtemp(prefix="zw", dir="/tmp" if os.path.isdir("/tmp") else None))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     monkeypatch.setenv("PYTHONPATH", str(ROOT / "src"))
     snakemake = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
@@ -238,7 +241,9 @@ def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, mon
         class Shell:
             prefix = staticmethod(lambda value: None)
         start_server(Shell, {str(CLIENT)!r}, log={str(tmp_path / 'warm.log')!r}, preload=("json",))
-        while not os.path.exists(os.environ["ZSDR_WARM_SOCKET"]):
+        for _ in range(3000):   # at most a minute: a server that cannot start fails the test, not hangs it
+            if os.path.exists(os.environ["ZSDR_WARM_SOCKET"]):
+                break
             time.sleep(0.02)
         print(os.path.dirname(os.environ["ZSDR_WARM_SOCKET"]), flush=True)
         time.sleep(600)
