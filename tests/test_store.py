@@ -300,10 +300,10 @@ def test_a_store_copied_without_its_times_is_checked_once_by_its_checksums(beir,
     arrow = out / "corpus.arrow"
     recorded = json.loads((out / "store.json").read_text())["files"]["corpus.arrow"]
     os.utime(arrow, ns=(time.time_ns(), time.time_ns()))   # what `cp` without -p does
-    from zsdr import io
+    from zsdr import files
 
-    digests, real = [], io.file_digest
-    monkeypatch.setattr(io, "file_digest", lambda path, *a, **k: digests.append(path) or real(path, *a, **k))
+    digests, real = [], files.file_digest
+    monkeypatch.setattr(files, "file_digest", lambda path, *a, **k: digests.append(path) or real(path, *a, **k))
     assert len(TextStore(out, "corpus")) == 300 and [p.name for p in digests] == ["corpus.arrow"]
     assert arrow.stat().st_mtime_ns == recorded["mtime_ns"]   # the time is back: the next open reads nothing
     TextStore(out, "corpus")

@@ -244,7 +244,7 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     english = ["trec-covid-beir"] + [f"lotte-{t}-test" for t in ("writing", "recreation", "technology",
                                                                   "lifestyle", "science")]
     expected = {
-        "bert-base--msmarco": ["init bert-base-uncased", "MLM 15% (80/10/10) on the data/msmarco corpus",
+        "bert-base--msmarco": ["init bert-base-uncased", "MLM 15% (80/10/10) on the paper/data/msmarco corpus",
                                "batch 64 x 4 process(es) x grad-acc 4", "adamw lr 5e-05, constant, warmup 1000",
                                "100,000 steps (max_steps)", "max length 100", "fp16"],
         "bert-base--msmarco--lotte-writing-test": ["init paper/models/dams/bert-base--msmarco", "batch 128 x 4 process(es)",
@@ -279,7 +279,7 @@ def test_paper_config_plans_ddr_with_the_spec_values():
     assert not [r for r in plan if r.startswith("bert-base--") and "cpr-" in r]   # no English DAM of a Chinese set
     assert jobs["ddr_figure4"] == 1 and jobs["train_cross_encoder"] == 1      # the DuReader teacher
     # the Chinese sets' cells of the DDR systems come from the DuReader-trained models (`by_language`)
-    block = proc.stdout.split("output: runs/cpr-ecom/ddr-contrast.trec")[0].rsplit("rule dense_search:", 1)[1]
+    block = proc.stdout.split("output: paper/runs/cpr-ecom/ddr-contrast.trec")[0].rsplit("rule dense_search:", 1)[1]
     assert "paper/models/dams/bert-base-chinese--dureader--cpr-ecom/config.json" in block
     assert "paper/models/trained/ddr-contrast-zh/config.json" in block
     assert "ddr-contrast.dam-step45000" in proc.stdout and "ddr-contrast.dam-step50000" not in proc.stdout
