@@ -91,7 +91,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     # every trained table-1 model carries its card, with the table's numbers
     card = (workdir / "models" / "trained" / "ddr-contrast" / "README.md").read_text()
     assert "pipeline_tag: sentence-similarity" in card and "zsdr export" in card
-    assert "| `ddr-contrast` | " + " | ".join(f"{value('ddr-contrast', c):.4f}" for c in cols) + " |" in card
+    # the folder's own scores first, then table 1's system (each target's own DAM) labelled, with the table's numbers
+    assert "| this folder, loaded as it is | " in card
+    assert ("| `ddr-contrast` (table 1's system: the REM on each dataset's own DAM) | "
+            + " | ".join(f"{value('ddr-contrast', c):.4f}" for c in cols) + " |") in card
     again = snakemake("-n", "results/table1.csv", "data", cwd=workdir)
     assert "Nothing to be done" in again.stdout + again.stderr
     # a change that cannot alter a number (zsdr.plan.params) reruns nothing
