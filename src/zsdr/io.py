@@ -565,7 +565,7 @@ def stamp_model_contents(folder: str | os.PathLike) -> str | None:
     nested = {p.parent for p in folder.rglob("config.json") if p != config}   # snapshots: stamped themselves
     h = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
-                       and not any(n == p.parent or n in p.parents for n in nested)):
+                       and not any(n in p.parents for n in nested)):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
     data = json.loads(config.read_text(encoding="utf-8"))
     data[MODEL_STAMP_KEY] = h.hexdigest()
