@@ -351,6 +351,14 @@ def test_a_tokenizer_that_does_not_fit_the_weights_is_refused(roberta, tmp_path,
     assert str(folder) in str(info.value) and "300 tokens" in str(info.value) and f"{rows} embedding rows" in str(info.value)
 
 
+def hub_switched_on(monkeypatch):
+    """Downloads switched on, whatever the environment says (`make test` switches them off): the tests
+    that follow tell an unreachable hub from a switched-off one."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+
+
 def test_a_model_argument_that_cannot_load_is_one_line_at_once(roberta, tmp_path, monkeypatch, capsys):
     import time
 
@@ -366,6 +374,7 @@ def test_a_model_argument_that_cannot_load_is_one_line_at_once(roberta, tmp_path
         with pytest.raises(DataError, match=problem):
             check_model_argument(name, "--model")
     # a hub id the cache lacks: the hub switched off, or unreachable (never minutes of retries)
+    hub_switched_on(monkeypatch)
     monkeypatch.setattr(checkpoints, "hub_reachable", lambda: False)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(DataError, match="cannot be reached"):
@@ -384,6 +393,7 @@ def test_a_model_argument_that_cannot_load_is_one_line_at_once(roberta, tmp_path
 def test_the_hub_is_not_asked_for_a_file_when_it_cannot_be_reached(monkeypatch, tmp_path):
     from zsdr.models import checkpoints
 
+    hub_switched_on(monkeypatch)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(checkpoints, "hub_reachable", lambda: False)
     monkeypatch.setattr("zsdr.models.loading.hub_reachable", lambda: False)

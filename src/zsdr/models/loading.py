@@ -106,6 +106,19 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
+def known_model_type(config_file: Path | None) -> bool:
+    """Whether the ``model_type`` a ``config.json`` names is one transformers has code for."""
+    from transformers import CONFIG_MAPPING
+
+    if config_file is None:
+        return True
+    try:
+        model_type = json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return True  # the loader's own error names the file
+    return not isinstance(model_type, str) or model_type in CONFIG_MAPPING
+
+
 def load_backbone(name: str, trust_remote_code: bool = False, config=None) -> nn.Module:
     """``AutoModel`` without its pooler (unused); warns about weights the checkpoint lacks. A checkpoint
     whose config asks for its own code is refused (one line) unless ``trust_remote_code``: transformers
@@ -285,8 +298,10 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     elif head == "new":
         raise ValueError(f"head='new' needs cls_linear_ln pooling, not {config.pooling}")
     try:
-        # an export's config names a model type transformers does not know, which it would warn about
-        with quiet_transformers() if export is not None else contextlib.nullcontext():
+        # an export's config (or a foreign folder's) may name a model type transformers does not know, which
+        # it would warn about before the refusal below (one line of ours is the whole message)
+        quiet = export is not None or not known_model_type(checkpoint_file(name, "config.json"))
+        with quiet_transformers() if quiet else contextlib.nullcontext():
             tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(trust_remote_code))
     except ValueError as exc:
         if "trust_remote_code" in str(exc):
