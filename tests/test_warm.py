@@ -1,6 +1,7 @@
 """zsdr.warm: a job forked from the warm server behaves as `python <script>` would, or runs cold."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -81,6 +82,8 @@ def test_a_warm_job_is_python_script(server, tmp_path):
     assert out == f"['{script}'] {tmp_path / 'sub'} __main__ 2 0o27\n"
     assert err == "to stderr\n"
     assert "cold start" not in log(tmp_path)
+    # what each job cost, per script (a local run's CPU beside Snakemake's own)
+    assert re.search(r"job\.py \(pid \d+\) ended with exit status 3: \d+\.\d s CPU, \d+ MB peak", log(tmp_path))
 
 
 def test_an_uncaught_exception_exits_1_with_the_scripts_traceback(server, tmp_path):

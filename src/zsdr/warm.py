@@ -129,6 +129,8 @@ class Server:
         self.selector = None
         self.started = 0
         self.cold = 0
+        self.cpu = 0.0  # seconds of CPU of the jobs that ended (logged per job, see reap)
+        self.names = {}
 
     def preload(self, modules=PRELOAD):
         import importlib
@@ -168,7 +170,8 @@ class Server:
             self.loop(listener, selector)
         finally:
             if os.getpid() == me:  # not in a job (a job unwinds through here too)
-                print(f"zsdr.warm: {self.started} jobs started warm, {self.cold} cold", file=sys.stderr)
+                print(f"zsdr.warm: {self.started} jobs started warm, {self.cold} cold; "
+                      f"the warm jobs' CPU: {self.cpu:.1f} s", file=sys.stderr)
         return 0
 
     def loop(self, listener, selector):
@@ -197,9 +200,16 @@ class Server:
 
     def reap(self, selector):
         for pid in list(self.children):
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status, usage = os.wait4(pid, os.WNOHANG)
             if not done:
                 continue
+            # what each job cost (a local run's CPU per script, beside Snakemake's own)
+            cpu = usage.ru_utime + usage.ru_stime
+            self.cpu += cpu
+            code = os.waitstatus_to_exitcode(status)
+            how = f"exit status {code}" if code >= 0 else f"signal {-code}"
+            print(f"zsdr.warm: {self.names.pop(pid, '?')} (pid {pid}) ended with {how}: {cpu:.1f} s CPU, "
+                  f"{usage.ru_maxrss / 1024:.0f} MB peak resident", file=sys.stderr, flush=True)
             conn, pidfd = self.children.pop(pid)
             for fileobj in (conn, pidfd):
                 if fileobj is not None:
@@ -241,6 +251,7 @@ class Server:
         pid = os.fork()
         if pid:
             self.started += 1
+            self.names[pid] = _script_name(request.get("argv"))
             for fd in fds:
                 os.close(fd)
             try:
@@ -367,6 +378,16 @@ def worth_starting(workflow):
     except Exception:
         return True
     return jobs >= MIN_JOBS
+
+
+def _script_name(argv) -> str:
+    """A job's script as the log names it: Snakemake's copy ``.snakemake/scripts/tmpXXXX.train.py`` is
+    ``train.py``."""
+    try:
+        name = os.path.basename(str(argv[1]))
+    except (TypeError, IndexError):
+        return "?"
+    return name.split(".", 1)[1] if name.startswith("tmp") and name.count(".") >= 2 else name
 
 
 FOLDER_PREFIX = "zsdr-warm-"
