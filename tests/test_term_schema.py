@@ -74,6 +74,16 @@ def test_an_unknown_key_of_a_registered_section_names_the_nearest(toy):
         check_config(mini_config(toy={"weight": "x"}), SCHEMA)
 
 
+def test_a_boolean_given_as_text_names_the_command_line_spelling():
+    """Snakemake's --config reads `warm_start=false` as the text 'false': the line says how to write it."""
+    config = mini_config()
+    with pytest.raises(ConfigError) as err:
+        check_config({**config, "warm_start": "false"}, SCHEMA)
+    assert ("config key warm_start: 'false' is not of type 'boolean' (fix: on the command line, --config "
+            "warm_start=False; in a YAML file, warm_start: false)") in str(err.value)
+    check_config({**config, "warm_start": False}, SCHEMA)
+
+
 def test_an_unregistered_section_is_still_an_unknown_key(toy):
     with pytest.raises(ConfigError, match=r"config key recipes.dpr.tyo: unknown key \(did you mean 'toy'\?"):
         check_config(mini_config(tyo={"weight": 2}), SCHEMA)

@@ -340,6 +340,13 @@ def _describe_schema_error(error) -> list[tuple[str, tuple]]:
     message = error.message
     if len(message) > 300:
         message = message[:300] + " ..."
+    expected = error.schema.get("type") if error.validator == "type" else None
+    if ("boolean" in ([expected] if isinstance(expected, str) else expected or [])
+            and isinstance(error.instance, str) and error.instance.lower() in ("true", "false", "yes", "no")):
+        # Snakemake's --config reads only True / False as booleans: `--config warm_start=false` is text
+        value = "True" if error.instance.lower() in ("true", "yes") else "False"
+        message += f" (fix: on the command line, --config {where}={value}; in a YAML file, {where.split('.')[-1]}: " \
+                   f"{value.lower()})"
     return [(f"config key {where or '(top level)'}: {message}", tuple(error.absolute_path))]
 
 
