@@ -106,12 +106,10 @@ def quiet_transformers():
             hf_logging.enable_progress_bar()
 
 
-def known_model_type(config_file: Path | None) -> bool:
+def known_model_type(config_file: Path) -> bool:
     """Whether the ``model_type`` a ``config.json`` names is one transformers has code for."""
     from transformers import CONFIG_MAPPING
 
-    if config_file is None:
-        return True
     try:
         model_type = json.loads(Path(config_file).read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError):
@@ -255,7 +253,8 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     local = is_local(name_or_path)
     if not local and looks_like_path(name):
         raise DataError(name, None, "no such model folder", "pass an existing folder or a Hugging Face id")
-    if checkpoint_file(name, "config.json") is None:
+    config_file = checkpoint_file(name, "config.json")
+    if config_file is None:
         where = "this folder" if local else ("the Hugging Face cache (the hub is offline)" if hub_offline()
                                              else "the Hugging Face cache (the hub cannot be reached)"
                                              if not hub_reachable() else "the Hugging Face hub")
@@ -300,7 +299,7 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     try:
         # an export's config (or a foreign folder's) may name a model type transformers does not know, which
         # it would warn about before the refusal below (one line of ours is the whole message)
-        quiet = export is not None or not known_model_type(checkpoint_file(name, "config.json"))
+        quiet = export is not None or not known_model_type(config_file)
         with quiet_transformers() if quiet else contextlib.nullcontext():
             tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=bool(trust_remote_code))
     except ValueError as exc:
@@ -311,7 +310,7 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     except OSError as exc:
         raise DataError(name, None, f"cannot load a tokenizer ({exc})",
                         "pass a Hugging Face id reachable offline or a folder written by save_pretrained") from None
-    adapter = exported_rem(name, checkpoint_file(name, "config.json")) if export is not None else None
+    adapter = exported_rem(name, config_file) if export is not None else None
     if adapter is not None and rem_path is not None:
         raise DataError(name, None, "this export already holds a REM", "load it without rem=")
     backbone = load_backbone(name, trust_remote_code, config=None if adapter is None else adapter[0])
