@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Iterable, Iterator
 
-from zsdr.data.trec_runs import (RUN_COLUMNS, read_trec_run, read_trec_run_table, run_table,  # noqa: F401
+from zsdr.data.trec_runs import (RUN_COLUMNS, iter_trec_rows, read_trec_run, read_trec_run_table, run_table,  # noqa: F401
                                  write_trec_run)
 from zsdr.io import DataError, MultiDataError, atomic_dir, atomic_write, open_lines
 
@@ -531,12 +531,5 @@ def write_manifest(directory: str | os.PathLike, counts: BeirCounts, **info) -> 
 def iter_trec_qrels(path: str | os.PathLike) -> Iterator[tuple[int, str, str, int]]:
     """Yield ``(line, qid, docid, grade)`` from TREC qrels (``qid iter docid rel``, blank-separated)."""
     path = Path(path)
-    with open_lines(path) as lines:
-        for text in lines:
-            if not text.strip():
-                continue
-            cols = text.split()
-            if len(cols) != 4:
-                raise DataError(path, lines.lineno, f"expected 4 columns 'qid iter docid rel', found {len(cols)}",
-                                "TREC qrels have four blank-separated columns")
-            yield lines.lineno, cols[0], cols[2], _relevance(cols[3], path, lines.lineno)
+    for line, cols in iter_trec_rows(path, "qid iter docid rel", "TREC qrels have four blank-separated columns"):
+        yield line, cols[0], cols[2], _relevance(cols[3], path, line)

@@ -23,6 +23,21 @@ def _warn_repeated(path: Path, repeats: int, line: int | None, qid: str, did: st
                 "(fix: write each document once per query)", where, did, qid, repeats, "" if repeats == 1 else "s")
 
 
+def iter_trec_rows(path: Path, columns: str, fix: str):
+    """``(line, columns)`` of each non-blank line of a blank-separated TREC file (a run, qrels) whose
+    columns are named by ``columns`` (``"qid Q0 docid rank score tag"``); a line with another number of
+    columns raises :class:`DataError` naming the file, the line and ``fix``."""
+    count = len(columns.split())
+    with open_lines(path) as lines:
+        for text in lines:
+            if not text.strip():
+                continue
+            cols = text.split()
+            if len(cols) != count:
+                raise DataError(path, lines.lineno, f"expected {count} columns '{columns}', found {len(cols)}", fix)
+            yield lines.lineno, cols
+
+
 def _first_repeat_line(path: Path) -> tuple[int, str, str] | None:
     """``(line, qid, docid)`` of the first line of ``path`` that repeats an earlier (query, document) pair."""
     seen: set[tuple[str, str]] = set()
@@ -47,26 +62,19 @@ def read_trec_run(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     path = Path(path)
     run: dict[str, dict[str, float]] = {}
     repeats, first_repeat = 0, None
-    with open_lines(path) as lines:
-        for text in lines:
-            if not text.strip():
-                continue
-            cols = text.split()
-            if len(cols) != 6:
-                raise DataError(path, lines.lineno, f"expected 6 columns 'qid Q0 docid rank score tag', found {len(cols)}",
-                                "write runs in TREC format")
-            try:
-                score = float(cols[4])
-            except ValueError:
-                raise DataError(path, lines.lineno, f"score {cols[4]!r} is not a number", "fix the run file") from None
-            if not math.isfinite(score):
-                raise DataError(path, lines.lineno, f"score {cols[4]!r} of document {cols[2]!r} is not a finite number",
-                                "fix the run's writer (a NaN or infinite score cannot be ranked)")
-            docs = run.setdefault(cols[0], {})
-            if cols[2] in docs:
-                repeats += 1
-                first_repeat = first_repeat or (lines.lineno, cols[0], cols[2])
-            docs[cols[2]] = score
+    for line, cols in iter_trec_rows(path, "qid Q0 docid rank score tag", "write runs in TREC format"):
+        try:
+            score = float(cols[4])
+        except ValueError:
+            raise DataError(path, line, f"score {cols[4]!r} is not a number", "fix the run file") from None
+        if not math.isfinite(score):
+            raise DataError(path, line, f"score {cols[4]!r} of document {cols[2]!r} is not a finite number",
+                            "fix the run's writer (a NaN or infinite score cannot be ranked)")
+        docs = run.setdefault(cols[0], {})
+        if cols[2] in docs:
+            repeats += 1
+            first_repeat = first_repeat or (line, cols[0], cols[2])
+        docs[cols[2]] = score
     if repeats:
         _warn_repeated(path, repeats, *first_repeat)
     return run
