@@ -140,6 +140,27 @@ def test_a_headless_hub_checkpoint_is_refused_before_any_job(tree):
         load_plan(tree, tree / "configs" / "paper.yaml", headless)
 
 
+def test_a_step_limit_reaches_every_training_and_its_card_and_is_absent_otherwise(tree, paper_rows):
+    """training.step_limit (a smoke run) is part of every training's settings, so every training reruns when it
+    changes; unset, no training's settings carry it (adding the key changed no run). The card shows the steps
+    the run takes under a schedule whose horizon stays the whole run's."""
+    smoke = load_plan(tree, tree / "configs" / "paper.yaml", overlay(tree, "smoke", {"training": {"step_limit": 7}}))
+    rows = {r.job: r for r in training_rows(smoke)}
+    assert rows.keys() == paper_rows.keys() and len(rows) > 20
+    for job, row in rows.items():
+        whole = paper_rows[job].values
+        counted = isinstance(whole["steps"], int)   # else "from the data": counted when the job runs
+        assert row.values["steps"] == (min(7, whole["steps"]) if counted else whole["steps"]), job
+        assert row.values["horizon"] == whole["horizon"] and row.values["warmup"] == whole["warmup"], job
+    warmup = rows["train cocodr-warmup"].values
+    assert warmup["steps"] == 7 and warmup["horizon"] == 51_267 and warmup["lr_at_end"] < 1
+    plain = load_plan(tree, tree / "configs" / "paper.yaml")
+    for plan, limited in ((plain, False), (smoke, True)):
+        for item in plan.recipes.by_name.values():
+            if "train" in item:
+                assert ("step_limit" in plan.recipes.train_settings(item)) == limited
+
+
 # ------------------------------------------------------------------------ the trainer functions it shares
 def test_training_steps_and_lr_factor_are_the_trainers(tmp_path):
     import torch

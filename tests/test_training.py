@@ -175,6 +175,22 @@ def test_sigkill_then_rerun_gives_bit_identical_weights(tiny):
     assert [r["loss"] for r in losses(s["out"])] == [r["loss"] for r in losses(ref["out"])]
 
 
+def test_a_step_limit_trains_the_first_steps_of_the_full_runs_schedule(tiny):
+    """training.step_limit (a smoke run): the run stops after the limit, its warmup and decay those of the whole
+    run, so its losses and learning rates are the whole run's first steps."""
+    whole, whole_path = spec(tiny, "whole", train={"max_steps": 12})
+    cut, cut_path = spec(tiny, "cut", train={"max_steps": 12, "step_limit": 5})
+    for path in (whole_path, cut_path):
+        proc = train_cli(path)
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    a, b = losses(whole["out"]), losses(cut["out"])
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    assert [(r["loss"], r["lr"]) for r in b] == [(r["loss"], r["lr"]) for r in a[:5]]
+    assert b[-1]["lr"] > 0 and a[-1]["lr"] == 0          # the cut run stops mid-decay
+    info = json.loads((Path(cut["out"]) / "training.json").read_text())
+    assert info["steps"] == 5 and info["train"]["step_limit"] == 5
+
+
 def test_changed_settings_do_not_resume_a_stale_checkpoint(tiny):
     s, path = spec(tiny, "stale", train={"max_steps": 8})
     proc = train_cli(path)

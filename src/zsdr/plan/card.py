@@ -198,6 +198,8 @@ def budget_text(plan: Any, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         how = f"{fmt(t['epochs'])} epochs x {mark + ' ' if mark else ''}{fmt(v['examples_per_epoch'])} {unit} // {fmt(v['global_batch'])}"
     mark = row.marks.get("steps")
     text = f"{mark + ' ' if mark else ''}{fmt(steps)} steps ({how}"
+    if t.get("step_limit") is not None and v["horizon"] != steps:
+        text += f"; training.step_limit: the first {fmt(steps)}"
     if v["schedule"] == "linear":
         text += f"; linear decay to 0 at {fmt(v['horizon'])}: lr at the end {fmt(v['lr_at_end'])} x peak"
     return text + ")"
@@ -206,7 +208,7 @@ def budget_text(plan: Any, spec: dict[str, Any], launch: dict[str, Any]) -> str:
 def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch: dict[str, Any]) -> Row:
     """The card row of one training job (``spec``: the resolved spec the job trains, ``launch``: its
     processes and nodes)."""
-    from zsdr.training.config import TrainConfig, lr_factor, training_steps
+    from zsdr.training.config import TrainConfig, lr_factor, steps_run, training_steps
 
     t = spec["train"]
     cfg = TrainConfig.from_dict({k: v for k, v in t.items() if k in TrainConfig.__dataclass_fields__})
@@ -229,8 +231,9 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
             row.marks["examples_per_epoch"] = mark
     v["epochs"] = t.get("epochs") if t.get("max_steps") is None else None
     if t.get("max_steps") is not None or epoch_size or n is not None:
-        steps = training_steps(cfg, n or 0, world)
-        v["steps"] = steps
+        horizon_steps = training_steps(cfg, n or 0, world)
+        steps = steps_run(cfg, horizon_steps)
+        v["steps"] = steps  # training.step_limit: the first steps of a schedule of horizon_steps
         if t.get("max_steps") is None and not epoch_size and row.marks.get("examples_per_epoch"):
             row.marks["steps"] = row.marks["examples_per_epoch"]
     else:
@@ -241,14 +244,14 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     v["optimizer"] = t.get("optimizer", "adamw")
     v["schedule"] = t.get("schedule", "linear")
     if v["schedule"] == "linear":
-        horizon = t.get("schedule_steps") or steps
+        horizon = t.get("schedule_steps") or (horizon_steps if isinstance(steps, int) else steps)
         offset = int(t.get("schedule_offset") or 0)
         v["horizon"] = horizon if horizon is None or not offset else f"{_fmt_int(horizon)} (+{_fmt_int(offset)})"
         if horizon is None:
             v["horizon"] = "the run's length"
     else:
         v["horizon"] = None
-    v["lr_at_end"] = round(lr_factor(cfg, steps - 1, steps), 3) if isinstance(steps, int) else None
+    v["lr_at_end"] = round(lr_factor(cfg, steps - 1, horizon_steps), 3) if isinstance(steps, int) else None
     v["global_batch"] = int(t["batch_size"]) * world * int(t.get("grad_accum", 1))
     v["negatives"] = _negatives(spec)
     v["lengths"] = _lengths(spec)

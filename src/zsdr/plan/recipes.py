@@ -90,6 +90,8 @@ class Recipes:
     def train_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """The recipe's `train` section over the shared `training` defaults."""
         shared = {k: self.training[k] for k in ("seed", "precision", "save_every", "log_every")}
+        if self.training.get("step_limit") is not None:  # set only when given: no other run's params change
+            shared["step_limit"] = self.training["step_limit"]
         return {**shared, **item["train"]}
 
     def recipe_dropout(self, item: dict[str, Any]) -> float | None:

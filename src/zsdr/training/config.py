@@ -42,6 +42,8 @@ class TrainConfig:
     schedule_steps: int | None = None  # horizon of the linear decay; null: the run's own length
     schedule_offset: int = 0        # the schedule's step at this run's first step (an ANCE episode
                                     # inside one run-wide warmup + decay: episode k starts at (k-1) x steps)
+    step_limit: int | None = None   # a smoke run: stop after this many steps of the full run's schedule
+                                    # (its prefix: warmup and decay as the whole run's); null: the whole run
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -61,6 +63,8 @@ class TrainConfig:
             raise ValueError("schedule_steps must be >= 1 (or null for the run's own length)")
         if int(self.schedule_offset) < 0:
             raise ValueError("schedule_offset must be >= 0")
+        if self.step_limit is not None and int(self.step_limit) < 1:
+            raise ValueError("step_limit must be >= 1 (or null for the whole run)")
         if self.snapshot_every is not None and int(self.snapshot_every) < 1:
             raise ValueError("snapshot_every must be >= 1 (or null for no snapshots)")
         self.betas = tuple(self.betas)
@@ -97,6 +101,11 @@ def training_steps(cfg: TrainConfig, examples: int, world: int = 1) -> int:
     n = int(cfg.epoch_size) if cfg.epoch_size is not None else int(examples)
     per_epoch = n // (int(cfg.batch_size) * int(world))
     return max(1, math.floor(cfg.epochs * per_epoch / cfg.grad_accum))
+
+
+def steps_run(cfg: TrainConfig, total: int) -> int:
+    """The steps a run of ``total`` scheduled steps takes: all of them, or the first ``step_limit``."""
+    return min(int(total), int(cfg.step_limit)) if cfg.step_limit is not None else int(total)
 
 
 def lr_factor(cfg: TrainConfig, step: int, total: int) -> float:

@@ -78,7 +78,7 @@ from zsdr.io import atomic_dir
 from zsdr.training.batches import Batches, to_device
 from zsdr.training.checkpoints import (checkpoints, latest_checkpoint, publish_snapshots, resume_snapshots,
                                        save_checkpoint, save_snapshot, snapshot_root)
-from zsdr.training.config import TrainConfig, build_optimizer, build_schedule, training_steps
+from zsdr.training.config import TrainConfig, build_optimizer, build_schedule, steps_run, training_steps
 from zsdr.training.data import epoch_order
 from zsdr.training.signals import StopSignals
 from zsdr.training.train_log import LOG_FILE, PLOT_FILE, plot_losses, progress_line, read_log
@@ -126,7 +126,10 @@ class Trainer:
         if self.micro_per_epoch < 1:
             raise ValueError(f"{n} training examples cannot fill one global batch of {self.global_batch} "
                              f"({config.batch_size} per process x {self.world} processes)")
-        self.total = training_steps(config, n, self.world)
+        # the schedule's length (warmup, decay, a task's own schedules) and the steps this run takes: the
+        # same, or the first `step_limit` of them (a smoke run)
+        self.horizon = training_steps(config, n, self.world)
+        self.total = steps_run(config, self.horizon)
         self._orders: dict[int, np.ndarray] = {}
 
     # ------------------------------------------------------------------------------- data
@@ -193,13 +196,13 @@ class Trainer:
         cfg, acc = self.cfg, self.acc
         set_seed(cfg.seed, device_specific=True)
         optimizer = build_optimizer(self.task.parameters(), cfg, fused=acc.device.type == "cuda")
-        scheduler = build_schedule(optimizer, cfg, self.total)
+        scheduler = build_schedule(optimizer, cfg, self.horizon)
         if self.compile and acc.device.type == "cuda":
             compile_backbones(self.task)
         elif self.compile:
             log.info("compile: on the CPU the backbones run uncompiled (compiling pays for kernel launches on a GPU)")
         attach = getattr(self.task, "attach", None)  # a task's parts that train apart (MoDIR's classifier)
-        extra_state = attach(cfg, self.total, acc.device) if attach else []
+        extra_state = attach(cfg, self.horizon, acc.device) if attach else []
         model, optimizer = acc.prepare(self.task, optimizer)
         acc.register_for_checkpointing(scheduler)
         for obj in extra_state:
