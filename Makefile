@@ -49,13 +49,17 @@ run: install
 	$(BIN)/snakemake --cores all results/table1.csv
 
 # Test modules run side by side, one module per worker (module fixtures are built once), the longest first
-# (tests/conftest.py); the slowest tests are listed at the end.
+# (tests/conftest.py); the slowest tests are listed at the end. One worker more than the cores (at most 4):
+# the SLURM test's worker mostly waits for its cluster, and the others keep every core busy meanwhile.
+TEST_WORKERS := $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n + 1 < 4 ? n + 1 : 4 )))
+PYTEST_ARGS := -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 test: install-dev
-	$(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
+	$(BIN)/pytest $(PYTEST_ARGS)
 
-# The default suite plus the whole mini DAG of every paper table (about 20 more minutes on 2 cores).
+# The default suite with the mini run's trainings to their ends (its learning signal checked; by default they
+# stop after 20 steps: tests/test_mini_run.py) and then the whole mini DAG of every paper table.
 test-full: install-dev
-	ZSDR_FULL_DAG=1 $(BIN)/pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder --durations=15
+	ZSDR_FULL_DAG=1 $(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install-dev
 	$(BIN)/snakemake --lint

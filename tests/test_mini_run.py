@@ -1,6 +1,11 @@
 """The real mini run: the whole mini table 1 from a copy of the workflow, then edits that re-plan exactly the
 jobs they touch and a killed training that resumes. One module (one pytest-xdist worker): every test after
-the first works in the folder the first one filled."""
+the first works in the folder the first one filled.
+
+By default every training stops after its first SMOKE_STEPS steps (training.step_limit): the whole DAG runs,
+its files are checked, the scores are not. `make test-full` (ZSDR_FULL_DAG=1) runs the trainings to their
+ends, checks the learning signal (every trained system over the untrained encoders, MoDIR's domain accuracy,
+COCO's span loss) and then builds every paper table."""
 
 import csv
 import os
@@ -17,19 +22,40 @@ from tests.test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, traini
 from zsdr.workflow import expand_recipes, read_config
 
 
+# `make test-full` (ZSDR_FULL_DAG=1): the mini run as `make run` makes it, every training to its end, and the
+# learning signal checked; the default suite: every training cut to its first SMOKE_STEPS steps
+# (training.step_limit), the same DAG and files, checked for what they hold rather than how well they score.
+FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
+SMOKE_STEPS = 20
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    """A copy of the workflow (code and config only) to run for real."""
+    """A copy of the workflow (code and config only) to run for real; its config.yaml cut to a smoke run
+    (a checkpoint every 5 steps, for the killed training to resume from) unless the whole run is asked."""
     work = tmp_path_factory.mktemp("work")
     for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
                  "profiles", "envs"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+    if not FULL_DAG:
+        config = yaml.safe_load((work / "config.yaml").read_text())
+        config["training"].update(step_limit=SMOKE_STEPS, save_every=5)
+        for domain in config["mini"]["domains"]:   # half the texts to encode, index, search and score
+            domain.update({k: domain[k] // 2 for k in ("docs", "train_queries", "dev_queries", "test_queries")
+                           if k in domain})
+        (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return work
 
 
+def train_queries(workdir) -> int:
+    """The mini source's training queries in this run's config (1,200; the smoke run's 600)."""
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    return next(d["train_queries"] for d in config["mini"]["domains"] if d["role"] == "source")
+
+
 def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
-    # ~10 min alone on 2 cores (the whole mini table 1); a hang guard, not a timing
+    # the whole mini table 1 (a smoke run by default: ~5 min alone on 2 cores); a hang guard, not a timing
     snakemake("--cores", "2", "results/table1.csv", "data", cwd=workdir, timeout=2700)
     # the Python jobs forked from the warm server (zsdr.warm), none declined; it ended with the run
     warm = re.search(r"zsdr.warm: (\d+) jobs started warm, (\d+) cold", (workdir / ".snakemake" / "warm.log").read_text())
@@ -57,7 +83,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     def value(system, col):
         return float(re.search(r"[0-9.]+", table[system][col]).group())
 
-    for col in cols:
+    assert all(0 <= value(s, c) <= 1 for s in table for c in cols)
+    steps = yaml.safe_load((workdir / "models" / "trained" / "dpr" / "training.json").read_text())["steps"]
+    assert steps == (148 if FULL_DAG else SMOKE_STEPS), steps
+    for col in cols if FULL_DAG else ():
         floor = max(value(u, col) for u in ("tiny-bert-untrained", "tiny-roberta-untrained"))
         for system in ("dpr", "dpr-inbatch", "ance", "kd", "ddr-dr-contrast", "dpr-berm", "kd-berm", "ance-berm",
                        "dpr-modir", "ance-modir", "cocodr-base", "rmsc-cd", "rmsc-co"):
@@ -65,7 +94,7 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     # BERM's labelling rule (BM25 over units + delta x the tiny reader) finds the sentence the mini
     # generator wrote as the answer in at least 90% of the training pairs
     labels = yaml.safe_load((workdir / "data" / "mini-source" / "berm" / "train" / "summary.json").read_text())
-    assert labels["judged"] == labels["pairs"] == 1200 and labels["agreement"] >= 0.9, labels
+    assert labels["judged"] == labels["pairs"] == train_queries(workdir) and labels["agreement"] >= (0.9 if FULL_DAG else 0.5), labels
     berm_log = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "dpr-berm" / "train_log.jsonl")
                 .read_text().splitlines()]
     assert all({"r1", "r2", "task_loss", "unit_accuracy"} <= set(r) for r in berm_log)
@@ -124,8 +153,10 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
         return yaml.safe_load((stats / f"{system}.json").read_text())["global_domain_acc"]["docs"]
 
     start = docs_acc("dpr")
-    assert docs_acc("dpr-modir") < start - 0.04, (start, docs_acc("dpr-modir"))
-    assert docs_acc("dpr-modir-off") > start - 0.02, (start, docs_acc("dpr-modir-off"))
+    assert all(0 <= docs_acc(s) <= 1 for s in ("dpr", "dpr-modir", "dpr-modir-off"))
+    if FULL_DAG:
+        assert docs_acc("dpr-modir") < start - 0.04, (start, docs_acc("dpr-modir"))
+        assert docs_acc("dpr-modir-off") > start - 0.02, (start, docs_acc("dpr-modir-off"))
     local = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "dpr-modir@mini-alpha" / "train_log.jsonl")
              .read_text().splitlines()]
     assert all(0 <= r["local_domain_acc_docs"] <= 1 and r["adversarial_lambda"] > 0 for r in local)
@@ -136,13 +167,14 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
     for d in ("mini-alpha", "mini-beta"):
         before, after = (yaml.safe_load((workdir / "stats" / "cocodr" / "geometry" / m / f"{d}.json").read_text())
                          ["contrastive_loss"] for m in ("condenser", "coco"))
-        assert after < 0.8 * before, (d, before, after)
+        assert 0 < after and (after < 0.8 * before or not FULL_DAG), (d, before, after)
     coco_log = [yaml.safe_load(x) for x in (workdir / "models" / "pretrained" / "coco" / "train_log.jsonl")
                 .read_text().splitlines()]
     assert all({"mlm_head", "mlm_backbone", "contrastive"} <= set(r) for r in coco_log)
-    assert coco_log[-1]["contrastive"] < coco_log[0]["contrastive"]
+    assert coco_log[-1]["contrastive"] < coco_log[0]["contrastive"] or not FULL_DAG
     dro_log = [yaml.safe_load(x) for x in (workdir / "models" / "trained" / "cocodr-base-ep2" / "train_log.jsonl")
                .read_text().splitlines()]
+    # iDRO's weights over the 8 clusters: none takes all, and some cluster is weighted over uniform
     assert all(r["dro_max_weight"] < 1 for r in dro_log) and any(r["dro_max_weight"] > 1 / 8 for r in dro_log)
     clusters = workdir / "data" / "mini-source" / "clusters"
     assert {p.name for p in clusters.glob("*.jsonl")} == {"cocodr-base-ep1.jsonl", "cocodr-base-ep2.jsonl"}
@@ -155,10 +187,8 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
         log = [yaml.safe_load(x) for x in (model / "train_log.jsonl").read_text().splitlines()]
         assert all({"loss_source-human", "loss_source-weak", "loss_target-weak"} <= set(r) for r in log)
         assert yaml.safe_load((model / "zsdr.json").read_text())["soft_tokens"]["k"] == 1
-        assert sum(1 for _ in open(workdir / "data" / target / "weak" / f"{method}.jsonl")) == 1200
+        assert sum(1 for _ in open(workdir / "data" / target / "weak" / f"{method}.jsonl")) == train_queries(workdir)
 
-
-FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
 
 
 @pytest.mark.skipif(not FULL_DAG, reason="runs the whole mini DAG of every paper table (about 20 min on 2 cores): "
@@ -304,17 +334,23 @@ def test_library_edit_replans_its_jobs(workdir):
 
     (A bare ``touch`` is not an edit: Snakemake compares checksums of small inputs and skips it.)
     """
-    edit(workdir / "src" / "zsdr" / "sparse" / "lucene.py")
+    lucene = workdir / "src" / "zsdr" / "sparse" / "lucene.py"
+    original = lucene.read_text()
+    edit(lucene)
     proc = snakemake("-n", "results/table1.csv", cwd=workdir)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     # lucene.py builds the indexes (2 field layouts x 3 datasets) and runs the 3 BM25 systems;
     # the generator and the dense systems do not use it
     assert jobs.get("lucene_index") == 6 and jobs.get("bm25") == 9, jobs
     assert not {"mini_benchmark", "encode_corpus", "dense_search", "dense_search_group"} & set(jobs)
-    snakemake("--cores", "2", "results/table1.csv", cwd=workdir, timeout=1800)
-    edit(workdir / "src" / "zsdr" / "tables" / "table1.py")
+    lucene.write_text(original)                      # the same content again: nothing to re-run
+    assert "Nothing to be done" in (lambda p: p.stdout + p.stderr)(snakemake("-n", "results/table1.csv", cwd=workdir))
+    table1 = workdir / "src" / "zsdr" / "tables" / "table1.py"
+    original = table1.read_text()
+    edit(table1)
     jobs = planned_jobs(snakemake("-n", "results/table1.csv", cwd=workdir).stdout)
     assert jobs == {"table1": 1, "all": 1} or jobs == {"table1": 1}
+    table1.write_text(original)
 
 
 def test_killed_training_job_resumes_to_identical_weights(workdir):
