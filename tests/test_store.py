@@ -267,6 +267,30 @@ def test_teacher_scores_of_max_examples_give_a_recipe_the_whole_files_arrays(tmp
     assert len(np.load(built["some"] / "qrow.npy")) == 8
 
 
+def test_teacher_scores_batched_by_length_are_each_pairs_own_score_in_the_files_order(tmp_path):
+    """Pairs are scored in length-sorted batches (less padding): every pair gets the score it gets alone (batch
+    size 1, no padding), to float rounding, and the file lists queries and candidates in the input's order."""
+    import torch
+
+    from zsdr.training.teacher import score_pairs
+
+    root = mini_with_backbones(tmp_path, MINI, SIZE, kinds=("bert",))
+    src = root / "data" / "src"
+    build_store(src)
+    runs = {}
+    for batch in (1, 16):
+        torch.manual_seed(0)
+        out = tmp_path / f"teacher-{batch}.jsonl"
+        score_pairs(root / "bert", src, src / "negatives.jsonl", out, batch_size=batch, max_candidates=3, device="cpu")
+        runs[batch] = [json.loads(x) for x in out.read_text().splitlines()]
+    alone, batched = runs[1], runs[16]
+    assert [r["qid"] for r in alone] == [r["qid"] for r in batched] == list(
+        dict.fromkeys(json.loads(x)["qid"] for x in (src / "negatives.jsonl").read_text().splitlines()))
+    for a, b in zip(alone, batched):
+        assert list(a["scores"]) == list(b["scores"])
+        np.testing.assert_allclose(list(a["scores"].values()), list(b["scores"].values()), rtol=1e-4, atol=1e-5)
+
+
 # ------------------------------------------------------------------ a store is the one built, or refused
 
 

@@ -25,6 +25,9 @@ from zsdr.data.training_set import iter_negatives, write_teacher_scores
 log = logging.getLogger(__name__)
 
 
+SORT_WINDOW = 64  # batches sorted by length together
+
+
 def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negatives: str | os.PathLike,
                 out: str | os.PathLike, *, batch_size: int = 64, max_candidates: int | None = None,
                 random_candidates: int = 0, seed: int = 42, device: str | None = None, precision: str = "auto",
@@ -82,17 +85,26 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
         log.info("scored the queries of the first %d examples with a scored positive and negative (max_examples "
                  "%d): %d of %d lines' queries", qualified, max_examples, len(scored_so_far), lines)
     scores: dict[str, dict[str, float]] = {}
+    for q, d in pairs:  # the file's order: each query as first met, its candidates as listed
+        scores.setdefault(q, {})[d] = float("nan")
+    # scored in batches of similar lengths, fewer padded positions than the file's order gives (a pair's score
+    # does not depend on its batch, to float rounding): each window of SORT_WINDOW batches sorted by the characters of query and
+    # passage, its texts read once and dropped with it (memory: one window's texts)
+    window = batch_size * SORT_WINDOW
     with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:
-        for start in range(0, len(pairs), batch_size):
-            chunk = pairs[start:start + batch_size]
-            feats = model.features([queries[q] for q, _ in chunk], [passage_text(corpus[d]) for _, d in chunk])
-            feats = {k: v.to(target) for k, v in feats.items()}
-            ctx = torch.autocast(target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-            with ctx:
-                logits = model(**feats).float().cpu().tolist()
-            for (q, d), s in zip(chunk, logits):
-                scores.setdefault(q, {})[d] = s
-            bar.update(len(chunk))
+        for w in range(0, len(pairs), window):
+            texts = [(q, d, queries[q], passage_text(corpus[d])) for q, d in pairs[w:w + window]]
+            texts.sort(key=lambda t: len(t[2]) + len(t[3]), reverse=True)
+            for start in range(0, len(texts), batch_size):
+                chunk = texts[start:start + batch_size]
+                feats = model.features([t[2] for t in chunk], [t[3] for t in chunk])
+                feats = {k: v.to(target) for k, v in feats.items()}
+                ctx = torch.autocast(target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
+                with ctx:
+                    logits = model(**feats).float().cpu().tolist()
+                for (q, d, _, _), s in zip(chunk, logits):
+                    scores[q][d] = s
+                bar.update(len(chunk))
     write_teacher_scores(out, scores)
     return len(pairs)
 
