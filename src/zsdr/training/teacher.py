@@ -87,9 +87,9 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
     scores: dict[str, dict[str, float]] = {}
     for q, d in pairs:  # the file's order: each query as first met, its candidates as listed
         scores.setdefault(q, {})[d] = float("nan")
-    # scored in batches of similar lengths, fewer padded positions than the file's order gives (a pair's score
-    # does not depend on its batch, to float rounding): each window of SORT_WINDOW batches sorted by the characters of query and
-    # passage, its texts read once and dropped with it (memory: one window's texts)
+    # scored in batches of similar lengths, fewer padded positions than the file's order gives (a pair's
+    # score does not depend on its batch, to float rounding): each window of SORT_WINDOW batches sorted by
+    # the characters of query and passage, its texts read once and dropped with it (memory: one window's)
     window = batch_size * SORT_WINDOW
     with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:
         for w in range(0, len(pairs), window):
