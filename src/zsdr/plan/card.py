@@ -198,7 +198,7 @@ def budget_text(plan: Any, spec: dict[str, Any], launch: dict[str, Any]) -> str:
         how = f"{fmt(t['epochs'])} epochs x {mark + ' ' if mark else ''}{fmt(v['examples_per_epoch'])} {unit} // {fmt(v['global_batch'])}"
     mark = row.marks.get("steps")
     text = f"{mark + ' ' if mark else ''}{fmt(steps)} steps ({how}"
-    if t.get("step_limit") is not None and v["horizon"] != steps:
+    if t.get("step_limit") is not None and steps == int(t["step_limit"]):   # the limit cut this run
         text += f"; training.step_limit: the first {fmt(steps)}"
     if v["schedule"] == "linear":
         text += f"; linear decay to 0 at {fmt(v['horizon'])}: lr at the end {fmt(v['lr_at_end'])} x peak"
@@ -237,14 +237,14 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
         if t.get("max_steps") is None and not epoch_size and row.marks.get("examples_per_epoch"):
             row.marks["steps"] = row.marks["examples_per_epoch"]
     else:
-        steps = None
+        steps = horizon_steps = None
         v["steps"] = "from the data"
     v["warmup"] = int(t.get("warmup_steps", 0))
     v["lr"] = float(t["lr"])
     v["optimizer"] = t.get("optimizer", "adamw")
     v["schedule"] = t.get("schedule", "linear")
     if v["schedule"] == "linear":
-        horizon = t.get("schedule_steps") or (horizon_steps if isinstance(steps, int) else steps)
+        horizon = t.get("schedule_steps") or horizon_steps
         offset = int(t.get("schedule_offset") or 0)
         v["horizon"] = horizon if horizon is None or not offset else f"{_fmt_int(horizon)} (+{_fmt_int(offset)})"
         if horizon is None:
