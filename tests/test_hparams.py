@@ -140,6 +140,25 @@ def test_a_headless_hub_checkpoint_is_refused_before_any_job(tree):
         load_plan(tree, tree / "configs" / "paper.yaml", headless)
 
 
+def test_planning_every_training_imports_no_torch(tree):
+    """The plan's training lines and card (steps, schedule, learning rate at the end) come from
+    zsdr.training.config without torch: every Snakemake start plans them, and torch's import (~2.5 CPU-s)
+    was in each one."""
+    code = ("import sys\n"
+            "from zsdr.plan.core import load_plan\n"
+            "from zsdr.plan.card import training_rows\n"
+            "plan = load_plan(sys.argv[1], sys.argv[2])\n"
+            "assert training_rows(plan)\n"
+            "for run in plan.recipes.runs:\n"
+            "    plan.train_job(run)\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tree), str(tree / "configs" / "paper.yaml")],
+                          capture_output=True, text=True, timeout=300, env={"PYTHONPATH": str(tree / "src"),
+                                                                            "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[-2] == "[]", proc.stdout[-2000:]
+
+
 def test_a_step_limit_reaches_every_training_and_its_card_and_is_absent_otherwise(tree, paper_rows):
     """training.step_limit (a smoke run) is part of every training's settings, so every training reruns when it
     changes; unset, no training's settings carry it (adding the key changed no run). The card shows the steps

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:   # torch is imported where a model trains, not where a plan reads these settings
+    import torch
 
 OPTIMIZERS = ("adamw", "lamb")
 SCHEDULES = ("linear", "constant")
@@ -80,6 +82,8 @@ class TrainConfig:
 def build_optimizer(params, cfg: TrainConfig, fused: bool = False) -> torch.optim.Optimizer:
     """LAMB or AdamW over the trainable ``params``; ``fused`` (a CUDA run) takes AdamW's fused kernel,
     one launch for every parameter instead of one per tensor group (the same update)."""
+    import torch
+
     params = [p for p in params if p.requires_grad]
     if cfg.optimizer == "lamb":
         from pytorch_optimizer import Lamb
