@@ -95,12 +95,31 @@ def test_dry_run_default_config():
     assert "table1" in jobs or "Nothing to be done" in proc.stdout + proc.stderr
 
 
+PAPER_TARGETS = ("berm", "ddr", "modir", "cocodr", "rmsc")
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
+    """The paper-scale plan as a cluster user makes it: the SLURM profile and `paper/results/all` (every table
+    and figure with its checksum). Planned once for the tests of this module that read paper-scale job lines
+    (~30 CPU-s a plan): each paper's own target (`snakemake cocodr`) plans a subset of these jobs, the same
+    lines and, for every rule those tests count, the same number of jobs."""
+    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
+                     "--configfile", "configs/paper.yaml")
+    assert_quiet(proc)   # (the profile's default resources once made Snakemake warn of a coroutine)
+    return proc
+
+
 @pytest.mark.parametrize("configfile", [None, "configs/small.yaml", "configs/paper.yaml"])
-def test_dry_run_every_paper_table(configfile):
-    """Every paper table is a target at every scale (cells the scale cannot fill say why)."""
+def test_dry_run_every_paper_table(configfile, request):
+    """Every paper table is a target at every scale (cells the scale cannot fill say why), and each paper's
+    own target (mini scale: they are the same rules at every scale)."""
     # --forceall: the count must not depend on outputs already present in the checkout
-    args = ["-n", "--forceall", "tables"] + (["--configfile", configfile] if configfile else [])
-    proc = snakemake(*args)
+    if configfile == "configs/paper.yaml":
+        proc = request.getfixturevalue("paper_plan")   # `tables` and more: its job counts are the same
+    else:
+        targets = ["tables", *(PAPER_TARGETS if configfile is None else ())]
+        proc = snakemake("-n", "--forceall", *targets, *(["--configfile", configfile] if configfile else []))
     assert_quiet(proc)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     from zsdr.tables.figures import FIGURES
@@ -131,15 +150,11 @@ def rule_resources(output: str) -> dict[str, set[str]]:
     return found
 
 
-def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardware():
-    """The paper-scale plan as a cluster user makes it: the SLURM profile and `results/all` (every table
-    and figure with its checksum). GPUs: a training job holds one per process — COCO-DR 8, DDR's DAMs 4,
-    the DR baselines and MoDIR 1 (docs/methods/) — every encode/search job one, BM25 and the tables none.
-    (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
-    proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
-                     "--configfile", "configs/paper.yaml")
-    assert_quiet(proc)   # (the profile's default resources once made Snakemake warn of a coroutine)
-    out = proc.stdout + proc.stderr
+def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardware(paper_plan):
+    """The paper-scale plan as a cluster user makes it (`paper_plan`). GPUs: a training job holds one per
+    process — COCO-DR 8, DDR's DAMs 4, the DR baselines and MoDIR 1 (docs/methods/) — every encode/search job
+    one, BM25 and the tables none. (Its wall time is a benchmark: benchmarks/plan_paper.py.)"""
+    out = paper_plan.stdout + paper_plan.stderr
     jobs = planned_jobs(out)
     assert jobs["all_results"] == jobs["table1"] == 1 and jobs["paper_table"] == 25, jobs
     plan = training_plan(out, gpus_per_process=1)            # every training: GPUs = processes
@@ -235,10 +250,10 @@ def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
             assert part in plan[run], (run, part, plan[run])
 
 
-def test_paper_config_plans_ddr_with_the_spec_values():
+def test_paper_config_plans_ddr_with_the_spec_values(paper_plan):
     """DDR at paper scale (docs/methods/ddr.md#hyperparameters): DAMs of batch 1,024 / 512 and length 100 / 190, 100k source
     steps, 50k (LoTTE) / 20k target steps; REMs with 128 queries + 3 x 128 negatives for 5 / 20 epochs."""
-    proc = snakemake("-n", "--forceall", "ddr", "--configfile", "configs/paper.yaml")
+    proc = paper_plan   # `snakemake ddr` plans a subset of it: the same lines and counts
     plan = {**training_plan(proc.stdout, gpus_per_process=1), **training_plan(proc.stdout, "train DAM")}
     jobs = planned_jobs(proc.stdout)
     english = ["trec-covid-beir"] + [f"lotte-{t}-test" for t in ("writing", "recreation", "technology",
@@ -291,10 +306,10 @@ MODIR_TARGETS = ["trec-covid", "webis-touche2020", "dbpedia-entity", "nfcorpus",
                                  "stats", "tex", "unix", "webmasters", "wordpress")]
 
 
-def test_paper_config_plans_modir_with_the_spec_values():
+def test_paper_config_plans_modir_with_the_spec_values(paper_plan):
     """MoDIR at paper scale (docs/methods/modir.md#hyperparameters): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
     Table 5's values, the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
-    proc = snakemake("-n", "--forceall", "modir", "--configfile", "configs/paper.yaml")
+    proc = paper_plan   # `snakemake modir` plans a subset of it: the same lines and counts
     plan = training_plan(proc.stdout, gpus_per_process=1)
     jobs = planned_jobs(proc.stdout)
     for recipe in ("ance-modir", "dpr-modir"):
@@ -336,11 +351,11 @@ def test_paper_config_plans_modir_with_the_spec_values():
     assert jobs["modir_curves"] == jobs["modir_figure4"] == jobs["modir_table4"] == 1
 
 
-def test_paper_config_plans_cocodr_with_the_spec_values():
+def test_paper_config_plans_cocodr_with_the_spec_values(paper_plan):
     """COCO-DR at paper scale (docs/methods/cocodr.md#coco-pretraining to #fine-tuning-schedule): COCO from Condenser on the 18 BEIR corpora and MS MARCO
     (8 epochs, 200 documents per GPU x 8, length 128, lr 1e-4), a BM25 warmup, then 3 ANCE episodes of 45k
     steps with iDRO (K 50) over queries re-clustered every episode, 30 sampled negatives."""
-    proc = snakemake("-n", "--forceall", "cocodr", "--configfile", "configs/paper.yaml")
+    proc = paper_plan   # `snakemake cocodr` plans a subset of it: the same lines and counts
     out = proc.stdout
     jobs = planned_jobs(out)
     coco = training_plan(out, "pretrain", gpus_per_process=1)["coco"]
@@ -378,12 +393,12 @@ def test_paper_config_plans_cocodr_with_the_spec_values():
 
 
 
-def test_paper_config_plans_rmsc_with_the_spec_values():
+def test_paper_config_plans_rmsc_with_the_spec_values(paper_plan):
     """RMSC at paper scale (docs/methods/rmsc.md): one model per target of its tables from Condenser and from the COCO
     model, trained on MS MARCO's labelled pairs + MS MARCO weak pairs + the target's weak pairs (ICT on
     LoTTE, SCL on BEIR) with soft tokens k 1, AdamW lr 1e-5, batch 512, one random negative, group-restricted
     in-batch negatives; the baselines without soft tokens or weak data; every open choice shown."""
-    proc = snakemake("-n", "--forceall", "rmsc", "--configfile", "configs/paper.yaml")
+    proc = paper_plan   # `snakemake rmsc` plans a subset of it: the same lines and counts
     out = proc.stdout
     jobs = planned_jobs(out)
     plan = training_plan(out)
