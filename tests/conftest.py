@@ -75,16 +75,16 @@ def texts_hidden(dataset: Path):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The longest modules first: the real mini run (tests/test_mini_run.py, by far the longest), then the
-    real SLURM run (tests/test_slurm.py), then the rest in file order. With pytest-xdist (`make test`:
-    `--dist loadfile --no-loadscope-reorder`, one module per worker, handed out in this order) the two
-    start at once on two workers and the short modules fill in beside them, so no worker idles at the end
-    while one long module finishes (xdist's own order, by number of tests, would start them last). Handing
-    out the ten longest modules first was slower (`.ci/run` on 2 cores 22:28, against 21:34 in this order with
-    a mini run twice as long): the multi-process training tests then ran beside the mini run, several times
-    slower each."""
-    order = {"test_mini_run.py": 0, "test_slurm.py": 1}
-    items.sort(key=lambda item: order.get(Path(str(item.fspath)).name, 2))
+    """The longest modules first: the real mini run (tests/test_mini_run.py, by far the longest), the real
+    SLURM run (tests/test_slurm.py, mostly waiting for its cluster), then the trainer's (tests/test_training.py,
+    ~7 min of multi-process trainings), then the rest in file order. With pytest-xdist (`make test`: `--dist
+    loadfile --no-loadscope-reorder`, one module per worker, handed out in this order as workers ask) the
+    three start at once on three workers and the short modules fill in beside them, so no worker idles at the
+    end while one long module finishes. In file order test_training.py came last, after the mini run on the
+    same worker: that worker ran ~1,220 s while the other two ended at ~1,090 and ~880 s (2 cores, 3 workers).
+    (Handing out the ten longest modules first was no faster: a run 22:28 against 21:34.)"""
+    order = {"test_mini_run.py": 0, "test_slurm.py": 1, "test_training.py": 2}
+    items.sort(key=lambda item: order.get(Path(str(item.fspath)).name, 3))
 
 
 @pytest.fixture
