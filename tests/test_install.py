@@ -70,38 +70,3 @@ def test_a_lock_is_installed_without_pips_constraints():
     assert install.sources_for(lock_step, sources) == ["--extra-index-url", "file:///mirror/simple",
                                                        "--find-links", "/w"]
     assert install.sources_for(zsdr_step, sources) == sources
-
-
-def test_the_imports_are_byte_compiled_whatever_the_environment_says(tmp_path, monkeypatch):
-    """The install's last step imports what zsdr runs with bytecode writing on: every module of a package
-    (`name.*`), a list a module holds (`module:NAME`), a module by name; one that fails to import is skipped;
-    a module nothing names is not compiled. PYTHONDONTWRITEBYTECODE in the installing shell does not stop it."""
-    import subprocess
-    import sys
-
-    package = tmp_path / "site" / "pkg"
-    (package / "sub").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "a.py").write_text("NAMES = ['lone']\n")
-    (package / "sub" / "__init__.py").write_text("")
-    (package / "sub" / "b.py").write_text("import json\n")
-    (package / "broken.py").write_text("raise ImportError('an optional package missing')\n")
-    (package / "__main__.py").write_text("raise SystemExit('a command line must not run')\n")
-    (tmp_path / "site" / "lone.py").write_text("")
-    (tmp_path / "site" / "unnamed.py").write_text("")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    monkeypatch.setattr(install, "IMPORTED", {(): ["pkg.*", "pkg.a:NAMES"], ("dev",): ["no_such_module"]})
-    assert install.compile_imports(sys.executable, ["dev"])
-
-    def compiled(path):
-        return any((path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"))
-
-    site = tmp_path / "site"
-    assert all(compiled(p) for p in (package / "a.py", package / "sub" / "b.py", package / "sub" / "__init__.py",
-                                     site / "lone.py"))
-    assert not compiled(site / "unnamed.py") and not compiled(package / "__main__.py")
-    # the command line said what it did
-    out = subprocess.run([sys.executable, "-c", install.COMPILE, "pkg.*", "no_such_module"], capture_output=True,
-                         text=True).stdout
-    assert "(2 skipped)" in out, out      # pkg.broken and no_such_module

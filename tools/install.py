@@ -10,18 +10,13 @@ itself, editable. Another extra (no lock of its own) is resolved from pyproject.
 zsdr.sparse.pyserini_java` adds the start-up hook that lets pyserini's own Python API start Java.
 
 The packages are installed by uv (a pinned release, itself installed by pip into the environment): it
-downloads in parallel, about three times faster than pip on a 2-core machine. uv reads none of pip's
-configuration, so the package sources pip is configured with here (index-url, extra-index-url,
-find-links, constraint and cert, from pip's config files and PIP_* variables: `pip config list`) are
-handed to it, and extra indexes are searched as pip searches them (every version from every index).
-Where uv cannot be installed or fails, pip installs the same requirements.
-
-Last, the modules zsdr's jobs, Snakemake and (with `dev`) the tests import are byte-compiled, by importing
-them once with bytecode writing on (:data:`IMPORTED`): no job compiles torch or transformers again where
-Python runs with PYTHONDONTWRITEBYTECODE. Only those: byte-compiling all of site-packages (uv's
---compile-bytecode) took ~80 CPU-s on 2 cores, most of it for modules nothing here imports (transformers'
-hundreds of model families, sympy, sklearn); this step ~20. A module imported later for the first time
-(a model family a config names) is compiled by Python on that first import, as any module is.
+downloads and byte-compiles in parallel, about three times faster than pip on a 2-core machine. uv
+reads none of pip's configuration, so the package sources pip is configured with here (index-url,
+extra-index-url, find-links, constraint and cert, from pip's config files and PIP_* variables: `pip
+config list`) are handed to it, and extra indexes are searched as pip searches them (every version from
+every index). Where uv cannot be installed or fails, pip installs the same requirements. Byte-compiled
+files are written at install time, so that no job compiles torch or transformers again where Python
+runs with PYTHONDONTWRITEBYTECODE.
 """
 
 import argparse
@@ -40,47 +35,6 @@ TORCH = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["pr
 LOCKS = {(): ROOT / "requirements" / "cpu.txt", ("dev",): ROOT / "requirements" / "dev.txt"}
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"   # bounds on what zsdr does not import
 PYSERINI_HOOK = "zsdr.sparse.pyserini_java"
-# What is imported once, bytecode writing on, after the install: every zsdr module (with everything it imports:
-# torch, transformers, pandas, faiss, ...), what the warm server preloads for the jobs, the model families the
-# configs build and load, and what Snakemake imports for a local or SLURM run and its report; `dev` adds the
-# test tools. A name that does not import here (an optional package missing) is skipped. (Not pyserini or
-# jnius: importing jnius starts a Java VM; zsdr.sparse.lucene starts it with Anserini's classes when a job
-# needs it.)
-IMPORTED = {
-    (): ["zsdr.*", "zsdr.warm:PRELOAD", "snakemake.cli", "snakemake.api", "snakemake.workflow", "snakemake.dag",
-         "snakemake.jobs", "snakemake.scheduling.job_scheduler", "snakemake.executors.local",
-         "snakemake.executors.dryrun", "snakemake.persistence", "snakemake.shell", "snakemake.script",
-         "snakemake.report.html_reporter", "snakemake_executor_plugin_slurm", "snakemake_executor_plugin_slurm_jobstep",
-         "transformers.models.t5.modeling_t5", "transformers.models.t5.tokenization_t5",
-         "transformers.models.bert.tokenization_bert", "transformers.models.roberta.tokenization_roberta",
-         "transformers.models.distilbert.modeling_distilbert", "transformers.models.electra.modeling_electra",
-         "transformers.generation.utils", "peft", "sentence_transformers", "ranx", "scipy.stats", "sklearn.cluster",
-         "matplotlib.pyplot"],
-    ("dev",): ["pytest", "xdist", "xdist.plugin", "xdist.remote", "_pytest.python", "_pytest.assertion.rewrite",
-               "_pytest.fixtures", "_pytest.monkeypatch", "_pytest.tmpdir", "_pytest.capture", "snakefmt"],
-}
-COMPILE = """
-import importlib, pkgutil, sys
-sys.dont_write_bytecode = False
-done = failed = 0
-for name in sys.argv[1:]:
-    if name.endswith(".*"):
-        package = importlib.import_module(name[:-2])
-        names = [m.name for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")
-                 if not m.name.endswith(".__main__")]   # (a command line: runs when imported)
-    elif ":" in name:
-        module, attribute = name.split(":")
-        names = list(getattr(importlib.import_module(module), attribute))
-    else:
-        names = [name]
-    for module in names:
-        try:
-            importlib.import_module(module)
-            done += 1
-        except BaseException:   # an optional package missing, or a module that needs a GPU
-            failed += 1
-print(f"byte-compiled the imports of {done} modules ({failed} skipped): {len(sys.modules)} modules", flush=True)
-"""
 
 
 def lock_file(extras) -> Path | None:
@@ -158,19 +112,10 @@ def ensure_uv(python) -> Path | None:
     return uv if uv.exists() or run([python, "-m", "pip", "install", "--quiet", UV]) else None
 
 
-def compile_imports(python, extras) -> bool:
-    """Byte-compile what zsdr's jobs, Snakemake and the extras' tools import (:data:`IMPORTED`), by importing
-    it once with bytecode writing on (whatever PYTHONDONTWRITEBYTECODE says here)."""
-    names = [n for key in ((), *((e,) for e in extras)) for n in IMPORTED.get(key, [])]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    print("+ byte-compiling what zsdr imports", flush=True)
-    return subprocess.run([python, "-c", COMPILE, *names], env={**env, "HF_HUB_OFFLINE": "1"}).returncode == 0
-
-
-def finish(python, extras=()) -> int:
+def finish(python) -> int:
     """After the packages: the start-up hook that gives pyserini's own Python API a Java it can start
-    (zsdr.sparse.pyserini_java), then the byte-compiled imports."""
-    return 0 if run([python, "-m", PYSERINI_HOOK]) and compile_imports(python, extras) else 1
+    (zsdr.sparse.pyserini_java)."""
+    return 0 if run([python, "-m", PYSERINI_HOOK]) else 1
 
 
 def main(argv=None):
@@ -186,18 +131,18 @@ def main(argv=None):
     uv = ensure_uv(python)
     if uv is not None:
         sources, env = pip_sources(python)
-        uv_install = [str(uv), "pip", "install", "--quiet", "--python", python]
+        uv_install = [str(uv), "pip", "install", "--quiet", "--python", python, "--compile-bytecode"]
         torch_sources = sources
         if torch_index:  # the given index replaces pip's own for torch
             i = sources.index("--index-url") if "--index-url" in sources else None
             torch_sources = sources if i is None else sources[:i] + sources[i + 2:]
         if (run(uv_install + torch_sources + torch_index + [TORCH], env)
                 and all(run(uv_install + sources_for(step, sources) + step, env) for step in steps)):
-            return finish(python, args.extra)
+            return finish(python)
         print("install.py: uv failed (above); installing with pip instead", file=sys.stderr, flush=True)
     pip = [python, "-m", "pip", "install", "--quiet"]
     if run(pip + torch_index + [TORCH]) and all(run(pip + step) for step in steps):
-        return finish(python, args.extra)
+        return finish(python)
     lock = lock_file(args.extra)
     hint = (f"; where {lock.relative_to(ROOT)} lacks a wheel of this platform, relock with "
             f"`{python} tools/lock.py`" if lock else "")
