@@ -24,6 +24,8 @@ from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_t
                                     write_teacher_scores)
 from zsdr.training.recipes import launch
 from zsdr.training.signals import StopSignals
+from tests import warm_jobs
+from tests.warm_jobs import job_env
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -59,10 +61,14 @@ def spec(tiny, name, **over):
     return s, path
 
 
-def train_cli(path, cpu=True, **kw):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+def train_cli(path, cpu=True, warm=True, **kw):
+    """`python -m zsdr train SPEC`, forked from the tests' warm server (tests/warm_jobs.py: the command as
+    given, without the ~5.5 s of imports of a new interpreter); ``warm=False``: a new interpreter (a test
+    that signals the job's whole process group, which a forked job is not in)."""
+    env = job_env({"HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
     cmd = [sys.executable, "-m", "zsdr", "train", str(path), "--quiet"] + (["--cpu"] if cpu else [])
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+    start = warm_jobs.popen if warm else subprocess.Popen
+    return start(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def weights(out):
@@ -680,7 +686,7 @@ def test_batch_worker_processes_train_exactly_as_the_thread(tiny):
 def test_a_signal_to_the_whole_job_with_batch_workers_stops_at_a_step_and_resumes_exactly(tiny, uninterrupted):
     # SLURM signals every process of the job: the batch workers ignore it, the trainer checkpoints
     s, path = spec(tiny, "signal-workers", train={**SIGNAL_STEPS, "snapshot_every": 5}, loop={"workers": 2})
-    proc = train_cli(path, start_new_session=True)
+    proc = train_cli(path, warm=False, start_new_session=True)
     assert wait_until_logged(proc, Path(s["checkpoint_dir"]) / "train_log.jsonl", steps=6), "ended before step 6"
     os.killpg(proc.pid, signal.SIGUSR1)
     code, err = proc.wait(timeout=120), proc.stderr.read()

@@ -86,6 +86,31 @@ def test_a_warm_job_is_python_script(server, tmp_path):
     assert re.search(r"job\.py \(pid \d+\) ended with exit status 3: \d+\.\d s CPU, \d+ MB peak", log(tmp_path))
 
 
+def test_a_script_with_arguments_and_a_module_run_warm_as_python_runs_them(server, tmp_path, monkeypatch):
+    """`python SCRIPT ARGS` and `python -m MODULE ARGS` (how the tests start their trainings): the same
+    sys.argv, sys.path[0], __main__ and exit status as a new interpreter gives them."""
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ['PYTHONPATH']}")  # finds pkg
+    server()
+    body = """
+        import os, sys
+        print(repr(sys.argv), sys.path[0], __name__)
+        sys.exit(int(sys.argv[-1]))
+    """
+    script = job(tmp_path, "args.py", body)
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    job(tmp_path / "pkg", "__main__.py", body)
+    (tmp_path / "sub").mkdir()
+    for args in ([str(script), "a b", "--flag", "4"], ["-m", "pkg", "x", "5"]):
+        plain = subprocess.run([sys.executable, *args], cwd=tmp_path / "sub", capture_output=True, text=True)
+        warm = subprocess.run([sys.executable, "-I", "-S", str(CLIENT), sys.executable, *args], cwd=tmp_path / "sub",
+                              capture_output=True, text=True)
+        assert (warm.returncode, warm.stdout, warm.stderr) == (plain.returncode, plain.stdout, plain.stderr), args
+        assert plain.returncode == int(args[-1])
+    log_text = log(tmp_path)
+    assert "cold start" not in log_text and "-m pkg (pid" in log_text and "args.py (pid" in log_text, log_text
+
+
 def test_an_uncaught_exception_exits_1_with_the_scripts_traceback(server, tmp_path):
     server()
     script = job(tmp_path, "fails.py", """

@@ -6,14 +6,15 @@ With `warm_start: true` (the default), the Snakefile starts this module's server
 run: one process that imports those libraries once and then listens on a Unix socket in a private
 temporary folder (its messages go to `.snakemake/warm.log`). Each job's command goes through
 `warm_client.py`, which hands the server its command, working directory, environment, umask and standard
-streams; the server forks a child that becomes the job (`python <script>` from then on: `sys.argv`,
-`__main__`, exit status, atexit handlers, uncaught exceptions and their traceback on stderr), and the
-client exits with the child's status or dies of its signal. Whatever the server cannot reproduce exactly
-runs as before, in a new process: a job whose environment differs from the server's beyond the per-job
-thread and temporary-folder variables, another interpreter (a conda environment), a command that is not
-`python <script>`, no server (a cluster job, or a job that starts while the server is still loading), or a
-server that has threads (fork would copy a held lock) or has initialised CUDA (a forked child cannot use
-it).
+streams; the server forks a child that becomes the job (`python <script> [args]` or `python -m <module>
+[args]` from then on: `sys.argv`, `__main__`, exit status, atexit handlers, uncaught exceptions and their
+traceback on stderr), and the client exits with the child's status or dies of its signal. Whatever the
+server cannot reproduce exactly runs as before, in a new process: a job whose environment differs from the
+server's beyond the per-job thread and temporary-folder variables, another interpreter (a conda
+environment), a command of another form (interpreter options), no server (a cluster job, or a job that
+starts while the server is still loading), or a server that has threads (fork would copy a held lock) or
+has initialised CUDA (a forked child cannot use it). The test suite starts its trainings through a server
+of its own (tests/warm_jobs.py).
 
 Signals: the client forwards SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGALRM to the child
 (Snakemake's SIGTERM when a run is cancelled, a user's SIGUSR1). Signals from the terminal (Ctrl-C)
@@ -259,7 +260,7 @@ class Server:
             except OSError:  # the client is gone already: the loop sees its connection closed and ends the job
                 pass
             return pid
-        # the child: becomes `python <script>`; the server's descriptors are not the job's
+        # the child: becomes the job; the server's descriptors are not the job's
         listener.close()
         conn.close()
         self.selector.close()
@@ -301,17 +302,28 @@ class Server:
         sys.stdout = open(1, "w", buffering=-1 if not os.isatty(1) else 1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        script = request["argv"][1]
-        sys.argv = request["argv"][1:]
-        sys.path[0] = os.path.dirname(os.path.abspath(script))
         import runpy
 
+        argv = request["argv"]
+        module = argv[2] if argv[1] == "-m" else None
+        script = argv[1]
         try:
-            runpy.run_path(script, run_name="__main__")
-        except Exception as error:  # as Python reports an uncaught exception: from the script's frame on
+            if module is None:
+                sys.argv = argv[1:]
+                sys.path[0] = os.path.dirname(os.path.abspath(script))
+                runpy.run_path(script, run_name="__main__")
+            else:  # as `python -m`: the working directory first on the path, the module's file as argv[0]
+                sys.argv = ["-m", *argv[3:]]
+                sys.path[0] = os.getcwd()
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except Exception as error:  # as Python reports an uncaught exception: from the job's own frames on
             tb = error.__traceback__
-            while tb is not None and tb.tb_frame.f_code.co_filename != script:
-                tb = tb.tb_next
+            if module is None:
+                while tb is not None and tb.tb_frame.f_code.co_filename != script:
+                    tb = tb.tb_next
+            else:
+                while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__):
+                    tb = tb.tb_next
             error.__traceback__ = tb or error.__traceback__  # what the default hook prints
             sys.excepthook(type(error), error, error.__traceback__)
             raise SystemExit(1) from None
@@ -384,6 +396,8 @@ def _script_name(argv) -> str:
     """A job's script as the log names it: Snakemake's copy ``.snakemake/scripts/tmpXXXX.train.py`` is
     ``train.py``."""
     try:
+        if argv[1] == "-m":
+            return f"-m {argv[2]}"
         name = os.path.basename(str(argv[1]))
     except (TypeError, IndexError):
         return "?"

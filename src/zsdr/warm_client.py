@@ -1,6 +1,8 @@
-"""The client side of zsdr.warm: runs `python <script>` in a child of the warm server, or execs it.
+"""The client side of zsdr.warm: runs `python <script>` (or `python -m <module>`) in a child of the warm server,
+or execs it.
 
-    python -I -S warm_client.py PYTHON SCRIPT
+    python -I -S warm_client.py PYTHON SCRIPT [ARGS...]
+    python -I -S warm_client.py PYTHON -m MODULE [ARGS...]
 
 Standard library only, started isolated (-I -S) so that it costs a few milliseconds. Without a server
 (ZSDR_WARM_SOCKET unset or not there), for another interpreter than the server's (ZSDR_WARM_PYTHON) or
@@ -150,11 +152,16 @@ def _status(lines, pid, timeout, argv):
             os.close(pidfd)
 
 
+def runs_python(argv):
+    """Whether ``argv`` is `PYTHON SCRIPT.py [ARGS]` or `PYTHON -m MODULE [ARGS]` (no interpreter options)."""
+    return len(argv) >= 2 and (argv[1].endswith(".py") or (argv[1] == "-m" and len(argv) >= 3))
+
+
 def main():
     argv = sys.argv[1:]
     path = os.environ.get("ZSDR_WARM_SOCKET")
     python = os.environ.get("ZSDR_WARM_PYTHON")
-    if (path and python and len(argv) == 2 and argv[1].endswith(".py") and os.path.exists(path)
+    if (path and python and runs_python(argv) and os.path.exists(path)
             and os.path.realpath(argv[0]) == os.path.realpath(python)):
         code = warm(argv, path)
         if code is not None:
