@@ -292,18 +292,30 @@ def test_bm25_negatives_are_top_hits_minus_every_judged_positive(tiny, flat, tmp
     assert not {"s1", "p1"} & set(q2["neg"]["bm25"]) and len(q2["neg"]["bm25"]) <= 5
 
 
-def test_the_jvm_heap_follows_the_jobs_memory():
+def test_the_jvm_heap_follows_the_jobs_memory_and_a_small_job_gets_the_small_jvm(tmp_path):
     """A job with 2,000 MB gets a 1,500 MB heap (not the JVM's share of the node's RAM); an -Xmx of the
-    user's in $ZSDR_JAVA_OPTIONS wins."""
-    code = ("from zsdr.sparse.lucene import size_jvm, start_jvm; size_jvm(2000); start_jvm(); "
-            "from jnius import autoclass; print(autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20)")
+    user's in $ZSDR_JAVA_OPTIONS wins. A job that reads less than SMALL_JOB_BYTES gets the C1 compiler and
+    the serial collector; a larger one the JVM's defaults."""
+    reads = tmp_path / "index"
+    reads.mkdir()
+    (reads / "part").write_bytes(b"x" * 1000)
+    code = ("import sys; from zsdr.sparse import lucene; lucene.SMALL_JOB_BYTES = int(sys.argv[1]); "
+            "lucene.size_jvm(2000, reads=[sys.argv[2]]); lucene.start_jvm(); from jnius import autoclass; "
+            "print(autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20, "
+            "list(autoclass('java.lang.management.ManagementFactory').getRuntimeMXBean().getInputArguments()))")
     env = {k: v for k, v in os.environ.items() if k != "ZSDR_JAVA_OPTIONS"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, str(lucene.SMALL_JOB_BYTES), str(reads)], capture_output=True,
+                         text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert 1300 <= int(out.stdout.split()[-1]) <= 1500, out.stdout
+    heap, options = out.stdout.strip().split(" ", 1)
+    assert 1300 <= int(heap) <= 1500, out.stdout
+    assert "-XX:TieredStopAtLevel=1" in options and "-XX:+UseSerialGC" in options, options
     env["ZSDR_JAVA_OPTIONS"] = "-Xmx600m"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert out.returncode == 0 and 500 <= int(out.stdout.split()[-1]) <= 600, out.stdout + out.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", code, "1000", str(reads)], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    heap, options = out.stdout.strip().split(" ", 1)
+    assert 500 <= int(heap) <= 600 and "TieredStopAtLevel" not in options and "SerialGC" not in options, out.stdout
 
 
 @pytest.mark.parametrize("damage", ["flip", "cut"])

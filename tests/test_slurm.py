@@ -47,10 +47,13 @@ SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "runs/mini
         "models/trained/dpr/model.safetensors", "embeddings/mini-alpha/dpr/shard0-of-2",
         "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json", "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
-# Two shards of mini-alpha; the training in two processes (72 steps of 2 x 32 examples: 4 epochs of the 1,200
-# training queries); a checkpoint every 10 steps (the config's 100 leaves no time to interrupt it between two
-# checkpoints).
-OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10, "processes": 2}}
+# Two shards of mini-alpha; every mini domain at half its size (as in the smoke mini run: half the texts to
+# index, encode, search and score); the training in two processes, 72 steps of 2 x 32 examples (8 epochs of the
+# 600 training queries: a training long enough to be interrupted twice); a checkpoint every 10 steps (the
+# config's 100 leaves no time to interrupt it between two checkpoints).
+HALVED = ("docs", "train_queries", "dev_queries", "test_queries")
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10, "processes": 2},
+           "recipes": {"dpr": {"train": {"epochs": 8}}}}
 DPR_STEPS = 72
 CHECKPOINTS = "models/.checkpoints/dpr"
 
@@ -100,7 +103,9 @@ def _copy_workflow(dest: Path) -> Path:
     for name in WORKFLOW:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
-    (dest / "overlay.yaml").write_text(yaml.safe_dump(OVERLAY))
+    domains = yaml.safe_load((ROOT / "config.yaml").read_text())["mini"]["domains"]
+    halved = [{k: v // 2 if k in HALVED else v for k, v in domain.items()} for domain in domains]
+    (dest / "overlay.yaml").write_text(yaml.safe_dump({**OVERLAY, "mini": {"domains": halved}}))
     return dest
 
 
