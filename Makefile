@@ -11,6 +11,10 @@ TORCH_INDEX ?=
 export NUMBA_CACHE_DIR := $(CURDIR)/.cache/numba
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Python writes the bytecode of what a run imports, once, into the environment and the checkout (the install
+# compiles nothing: tools/install.py); with PYTHONDONTWRITEBYTECODE set, every new process would compile
+# torch's and transformers' modules again.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install install-dev install-gpu lock run test test-full lint docs clean-outputs
 

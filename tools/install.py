@@ -10,13 +10,14 @@ itself, editable. Another extra (no lock of its own) is resolved from pyproject.
 zsdr.sparse.pyserini_java` adds the start-up hook that lets pyserini's own Python API start Java.
 
 The packages are installed by uv (a pinned release, itself installed by pip into the environment): it
-downloads and byte-compiles in parallel, about three times faster than pip on a 2-core machine. uv
+downloads and unpacks in parallel, about three times faster than pip on a 2-core machine. uv
 reads none of pip's configuration, so the package sources pip is configured with here (index-url,
 extra-index-url, find-links, constraint and cert, from pip's config files and PIP_* variables: `pip
 config list`) are handed to it, and extra indexes are searched as pip searches them (every version from
-every index). Where uv cannot be installed or fails, pip installs the same requirements. Byte-compiled
-files are written at install time, so that no job compiles torch or transformers again where Python
-runs with PYTHONDONTWRITEBYTECODE.
+every index). Where uv cannot be installed or fails, pip installs the same requirements. Nothing is
+byte-compiled here: compiling all of site-packages took ~80 CPU-s on 2 cores, most of it for modules no
+job imports (transformers' model families, sympy, sklearn); Python writes the bytecode of what a run
+imports the first time it imports it (the Makefile lets it, where PYTHONDONTWRITEBYTECODE is set).
 """
 
 import argparse
@@ -131,7 +132,7 @@ def main(argv=None):
     uv = ensure_uv(python)
     if uv is not None:
         sources, env = pip_sources(python)
-        uv_install = [str(uv), "pip", "install", "--quiet", "--python", python, "--compile-bytecode"]
+        uv_install = [str(uv), "pip", "install", "--quiet", "--python", python]
         torch_sources = sources
         if torch_index:  # the given index replaces pip's own for torch
             i = sources.index("--index-url") if "--index-url" in sources else None
