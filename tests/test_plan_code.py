@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,43 @@ def test_a_new_submodule_is_seen_on_the_next_call(tree):
     (folder / "NAMES.py").write_text("")
     os.utime(folder, ns=(before + 10**9, before + 10**9))  # as a later edit would, past the clock's resolution
     assert "models/NAMES.py" in closure(tree, "fake.cli")
+
+
+def _new_process(monkeypatch):
+    """This module's state as a new planner process starts with: nothing parsed or memoised."""
+    from zsdr.plan import code
+
+    for memo in ("_parsed", "_closures", "_imports_caches", "_digests"):
+        monkeypatch.setattr(code, memo, {})
+    return code
+
+
+def test_the_next_process_reads_the_imports_from_disk_and_parses_only_what_changed(tree, monkeypatch):
+    """Each file's imports are kept by the hash of its content in .cache/plan-imports.json: a new process
+    parses nothing it has seen, an edited file again; a damaged cache file is no cache."""
+    import ast
+
+    first = closure(tree, "fake.cli")
+    cache = tree / ".cache" / "plan-imports.json"
+    assert cache.is_file() and len(__import__("json").loads(cache.read_text())["files"]) >= 5
+    code = _new_process(monkeypatch)
+    parsed: list[str] = []
+
+    def counted(data, filename):
+        parsed.append(filename)
+        return ast.parse(data, filename=filename)
+
+    spy = types.SimpleNamespace(**{name: getattr(ast, name) for name in dir(ast) if not name.startswith("__")})
+    spy.parse = counted
+    monkeypatch.setattr(code, "ast", spy)   # the module's own ast, counting its parses
+    assert closure(tree, "fake.cli") == first and parsed == []
+    _rewrite(tree / "src/fake/core/util.py", "import json\nimport fake.core.heavy\n")
+    code = _new_process(monkeypatch)
+    assert closure(tree, "fake.cli") == sorted([*first, "core/heavy.py"])
+    assert sorted(parsed) == [str(tree / "src/fake/core" / f) for f in ("heavy.py", "util.py")]  # edited, newly reached
+    cache.write_text('{"version": 1, "files": {')
+    code = _new_process(monkeypatch)
+    assert closure(tree, "fake.cli") == sorted([*first, "core/heavy.py"]) and len(parsed) > 1
 
 
 def test_unknown_module_is_an_error_naming_it(tree):
