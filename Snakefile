@@ -98,7 +98,7 @@ WARM = {}
 
 
 onstart:
-    from zsdr.warm import start_server, worth_starting
+    from zsdr.warm import preload_for, start_server, worth_starting
     from zsdr.workflow import site_problems
 
     # A cluster run submits nothing, and marks no folder, where a job asks more than config `site` says a
@@ -116,7 +116,13 @@ onstart:
         )
     mark_scale_folders(PLAN.paths, config["scale"], os.getcwd())
     if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
-        WARM.update(start_server(shell, ROOT / "src" / "zsdr" / "warm_client.py"))
+        WARM.update(
+            start_server(
+                shell,
+                ROOT / "src" / "zsdr" / "warm_client.py",
+                preload=preload_for(workflow),
+            )
+        )
 
 
 onsuccess:

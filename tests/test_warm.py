@@ -246,6 +246,21 @@ def test_the_server_is_worth_starting_for_four_python_jobs_or_an_unreadable_dag(
     assert worth_starting(SimpleNamespace())  # a DAG this cannot read: started, as before this check
 
 
+def test_a_run_of_two_evaluations_or_more_has_ranx_preloaded():
+    from types import SimpleNamespace
+
+    from zsdr.warm import PRELOAD, preload_for
+
+    def workflow(scripts):
+        jobs = [SimpleNamespace(is_script=True, rule=SimpleNamespace(script=f"../workflow_scripts/{s}")) for s in scripts]
+        return SimpleNamespace(dag=SimpleNamespace(needrun_jobs=lambda: iter(jobs)))
+
+    assert preload_for(workflow(["train.py", "evaluate.py"])) == PRELOAD
+    both = preload_for(workflow(["evaluate.py", "train.py", "evaluate.py"]))
+    assert both[: len(PRELOAD)] == PRELOAD and "ranx" in both[len(PRELOAD):]
+    assert preload_for(SimpleNamespace()) == PRELOAD
+
+
 def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch, request):
     """`kill -9` of Snakemake takes the server with it (PR_SET_PDEATHSIG) before either removes the socket's
     folder: the next start removes every folder whose Snakemake is gone, and no other."""
