@@ -391,15 +391,20 @@ def test_merge_refuses_mixed_queries_and_short_lists(tmp_path, tied):
     assert len((tmp_path / "a.trec").read_text().splitlines()) == 5 * len(qids)
 
 
-def scatter_overlay(tmp_path, scatter_search, **dense):
+HALVED = ("docs", "train_queries", "dev_queries", "test_queries")
+
+
+def scatter_overlay(tmp_path, scatter_search, halve=False, **dense):
     """config.yaml with mini-alpha in 3 shards (unless ``dense`` says otherwise) and `cluster.scatter_search`
-    set, as a --configfile."""
+    set, as a --configfile; ``halve``: every mini domain at half its size (fewer texts to encode and search)."""
     import yaml
 
     from tests.test_workflow import ROOT
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["dense"].update({"dataset_shards": {"mini-alpha": 3}, **dense})
+    if halve:
+        cfg["mini"]["domains"] = [{k: v // 2 if k in HALVED else v for k, v in d.items()} for d in cfg["mini"]["domains"]]
     cfg["cluster"] = {**cfg.get("cluster", {}), "scatter_search": scatter_search}
     path = tmp_path / f"scatter-{scatter_search}.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -451,7 +456,8 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
                  "envs"):
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
     target = "runs/mini-alpha/tiny-bert-untrained.trec"
-    on = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, True)), cwd=tmp_path)
+    on = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, True, halve=True)),
+                   cwd=tmp_path)
     jobs = planned_jobs(on.stdout + on.stderr)
     assert jobs["encode_corpus"] == jobs["search_shard"] == 3 and jobs["encode_queries"] == jobs["dense_search"] == 1
     scattered = (tmp_path / target).read_text()
@@ -459,17 +465,18 @@ def test_snakemake_scattered_search_writes_the_one_job_run(tmp_path):
     assert not shards.exists() or not any(shards.iterdir())   # the per-shard top-k files are temporary
     assert "removing temporary output" in (on.stdout + on.stderr).lower()
     (tmp_path / target).unlink()
-    off = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, False)), cwd=tmp_path)
+    off = snakemake("--cores", "2", target, "--configfile", str(scatter_overlay(tmp_path, False, halve=True)),
+                    cwd=tmp_path)
     jobs = planned_jobs(off.stdout + off.stderr)
     assert jobs["dense_search"] == 1 and "encode_corpus" not in jobs and "search_shard" not in jobs  # shards reused
-    assert (tmp_path / target).read_text() == scattered and len(scattered.splitlines()) == 150 * 1000
+    assert (tmp_path / target).read_text() == scattered and len(scattered.splitlines()) == 75 * 600  # queries x docs
     # dense.keep_embeddings: false (small and paper scale): the embeddings go once the searches have read them
     embeddings = tmp_path / "embeddings/mini-alpha/tiny-bert-untrained"
     assert sorted(p.name for p in embeddings.iterdir()) == ["queries-test", *(f"shard{i}-of-3" for i in range(3))]
     shutil.rmtree(embeddings)
     (tmp_path / target).unlink()
     dropped = snakemake("--cores", "2", target, "--configfile",
-                        str(scatter_overlay(tmp_path, True, keep_embeddings=False)), cwd=tmp_path)
+                        str(scatter_overlay(tmp_path, True, halve=True, keep_embeddings=False)), cwd=tmp_path)
     assert planned_jobs(dropped.stdout + dropped.stderr)["encode_corpus"] == 3
     assert (tmp_path / target).read_text() == scattered
     assert not embeddings.exists() or not any(embeddings.iterdir()), list(embeddings.iterdir())
