@@ -27,6 +27,7 @@ from zsdr.workflow import expand_recipes, read_config
 # (training.step_limit), the same DAG and files, checked for what they hold rather than how well they score.
 FULL_DAG = os.environ.get("ZSDR_FULL_DAG") == "1"
 SMOKE_STEPS = 10
+SMOKE_SHARE = 4   # the smoke run's domains: a quarter of the mini sizes (600 source passages, 300 training queries)
 
 
 @pytest.fixture(scope="module")
@@ -41,15 +42,15 @@ def workdir(tmp_path_factory):
     if not FULL_DAG:
         config = yaml.safe_load((work / "config.yaml").read_text())
         config["training"].update(step_limit=SMOKE_STEPS, save_every=2)
-        for domain in config["mini"]["domains"]:   # half the texts to encode, index, search and score
-            domain.update({k: domain[k] // 2 for k in ("docs", "train_queries", "dev_queries", "test_queries")
-                           if k in domain})
+        for domain in config["mini"]["domains"]:   # a quarter of the texts to encode, index, search and score
+            domain.update({k: domain[k] // SMOKE_SHARE for k in ("docs", "train_queries", "dev_queries",
+                                                                  "test_queries") if k in domain})
         (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return work
 
 
 def train_queries(workdir) -> int:
-    """The mini source's training queries in this run's config (1,200; the smoke run's 600)."""
+    """The mini source's training queries in this run's config (1,200; the smoke run's 300)."""
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     return next(d["train_queries"] for d in config["mini"]["domains"] if d["role"] == "source")
 
