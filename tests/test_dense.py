@@ -391,20 +391,17 @@ def test_merge_refuses_mixed_queries_and_short_lists(tmp_path, tied):
     assert len((tmp_path / "a.trec").read_text().splitlines()) == 5 * len(qids)
 
 
-HALVED = ("docs", "train_queries", "dev_queries", "test_queries")
-
-
 def scatter_overlay(tmp_path, scatter_search, halve=False, **dense):
     """config.yaml with mini-alpha in 3 shards (unless ``dense`` says otherwise) and `cluster.scatter_search`
     set, as a --configfile; ``halve``: every mini domain at half its size (fewer texts to encode and search)."""
     import yaml
 
-    from tests.test_workflow import ROOT
+    from tests.test_workflow import ROOT, smaller_domains
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["dense"].update({"dataset_shards": {"mini-alpha": 3}, **dense})
     if halve:
-        cfg["mini"]["domains"] = [{k: v // 2 if k in HALVED else v for k, v in d.items()} for d in cfg["mini"]["domains"]]
+        cfg["mini"]["domains"] = smaller_domains(cfg["mini"]["domains"], 2)
     cfg["cluster"] = {**cfg.get("cluster", {}), "scatter_search": scatter_search}
     path = tmp_path / f"scatter-{scatter_search}.yaml"
     path.write_text(yaml.safe_dump(cfg))

@@ -18,7 +18,7 @@ import time
 import pytest
 import yaml
 
-from tests.test_workflow import ROOT, SNAKEMAKE, planned_jobs, snakemake, training_plan
+from tests.test_workflow import ROOT, SNAKEMAKE, planned_jobs, smaller_domains, snakemake, training_plan
 from zsdr.workflow import expand_recipes, read_config
 
 
@@ -42,9 +42,8 @@ def workdir(tmp_path_factory):
     if not FULL_DAG:
         config = yaml.safe_load((work / "config.yaml").read_text())
         config["training"].update(step_limit=SMOKE_STEPS, save_every=2)
-        for domain in config["mini"]["domains"]:   # a quarter of the texts to encode, index, search and score
-            domain.update({k: domain[k] // SMOKE_SHARE for k in ("docs", "train_queries", "dev_queries",
-                                                                  "test_queries") if k in domain})
+        # a quarter of the texts to encode, index, search and score
+        config["mini"]["domains"] = smaller_domains(config["mini"]["domains"], SMOKE_SHARE)
         (work / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     return work
 

@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from tests.test_training import checkpoint_steps
+from tests.test_workflow import smaller_domains
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
@@ -51,7 +52,6 @@ TIMINGS = {"seconds", "docs_per_second"}
 # index, encode, search and score); the training in two processes, 72 steps of 2 x 32 examples (8 epochs of the
 # 600 training queries: a training long enough to be interrupted twice); a checkpoint every 10 steps (the
 # config's 100 leaves no time to interrupt it between two checkpoints).
-HALVED = ("docs", "train_queries", "dev_queries", "test_queries")
 OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10, "processes": 2},
            "recipes": {"dpr": {"train": {"epochs": 8}}}}
 DPR_STEPS = 72
@@ -104,8 +104,7 @@ def _copy_workflow(dest: Path) -> Path:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     domains = yaml.safe_load((ROOT / "config.yaml").read_text())["mini"]["domains"]
-    halved = [{k: v // 2 if k in HALVED else v for k, v in domain.items()} for domain in domains]
-    (dest / "overlay.yaml").write_text(yaml.safe_dump({**OVERLAY, "mini": {"domains": halved}}))
+    (dest / "overlay.yaml").write_text(yaml.safe_dump({**OVERLAY, "mini": {"domains": smaller_domains(domains, 2)}}))
     return dest
 
 

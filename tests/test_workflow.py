@@ -25,6 +25,13 @@ def snakemake(*args, cwd=ROOT, timeout=600, check=True):
     return proc
 
 
+def smaller_domains(domains: list[dict], share: int) -> list[dict]:
+    """The mini domains (config `mini.domains`) at 1/``share`` of their texts: passages and queries of every
+    split (the slow real-run tests encode, index, search and score fewer texts)."""
+    sized = ("docs", "train_queries", "dev_queries", "test_queries")
+    return [{k: v // share if k in sized else v for k, v in domain.items()} for domain in domains]
+
+
 def planned_jobs(output: str) -> dict[str, int]:
     """Job counts per rule from the table Snakemake prints for a dry run."""
     table = output.split("Job stats:")[-1]
