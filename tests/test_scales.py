@@ -65,9 +65,11 @@ def test_a_target_in_another_scales_folders_is_named_with_its_place():
     assert misplaced_targets(["results/table1.csv"], custom, {}) == [("results/table1.csv", "out/table1.csv")]
 
 
-def test_the_command_line_names_the_scales_own_target():
-    proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-n", "--cores", "1", "results/table1.csv",
-                           "--configfile", "configs/small.yaml"], cwd=ROOT, capture_output=True, text=True)
+@pytest.mark.parametrize("program", [[str(Path(sys.executable).parent / "snakemake")], [sys.executable, "-m", "snakemake"]],
+                         ids=["snakemake", "python -m snakemake"])
+def test_the_command_line_names_the_scales_own_target(program):
+    proc = subprocess.run([*program, "-n", "--cores", "1", "results/table1.csv", "--configfile", "configs/small.yaml"],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0
     assert ("target results/table1.csv: the small scale writes its outputs under small/ (paths.root); ask for "
             "small/results/table1.csv") in proc.stdout + proc.stderr

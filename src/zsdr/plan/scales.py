@@ -49,9 +49,12 @@ def mark_scale_folders(paths: Any, scale: str, workdir: str | Path = ".") -> Non
 
 
 def command_line_targets(argv: list[str] | None = None) -> list[str]:
-    """The targets of the `snakemake` command line (none when another program runs the workflow)."""
+    """The targets of the `snakemake` command line, or of `python -m snakemake` (none when another program runs
+    the workflow)."""
     argv = sys.argv if argv is None else argv
-    if not argv or Path(argv[0]).name != "snakemake":
+    program = Path(argv[0]) if argv else None
+    if program is None or not (program.name == "snakemake"
+                               or (program.name == "__main__.py" and program.parent.name == "snakemake")):
         return []
     from snakemake.cli import get_argument_parser
 
