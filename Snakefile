@@ -19,9 +19,14 @@ min_version("9.0")
 # workflow.basedir is the importing workflow's folder, and workflow.current_basedir this one's).
 ROOT = Path(workflow.current_basedir)
 
-# The workflow runs its own copy of the library, in this process and in every job's.
+# The workflow runs its own copy of the library, in this process and in every job's: also in a process that
+# has another copy loaded (one forked from a server that imported it), which forgets it first.
 SRC = str(ROOT / "src")
 sys.path.insert(0, SRC)
+_loaded = sys.modules.get("zsdr")
+if _loaded and not Path(_loaded.__file__).resolve().is_relative_to(Path(SRC).resolve()):
+    for _name in [m for m in sys.modules if m == "zsdr" or m.startswith("zsdr.")]:
+        del sys.modules[_name]
 os.environ.update(
     PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")]))
 )

@@ -4,8 +4,10 @@ directory, or a module's `config:`, is laid over the workflow's config (docs/mod
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from plan_golden import golden_path, plan  # noqa: E402
-from test_workflow import SNAKEMAKE, planned_jobs  # noqa: E402
+from test_workflow import planned_jobs, snakemake  # noqa: E402
 
+from tests.warm_jobs import warm_log  # noqa: E402
 from zsdr.plan.code import STAMPS, code_stamp, stamp_files  # noqa: E402
 from zsdr.workflow import add_paper_configs, load_yaml, update_config, workdir_overlays  # noqa: E402
 
@@ -43,8 +46,7 @@ def _golden(scale: str) -> list[str]:
 
 
 def _snakemake(*args, cwd):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    return snakemake(*args, cwd=cwd, check=False)
 
 
 def _module(folder: Path, settings: dict) -> Path:
@@ -157,3 +159,27 @@ def test_rules_name_no_checkout_file_relative_to_the_working_directory(rule_file
     text = rule_file.read_text()
     bare = re.findall(r'^\s+\w+=\s*"((?:src|configs|schemas|workflow_scripts|report)/[^"]*)"', text, re.M)
     assert not bare, f"{rule_file.name}: {bare} (wrap them in PLAN.code_plan.source_file)"
+
+
+def test_a_copy_of_the_workflow_plans_with_its_own_library_where_another_is_loaded(tmp_path):
+    """A copy of the workflow plans with its own src/ even in a process that has the checkout's zsdr loaded:
+    the tests' Snakemake forks from a server that imported it (tests/warm_jobs.py), and the Snakefile forgets
+    a copy of the library that is not its own. The copy's edited planning code is the code that runs."""
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
+                 "profiles", "envs"):
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, copy / name)
+    scales = copy / "src" / "zsdr" / "plan" / "scales.py"
+    scales.write_text(scales.read_text().replace("writes its outputs under", "(this copy) writes its outputs under"))
+    proc = _snakemake("-n", "--cores", "1", "results/table1.csv", "--configfile", "configs/small.yaml", cwd=copy)
+    assert proc.returncode != 0
+    assert "the small scale (this copy) writes its outputs under small/" in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    deadline = time.time() + 10                 # forked from the server (which logs a job as it reaps it)
+    while "-m snakemake (pid " not in warm_log() and time.time() < deadline:
+        time.sleep(0.05)
+    assert "-m snakemake (pid " in warm_log()

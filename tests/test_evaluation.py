@@ -532,7 +532,7 @@ def test_the_qrels_stamp_changes_with_the_content_and_keeps_the_files_time(tmp_p
 def test_a_hand_edited_qrels_file_re_plans_its_evaluation_and_nothing_else(tmp_path):
     """The evaluate jobs named the dataset's dataset.json, not its qrels: an edited qrels/test.tsv left the
     table stale. The stamp the rules add (zsdr.plan's eval_qrels) re-plans them, and only on a change."""
-    from tests.test_workflow import SNAKEMAKE, planned_jobs
+    from tests.test_workflow import planned_jobs, snakemake
 
     (tmp_path / "Snakefile").write_text(textwrap.dedent(f"""
         import sys
@@ -552,13 +552,11 @@ def test_a_hand_edited_qrels_file_re_plans_its_evaluation_and_nothing_else(tmp_p
     """))
 
     def plan() -> dict[str, int]:
-        proc = subprocess.run([SNAKEMAKE, "-n", "--cores", "1", "metrics/ds.json"], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=300)
+        proc = snakemake("-n", "--cores", "1", "metrics/ds.json", cwd=tmp_path, timeout=300, check=False)
         assert proc.returncode == 0, proc.stderr
         return planned_jobs(proc.stdout + proc.stderr) if "Nothing to be done" not in proc.stdout + proc.stderr else {}
 
-    run = subprocess.run([SNAKEMAKE, "--cores", "1", "metrics/ds.json"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
+    run = snakemake("--cores", "1", "metrics/ds.json", cwd=tmp_path, timeout=300, check=False)
     assert run.returncode == 0, run.stderr
     assert plan() == {}   # the second run after a complete first one: nothing to do
     qrels = tmp_path / "data" / "ds" / "qrels" / "test.tsv"

@@ -10,7 +10,9 @@ workflow, one copy per source, in the order the source gives them:
 
 * ``snakemake`` commands run as dry runs: ``-n`` is appended unless the command has it already. The
   one exception is the mini ``data`` target (``snakemake ... data`` with no ``--configfile``): it runs
-  for real, in about 20 s, because the commands after it on its page read the files it writes.
+  for real, in about 20 s, because the commands after it on its page read the files it writes. They run
+  as the environment's ``python -m snakemake`` with the same arguments, forked from a server of the tests
+  that has Snakemake loaded (tests/warm_jobs.py).
 * every other command runs exactly as written (``bash -c``), with ``.venv/bin`` first on ``PATH``.
 * a command matching an entry of :data:`SKIP` is not run; each entry says why, and every entry must
   still match a command somewhere (a stale entry fails :func:`test_every_skip_is_still_needed`).
@@ -35,7 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_workflow import NOISE
+from tests import warm_jobs
+from tests.test_workflow import NOISE, SNAKEMAKE_PRELOAD
+from tests.warm_jobs import job_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -192,8 +196,14 @@ def workflow_copy(where: Path) -> Path:
 
 
 def run(line: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = job_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                   "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    tokens = shlex.split(line)
+    if tokens and Path(tokens[0]).name == "snakemake" and shlex.join(tokens) == line:
+        # a Snakemake command (as_run's line): the environment's Snakemake as `python -m snakemake`, forked from
+        # the tests' warm server with Snakemake loaded (tests/warm_jobs.py)
+        return warm_jobs.run([sys.executable, "-m", "snakemake", *tokens[1:]], env=env, preload=SNAKEMAKE_PRELOAD,
+                             cwd=cwd, timeout=timeout)
     return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -351,14 +351,11 @@ def test_the_real_command_prints_one_line_and_debug_shows_the_traceback(tmp_path
 # ------------------------------------------------------------------- config mistakes (Snakemake)
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-
-
 def plan(configfile: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """`snakemake -n results/table1.csv --configfile CONFIGFILE` from the project folder."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", **(env or {})}
-    return subprocess.run([SNAKEMAKE, "-n", "results/table1.csv", "--configfile", str(configfile)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=env)
+    from tests.test_workflow import snakemake
+
+    return snakemake("-n", "results/table1.csv", "--configfile", str(configfile), check=False, env=env)
 
 
 def mini_config(tmp_path: Path, edit) -> Path:
@@ -559,10 +556,10 @@ def test_workflow_outputs_follow_the_umask_and_leave_no_temporaries(tmp_path):
                  "envs", "report"):
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
     config = mini_config(tmp_path, lambda c: c["table1"].update(systems=["bm25-flat"], baselines=["bm25-flat"]))
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([SNAKEMAKE, "--cores", "2", "results/table1.csv", "models/backbones/tiny-bert/config.json",
-                           "--configfile", str(config)], cwd=tmp_path, capture_output=True, text=True, timeout=900,
-                          env=env, preexec_fn=lambda: os.umask(0o022))
+    from tests.test_workflow import snakemake
+
+    proc = snakemake("--cores", "2", "results/table1.csv", "models/backbones/tiny-bert/config.json", "--configfile",
+                     str(config), cwd=tmp_path, timeout=900, check=False, preexec_fn=lambda: os.umask(0o022))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     checked, private, temporaries = 0, [], []
     for top in ("data", "models", "indexes", "runs", "metrics", "stats", "results"):

@@ -11,14 +11,11 @@ scores of the old model stood and "Nothing to be done" followed.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
+from tests.test_workflow import snakemake
 from zsdr.io import MODEL_STAMP_KEY, atomic_dir, stamp_model_contents
-
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
 # A training writes its model folder as every zsdr model writer does (zsdr.io.atomic_dir); a search job
 # reads the folder's config.json, as the workflow's dense jobs do; an evaluation reads the run.
@@ -46,8 +43,7 @@ WORKFLOW = textwrap.dedent('''
 
 
 def smk(workdir: Path, *args: str) -> str:
-    proc = subprocess.run([SNAKEMAKE, "--cores", "1", "--snakefile", "Snakefile", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=300)
+    proc = snakemake("--cores", "1", "--snakefile", "Snakefile", *args, cwd=workdir, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 

@@ -1,6 +1,5 @@
 """The Snakemake workflow: lint, formatting, config validation, dry runs, and a real mini run."""
 
-import os
 import re
 import subprocess
 import sys
@@ -9,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import warm_jobs
+from tests.warm_jobs import job_env
 from zsdr.data import registry
 from zsdr.workflow import read_config
 
@@ -17,9 +18,23 @@ BIN = Path(sys.executable).parent
 SNAKEMAKE = str(BIN / "snakemake")
 
 
-def snakemake(*args, cwd=ROOT, timeout=600, check=True):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([SNAKEMAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+# What a Snakemake process of the tests loads before it reads the workflow: the tests' Snakemake runs (dry runs
+# mostly, ~3.5 CPU-s each as a new interpreter, half of it imports) fork from a server that has it loaded
+# (not zsdr: each workflow copy plans with its own src/, which the Snakefile makes sure of).
+SNAKEMAKE_PRELOAD = (
+    "snakemake.cli", "snakemake.api", "snakemake.report", "snakemake.profiles", "snakemake.executors.dryrun",
+    "snakemake.executors.local", "snakemake_executor_plugin_slurm", "jsonschema", "yte", "smart_open", "requests",
+    "docutils.core", "jinja2", "pandas", "yaml",
+)
+
+
+def snakemake(*args, cwd=ROOT, timeout=600, check=True, env=None, **kwargs):
+    """`snakemake ARGS` in ``cwd`` (the checkout's own by default), run as `python -m snakemake` forked from
+    the tests' warm server (tests/warm_jobs.py: the same command line, environment, umask and streams);
+    ``env``: variables added to this process's environment."""
+    env = job_env({"NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", **(env or {})})
+    proc = warm_jobs.run([sys.executable, "-m", "snakemake", *args], env=env, preload=SNAKEMAKE_PRELOAD,
+                         cwd=cwd, timeout=timeout, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

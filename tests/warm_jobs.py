@@ -38,9 +38,9 @@ def _comparable(env: dict[str, str]) -> tuple:
     return tuple(sorted(comparable({k: v for k, v in env.items() if not k.startswith("ZSDR_WARM_")}).items()))
 
 
-def _server(env: dict[str, str]) -> dict:
-    """The server for jobs of environment ``env`` (one per distinct environment), started and loaded."""
-    key = _comparable(env)
+def _server(env: dict[str, str], preload: tuple[str, ...] = PRELOAD) -> dict:
+    """The server for jobs of environment ``env`` that loads ``preload`` (one per distinct pair), started."""
+    key = (_comparable(env), tuple(preload))
     server = _servers.get(key)
     if server is not None and server["process"].poll() is None:
         return server
@@ -49,7 +49,7 @@ def _server(env: dict[str, str]) -> dict:
     server_env = {**env, "ZSDR_WARM_SOCKET": socket_path, "ZSDR_WARM_PYTHON": sys.executable}
     log = open(os.path.join(folder, "warm.log"), "w")
     process = subprocess.Popen([sys.executable, "-m", "zsdr.warm", "serve", socket_path, str(os.getpid()),
-                                ",".join(PRELOAD)], env=server_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                                ",".join(preload)], env=server_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     log.close()
     deadline = time.time() + 300
     while not os.path.exists(socket_path):
@@ -60,15 +60,30 @@ def _server(env: dict[str, str]) -> dict:
     return server
 
 
-def popen(args: list[str], env: dict[str, str] | None = None, **kwargs) -> subprocess.Popen:
-    """`subprocess.Popen(args, env=env, ...)` for ``args`` = [sys.executable, ...], run by a warm server.
-    ``env``: the job's environment (default: :func:`job_env`)."""
+def popen(args: list[str], env: dict[str, str] | None = None, preload: tuple[str, ...] = PRELOAD,
+          **kwargs) -> subprocess.Popen:
+    """`subprocess.Popen(args, env=env, ...)` for ``args`` = [sys.executable, ...], run by a warm server that
+    has loaded ``preload``. ``env``: the job's environment (default: :func:`job_env`)."""
     env = job_env() if env is None else env
     assert args[0] == sys.executable, args
-    server = _server(env)
+    server = _server(env, preload)
     return subprocess.Popen([sys.executable, "-I", "-S", str(CLIENT), *args],
                             env={**env, **{k: server["env"][k] for k in ("ZSDR_WARM_SOCKET", "ZSDR_WARM_PYTHON")}},
                             **kwargs)
+
+
+def run(args: list[str], env: dict[str, str] | None = None, preload: tuple[str, ...] = PRELOAD,
+        timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(args, capture_output=True, text=True, ...)` through :func:`popen`: the output, the
+    exit status, and at ``timeout`` the job killed (through its client) and `subprocess.TimeoutExpired`."""
+    with popen(args, env, preload, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
 def warm_log() -> str:
