@@ -103,7 +103,12 @@ WARM = {}
 
 
 onstart:
-    from zsdr.warm import preload_for, start_server, worth_starting
+    from zsdr.warm import (
+        preload_for,
+        start_server,
+        unlimit_local_starts,
+        worth_starting,
+    )
     from zsdr.workflow import site_problems
 
     # A cluster run submits nothing, and marks no folder, where a job asks more than config `site` says a
@@ -120,6 +125,9 @@ onstart:
             + "\n    ".join(problems[:20])
         )
     mark_scale_folders(PLAN.paths, config["scale"], os.getcwd())
+    # Snakemake's default limit on job starts is for a cluster's submissions (see the function)
+    if workflow.local_exec:
+        unlimit_local_starts(workflow)
     if config["warm_start"] and workflow.local_exec and worth_starting(workflow):
         WARM.update(
             start_server(

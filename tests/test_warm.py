@@ -261,6 +261,26 @@ def test_a_run_of_two_evaluations_or_more_has_ranx_preloaded():
     assert preload_for(SimpleNamespace()) == PRELOAD
 
 
+def test_a_local_run_lifts_only_snakemakes_default_limit_on_job_starts():
+    """Snakemake's scheduler (the installed version's own classes): the default 100 starts a second goes, another
+    limit stays, and a workflow without that scheduler is left as it is."""
+    from types import SimpleNamespace
+
+    from snakemake.scheduling.job_scheduler import JobRateLimiter
+    from snakemake.settings.types import MaxJobsPerTimespan
+
+    from zsdr.warm import unlimit_local_starts
+
+    def workflow(limit):
+        return SimpleNamespace(scheduler=SimpleNamespace(job_rate_limiter=JobRateLimiter(MaxJobsPerTimespan.parse_choice(limit))))
+
+    default = workflow("100/1s")
+    assert unlimit_local_starts(default) and default.scheduler.job_rate_limiter is None
+    chosen = workflow("20/1s")
+    assert not unlimit_local_starts(chosen) and chosen.scheduler.job_rate_limiter.max_jobs == 20
+    assert not unlimit_local_starts(SimpleNamespace())
+
+
 def test_the_folders_of_a_killed_run_are_removed_at_the_next_start(tmp_path, monkeypatch, request):
     """`kill -9` of Snakemake takes the server with it (PR_SET_PDEATHSIG) before either removes the socket's
     folder: the next start removes every folder whose Snakemake is gone, and no other."""

@@ -390,6 +390,22 @@ MIN_JOBS = 4
 SCRIPT_PRELOAD = {"evaluate.py": ("numba", "numba.typed", "ranx")}
 
 
+def unlimit_local_starts(workflow) -> bool:
+    """Lift Snakemake's limit on job starts for a local run (whether it was lifted).
+
+    The limit (--max-jobs-per-timespan, 100/1s by default) is for a cluster's submissions. With it, each
+    scheduling round that leaves ready jobs waiting for a core schedules another round one second later, and
+    every such round starts a chain of its own: late in a mini run of ~110 jobs on 2 cores Snakemake runs
+    ~50 rounds a second, each re-reading the sizes of every waiting job's inputs. Only the default is lifted
+    (a limit given on the command line or in a profile stays); a Snakemake whose scheduler has no such
+    limiter is left as it is."""
+    limiter = getattr(getattr(workflow, "scheduler", None), "job_rate_limiter", None)
+    if limiter is None or (getattr(limiter, "max_jobs", None), getattr(limiter, "timespan", None)) != (100, 1):
+        return False
+    workflow.scheduler.job_rate_limiter = None
+    return True
+
+
 def preload_for(workflow, preload=PRELOAD):
     """``preload`` and the :data:`SCRIPT_PRELOAD` modules of every script the run has at least two jobs of."""
     try:
