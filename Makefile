@@ -61,7 +61,7 @@ test: install-dev
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # The default suite with the mini run's trainings to their ends (its learning signal checked; by default they
-# stop after 10 steps: tests/test_mini_run.py) and then the whole mini DAG of every paper table.
+# stop after 6 steps: tests/test_mini_run.py) and then the whole mini DAG of every paper table.
 test-full: install-dev
 	ZSDR_FULL_DAG=1 $(BIN)/pytest $(PYTEST_ARGS)
 
