@@ -4,7 +4,6 @@ directory, or a module's `config:`, is laid over the workflow's config (docs/mod
 
 import gzip
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from plan_golden import golden_path, plan  # noqa: E402
 from test_workflow import planned_jobs, snakemake  # noqa: E402
 
+from tests.test_readme import workflow_copy  # noqa: E402
 from tests.warm_jobs import warm_log  # noqa: E402
 from zsdr.plan.code import STAMPS, code_stamp, stamp_files  # noqa: E402
 from zsdr.workflow import add_paper_configs, load_yaml, update_config, workdir_overlays  # noqa: E402
@@ -165,15 +165,7 @@ def test_a_copy_of_the_workflow_plans_with_its_own_library_where_another_is_load
     """A copy of the workflow plans with its own src/ even in a process that has the checkout's zsdr loaded:
     the tests' Snakemake forks from a server that imported it (tests/warm_jobs.py), and the Snakefile forgets
     a copy of the library that is not its own. The copy's edited planning code is the code that runs."""
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    for name in ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
-                 "profiles", "envs"):
-        source = ROOT / name
-        if source.is_dir():
-            shutil.copytree(source, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, copy / name)
+    copy = workflow_copy(tmp_path / "copy")
     scales = copy / "src" / "zsdr" / "plan" / "scales.py"
     scales.write_text(scales.read_text().replace("writes its outputs under", "(this copy) writes its outputs under"))
     proc = _snakemake("-n", "--cores", "1", "results/table1.csv", "--configfile", "configs/small.yaml", cwd=copy)

@@ -37,8 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import warm_jobs
-from tests.test_workflow import NOISE, SNAKEMAKE_PRELOAD
+from tests.test_workflow import NOISE, snakemake
 from tests.warm_jobs import job_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,15 +195,15 @@ def workflow_copy(where: Path) -> Path:
 
 
 def run(line: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = job_env({"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                   "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    extra = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"),
+             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     tokens = shlex.split(line)
     if tokens and Path(tokens[0]).name == "snakemake" and shlex.join(tokens) == line:
         # a Snakemake command (as_run's line): the environment's Snakemake as `python -m snakemake`, forked from
-        # the tests' warm server with Snakemake loaded (tests/warm_jobs.py)
-        return warm_jobs.run([sys.executable, "-m", "snakemake", *tokens[1:]], env=env, preload=SNAKEMAKE_PRELOAD,
-                             cwd=cwd, timeout=timeout)
-    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        # the tests' warm server with Snakemake loaded (tests/test_workflow.py's snakemake)
+        return snakemake(*tokens[1:], cwd=cwd, timeout=timeout, check=False, env=extra)
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=job_env(extra), capture_output=True, text=True,
+                          timeout=timeout)
 
 
 _PLANNED: set[tuple[str, ...]] = set()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_workflow import snakemake
 from zsdr.cli import main
 
 from .test_formats import make_dataset
@@ -351,10 +352,10 @@ def test_the_real_command_prints_one_line_and_debug_shows_the_traceback(tmp_path
 # ------------------------------------------------------------------- config mistakes (Snakemake)
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 def plan(configfile: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """`snakemake -n results/table1.csv --configfile CONFIGFILE` from the project folder."""
-    from tests.test_workflow import snakemake
-
     return snakemake("-n", "results/table1.csv", "--configfile", str(configfile), check=False, env=env)
 
 
@@ -556,8 +557,6 @@ def test_workflow_outputs_follow_the_umask_and_leave_no_temporaries(tmp_path):
                  "envs", "report"):
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
     config = mini_config(tmp_path, lambda c: c["table1"].update(systems=["bm25-flat"], baselines=["bm25-flat"]))
-    from tests.test_workflow import snakemake
-
     proc = snakemake("--cores", "2", "results/table1.csv", "models/backbones/tiny-bert/config.json", "--configfile",
                      str(config), cwd=tmp_path, timeout=900, check=False, preexec_fn=lambda: os.umask(0o022))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
