@@ -74,17 +74,26 @@ def texts_hidden(dataset: Path):
             os.utime(path, ns=(atime, mtime))
 
 
+# Seconds each module ran in a `make test` on 2 cores (3 workers, a clean clone), for the modules of 10 s or more.
+MODULE_SECONDS = {
+    "test_slurm.py": 540, "test_training.py": 503, "test_mini_run.py": 490, "test_readme.py": 200,
+    "test_dense.py": 116, "test_evaluation.py": 98, "test_workflow.py": 91, "test_plan_golden.py": 88,
+    "test_site.py": 73, "test_reliability.py": 72, "test_elsewhere.py": 44, "test_reader.py": 30, "test_rmsc.py": 25,
+    "test_berm.py": 25, "test_export.py": 24, "test_pyserini_api.py": 24, "test_params.py": 23, "test_coco.py": 21,
+    "test_weak.py": 19, "test_encoder.py": 19, "test_reruns.py": 18, "test_modir.py": 18, "test_devices.py": 18,
+    "test_plan.py": 14, "test_store.py": 14, "test_terms.py": 14, "test_checkpoints.py": 13, "test_tiny.py": 13,
+    "test_warm.py": 12, "test_scales.py": 12, "test_adapters.py": 12, "test_hparams.py": 10,
+}
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """The longest modules first: the real mini run (tests/test_mini_run.py, by far the longest), the real
-    SLURM run (tests/test_slurm.py, mostly waiting for its cluster), then the trainer's (tests/test_training.py,
-    ~7 min of multi-process trainings), then the rest in file order. With pytest-xdist (`make test`: `--dist
-    loadfile --no-loadscope-reorder`, one module per worker, handed out in this order as workers ask) the
-    three start at once on three workers and the short modules fill in beside them, so no worker idles at the
-    end while one long module finishes. In file order test_training.py came last, after the mini run on the
-    same worker: that worker ran ~1,220 s while the other two ended at ~1,090 and ~880 s (2 cores, 3 workers).
-    (Handing out the ten longest modules first was no faster: a run 22:28 against 21:34.)"""
-    order = {"test_mini_run.py": 0, "test_slurm.py": 1, "test_training.py": 2}
-    items.sort(key=lambda item: order.get(Path(str(item.fspath)).name, 3))
+    """The longest modules first (MODULE_SECONDS; the others after them, in file order). With pytest-xdist
+    (`make test`: `--dist loadfile --no-loadscope-reorder`, one module per worker, handed out in this order as
+    workers ask) the three longest (the real SLURM run, the trainer's multi-process trainings, the real mini run)
+    start at once on three workers, the shorter modules fill in beside them and the last ones handed out are the
+    shortest, so no worker runs on alone for long at the end. In file order after the three longest, a
+    clean-clone run ended its workers at 976, 894 and 899 s: one worker ran a 91 s module alone at the end."""
+    items.sort(key=lambda item: -MODULE_SECONDS.get(Path(str(item.fspath)).name, 0))
 
 
 @pytest.fixture
