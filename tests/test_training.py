@@ -210,12 +210,20 @@ def test_changed_settings_do_not_resume_a_stale_checkpoint(tiny):
     assert [r["step"] for r in losses(s2["out"])] == list(range(1, 9))
 
 
-def test_two_gloo_processes_match_one_process(tiny):
+@pytest.fixture(scope="module")
+def two_processes(tiny):
+    """A training in two gloo processes of 4 examples a step each, launched as a training job launches it, alone
+    (its log: two.log)."""
+    two, _ = spec(tiny, "two", train={"batch_size": 4})
+    launch(two, processes=2, spec_path=tiny / "two-launch.json", log_file=tiny / "two.log")
+    return two
+
+
+def test_two_gloo_processes_match_one_process(tiny, two_processes):
     """Same global batch (1 x 8 vs 2 x 4): the cross-device gather and the loss reduction are exact."""
     one, one_path = spec(tiny, "one", train={"batch_size": 8})
     assert train_cli(one_path).wait(timeout=300) == 0
-    two, _ = spec(tiny, "two", train={"batch_size": 4})
-    launch(two, processes=2, spec_path=tiny / "two-launch.json", log_file=tiny / "two.log")
+    two = two_processes
     a, b = losses(one["out"]), losses(two["out"])
     assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, 13))
     for ra, rb in zip(a, b):
@@ -379,12 +387,14 @@ def test_sigterm_to_one_of_two_gloo_processes_stops_both_at_the_same_step(tiny):
     assert [r["step"] for r in losses(s["out"])] == list(range(1, 41))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=["SIGTERM", "SIGUSR1"])
-def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(tiny, sig):
-    """As SLURM does at preemption (SIGTERM) or before a time limit (`--signal=USR1@300`, to the job's steps):
+def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(tiny):
+    """As SLURM does before a time limit (`--signal=USR1@300`, to the job's steps) or at preemption (SIGTERM):
     the signal to every process of the job (launcher, torchrun's agent and both workers). The launching
     process stays until the workers have written their checkpoint, then fails with their status; the
-    checkpoint is there for the retry, which resumes from it."""
+    checkpoint is there for the retry, which resumes from it. SIGUSR1, the harder of the two: the launcher and
+    the workers treat both alike (StopSignals, test_signal_checkpoints_the_step_...), but torchrun's agent
+    passes SIGUSR1 on only when told to (TORCHRUN_SIGNALS), SIGTERM by default."""
+    sig = signal.SIGUSR1
     name = f"signal-launch-{sig.name}"
     s, path = spec(tiny, name, train={**SIGNAL_STEPS, "batch_size": 4})
     log_file = tiny / f"{name}.log"
@@ -640,9 +650,10 @@ def test_a_second_job_of_the_same_run_waits_for_the_first(tiny):
     assert [r["step"] for r in losses(s["out"])] == list(range(1, 13))
 
 
-def test_two_multi_process_trainings_run_side_by_side(tiny):
+def test_two_multi_process_trainings_run_side_by_side(tiny, two_processes):
     """Two 2-process trainings at once on one machine (two DDR jobs on one node, or profiles/local-gpu):
-    each finds its own rendezvous port, and both finish with the weights of the same training run alone."""
+    each finds its own rendezvous port, and both finish with the weights of the same training run alone
+    (``two_processes``)."""
     import threading
 
     runs, errors = [], []
@@ -663,10 +674,7 @@ def test_two_multi_process_trainings_run_side_by_side(tiny):
     for t in threads:
         t.join(timeout=600)
     assert not errors, errors
-    alone, _ = spec(tiny, "side-alone", train={"batch_size": 4})
-    run(alone)                                           # the same training, after the two, on its own
-    assert not errors, errors
-    wa, wb, w1 = weights(runs[0]["out"]), weights(runs[1]["out"]), weights(alone["out"])
+    wa, wb, w1 = weights(runs[0]["out"]), weights(runs[1]["out"]), weights(two_processes["out"])
     assert wa.keys() == w1.keys() and all(torch.equal(wa[k], w1[k]) and torch.equal(wb[k], w1[k]) for k in w1)
 
 
