@@ -262,17 +262,18 @@ def test_a_run_of_two_evaluations_or_more_has_ranx_preloaded():
 
 
 def test_a_job_forked_from_the_server_finds_the_libraries_first_use_caches_built(tmp_path):
-    """transformers' table of checkpoint key renamings (PREPARE) is built by the server, once, and a job loading a
-    model finds it there; a server that does not load transformers does not load it to build that."""
+    """transformers' table of checkpoint key renamings (PREPARE) is built by a server that loads its module (as
+    PRELOAD does), once, and a job loading a model finds it there; a server that does not load transformers does
+    not load it to build that."""
     from tests import warm_jobs
-    from zsdr.warm import PREPARE
+    from zsdr.warm import PRELOAD, PREPARE
 
-    assert [name for name, *_ in PREPARE] == ["transformers.conversion_mapping"]
+    assert [name for name, *_ in PREPARE] == ["transformers.conversion_mapping"] and PREPARE[0][0] in PRELOAD
     script = tmp_path / "check.py"
     script.write_text("import sys\nloaded = 'transformers' in sys.modules\n"
                       "import transformers.conversion_mapping as m\n"
                       "print(loaded, m._checkpoint_conversion_mapping_cache is not None)\n")
-    job = warm_jobs.run([sys.executable, str(script)], timeout=300)
+    job = warm_jobs.run([sys.executable, str(script)], preload=("transformers.conversion_mapping",), timeout=300)
     assert (job.returncode, job.stdout.split()) == (0, ["True", "True"]), job.stderr[-2000:]  # cold: False False
     bare = warm_jobs.run([sys.executable, str(script)], preload=("json",), timeout=300)
     assert (bare.returncode, bare.stdout.split()) == (0, ["False", "False"]), bare.stderr[-2000:]

@@ -48,7 +48,7 @@ SHELL_VARIABLES = ("_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS4", "COLUMNS"
 # What a job's start-up imports, loaded once by the server. Nothing here may start a thread (checked).
 PRELOAD = (
     "numpy", "pandas", "pyarrow", "pyarrow.parquet", "yaml", "tqdm", "safetensors.torch", "tokenizers",
-    "torch", "torch.nn.functional", "transformers", "transformers.modeling_utils",
+    "torch", "torch.nn.functional", "transformers", "transformers.modeling_utils", "transformers.conversion_mapping",
     "transformers.models.bert.modeling_bert", "transformers.models.roberta.modeling_roberta",
     "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
     "transformers.tokenization_utils_tokenizers", "matplotlib", "matplotlib.pyplot",
