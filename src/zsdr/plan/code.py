@@ -217,6 +217,7 @@ class _Closure:
         self.files: set[str] = set()
         self.stamps: dict[str, _Stamp] = {}
         self.pending: list[tuple[str, str, bool]] = []  # (module, file, is a package) to follow
+        self.located: dict[str, tuple[str, bool] | None] = {}  # what locate found, its folders stamped then
 
     def ours(self, name: str) -> bool:
         """Whether ``name`` is the followed package or one of its modules."""
@@ -225,8 +226,16 @@ class _Closure:
     def locate(self, name: str) -> tuple[str, bool] | None:
         """The source file of module ``name`` and whether it is a package (None: no such module).
 
-        The folder looked in is stamped, so a module created there later is seen on the next call.
+        The folder looked in is stamped, so a module created there later is seen on the next call (of
+        :func:`import_closure`; within one computation each name is looked up once: every module's parent
+        packages are asked for again and again).
         """
+        if name in self.located:
+            return self.located[name]
+        found = self.located[name] = self._locate(name)
+        return found
+
+    def _locate(self, name: str) -> tuple[str, bool] | None:
         base = os.path.join(self.source, *name.split("."))
         parent = os.path.dirname(base)
         if parent not in self.stamps:
