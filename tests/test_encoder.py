@@ -223,6 +223,72 @@ def test_forward_is_differentiable(tiny):
     assert enc.backbone.embeddings.word_embeddings.weight.grad is not None
 
 
+def test_length_chunks_cut_rows_sorted_by_length_within_the_budget():
+    from zsdr.models.inference import length_chunks
+
+    # shortest first, ties in row order; a chunk grows while rows x its longest row fits 12 tokens
+    chunks = length_chunks(torch.tensor([5, 3, 9, 3, 7]), 12)
+    assert [c.tolist() for c in chunks] == [[1, 3], [0], [4], [2]]
+    assert length_chunks(torch.tensor([5, 3, 9]), 27) is None            # 3 x 9 fits: one pass
+    assert [c.tolist() for c in length_chunks(torch.tensor([40, 2]), 10)] == [[1], [0]]   # a row over budget alone
+
+
+@pytest.mark.parametrize("kind,pooling", [("bert", "cls"), ("roberta", "mean")])
+def test_a_forward_in_length_chunks_equals_one_pass(tiny, kind, pooling):
+    """A CPU batch of more than chunk_tokens padded tokens runs in chunks of similar lengths: the vectors, the
+    tokens' states and the gradients are one pass's to float rounding; chunk_tokens None is one pass."""
+    enc = Encoder.from_pretrained(tiny[kind], pooling=pooling, similarity="cosine").eval()   # no dropout draws
+    batch = enc.collate(enc.tokenize_docs(docs_of(tiny["data"])[:24]))
+    lengths = batch["attention_mask"].sum(1)
+    assert int(lengths.min()) * 3 < int(lengths.max())               # varied lengths: chunks differ in width
+
+    def run(chunk_tokens):
+        enc.zero_grad()
+        enc.chunk_tokens = chunk_tokens
+        calls = []
+        hook = enc.backbone.register_forward_hook(lambda m, args, kw, out: calls.append(kw["input_ids"].shape),
+                                                  with_kwargs=True)
+        try:
+            pooled, hidden = enc(**batch, return_hidden=True)
+        finally:
+            hook.remove()
+        (pooled.square().sum() + (hidden * batch["attention_mask"][..., None]).sum()).backward()
+        grads = {n: p.grad.clone() for n, p in enc.named_parameters() if p.grad is not None}
+        return pooled.detach(), hidden.detach(), grads, calls
+
+    pooled, hidden, grads, calls = run(None)
+    assert len(calls) == 1
+    c_pooled, c_hidden, c_grads, c_calls = run(256)
+    assert len(c_calls) > 2 and all(rows * width <= max(256, width) for rows, width in c_calls)
+    assert sum(rows for rows, _ in c_calls) == len(lengths)
+    torch.testing.assert_close(c_pooled, pooled, atol=1e-5, rtol=1e-4)
+    mask = batch["attention_mask"].bool()
+    assert c_hidden.shape == hidden.shape     # padded to the batch's width (what lies on padding is no token's)
+    torch.testing.assert_close(c_hidden[mask], hidden[mask], atol=1e-5, rtol=1e-4)
+    assert grads.keys() == c_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(c_grads[name], grads[name], atol=1e-4, rtol=1e-3, msg=name)
+
+
+def test_a_cross_encoder_scores_in_length_chunks_as_in_one_pass(tiny):
+    from zsdr.models.cross_encoder import CrossEncoder
+
+    model = CrossEncoder.from_pretrained(tiny["bert"], head="mean", max_length=128).eval()
+    docs = docs_of(tiny["data"])[:20]
+    feats = model.features([f"w{i} w{i + 1}" for i in range(20)], [d["text"] for d in docs])
+    one = model(**feats)
+    model.chunk_tokens = 200
+    torch.testing.assert_close(model(**feats), one, atol=1e-5, rtol=1e-4)
+
+
+def test_train_config_checks_cpu_chunk_tokens():
+    from zsdr.training.config import TrainConfig
+
+    with pytest.raises(ValueError, match="cpu_chunk_tokens"):
+        TrainConfig(batch_size=2, lr=1e-3, max_steps=1, cpu_chunk_tokens=0)
+    assert TrainConfig(batch_size=2, lr=1e-3, max_steps=1).cpu_chunk_tokens is None
+
+
 def test_config_validation(tiny, tmp_path):
     with pytest.raises(ValueError, match="pooling"):
         EncoderConfig(pooling="max")

@@ -36,6 +36,7 @@ class CrossEncoder(nn.Module):
         self.head = head
         self.max_length = int(max_length)
         self.score = None
+        self.chunk_tokens: int | None = None  # see Encoder.chunk_tokens
         if head == "mean":
             gen = torch.Generator().manual_seed(seed)
             self.score = nn.Linear(model.config.hidden_size, 1)
@@ -76,10 +77,18 @@ class CrossEncoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """One logit per pair, shape ``(n,)``."""
+        """One logit per pair, shape ``(n,)``; on the CPU in chunks of similar lengths as
+        :meth:`Encoder.forward <zsdr.models.encoder.Encoder.forward>` (``chunk_tokens``)."""
+        from zsdr.models.inference import run_in_length_chunks
+
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        chunk = self.chunk_tokens if input_ids.device.type == "cpu" else None
+        return run_in_length_chunks(self._forward, kwargs, chunk)
+
+    def _forward(self, **kwargs) -> torch.Tensor:
+        attention_mask = kwargs["attention_mask"]
         if self.head == "cls":
             return self.model(**kwargs).logits.float().view(-1)
         hidden = self.model(**kwargs).last_hidden_state.float()

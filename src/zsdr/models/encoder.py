@@ -38,6 +38,7 @@ import copy
 import logging
 import os
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -49,7 +50,7 @@ from zsdr.io import DataError
 from zsdr.models.adapters import Rem, RemConfig, attach_rem, load_rem, rem_settings, rem_with_adapters
 from zsdr.models.heads import AnceHead
 from zsdr.models.inference import (PREFETCH_CHUNK, Packed, autocast_dtype, batch_bounds, embed_packed,
-                                   encode_in_chunks, prefetched, resolve_device)
+                                   encode_in_chunks, prefetched, resolve_device, run_in_length_chunks)
 from zsdr.models.loading import (CONFIG_FILE, CONFIG_VERSION, HEAD_CHOICES, HEAD_FILE, REM_DIR, find_head,
                                  load_backbone, quiet_transformers, read_pretrained, set_dropout, write_folder)
 from zsdr.models.settings import (DOC_FORMATS, POOLINGS, PRECISIONS, SIMILARITIES, EncoderConfig,
@@ -94,6 +95,9 @@ class Encoder(nn.Module):
         self._texts: TextTokenizer | None = None  # the tokenisation of the current settings
         self._soft_ids: tuple[SoftTokens, dict[str, int]] | None = None  # the settings and each token's id
         self._half: tuple | None = None  # (key, backbone, head): the half-precision inference copy on a GPU
+        # CPU forwards of more padded tokens than this run in chunks of similar lengths (None: one pass); the
+        # trainer sets it from the recipe's train.cpu_chunk_tokens
+        self.chunk_tokens: int | None = None
         self._clamp_lengths()
         if self.config.soft_tokens is not None:
             self._soft()  # every soft token must be in the tokenizer and the embeddings
@@ -374,12 +378,19 @@ class Encoder(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None,
                 return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Pooled vectors; with ``return_hidden`` also the last-layer token states (BERM's units)."""
+        """Pooled vectors; with ``return_hidden`` also the last-layer token states (BERM's units). A batch on
+        the CPU of more than :attr:`chunk_tokens` padded tokens runs in chunks of similar lengths
+        (:func:`~zsdr.models.inference.run_in_length_chunks`; the token states come back zero-padded)."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        chunk = self.chunk_tokens if input_ids.device.type == "cpu" else None
+        return run_in_length_chunks(partial(self._forward, return_hidden=return_hidden), kwargs, chunk,
+                                    token_outputs=(1,) if return_hidden else ())
+
+    def _forward(self, return_hidden: bool = False, **kwargs) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         hidden = self.backbone(**kwargs).last_hidden_state
-        pooled = self.pool(hidden, attention_mask)
+        pooled = self.pool(hidden, kwargs["attention_mask"])
         return (pooled, hidden) if return_hidden else pooled
 
     # ---------------------------------------------------------------------------- tokenising

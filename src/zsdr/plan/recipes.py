@@ -92,6 +92,8 @@ class Recipes:
         shared = {k: self.training[k] for k in ("seed", "precision", "save_every", "log_every")}
         if self.training.get("step_limit") is not None:  # set only when given: no other run's params change
             shared["step_limit"] = self.training["step_limit"]
+        if self.training.get("cpu_chunk_tokens") is not None:  # likewise
+            shared["cpu_chunk_tokens"] = self.training["cpu_chunk_tokens"]
         return {**shared, **item["train"]}
 
     def recipe_dropout(self, item: dict[str, Any]) -> float | None:

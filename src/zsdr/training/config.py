@@ -46,6 +46,8 @@ class TrainConfig:
                                     # inside one run-wide warmup + decay: episode k starts at (k-1) x steps)
     step_limit: int | None = None   # a smoke run: stop after this many steps of the full run's schedule
                                     # (its prefix: warmup and decay as the whole run's); null: the whole run
+    cpu_chunk_tokens: int | None = None  # on the CPU, bi-/cross-encoder batches run in chunks of similar lengths
+                                    # of at most this many padded tokens (Encoder.chunk_tokens); null: whole
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -65,6 +67,8 @@ class TrainConfig:
             raise ValueError("schedule_steps must be >= 1 (or null for the run's own length)")
         if int(self.schedule_offset) < 0:
             raise ValueError("schedule_offset must be >= 0")
+        if self.cpu_chunk_tokens is not None and int(self.cpu_chunk_tokens) < 1:
+            raise ValueError("cpu_chunk_tokens must be >= 1 (or null for whole batches)")
         if self.step_limit is not None and int(self.step_limit) < 1:
             raise ValueError("step_limit must be >= 1 (or null for the whole run)")
         if self.snapshot_every is not None and int(self.snapshot_every) < 1:

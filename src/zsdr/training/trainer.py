@@ -201,6 +201,13 @@ class Trainer:
             compile_backbones(self.task)
         elif self.compile:
             log.info("compile: on the CPU the backbones run uncompiled (compiling pays for kernel launches on a GPU)")
+        if acc.device.type == "cpu" and cfg.cpu_chunk_tokens:
+            chunked = [m for m in self.task.modules() if hasattr(m, "chunk_tokens")]
+            for module in chunked:
+                module.chunk_tokens = int(cfg.cpu_chunk_tokens)
+            if chunked:
+                log.info("CPU batches in chunks of similar lengths, at most %d padded tokens each (cpu_chunk_tokens)",
+                         cfg.cpu_chunk_tokens)
         attach = getattr(self.task, "attach", None)  # a task's parts that train apart (MoDIR's classifier)
         extra_state = attach(cfg, self.horizon, acc.device) if attach else []
         model, optimizer = acc.prepare(self.task, optimizer)
