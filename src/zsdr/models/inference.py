@@ -146,9 +146,9 @@ def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tenso
                          token_outputs: Sequence[int] = ()) -> Any:
     """``fn(**features)`` over a right-padded batch (``input_ids``, ``attention_mask``, ...), run chunk by chunk
     (:func:`length_chunks`), each chunk's tensors cut to its longest row, and the outputs put back in row order.
-    Padding changes no number here (masked attention, masked pooling) but costs time: a training step of the
-    mini scale's 64-wide 2-layer model on 32 queries and 64 passages of 44-91 tokens took 10-14% less CPU time
-    in chunks of at most 768-3,072 tokens than in one pass (one thread; smaller chunks also fit the caches). ``fn`` returns a tensor or a tuple of tensors with one row per input row; those at ``token_outputs``
+    Padding changes no number here (masked attention, masked pooling) but costs time: a mini training step (the
+    64-wide 2-layer model, 32 queries and 128 passages of 44-91 tokens, one thread) took 0.75x the CPU time in
+    chunks of at most 2,048 tokens, 0.98x with 64 passages (benchmarks/cpu_chunks.py). ``fn`` returns a tensor or a tuple of tensors with one row per input row; those at ``token_outputs``
     (positions in the tuple) are per-token ``(rows, length, ...)`` and come back zero-padded to the batch's
     length. The result equals one call's to float rounding (each row's numbers do not depend on the other
     rows); ``max_tokens`` ``None``, or a batch within it, is one call."""
