@@ -377,7 +377,7 @@ def test_an_unknown_config_key_is_named_with_the_nearest_valid_one(tmp_path):
     text = proc.stdout + proc.stderr
     assert proc.returncode != 0 and len(text.splitlines()) < 15, text   # not the ~4,900 lines of schema
     assert ("config key recipes.dpr.train.batchsize: unknown key (did you mean 'batch_size'? allowed at "
-            "recipes.dpr.train: adam_eps, batch_size, epoch_size, epochs,") in text
+            "recipes.dpr.train: adam_eps, batch_size, cpu_chunk_tokens, epoch_size, epochs,") in text
 
 
 def test_yaml_syntax_errors_name_file_line_and_column(tmp_path, capsys):

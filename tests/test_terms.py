@@ -80,6 +80,11 @@ def two_steps(spec: dict) -> list[dict]:
     return out
 
 
+# The pinned values hold to float rounding, and rounding depends on the CPU's BLAS kernels: on one AMD EPYC
+# machine contrastive_no_negatives's first grad norm came out 2.6484721 against the pinned 2.6484749 (1.05e-6
+# relative), with the same code that gave the pinned value elsewhere.
+PINNED_REL = 1e-5
+
 # The values these term combinations gave before the terms were generic (same seeds, same batches).
 PINNED = {
     "berm": [
@@ -153,7 +158,7 @@ def test_built_in_terms_give_the_pinned_losses(tiny, name):
     assert [sorted(r) for r in got] == [sorted(r) for r in pinned]
     for g, p in zip(got, pinned):
         for key, value in p.items():
-            assert g[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (name, key)
+            assert g[key] == pytest.approx(value, rel=PINNED_REL, abs=1e-9), (name, key)
 
 
 def teacher_file(tiny) -> str:
@@ -207,7 +212,7 @@ def test_each_base_loss_gives_the_pinned_losses(tiny, name):
     assert [sorted(r) for r in got] == [sorted(r) for r in pinned]
     for g, p in zip(got, pinned):
         for key, value in p.items():
-            assert g[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (name, key)
+            assert g[key] == pytest.approx(value, rel=PINNED_REL, abs=1e-9), (name, key)
 
 
 # --------------------------------------------------------------------------------- a new term
