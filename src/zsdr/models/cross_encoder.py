@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from zsdr.io import atomic_dir
+from zsdr.models.inference import run_in_length_chunks
 
 META_FILE = "cross_encoder.json"
 HEAD_FILE = "score_head.safetensors"
@@ -79,8 +80,6 @@ class CrossEncoder(nn.Module):
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """One logit per pair, shape ``(n,)``; on the CPU in chunks of similar lengths as
         :meth:`Encoder.forward <zsdr.models.encoder.Encoder.forward>` (``chunk_tokens``)."""
-        from zsdr.models.inference import run_in_length_chunks
-
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

@@ -380,7 +380,8 @@ class Encoder(nn.Module):
                 return_hidden: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Pooled vectors; with ``return_hidden`` also the last-layer token states (BERM's units). A batch on
         the CPU of more than :attr:`chunk_tokens` padded tokens runs in chunks of similar lengths
-        (:func:`~zsdr.models.inference.run_in_length_chunks`; the token states come back zero-padded)."""
+        (:func:`~zsdr.models.inference.run_in_length_chunks`; the token states come back padded to the batch's
+        width)."""
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids

@@ -152,12 +152,14 @@ def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tenso
     (positions in the tuple) are per-token ``(rows, length, ...)`` and come back zero-padded to the batch's
     length. The result equals one call's to float rounding (each row's numbers do not depend on the other
     rows); ``max_tokens`` ``None``, or a batch within it, is one call."""
+    if not max_tokens:
+        return fn(**features)
     mask = features["attention_mask"]
-    chunks = None if not max_tokens else length_chunks(mask.sum(dim=1), int(max_tokens))
+    lengths = mask.sum(dim=1)
+    chunks = length_chunks(lengths, int(max_tokens))
     if chunks is None:
         return fn(**features)
     width = mask.shape[1]
-    lengths = mask.sum(dim=1)
     parts, single = [], False
     for rows in chunks:
         cut = max(int(lengths[rows].max()), 1)
