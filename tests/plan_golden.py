@@ -142,11 +142,12 @@ def golden_path(scale: str) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    """``scale [--write] [--compared] [--configfile FILE ...]``: ``--compared`` prints, per job, the params Snakemake
-    compares for reruns instead of the golden line."""
+    """``scale [--write] [--compared] [--target TARGET] [--configfile FILE ...]``: ``--compared`` prints, per job, the
+    params Snakemake compares for reruns instead of the golden line; ``--target``: the jobs of that target only."""
     scale = argv[0]
     extra = tuple(Path(a) for a in argv[argv.index("--configfile") + 1:]) if "--configfile" in argv else ()
-    lines = plan(scale, configfiles=extra, compared="--compared" in argv)
+    target = argv[argv.index("--target") + 1] if "--target" in argv else None
+    lines = plan(scale, configfiles=extra, compared="--compared" in argv, target=target)
     if "--write" in argv:
         GOLDEN.mkdir(exist_ok=True)
         with gzip.open(golden_path(scale), "wt", encoding="utf-8", compresslevel=9) as f:
