@@ -13,6 +13,7 @@ listed relative to the checkout, so every plan of the same config reads the same
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -79,8 +80,21 @@ def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = RO
         os.environ.update(saved)
 
 
-def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = (),
-          compared: bool = False) -> list[str]:
+def planned_outputs(snakefile: Path, workdir: Path, target: str) -> list[tuple[str, bool]]:
+    """``(output, is a folder)`` of every job `snakemake -n --forceall TARGET` plans in ``workdir`` (the mini
+    scale), in the order of the plan."""
+    saved = dict(os.environ)
+    try:
+        with _dag("mini", snakefile, workdir, target) as workflow:
+            return [(str(f), bool(f.is_directory)) for job in workflow.dag.jobs for f in job.output]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _dag(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = ()):
+    """The Snakemake workflow of a scale with every job of ``target`` planned (``--forceall``)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -101,6 +115,12 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: 
         workflow.dag_settings = dag_api.dag_settings
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
         workflow._build_dag()
+        yield workflow
+
+
+def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = (),
+          compared: bool = False) -> list[str]:
+    with _dag(scale, snakefile, workdir, target, configfiles) as workflow:
         workflow.dag.update_priority()
         lines = []
         for job in workflow.dag.jobs:
