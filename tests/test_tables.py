@@ -669,7 +669,7 @@ def test_ddr_figure4_curves_from_snapshots(tmp_path):
 
 
 def test_the_readme_table_is_written_from_table1_and_checked_against_it(tmp_path):
-    from zsdr.tables import readme_table as rt
+    from zsdr import readme_table as rt
 
     csv_file = tmp_path / "table1.csv"
     csv_file.write_text("system,paper,description,role,mini-source,mini-alpha,mini-beta,target_mean,mini-alpha_p,"
@@ -701,7 +701,7 @@ def test_the_readme_table_is_written_from_table1_and_checked_against_it(tmp_path
 
 
 def test_the_readme_has_its_table_between_the_markers():
-    from zsdr.tables import readme_table as rt
+    from zsdr import readme_table as rt
 
     shown = rt.readme_values(Path(__file__).resolve().parents[1] / "README.md")
     assert len(shown) >= 20 and set(next(iter(shown.values()))) == {"mini-source (dev)", "mini-alpha", "mini-beta",

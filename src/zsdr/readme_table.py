@@ -1,7 +1,7 @@
 """The README's table of a mini run: written from ``results/table1.csv``, and checked against a run.
 
-    python -m zsdr.tables.readme_table            # rewrite the README's table from results/table1.csv
-    python -m zsdr.tables.readme_table --check    # exit 1 when a cell differs from the run by more than TOLERANCE
+    python -m zsdr.readme_table            # rewrite the README's table from results/table1.csv
+    python -m zsdr.readme_table --check    # exit 1 when a cell differs from the run by more than TOLERANCE
 
 The table sits between the README's two marker comments (:data:`START`, :data:`END`): one row per system
 of ``table1.csv``, in its order, with nDCG@10 on each dataset and the target mean at :data:`DECIMALS`
@@ -20,7 +20,7 @@ import math
 import sys
 from pathlib import Path
 
-START = "<!-- table1-mini: written by `python -m zsdr.tables.readme_table` from results/table1.csv -->"
+START = "<!-- table1-mini: written by `python -m zsdr.readme_table` from results/table1.csv -->"
 END = "<!-- table1-mini: end -->"
 DECIMALS = 3
 TOLERANCE = 0.03
@@ -103,7 +103,7 @@ def readme_values(readme: str | Path) -> dict[str, dict[str, float]]:
     rows = [line.strip().strip("|").split("|") for line in text[start:end].strip().splitlines()]
     if len(rows) < 2:
         raise TableError(f"{readme}: the table between the markers is empty (fix: `python -m "
-                         "zsdr.tables.readme_table`)")
+                         "zsdr.readme_table`)")
     header = [c.strip() for c in rows[0]]
     out = {}
     for cells in rows[2:]:
@@ -133,7 +133,7 @@ def differences(readme: str | Path, table1: str | Path, tolerance: float = TOLER
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m zsdr.tables.readme_table", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m zsdr.readme_table", description=__doc__.split("\n\n")[0])
     ap.add_argument("--csv", default="results/table1.csv", help="the run's table (default: results/table1.csv)")
     ap.add_argument("--readme", default="README.md", help="the README to write or check (default: README.md)")
     ap.add_argument("--check", action="store_true",
