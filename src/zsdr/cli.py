@@ -86,9 +86,13 @@ def cmd_datasets(args) -> int:
 
     for d in DATASETS:
         where = "bring your own" if d.byo else ", ".join(f.url for f in d.files)
-        md5 = d.files[0].checks()["md5"] if d.files else None
-        checksum = "md5 " + md5 if md5 else "-"
-        print(f"{d.name:28s} {d.language:3s} {d.size:26s} {checksum:38s} {where}")
+        first = d.files[0] if d.files else None
+        checks = first.checks() if first else {}
+        checksum = (f"md5 {checks['md5']}" if checks.get("md5") else f"sha256 {checks['sha256']}"
+                    if checks.get("sha256") else "-")
+        origin = (first.checksum_source or "none published; the sha256 of the first download is recorded"
+                  ) if first else "-"
+        print(f"{d.name:28s} {d.language:3s} {d.download_size:36s} {checksum:38s} {where}  [checksum: {origin}]")
     return 0
 
 
