@@ -59,10 +59,13 @@ def _code_expanded(inputs, workdir: Path = ROOT) -> list[str]:
     """A job's inputs with each code stamp replaced by the source files it lists (what the job runs)."""
     from zsdr.plan.code import STAMPS, stamp_files
 
+    stamps = (Path(workdir) / STAMPS).resolve()
     out = []
     for f in map(str, inputs):
         out += stamp_files(workdir / f) if f.startswith(STAMPS + "/") else [f]
-    return [_in_checkout(f) for f in out]
+    # a stamp made elsewhere lists the registry views beside it (.code/entries/) by absolute path
+    return [f"{STAMPS}/{Path(f).resolve().relative_to(stamps)}"
+            if Path(f).is_absolute() and Path(f).resolve().is_relative_to(stamps) else _in_checkout(f) for f in out]
 
 
 def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = ROOT,
