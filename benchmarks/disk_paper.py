@@ -273,32 +273,68 @@ def peak_held(jobs: list[dict], items: list[list[tuple]], slots: int, limits: di
     return best
 
 
-def download_bytes(jobs: list[dict]) -> float:
-    """The registry's approximate archive sizes of the planned downloads."""
-    from zsdr.data.registry import REGISTRY
+APPROX = re.compile(r"~?\s*([\d.]+)\s*(KB|MB|GB|TB)\b")
 
-    planned = {j["wildcards"]["path"] for j in jobs if j["rule"] == "download"}
-    total, seen = 0.0, set()
+
+def download_bytes(jobs: list[dict]) -> tuple[float, int, dict[str, str]]:
+    """``(bytes, files, {file: how its size is known})`` of every download the plan makes: the datasets' files
+    and their training-side extras (MS MARCO's triples, the hub's negatives and teacher scores) and the released
+    checkpoints' archives. A file's size is the source's byte count where one is known (the registry's, else
+    ir_datasets' size hint), else its dataset's approximate size in the registry (``~1 GB``, shared among the
+    dataset's files without a byte count); a file of neither is counted as 0 and named."""
+    from zsdr.data.registry import REGISTRY, remote_files
+    from zsdr.models.released import remote_files as released_files
+
+    files = {**remote_files(), **released_files()}
+    approx: dict[str, float] = {}
     for ds in REGISTRY.values():
-        for f in ds.files:
-            path = re.sub(r"^https?://", "", f.url)
-            if path in planned and path not in seen:
-                seen.add(path)
-                m = re.match(r"([\d.]+)\s*(KB|MB|GB|TB)", ds.size or "")
-                if m:
-                    total += float(m.group(1)) * {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[m.group(2)] / len(ds.files)
-    return total
+        m = APPROX.match(ds.size or "")
+        unsized = [f for f in ds.files if f.size_bytes[0] is None]
+        if m and unsized:
+            each = float(m.group(1)) * {"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[m.group(2)] / len(unsized)
+            for f in unsized:
+                approx.setdefault(f.local_path, each)
+    planned = sorted({j["wildcards"]["path"] for j in jobs if j["rule"] == "download"})
+    total, how = 0.0, {}
+    for path in planned:
+        size, source = files[path].size_bytes if path in files else (None, "unknown")
+        if size is not None:
+            total += size
+            how[path] = source
+        elif path in approx:
+            total += approx[path]
+            how[path] = "approximate (registry)"
+        else:
+            how[path] = "unknown (counted as 0)"
+    return total, len(planned), how
 
 
 def gb(n: float) -> str:
     return f"{n / 1e9:,.1f} GB"
 
 
+def print_downloads(jobs: list[dict]) -> None:
+    """The downloads of the plan, how each size is known, and their total."""
+    total, n, how = download_bytes(jobs)
+    counts: dict[str, int] = defaultdict(int)
+    for source in how.values():
+        counts[source.split(" (")[0] if source.startswith("ir_datasets") else source] += 1
+    print(f"\ndownloads: {n} files, {gb(total)}; sizes: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    for path, source in how.items():
+        if source.startswith(("unknown", "approximate")):
+            print(f"  {source}: {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     shared = Path(os.environ.get("ZSDR_SHARED_DATA", ROOT.parent / "shared" / "data")) / "beir" / "scifact"
     ap.add_argument("--sample", type=Path, default=shared, help="a BEIR dataset folder to measure the costs on")
+    ap.add_argument("--downloads", action="store_true", help="only the downloads: every file and its size's source")
     args = ap.parse_args(argv)
+    if args.downloads:
+        with gzip.open(PLAN, "rt", encoding="utf-8") as f:
+            print_downloads([json.loads(line) for line in f])
+        return 0
     if not (args.sample / "corpus.jsonl").is_file():
         sys.exit(f"{args.sample}: no corpus.jsonl (give --sample a BEIR dataset folder)")
     with tempfile.TemporaryDirectory(prefix="zsdr-disk-") as tmp:
@@ -316,7 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     table, unknown = stage_bytes(jobs, published_sizes(), cost, keep)
     if _REMS:
         print("DDR REM weights: " + ", ".join(f"{json.loads(k)} {v / 1e6:.1f} MB" for k, v in _REMS.items()))
-    table["downloads"][1] = table["downloads"][2] = download_bytes(jobs)
+    downloaded, _, how = download_bytes(jobs)
+    table["downloads"][1] = table["downloads"][2] = downloaded
     print(f"\npaper plan (paper/results/all, {len(jobs)} jobs), dense.keep_embeddings: {keep}")
     print(f"{'stage':<12}{'outputs':>9}{'written':>14}{'left behind':>14}")
     for stage in STAGES:
@@ -332,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
           "temporary outputs")
     if unknown:
         print(f"no published statistics, left out: {', '.join(sorted(unknown))}")
+    print_downloads(jobs)
     profile = yaml.safe_load(PROFILE.read_text())
     slots = int(profile.get("jobs", 1))
     limits = {k: int(v) for k, _, v in (str(r).partition("=") for r in profile.get("resources") or [])

@@ -6,6 +6,7 @@ import os
 from zsdr.data import registry
 from zsdr.models.released import RELEASES
 from zsdr.plan.core import Plan
+from zsdr.plan.params import Handling, Settings
 from zsdr.tables.figures import FIGURES as FIGURE_SPECS
 from zsdr.workflow import temp_unless, wait_for_the_job_on_sigusr1
 

@@ -57,10 +57,15 @@ rule download:
         runtime=PLAN.runtime(600),
         downloads=1,
     params:
-        spec=lambda wc: PLAN.datasets.remote[wc.path].as_spec(),
-        mirror=config["mirror"],
-        retries=config["download"]["retries"],
-        timeout=config["download"]["timeout"],
+        spec=lambda wc: Settings(PLAN.datasets.remote[wc.path].as_spec()),
+        # where from, how long and how often: the checksum decides the bytes, so not compared for reruns
+        fetch=Handling(
+            {
+                "mirror": config["mirror"],
+                "retries": config["download"]["retries"],
+                "timeout": config["download"]["timeout"],
+            }
+        ),
     script:
         "../workflow_scripts/download.py"
 
@@ -89,8 +94,8 @@ rule convert:
         mem_mb=8000,
         runtime=PLAN.runtime(240),
     params:
-        downloads=DOWNLOADS,
-        byo=PLAN.paths.byo,
+        # the folders its inputs are in (the files are compared as inputs): moving them reruns nothing
+        folders=Handling({"downloads": DOWNLOADS, "byo": PLAN.paths.byo}),
     script:
         "../workflow_scripts/convert.py"
 

@@ -51,7 +51,7 @@ rule bm25_negatives:
     params:
         dataset=lambda wc: f"{DATA}/{wc.source}",
         depth=PLAN.recipes.training["bm25_negatives"],
-        bm25=config["bm25"],
+        bm25={k: config["bm25"][k] for k in ("k1", "b")},  # its threads: the job's (not compared)
         language=lambda wc: PLAN.datasets.language(wc.source),
     script:
         "../workflow_scripts/bm25_negatives.py"

@@ -13,6 +13,7 @@ listed relative to the checkout, so every plan of the same config reads the same
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -58,10 +59,13 @@ def _code_expanded(inputs, workdir: Path = ROOT) -> list[str]:
     """A job's inputs with each code stamp replaced by the source files it lists (what the job runs)."""
     from zsdr.plan.code import STAMPS, stamp_files
 
+    stamps = (Path(workdir) / STAMPS).resolve()
     out = []
     for f in map(str, inputs):
         out += stamp_files(workdir / f) if f.startswith(STAMPS + "/") else [f]
-    return [_in_checkout(f) for f in out]
+    # a stamp made elsewhere lists the registry views beside it (.code/entries/) by absolute path
+    return [f"{STAMPS}/{Path(f).resolve().relative_to(stamps)}"
+            if Path(f).is_absolute() and Path(f).resolve().is_relative_to(stamps) else _in_checkout(f) for f in out]
 
 
 def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = ROOT,
@@ -79,8 +83,21 @@ def plan(scale: str, *, snakefile: Path = ROOT / "Snakefile", workdir: Path = RO
         os.environ.update(saved)
 
 
-def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = (),
-          compared: bool = False) -> list[str]:
+def planned_outputs(snakefile: Path, workdir: Path, target: str) -> list[tuple[str, bool]]:
+    """``(output, is a folder)`` of every job `snakemake -n --forceall TARGET` plans in ``workdir`` (the mini
+    scale), in the order of the plan."""
+    saved = dict(os.environ)
+    try:
+        with _dag("mini", snakefile, workdir, target) as workflow:
+            return [(str(f), bool(f.is_directory)) for job in workflow.dag.jobs for f in job.output]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _dag(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = ()):
+    """The Snakemake workflow of a scale with every job of ``target`` planned (``--forceall``)."""
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -101,6 +118,12 @@ def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: 
         workflow.dag_settings = dag_api.dag_settings
         workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
         workflow._build_dag()
+        yield workflow
+
+
+def _plan(scale: str, snakefile: Path, workdir: Path, target: str, configfiles: tuple[Path, ...] = (),
+          compared: bool = False) -> list[str]:
+    with _dag(scale, snakefile, workdir, target, configfiles) as workflow:
         workflow.dag.update_priority()
         lines = []
         for job in workflow.dag.jobs:
@@ -142,11 +165,12 @@ def golden_path(scale: str) -> Path:
 
 
 def main(argv: list[str]) -> None:
-    """``scale [--write] [--compared] [--configfile FILE ...]``: ``--compared`` prints, per job, the params Snakemake
-    compares for reruns instead of the golden line."""
+    """``scale [--write] [--compared] [--target TARGET] [--configfile FILE ...]``: ``--compared`` prints, per job, the
+    params Snakemake compares for reruns instead of the golden line; ``--target``: the jobs of that target only."""
     scale = argv[0]
     extra = tuple(Path(a) for a in argv[argv.index("--configfile") + 1:]) if "--configfile" in argv else ()
-    lines = plan(scale, configfiles=extra, compared="--compared" in argv)
+    target = argv[argv.index("--target") + 1] if "--target" in argv else None
+    lines = plan(scale, configfiles=extra, compared="--compared" in argv, target=target)
     if "--write" in argv:
         GOLDEN.mkdir(exist_ok=True)
         with gzip.open(golden_path(scale), "wt", encoding="utf-8", compresslevel=9) as f:

@@ -174,3 +174,21 @@ def test_every_dependent_option_is_refused_alone_and_defaults_with_its_switch():
             check_dependent(args)
             assert getattr(args, dest) == default
     assert seen >= 3
+
+
+def test_fetch_takes_retries_and_timeout(tmp_path, monkeypatch):
+    import zsdr.data.fetch as fetch_module
+
+    seen = {}
+    monkeypatch.setattr(fetch_module, "download_all", lambda name, downloads, **kw: seen.update(kw) or [])
+    monkeypatch.setattr(fetch_module, "convert_downloaded", lambda *a, **kw: (_ for _ in ()).throw(SystemExit(0)))
+    with pytest.raises(SystemExit):
+        main(["fetch", "scifact", "--data", str(tmp_path), "--retries", "0", "--timeout", "2.5"])
+    assert seen["retries"] == 0 and seen["timeout"] == 2.5 and seen["mirror_setting"] == "`--mirror`"
+    args = build_parser(["fetch", "x"]).parse_args(["fetch", "x"])
+    assert args.retries is None and args.timeout is None       # the defaults: 5 and 60 s
+    for bad in (["--retries", "-1"], ["--timeout", "0"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["fetch", "scifact", *bad])
+        assert exit_.value.code == 2
+    assert main(["fetch", "bioasq", "--timeout", "5"]) == 2     # bring-your-own: nothing is downloaded

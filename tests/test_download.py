@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+import requests
+import urllib3
 
 from zsdr.data import download as dl
 from zsdr.data.download import DownloadError, download, extract, fetch_file, resolve_url
@@ -183,6 +185,52 @@ def test_unreachable_host_after_retries(tmp_path, monkeypatch):
     with pytest.raises(DownloadError, match="after 3 attempts") as info:
         download(url, tmp_path / "x.bin", retries=2, progress=False, timeout=2)
     assert url in str(info.value) and "by hand" in str(info.value)
+
+
+def test_a_host_that_does_not_resolve_fails_at_once(tmp_path, monkeypatch):
+    # offline: the name service cannot resolve the host; retrying for minutes brings no network back
+    slept = []
+    monkeypatch.setattr(dl.time, "sleep", slept.append)
+    tries = []
+
+    def no_dns(self, url, **kwargs):
+        tries.append(url)
+        try:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        except socket.gaierror as exc:
+            raise requests.ConnectionError(f"Failed to resolve {url}") from exc
+
+    monkeypatch.setattr(requests.Session, "get", no_dns)
+    url = "https://datasets.example.org/x.zip"
+    with pytest.raises(DownloadError, match=r"host name 'datasets.example.org' does not resolve .*not retried") as info:
+        download(url, tmp_path / "x.zip", retries=5, progress=False, mirror_setting="`--mirror`")
+    assert tries == [url] and slept == []
+    assert "set `--mirror` to a folder holding datasets.example.org/x.zip" in str(info.value)
+    assert not list(tmp_path.iterdir())
+    # the chain as urllib3 builds it: the error's reason holds the name-resolution error
+    inner = urllib3.exceptions.NameResolutionError("datasets.example.org", None, socket.gaierror(-2, "no"))
+    wrapped = requests.ConnectionError(urllib3.exceptions.MaxRetryError(None, url, reason=inner))
+    assert dl._unresolvable_host(wrapped) and not dl._unresolvable_host(requests.ConnectionError("refused"))
+
+
+def test_progress_lines_in_a_log(server, tmp_path, caplog):
+    # not a terminal (a job's log): a line every 5 % instead of a bar that leaves nothing
+    with caplog.at_level(logging.INFO, logger="zsdr.download"):
+        download(f"{server.base}/data/file.bin", tmp_path / "f.bin", progress=True, timeout=5, chunk_size=1000)
+    lines = [r.message for r in caplog.records if r.message.startswith("f.bin: ")]
+    assert 15 <= len(lines) <= 20, lines
+    assert lines[-1].startswith(f"f.bin: {dl._human(len(PAYLOAD))} of {dl._human(len(PAYLOAD))} (100%)")
+    percents = [int(line.split("(")[1].split("%")[0]) for line in lines]
+    assert percents == sorted(percents) and percents[0] <= 10
+    # no size from the server: every 250 MB
+    clock = iter(range(100))
+    unknown = dl.ProgressLines("big.bin", None, clock=lambda: next(clock))
+    with caplog.at_level(logging.INFO, logger="zsdr.download"):
+        caplog.clear()
+        for got in range(0, 800 * 10**6, 10**6):
+            unknown.update(got)
+    assert [r.message.split(",")[0] for r in caplog.records] == ["big.bin: 250.0 MB", "big.bin: 500.0 MB",
+                                                                      "big.bin: 750.0 MB"]
 
 
 def test_file_url_plain_path_and_mirror_folder(tmp_path):

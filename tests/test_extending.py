@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
+import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +116,66 @@ def test_a_typo_in_the_guides_section_is_named(extended):
     with pytest.raises(ConfigError, match=r"recipes.dpr-uniform.uniformity.wieght: unknown key \(did you mean "
                                           r"'weight'\? allowed at recipes.dpr-uniform.uniformity: t, weight\)"):
         load_plan(tree, config)
+
+
+def finish(workflow: Path, target: str) -> None:
+    """Leave ``workflow`` as a finished run of ``target`` leaves it: every planned output present (empty), all of
+    one time, later than the code stamps and files they were planned from."""
+    script = ("import json, sys; from pathlib import Path; from tests.plan_golden import planned_outputs; "
+              "w = Path(sys.argv[1]); print(json.dumps(planned_outputs(w / 'Snakefile', w, sys.argv[2])))")
+    proc = subprocess.run([sys.executable, "-c", script, str(workflow), target], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outputs = json.loads(proc.stdout.strip().splitlines()[-1])
+    done = time.time()
+    for path, is_folder in outputs:
+        where = workflow / path
+        if is_folder:
+            where.mkdir(parents=True, exist_ok=True)
+        else:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            where.touch()
+    for path, _ in outputs:
+        os.utime(workflow / path, (done, done))
+
+
+def follow_the_guide(workflow: Path) -> None:
+    """docs/extending.md's steps as a user does them, in the files the page names: its files written, the `TERMS`
+    line added to the registry, its recipe added to configs/papers/baselines.yaml and its system to table 1."""
+    for kind, where, body in guide_blocks():
+        path = workflow / where
+        if kind == "file":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(body, encoding="utf-8")
+        elif where.endswith("term_registry.py"):
+            text = path.read_text(encoding="utf-8")
+            start = text.index("TERMS: dict[str, str] = {")
+            end = text.index("\n}\n", start)
+            path.write_text(text[:end] + "\n" + body.rstrip("\n") + text[end:], encoding="utf-8")
+        else:
+            config = yaml.safe_load(path.read_text(encoding="utf-8"))
+            for key, value in yaml.safe_load(body).items():
+                for name, item in value.items():
+                    if isinstance(item, list) and item[:1] == ["..."]:   # `...`: what the file lists already
+                        item = config[key][name] + item[1:]
+                    config.setdefault(key, {})[name] = item
+            path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+
+
+def test_after_a_finished_run_the_guide_plans_only_the_new_recipes_jobs(tmp_path):
+    """A finished run, then the page's steps: the dry run plans the new recipe's training and the jobs of its row
+    (the page's list), and no other training; the registry line changes no other job's code stamp."""
+    from tests.test_readme import workflow_copy
+    from tests.test_workflow import planned_jobs, snakemake, training_plan
+
+    workflow = workflow_copy(tmp_path / "wf")
+    finish(workflow, "results/table1.csv")
+    assert "Nothing to be done" in snakemake("-n", "results/table1.csv", cwd=workflow).stdout
+    follow_the_guide(workflow)
+    assert '"uniformity": "zsdr.training.uniformity:UniformityTerm"' in (
+        workflow / "src" / "zsdr" / "training" / "term_registry.py").read_text()
+    proc = snakemake("-n", "results/table1.csv", cwd=workflow)
+    out = proc.stdout + proc.stderr
+    assert planned_jobs(proc.stdout) == {"train": 1, "dense_search_group": 1, "evaluate_table1": 3, "model_cards": 1,
+                                 "table1": 1}, out[-3000:]
+    assert list(training_plan(out)) == ["dpr-uniform"], out[-3000:]

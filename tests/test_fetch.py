@@ -3,6 +3,7 @@
 import dataclasses
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -111,6 +112,35 @@ def test_cli_fetch_unknown_and_datasets_listing():
     assert bad.returncode == 2 and "unknown dataset 'no-such-set'" in bad.stderr
     listing = subprocess.run([sys.executable, "-m", "zsdr", "datasets"], capture_output=True, text=True, check=True)
     assert "scifact" in listing.stdout and "5f7d1de60b170fc8027bb7898e2efca1" in listing.stdout
+    rows = {line.split()[0]: line for line in listing.stdout.splitlines()}
+    # where each checksum comes from: BEIR's README (the registry), ir_datasets' metadata, or none published
+    assert rows["scifact"].endswith("[checksum: the registry (zsdr.data.registry)]")
+    assert re.search(r"\[checksum: ir_datasets \S+ \(msmarco-passage\.collectionandqueries\)\]$", rows["msmarco"])
+    assert rows["dureader"].endswith("[checksum: none published; the sha256 of the first download is recorded]")
+    # sizes from the sources: ir_datasets' size hints where the registry has no byte count
+    assert " 5.3 GB " in rows["cqadupstack-android"] and " 142 MB " in rows["scidocs"]
+
+
+def test_no_dataset_source_follows_a_moving_branch():
+    # a branch archive or a hub file at `main` changes under a finished run: every source is a fixed file, a
+    # commit's archive or a hub revision
+    moving = re.compile(r"/refs/heads/|/archive/(main|master)\.|/resolve/main/|/raw/(main|master)/")
+    files = registry.remote_files()
+    assert not [f.url for f in files.values() if moving.search(f.url)]
+    assert any("/archive/a4e467182a3e2c110528a1575d79b33cc449d2c3.zip" in url for url in (f.url for f in files.values()))
+    for f in files.values():
+        if f.md5 is None and f.sha256 is None and f.ir_datasets_entry is None:
+            assert "recorded at its first download" in f.note or "no published checksum" in f.note or \
+                "Google Drive" in f.note, f"{f.url}: an unverified source must say how it is checked ({f.note!r})"
+
+
+def test_sizes_come_from_the_sources():
+    cqa = registry.get("cqadupstack-android").files[0]
+    assert cqa.size_bytes == (5343728040, f"ir_datasets {cqa.ir_datasets_entry.version} size hint")
+    assert registry.get("msmarco").extras[0].size_bytes[0] == 7930881353      # the triples, 7.93 GB
+    assert registry.get("dureader").files[0].size_bytes == (None, "unknown")
+    assert registry.get("dureader").download_size == "~1.2 GB"                  # the registry's approximation
+    assert registry.human_bytes(142471588) == "142 MB" and registry.human_bytes(2816079) == "2.8 MB"
 
 
 class _SlowHandler(__import__("http.server").server.BaseHTTPRequestHandler):
@@ -241,8 +271,8 @@ UNVERIFIED = {
     f"{registry.HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz",
     f"{registry.HF_HARD_NEGATIVES}/cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz",
     "https://drive.google.com/uc?export=download&id=1jEAzWq_J0cXz1pvT9nQ2s2ooGdcR8r6-",
-    "https://github.com/Alibaba-NLP/Multi-CPR/archive/refs/heads/main.zip",
-    "https://github.com/zhangsheng93/cMedQA2/archive/refs/heads/master.zip",
+    f"https://github.com/Alibaba-NLP/Multi-CPR/archive/{registry.MULTI_CPR_COMMIT}.zip",
+    f"https://github.com/zhangsheng93/cMedQA2/archive/{registry.CMEDQA2_COMMIT}.zip",
     "https://dataset-bj.cdn.bcebos.com/dureader/dureader_preprocessed.zip",
 }
 

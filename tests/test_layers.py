@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("zsdr.retrieval",),
     ("zsdr.evaluation",),
     ("zsdr.tables",),
-    ("zsdr.plan", "zsdr.workflow", "zsdr.docs"),
+    ("zsdr.plan", "zsdr.workflow", "zsdr.docs", "zsdr.readme_table"),
     ("zsdr.cli", "zsdr.__main__"),
 ]
 

@@ -197,6 +197,19 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
 
 
 
+@pytest.mark.skipif(not FULL_DAG, reason="the README's numbers are those of the full mini run: ZSDR_FULL_DAG=1, or "
+                                         "`make test-full`")
+def test_the_readmes_table_is_the_runs_within_its_tolerance(workdir):
+    """README.md's mini table (written by `python -m zsdr.readme_table`) against this run's table 1: every
+    system and cell, within the tolerance the README states (another CPU's rounding)."""
+    from zsdr.readme_table import TOLERANCE, differences
+
+    assert f"up to {TOLERANCE} in a cell" in (ROOT / "README.md").read_text(encoding="utf-8")
+    wrong = differences(ROOT / "README.md", workdir / "results" / "table1.csv")
+    assert not wrong, ("README.md's table is not this run's (fix: `python -m zsdr.readme_table --csv "
+                       "<run>/results/table1.csv` after a full mini run):\n" + "\n".join(wrong))
+
+
 @pytest.mark.skipif(not FULL_DAG, reason="runs the whole mini DAG of every paper table (about 20 min on 2 cores): "
                                          "ZSDR_FULL_DAG=1, or `make test-full`")
 def test_mini_paper_tables_figure_and_report(workdir):

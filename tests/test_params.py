@@ -33,9 +33,11 @@ def test_settings_compare_without_cosmetic_keys():
     assert type(pickle.loads(pickle.dumps(legend))) is Labels
 
 
-def compared(tmp_path: Path, overlay: dict | None) -> dict[str, list[str]]:
-    """``{job: the params Snakemake compares}`` of the mini plan (results/all) with ``overlay`` as a config file."""
-    args = [sys.executable, str(ROOT / "tests" / "plan_golden.py"), "mini", "--compared"]
+def compared(tmp_path: Path, overlay: dict | None, scale: str = "mini", target: str | None = None) -> dict[str, list[str]]:
+    """``{job: the params Snakemake compares}`` of the plan of ``scale`` (results/all, or ``target``) with ``overlay``
+    as a config file."""
+    args = [sys.executable, str(ROOT / "tests" / "plan_golden.py"), scale, "--compared"]
+    args += ["--target", target] if target else []
     if overlay is not None:
         path = tmp_path / f"overlay-{len(list(tmp_path.iterdir()))}.yaml"
         path.write_text(yaml.safe_dump(overlay))
@@ -73,3 +75,29 @@ def test_cosmetic_changes_rerun_nothing_and_a_real_one_its_jobs(tmp_path):
     # jobs downstream of them rerun because their models are newer (Snakemake's mtime trigger)
     assert changed == [f'train {{"run": "{r}"}}' for r in ("dpr-berm", "dpr-berm-a0.1-b0.1", "dpr-berm-a1-b0.1",
                                                           "dpr-berm-a1-b1", "dpr-berm-r1", "dpr-berm-r2")], changed
+
+
+# Every setting of how inputs are fetched and where they are kept, none of which can change a byte a job writes: the
+# mirror and the download's timeout and retries (the checksum decides what is kept), the folders of the downloads
+# and the bring-your-own sets (the files themselves are inputs, compared by date), the threads of a BM25 search
+# (each query searched alone: the same hits). Threads of trainings and of Lucene indexing, and the job's resources,
+# are not params at all (Snakemake does not compare them); the training's threads are not byte-neutral anyway (BLAS
+# reductions split by thread).
+FETCH_CHANGES = {
+    "mirror": "file:///mnt/elsewhere/mirror",
+    "download": {"retries": 0, "timeout": 5},
+    "paths": {"downloads": "/mnt/elsewhere/downloads", "byo": "/mnt/elsewhere/byo"},
+    "bm25": {"threads": 4},
+}
+
+
+def test_fetch_settings_rerun_nothing(tmp_path):
+    # the paper plan of DuReader's BM25 negatives: its download, conversion, index and BM25 search
+    target = "paper/data/dureader/negatives/bm25.jsonl"
+    base = compared(tmp_path, None, "paper", target)
+    assert {job.split()[0] for job in base} >= {"download", "convert", "bm25_negatives"}, sorted(base)
+    moved = compared(tmp_path, FETCH_CHANGES, "paper", target)
+    assert set(moved) == set(base)
+    changed = sorted(job for job in base if base[job] != moved[job])
+    assert not changed, f"a mirror, a timeout, a folder of inputs or search threads would rerun {changed}"
+    assert not any("retries" in p or "mirror" in p or "downloads" in p for job in base for p in base[job])

@@ -231,3 +231,51 @@ def test_code_stamp_changes_only_with_the_code(tmp_path):
     (tmp_path / "c.py").write_text("")
     assert code_stamp(["a.py", "b.py", "c.py"], tmp_path, "job") != rel
     assert not list((tmp_path / ".code").glob(".*.tmp"))
+
+
+def test_a_registry_is_stamped_by_the_entries_a_job_runs(tmp_path):
+    # a job's stamp lists the registry lines it runs, not the registry file: a new line, or an edit of a line
+    # another job runs, leaves its stamp as it was; an edit of its own line, or of their order, changes it
+    import subprocess
+
+    from zsdr.plan.code import Code, registry_entries, stamp_files
+
+    src = tmp_path / "src" / "zsdr" / "training"
+    src.mkdir(parents=True)
+    for init in (tmp_path / "src" / "zsdr" / "__init__.py", src / "__init__.py"):
+        init.write_text("")
+    (tmp_path / "src" / "zsdr" / "io.py").write_text("")
+    registry = src / "term_registry.py"
+    (src / "terms.py").write_text("from zsdr.training.term_registry import TERMS\n")
+
+    def write(lines):
+        registry.write_text('"""Terms."""\n\nTERMS: dict[str, str] = {\n' + "".join(f"    {line}\n" for line in lines)
+                            + "}\n")
+
+    write(['"a": "zsdr.training.a:A",', '"b": "zsdr.training.b:B",'])
+    code = Code(root=str(tmp_path), workdir=str(tmp_path), runs_elsewhere=False)
+
+    def stamps():
+        out = {}
+        for entries in ((), ("a",), ("a", "b")):
+            rel = code.code("zsdr.training.terms", entries=entries)
+            out[entries] = (rel, (tmp_path / rel).read_text())
+        return out
+
+    before = stamps()
+    assert len({rel for rel, _ in before.values()}) == 3       # one stamp per set of entries
+    files = stamp_files(tmp_path / before[("a",)][0])
+    assert "src/zsdr/training/term_registry.py" not in files and ".code/entries/term_registry-a.txt" in files
+    assert (tmp_path / ".code/entries/term_registry-a.txt").read_text().endswith('"a": "zsdr.training.a:A",\n')
+    # sha256sum -c checks the listing as it is, views included
+    assert subprocess.run(["sha256sum", "-c", "--quiet", before[("a", "b")][0]], cwd=tmp_path).returncode == 0
+    write(['"a": "zsdr.training.a:A",', '"new": "zsdr.training.new:New",', '"b": "zsdr.training.b:B",'])
+    assert stamps() == before                                   # a new line: no stamp changes
+    write(['"a": "zsdr.training.a:A",', '"new": "zsdr.training.new:New",', '"b": "zsdr.training.b2:B",'])
+    after = stamps()
+    assert after[()] == before[()] and after[("a",)] == before[("a",)] and after[("a", "b")] != before[("a", "b")]
+    write(['"b": "zsdr.training.b2:B",', '"a": "zsdr.training.a:A",'])  # the order the terms run in
+    assert stamps()[("a", "b")][1] != after[("a", "b")][1]
+    registry.write_text("TERMS = dict(a=1)\n")
+    with pytest.raises(ValueError, match=r"term_registry.py: no `TERMS = \{...\}` literal"):
+        registry_entries(registry, "TERMS")

@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -665,3 +666,43 @@ def test_ddr_figure4_curves_from_snapshots(tmp_path):
     points[1]["step"] = 150                        # a step the DAM never saved
     with pytest.raises(DataError, match="no snapshot at step 150"):
         render_dam_curves(points, {"mini-alpha": dam}, base, "ndcg@10", tmp_path / "g.png", tmp_path / "g.csv")
+
+
+def test_the_readme_table_is_written_from_table1_and_checked_against_it(tmp_path):
+    from zsdr import readme_table as rt
+
+    csv_file = tmp_path / "table1.csv"
+    csv_file.write_text("system,paper,description,role,mini-source,mini-alpha,mini-beta,target_mean,mini-alpha_p,"
+                        "mini-alpha_vs_baseline,mini-beta_p,mini-beta_vs_baseline\n"
+                        "bm25-flat,baselines,BM25,reference,0.5914,0.8171,0.7969,0.807,,,,\n"
+                        "dpr,baselines,DPR,system,0.2194,0.3566,0.3061,0.3314,1.2e-05,worse,3.0e-04,worse\n")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n\n{rt.START}\n\n| old |\n\n{rt.END}\n\nafter\n")
+    assert rt.write_readme(readme, csv_file) and not rt.write_readme(readme, csv_file)
+    text = readme.read_text()
+    assert "| system | mini-source (dev) | mini-alpha | mini-beta | target mean |" in text
+    assert "| dpr | 0.219 | 0.357 | 0.306 | 0.331 |" in text and "| old |" not in text
+    assert text.startswith("intro\n") and text.endswith("after\n")
+    assert rt.differences(readme, csv_file) == []
+    # another machine's run: within the tolerance passes, past it is named cell by cell
+    other = tmp_path / "other.csv"
+    other.write_text(csv_file.read_text().replace("0.3566", "0.3766").replace("0.5914", "0.6514"))
+    assert rt.differences(readme, other) == [
+        f"bm25-flat mini-source (dev): README 0.591, run 0.651 (more than {rt.TOLERANCE} apart)"]
+    assert rt.differences(readme, other, tolerance=0.01)[1].startswith("dpr mini-alpha: README 0.357, run 0.377")
+    missing = tmp_path / "missing.csv"
+    missing.write_text("\n".join(csv_file.read_text().splitlines()[:2]) + "\n")
+    assert rt.differences(readme, missing) == [f"dpr: in the README's table, not in {missing}"]
+    assert rt.main(["--check", "--readme", str(readme), "--csv", str(other)]) == 1
+    assert rt.main(["--check", "--readme", str(readme), "--csv", str(tmp_path / "none.csv")]) == 2
+    (tmp_path / "plain.md").write_text("no markers\n")
+    with pytest.raises(rt.TableError, match="plain.md: no table between"):
+        rt.write_readme(tmp_path / "plain.md", csv_file)
+
+
+def test_the_readme_has_its_table_between_the_markers():
+    from zsdr import readme_table as rt
+
+    shown = rt.readme_values(Path(__file__).resolve().parents[1] / "README.md")
+    assert len(shown) >= 20 and set(next(iter(shown.values()))) == {"mini-source (dev)", "mini-alpha", "mini-beta",
+                                                                     "target mean"}

@@ -10,7 +10,8 @@ import yaml
 
 from zsdr.training import term_registry
 from zsdr.training.loss_registry import LOSSES
-from zsdr.training.term_registry import TERMS, TermSourceError, section_schema
+from zsdr.training.term_registry import TERMS
+from zsdr.training.term_sections import TermSourceError, section_schema
 from zsdr.workflow import ConfigError, check_config, config_schema, expand_recipes, read_config
 
 ROOT = Path(__file__).resolve().parents[1]

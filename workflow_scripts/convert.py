@@ -5,4 +5,5 @@ from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
 out = Path(snakemake.output[0]).parent
-convert_downloaded(out.name, snakemake.params.downloads, out, byo=snakemake.params.byo)
+folders = snakemake.params.folders
+convert_downloaded(out.name, folders["downloads"], out, byo=folders["byo"])

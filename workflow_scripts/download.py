@@ -2,7 +2,7 @@ from zsdr.data.download import download
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
-p, spec = snakemake.params, snakemake.params.spec
+spec, fetch = snakemake.params.spec, snakemake.params.fetch
 download(
     spec["url"],
     snakemake.output[0],
@@ -10,7 +10,7 @@ download(
     sha256=spec.get("sha256"),
     size=spec.get("size"),
     checksum_from=spec.get("checksum_from"),
-    mirror=p.mirror,
-    retries=p.retries,
-    timeout=p.timeout,
+    mirror=fetch["mirror"],
+    retries=fetch["retries"],
+    timeout=fetch["timeout"],
 )

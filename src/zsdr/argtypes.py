@@ -46,6 +46,14 @@ def nonnegative_float(value: str) -> float:
     return number
 
 
+def positive_float(value: str) -> float:
+    """A number > 0 (a timeout in seconds)."""
+    number = _number(value, float)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {value!r}")
+    return number
+
+
 def unit_float(value: str) -> float:
     """A number in [0, 1] (a weight, BM25's b)."""
     number = _number(value, float)

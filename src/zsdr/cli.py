@@ -27,7 +27,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from zsdr.argtypes import UsageError, check_dependent, check_device
+from zsdr.argtypes import UsageError, check_dependent, check_device, nonnegative_int, positive_float
 from zsdr.io import DataError, MultiDataError, reading
 
 log = logging.getLogger("zsdr")
@@ -66,14 +66,17 @@ def cmd_fetch(args) -> int:
 
     byo = registry.get(args.name).byo is not None
     given = [flag for flag, value in (("--downloads", args.downloads), ("--mirror", args.mirror),
-                                      ("--no-extras", args.no_extras or None)) if value is not None] if byo else \
+                                      ("--no-extras", args.no_extras or None), ("--retries", args.retries),
+                                      ("--timeout", args.timeout)) if value is not None] if byo else \
         ["--byo"] if args.byo is not None else []
     if given:
         kind = "bring-your-own: nothing is downloaded" if byo else "downloaded: no --byo folder is read"
         raise UsageError(f"argument {given[0]}: dataset {args.name!r} is {kind} (fix: drop {given[0]})")
     check_output_dir(Path(args.data) / args.name, "dataset")   # before any download
     counts = fetch(args.name, downloads=args.downloads or "downloads", data=args.data, byo=args.byo or "byo",
-                   mirror=args.mirror, extras=not args.no_extras, progress=not args.quiet)
+                   mirror=args.mirror, extras=not args.no_extras, progress=not args.quiet,
+                   retries=5 if args.retries is None else args.retries,
+                   timeout=60.0 if args.timeout is None else args.timeout)
     print(json.dumps({"dataset": args.name, **counts.as_dict()}))
     return 0
 
@@ -83,9 +86,13 @@ def cmd_datasets(args) -> int:
 
     for d in DATASETS:
         where = "bring your own" if d.byo else ", ".join(f.url for f in d.files)
-        md5 = d.files[0].checks()["md5"] if d.files else None
-        checksum = "md5 " + md5 if md5 else "-"
-        print(f"{d.name:28s} {d.language:3s} {d.size:26s} {checksum:38s} {where}")
+        first = d.files[0] if d.files else None
+        checks = first.checks() if first else {}
+        checksum = (f"md5 {checks['md5']}" if checks.get("md5") else f"sha256 {checks['sha256']}"
+                    if checks.get("sha256") else "-")
+        origin = (first.checksum_source or "none published; the sha256 of the first download is recorded"
+                  ) if first else "-"
+        print(f"{d.name:28s} {d.language:3s} {d.download_size:36s} {checksum:38s} {where}  [checksum: {origin}]")
     return 0
 
 
@@ -337,7 +344,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--mirror", default=None, help="base URL or folder holding <host>/<path> copies (downloaded datasets)")
     p.add_argument("--no-extras", action="store_true",
                    help="skip training-side files (triples, negatives; downloaded datasets)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--retries", type=nonnegative_int, default=None,
+                   help="further tries of a download after a network failure (default: 5; a host name that does not "
+                        "resolve is not retried)")
+    p.add_argument("--timeout", type=positive_float, default=None,
+                   help="seconds to wait for a connection or for data before a try fails (default: 60)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar (nor progress lines in a log)")
     p.set_defaults(func=cmd_fetch)
 
     p = sub.add_parser("datasets", help="list the dataset registry")

@@ -391,10 +391,11 @@ def config_schema(schema_path: str | Path) -> dict:
     a new base loss or loss term needs no schema edit. ``recipes.<name>.loss`` offers exactly the base losses
     of :mod:`zsdr.training.loss_registry`; every loss term of :mod:`zsdr.training.term_registry` whose section
     the file does not write out gets the section its dataclass gives
-    (:func:`zsdr.training.term_registry.section_schema`), and any other key stays unknown."""
+    (:func:`zsdr.training.term_sections.section_schema`), and any other key stays unknown."""
     from zsdr.io import safe_yaml
     from zsdr.training.loss_registry import LOSSES
-    from zsdr.training.term_registry import TERMS, TermSourceError, section_schema
+    from zsdr.training.term_registry import TERMS
+    from zsdr.training.term_sections import TermSourceError, section_schema
 
     path = Path(schema_path)
     try:

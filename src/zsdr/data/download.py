@@ -23,6 +23,7 @@ import hashlib
 import logging
 import lzma
 import os
+import socket
 import stat
 import sys
 import tarfile
@@ -242,20 +243,70 @@ def _attempt(session: requests.Session, src: str, part: Path, timeout: float, ch
         elif offset:
             log.info("source cannot resume %s; restarting from byte 0", src)
         got = start
+        on_terminal = progress and sys.stderr.isatty()
         bar = tqdm(total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr,
-                   desc=part.name.removesuffix(".part"), disable=not (progress and sys.stderr.isatty()))
+                   desc=part.name.removesuffix(".part"), disable=not on_terminal)
+        lines = ProgressLines(part.name.removesuffix(".part"), total, start) if progress and not on_terminal else None
         with bar, open(part, "ab" if start else "wb") as out:
             for block in chunks:
                 out.write(block)
                 got += len(block)
                 bar.update(len(block))
+                if lines is not None:
+                    lines.update(got)
     if total is not None and got < total:
         raise _Retry(f"connection closed after {got} of {total} bytes")
 
 
+class ProgressLines:
+    """Progress as log lines, for a download whose standard error is not a terminal (a job's log, where a
+    progress bar leaves nothing): a line at every :attr:`STEP` of the file (every :attr:`UNKNOWN_STEP` bytes
+    when the server sends no size), with the bytes so far and the rate since the start."""
+
+    STEP = 0.05                  # of the file's size: a line every 5 %
+    UNKNOWN_STEP = 250 * 10**6   # bytes, when the size is not known
+
+    def __init__(self, name: str, total: int | None, start: int = 0, clock=time.monotonic) -> None:
+        self.name, self.total, self.start, self.clock = name, total, start, clock
+        self.began = clock()
+        step = self.STEP * total if total else self.UNKNOWN_STEP
+        self.step = max(int(step), 1)
+        self.next = (start // self.step + 1) * self.step
+
+    def update(self, got: int) -> None:
+        """Log a line when ``got`` (the bytes of the file so far) passed the next step."""
+        if got < self.next:
+            return
+        self.next = (got // self.step + 1) * self.step
+        rate = (got - self.start) / max(self.clock() - self.began, 1e-9)
+        if self.total:
+            log.info("%s: %s of %s (%d%%), %s/s", self.name, _human(got), _human(self.total),
+                     int(100 * got / self.total), _human(rate))
+        else:
+            log.info("%s: %s, %s/s", self.name, _human(got), _human(rate))
+
+
+def _unresolvable_host(exc: BaseException) -> bool:
+    """Whether a connection failed because its host name does not resolve (no network or no DNS, or a wrong
+    host): the chain of ``exc`` (causes, contexts, urllib3's ``reason`` and wrapped errors) holds a
+    ``socket.gaierror`` or urllib3's NameResolutionError."""
+    seen = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, socket.gaierror) or type(cause).__name__ == "NameResolutionError":
+            return True
+        args = getattr(cause, "args", ())
+        nested = next((a for a in args if isinstance(a, BaseException)), None)
+        reason = getattr(cause, "reason", None)
+        cause = cause.__cause__ or cause.__context__ or (reason if isinstance(reason, BaseException) else nested)
+    return False
+
+
 def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha256: str | None = None,
              size: int | None = None, mirror: str | None = None, retries: int = 5, timeout: float = 60,
-             progress: bool = True, chunk_size: int = 1 << 20, checksum_from: str | None = None) -> Path:
+             progress: bool = True, chunk_size: int = 1 << 20, checksum_from: str | None = None,
+             mirror_setting: str = "`mirror:` in the config") -> Path:
     """Fetch ``url`` (or its mirror copy) to ``dest``, resumably, and verify it; return ``dest``.
 
     One process at a time downloads a destination: ``DEST.lock`` is locked for the whole call, and a
@@ -264,18 +315,21 @@ def download(url: str, dest: str | os.PathLike, *, md5: str | None = None, sha25
     ``DEST.sha256`` sidecar; an existing ``dest`` is kept when it passes the given checks and the
     sidecar's sha256 (a file without a sidecar, e.g. placed by hand, passes on the given checks
     alone and gets one). ``retries`` is the number of further tries after the first on connection
-    errors, timeouts, 5xx answers and short reads.
+    errors, timeouts, 5xx answers and short reads; a host name that does not resolve (offline) fails at
+    once. ``mirror_setting``: how the caller's user sets the mirror, for the fix of a failure (the
+    workflow's `mirror:`; ``zsdr fetch --mirror``). Without a terminal, ``progress`` logs a line every
+    5 % (:class:`ProgressLines`) instead of drawing a bar.
     """
     dest = Path(dest)
     with file_lock(dest, what=f"the download of {dest.name}"):
         return _download_locked(url, dest, md5=md5, sha256=sha256, size=size, mirror=mirror, retries=retries,
                                 timeout=timeout, progress=progress, chunk_size=chunk_size,
-                                checksum_from=checksum_from)
+                                checksum_from=checksum_from, mirror_setting=mirror_setting)
 
 
 def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | None, size: int | None,
                      mirror: str | None, retries: int, timeout: float, progress: bool, chunk_size: int,
-                     checksum_from: str | None = None) -> Path:
+                     checksum_from: str | None = None, mirror_setting: str = "`mirror:` in the config") -> Path:
     part = dest.with_name(dest.name + ".part")
     checked = bool(md5 or sha256 or size is not None)
     if dest.is_file():
@@ -302,7 +356,7 @@ def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | Non
     dest.parent.mkdir(parents=True, exist_ok=True)
     log.info("downloading %s%s -> %s", url, via, dest)
     fix_missing = (f"put the file at {mirror.rstrip('/')}/{mirror_path(url)} (the `wget -x` layout)" if src != url
-                   else f"set `mirror:` in config to a folder holding {mirror_path(url)}"
+                   else f"set {mirror_setting} to a folder holding {mirror_path(url)}"
                    if _is_remote(url) else "check the path") + f", or place the file at {dest} by hand"
     with requests.Session() as session:
         for attempt in range(retries + 1):
@@ -313,6 +367,11 @@ def _download_locked(url: str, dest: Path, *, md5: str | None, sha256: str | Non
                 raise DownloadError(url, f"cannot download{via}: {exc}", fix_missing) from None
             except (_Retry, requests.ConnectionError, requests.Timeout,
                     requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+                if isinstance(exc, requests.ConnectionError) and _unresolvable_host(exc):
+                    # offline or a wrong host name: waiting does not bring the name service back
+                    raise DownloadError(url, f"cannot download{via}: the host name {urlsplit(src).hostname!r} does "
+                                        "not resolve (no network or no DNS; not retried)",
+                                        f"connect this machine, or {fix_missing}") from None
                 if attempt == retries:
                     raise DownloadError(url, f"cannot download{via} after {retries + 1} attempts: {exc}",
                                         f"check the network and try again (the partial file is resumed); "

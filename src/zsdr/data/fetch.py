@@ -14,7 +14,8 @@ log = logging.getLogger("zsdr.fetch")
 
 
 def download_all(name: str, downloads: str | Path, mirror: str | None = None, extras: bool = True,
-                 retries: int = 5, timeout: float = 60, progress: bool = True) -> list[Path]:
+                 retries: int = 5, timeout: float = 60, progress: bool = True,
+                 mirror_setting: str = "`mirror:` in the config") -> list[Path]:
     """Download the files of dataset ``name`` (and its training extras) under ``downloads/<host>/<path>``."""
     from zsdr.data.download import download
 
@@ -23,7 +24,7 @@ def download_all(name: str, downloads: str | Path, mirror: str | None = None, ex
     for f in (*ds.files, *(ds.extras if extras else ())):
         dest = Path(downloads) / f.local_path
         paths.append(download(f.url, dest, **f.checks(), checksum_from=f.checksum_source, mirror=mirror,
-                              retries=retries, timeout=timeout, progress=progress))
+                              retries=retries, timeout=timeout, progress=progress, mirror_setting=mirror_setting))
     return paths
 
 
@@ -75,9 +76,11 @@ def _single_root(scratch: Path) -> Path:
 
 
 def fetch(name: str, downloads: str | Path = "downloads", data: str | Path = "data", byo: str | Path = "byo",
-          mirror: str | None = None, extras: bool = True, progress: bool = True) -> BeirCounts:
+          mirror: str | None = None, extras: bool = True, progress: bool = True, retries: int = 5,
+          timeout: float = 60) -> BeirCounts:
     """``zsdr fetch NAME``: download (unless bring-your-own), convert and validate."""
     ds = registry.get(name)
     if ds.byo is None:
-        download_all(name, downloads, mirror=mirror, extras=extras, progress=progress)
+        download_all(name, downloads, mirror=mirror, extras=extras, progress=progress, retries=retries,
+                     timeout=timeout, mirror_setting="`--mirror`")
     return convert_downloaded(name, downloads, Path(data) / name, byo=byo)

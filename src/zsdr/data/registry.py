@@ -31,7 +31,17 @@ log = logging.getLogger("zsdr.registry")
 
 BEIR_BASE = "https://public.ukp.informatik.tu-darmstadt.de/thakur/BEIR/datasets"
 MSMARCO_BASE = "https://msmarco.z22.web.core.windows.net/msmarcoranking"
-HF_HARD_NEGATIVES = "https://huggingface.co/datasets/sentence-transformers/msmarco-hard-negatives/resolve/main"
+# the hub repository at a fixed revision (its commit, as the hub's file pages name it), not `main`, which moves
+HF_HARD_NEGATIVES_REVISION = "dfc8eb1792185a3fe157a7394c084b71f2ab74de"
+HF_HARD_NEGATIVES = ("https://huggingface.co/datasets/sentence-transformers/msmarco-hard-negatives/resolve/"
+                     + HF_HARD_NEGATIVES_REVISION)
+HUB_NO_SHA256 = ("pinned to the hub revision; the hub's sha256 of the file is not recorded here (not sourced): "
+                 "verified against the sha256 recorded at its first download")
+# GitHub archives by commit (a branch archive changes with every push): the newest commit of each repository
+MULTI_CPR_COMMIT = "a4e467182a3e2c110528a1575d79b33cc449d2c3"   # Alibaba-NLP/Multi-CPR, 2023-01-04
+CMEDQA2_COMMIT = "85feb9278c3ae552c591205cbf3e828368c91f8f"     # zhangsheng93/cMedQA2, 2019-01-09
+GITHUB_NO_CHECKSUM = ("pinned to a commit; GitHub builds the archive on request and publishes no checksum of it: "
+                      "verified against the sha256 recorded at its first download")
 LOTTE_URL = "https://downloads.cs.stanford.edu/nlp/data/colbert/colbertv2/lotte.tar.gz"
 BEIR_LICENSE_NOTE = "see the original dataset's licence (BEIR redistributes it as is)"
 
@@ -66,6 +76,17 @@ class RemoteFile:
         if md5 is None and self.ir_datasets_entry is not None:
             md5 = self.ir_datasets_entry.md5
         return {"md5": md5, "sha256": self.sha256, "size": self.size}
+
+    @property
+    def size_bytes(self) -> tuple[int | None, str]:
+        """``(bytes, where the number comes from)`` of the file: the registry's exact size, else the size hint
+        of the installed ir_datasets for the same URL; ``(None, "unknown")`` otherwise."""
+        if self.size is not None:
+            return self.size, "the registry"
+        entry = self.ir_datasets_entry
+        if entry is not None and entry.size_hint is not None:
+            return entry.size_hint, f"ir_datasets {entry.version} size hint"
+        return None, "unknown"
 
     @property
     def checksum_source(self) -> str | None:
@@ -166,6 +187,31 @@ class Dataset:
     def public(self) -> bool:
         return self.byo is None and bool(self.files)
 
+    @property
+    def download_size(self) -> str:
+        """The size of what ``zsdr fetch`` downloads for it (its files, and its training-side extras): from the
+        sources' byte counts where every file has one (:attr:`RemoteFile.size_bytes`), else the registry's
+        approximate ``size`` text."""
+        sizes = [f.size_bytes[0] for f in self.files]
+        if not sizes or None in sizes:
+            return self.size or "-"
+        shown = human_bytes(sum(sizes))
+        extra = [f.size_bytes[0] for f in self.extras]
+        if extra and None not in extra:
+            shown += f" (+{human_bytes(sum(extra))} training files)"
+        elif extra:
+            shown += " (+ training files)"
+        return shown
+
+
+def human_bytes(n: float) -> str:
+    """A byte count for people: ``5.3 GB``, ``142 MB``, ``2.8 MB`` (decimal units)."""
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} {unit}" if unit == "bytes" or n >= 100 else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
 
 def _beir(name: str, md5: str, splits: tuple[str, ...], size: str, used_by: tuple[str, ...], license: str,
           description: str, subdir: str | None = None, dataset_name: str | None = None) -> Dataset:
@@ -190,9 +236,10 @@ DATASETS: list[Dataset] = [
         extras=(
             RemoteFile(f"{MSMARCO_BASE}/triples.train.small.tar.gz",
                        note="query, positive, BM25 negative text triples (the md5 is ir_datasets')"),
-            RemoteFile(f"{HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz", note="negatives of 13 systems (DDR)"),
+            RemoteFile(f"{HF_HARD_NEGATIVES}/msmarco-hard-negatives.jsonl.gz",
+                       note=f"negatives of 13 systems (DDR); {HUB_NO_SHA256}"),
             RemoteFile(f"{HF_HARD_NEGATIVES}/cross-encoder-ms-marco-MiniLM-L-6-v2-scores.pkl.gz",
-                       note="teacher scores for Margin-MSE"),
+                       note=f"teacher scores for Margin-MSE; {HUB_NO_SHA256}"),
         )),
     _beir("trec-covid", "ce62140cb23feb9becf6270d0d1fe6d1", ("test",), "69 MB", _ALL_EN,
           "CORD-19 abstracts; see the TREC-COVID terms", "TREC-COVID (BEIR): 171K CORD-19 abstracts, 50 topics"),
@@ -212,14 +259,14 @@ DATASETS: list[Dataset] = [
           "ArguAna counter-argument retrieval (query ids may equal doc ids)"),
     _beir("webis-touche2020", "46f650ba5a527fc69e0a6521c5a23563", ("test",), "226 MB", _ALL_EN, "CC BY 4.0",
           "Touché-2020 argument retrieval"),
-    *[_beir("cqadupstack", "4e41456d7df8ee7760a7f866133bda78", ("test",), "437 MB (all forums)", _ALL_EN,
+    *[_beir("cqadupstack", "4e41456d7df8ee7760a7f866133bda78", ("test",), "5.3 GB (all forums)", _ALL_EN,
             "Apache 2.0", f"CQADupStack {forum} forum (duplicate questions)", subdir=f"cqadupstack/{forum}",
             dataset_name=f"cqadupstack-{forum}") for forum in CQA_FORUMS],
     _beir("quora", "18fb154900ba42a600f84b839c173167", ("dev", "test"), "15 MB", _ALL_EN,
           "Quora terms (non-commercial)", "Quora duplicate questions (query ids may equal doc ids)"),
     _beir("dbpedia-entity", "c2a39eb420a3164af735795df012ac2c", ("dev", "test"), "653 MB", _ALL_EN, "CC BY-SA 3.0",
           "DBpedia-Entity v2 entity retrieval"),
-    _beir("scidocs", "38121350fc3a4d2f48850f6aff52e4a9", ("test",), "29 MB", _ALL_EN, "CC BY 4.0",
+    _beir("scidocs", "38121350fc3a4d2f48850f6aff52e4a9", ("test",), "142 MB", _ALL_EN, "CC BY 4.0",
           "SCIDOCS citation prediction"),
     _beir("fever", "5a818580227bfb4b35bb6fa46d9b6c03", ("train", "dev", "test"), "1.2 GB", _ALL_EN, "CC BY-SA 3.0",
           "FEVER fact checking over Wikipedia"),
@@ -256,13 +303,13 @@ DATASETS: list[Dataset] = [
             used_by=("BERM",)),
     *[Dataset(name=f"cpr-{domain}", group="multi-cpr", language="zh",
               description=f"Multi-CPR {domain} passage retrieval (evaluated on dev)",
-              files=(RemoteFile("https://github.com/Alibaba-NLP/Multi-CPR/archive/refs/heads/main.zip",
-                                note="branch archive: no fixed checksum", strip=1),),
+              files=(RemoteFile(f"https://github.com/Alibaba-NLP/Multi-CPR/archive/{MULTI_CPR_COMMIT}.zip",
+                                note=GITHUB_NO_CHECKSUM, strip=1),),
               converter="cpr", options={"domain": domain}, splits=("train", "dev"), size="~1 GB",
               license="Apache 2.0", used_by=("DDR",)) for domain in ("ecom", "video", "medical")],
     Dataset(name="cmedqa2", group="cmedqa2", language="zh", description="cMedQAv2 Chinese medical QA (evaluated on test)",
-            files=(RemoteFile("https://github.com/zhangsheng93/cMedQA2/archive/refs/heads/master.zip",
-                              note="branch archive: no fixed checksum", strip=1),),
+            files=(RemoteFile(f"https://github.com/zhangsheng93/cMedQA2/archive/{CMEDQA2_COMMIT}.zip",
+                              note=GITHUB_NO_CHECKSUM, strip=1),),
             converter="cmedqa2", splits=("train", "dev", "test"), size="~100 MB", license="research use (see repository)",
             used_by=("DDR",)),
     Dataset(name="dureader", group="dureader", language="zh",

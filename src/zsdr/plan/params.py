@@ -7,7 +7,9 @@ checkpoint (a resumed run continues exactly where it stopped), how many batch-pr
 embeddings are kept once read — and a rewording or a log interval must not retrain a model (at paper scale, days
 of 8-GPU jobs). :class:`Settings` is the spec itself (the job reads every key) whose ``repr`` leaves those keys
 out; :class:`Labels` a ``{name: text}`` mapping whose text is shown, not compared; zsdr.plan.summary.Note a
-message Snakemake does not compare at all.
+message Snakemake does not compare at all; :class:`Handling` settings of how a job reaches its inputs (where it
+downloads from, how long it waits, how often it retries, where the downloads are kept) that cannot change a byte of
+what it writes, not compared either.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 COSMETIC = frozenset({
     "description",      # prose about a recipe, system, model or generator
     "provenance",       # where a setting comes from ([P], [C], [X] tags)
+    "checksum_from",    # download: where a file's checksum comes from (the checksum itself is compared)
     "log_every",        # training: a loss line every N steps
     "save_every",       # training: a checkpoint every N steps (a resumed run continues to the same weights)
     "workers",          # training launch: batch-preparing worker processes
@@ -62,3 +65,34 @@ class Labels(dict):
 
     def __reduce__(self):
         return (Labels, (dict(self),))
+
+
+class Handling:
+    """Settings of how a job does its work that cannot change a byte of what it writes — a download's mirror,
+    timeout and retries (its checksum decides what is kept), the folder the downloads are kept in (the files
+    themselves are the job's inputs) — read like a dict, and not compared for reruns: Snakemake's params check
+    compares plain data (strings, numbers, lists, dicts) and skips other objects, so pointing the downloads at
+    a mirror, or waiting longer, reruns nothing (tests/test_params.py)."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.values = dict(values)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def __repr__(self) -> str:
+        return f"Handling({self.values!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handling) and other.values == self.values
+
+    def __hash__(self) -> int:
+        return hash(repr(self))
+
+    def __reduce__(self):
+        return (Handling, (self.values,))

@@ -431,7 +431,9 @@ class Trainings:
         if r.get("mixture"):
             mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
         mods += [TERMS[t].split(":")[0] for t in TERMS if t not in PLANNED_TERMS and r.get(t)]
-        return self.code.code(*mods, script="train")
+        # the registry's lines of the terms it runs (zsdr.training.terms.term_sections): a new term's line
+        # changes the stamp of the recipes that carry its section only
+        return self.code.code(*mods, script="train", entries=[t for t in TERMS if r.get(t)])
 
 
 def training_data(recipes: Recipes, item: dict[str, Any], where: str, run: str | None = None) -> tuple[str, str]:
