@@ -217,6 +217,31 @@ def test_random_negatives_are_pure_and_never_relevant(mini, tmp_path, negatives)
     assert len(draws) > 1
 
 
+def test_pair_negatives_are_the_pairs_own_and_an_old_file_is_refused(mini, tmp_path):
+    """``negatives: pair``: a weak example's negative is the one drawn with its pair (the positive's format),
+    the same every epoch; the labelled set keeps its random documents; pairs without negatives are refused."""
+    from zsdr.training.weak import read_weak_pairs, write_weak_pairs
+
+    pairs = tmp_path / "ict.jsonl"
+    write_weak_pairs(mini / "data" / "src", pairs, "ict", max_pairs=30, seed=2)
+    entries = sets_of(mini, [("source", "human"), ("target", "weak")], negatives="pair")
+    entries[1]["pairs"] = str(pairs)
+    task = MixtureTask(torch.nn.Identity(), load_sets(entries, seed=1), soft_tokens=False, seed=3)
+    stored = read_weak_pairs(pairs)
+    for index in range(task.num_examples):
+        s, i = task.locate(index)
+        doc, key = task.negative(index, epoch=0)
+        if s.relevance == "weak":
+            p = stored[int(s.items.rows[i]) if s.items.rows is not None else i]
+            assert doc == {"title": p.negative["title"], "text": p.negative["text"]} and key == f"{p.id}#negative"
+            assert (doc, key) == task.negative(index, epoch=5) and p.negative["doc_id"] != p.doc_id
+        else:                                        # a whole document of the corpus, never a relevant one
+            assert s.corpus.store.find(key) is not None and key not in s.items[i].relevant
+    old = sets_of(mini, [("target", "weak")], negatives="pair")
+    with pytest.raises(DataError, match="carry no negative"):
+        load_sets(old, seed=1)
+
+
 def test_trained_rmsc_model_reloads_to_identical_embeddings(mini, tmp_path):
     from zsdr.training.recipes import run_spec
 

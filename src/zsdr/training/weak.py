@@ -492,7 +492,8 @@ def _generate_sorted(generator: QueryGenerator, passages: list[str], n: int, poo
 def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, out_path: str | os.PathLike, *,
                      queries_per_document: int = 3, max_pairs: int | None = None, seed: int = 0,
                      batch_size: int = 32, device=None, top_k: int = 25, top_p: float = 0.95,
-                     max_length: int = 64, show_progress: bool = False) -> dict:
+                     max_length: int = 64, show_progress: bool = False,
+                     statistics: str | os.PathLike | None = None) -> dict:
     """Write ``qgen`` weak pairs of the BEIR corpus in ``dataset_dir`` to ``out_path``.
 
     Documents are visited in the seeded order of :func:`permuted_documents` (the selection rule of
@@ -505,6 +506,7 @@ def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, 
     On a GPU the documents are taken ``GPU_POOL * batch_size`` at a time, sorted by passage length
     and generated in batches of ``batch_size`` similar lengths (batch ``b`` of pool ``c`` seeded from
     ``(seed, c, b)``), then written in the selection order; the CPU keeps the chunks above.
+    ``statistics``: a path that also gets the set's :func:`pair_statistics` (its ``passes``: 1), as JSON.
     """
     from tqdm.auto import tqdm
 
@@ -551,6 +553,15 @@ def write_qgen_pairs(generator: QueryGenerator, dataset_dir: str | os.PathLike, 
                 break
     log.info("qgen pairs of %s: %d from %d documents (%d skipped)", dataset_dir, stats["pairs"],
              stats["documents"], stats["skipped"])
+    if statistics is not None:
+        distinct, most = set(), {}
+        for p in iter_weak_pairs(out_path):
+            distinct.add((p.query, p.doc_id))
+            most[p.doc_id] = most.get(p.doc_id, 0) + 1
+        with atomic_write(statistics) as fh:
+            json.dump(pair_statistics("qgen", max_pairs, stats["documents"], stats["skipped"], stats["pairs"],
+                                      len(distinct), 1 if stats["pairs"] else 0, max(most.values(), default=0)),
+                      fh, indent=1)
     return stats
 
 
