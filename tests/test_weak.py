@@ -245,6 +245,13 @@ def test_weak_sets_reach_their_size_in_passes_without_repeats(varied, tmp_path):
     many = write_weak_pairs(varied, out, "ict", seed=1, max_pairs=10**6, pairs_per_document=None, negatives=False)
     assert many["pairs"] == many["distinct"] == capacity and many["shortfall"] == 10**6 - capacity
     assert "negative" not in lines(out)[0]
+    twin = tmp_path / "twin"                                    # a corpus holding a document twice
+    corpus = read_corpus(varied)
+    write_beir(twin, {**corpus, "copy": corpus["v0"]}, {"q1": "a query"}, {"train": {"q1": {"v0": 1}}})
+    both = write_weak_pairs(twin, out, "ict", seed=1, max_pairs=10**6, pairs_per_document=None, negatives=False,
+                            keep_probability=0.0)      # a query sentence, a context: the twin's pairs are the same
+    assert both["pairs"] == both["distinct"] == capacity and both["repeats"] == 0
+    assert both["duplicates_left_out"] == len(set(split_sentences(corpus["v0"]["text"])))
     with pytest.raises(ValueError, match="needs max_pairs"):
         write_weak_pairs(varied, out, "ict", pairs_per_document=None)
 

@@ -54,9 +54,10 @@ document beside an untitled 30-token span would tell them apart). Drawn from
 ``default_rng([seed, index, k, 4])``.
 
 Statistics (:func:`pair_statistics`): the writer returns, and the workflow saves beside the file,
-the target, the pairs written, how many are distinct (query, positive) texts and how many repeat
-one (the same texts from two documents of a corpus that holds duplicates), the passes and the
-largest number of pairs of one document.
+the target, the pairs written, how many are distinct (query, positive) texts and how many repeat one
+(0 for SCL and ICT: a pair whose texts another document already gave, as a corpus holding duplicate
+documents does, is left out and counted in ``duplicates_left_out``), the passes, the largest number
+of pairs of one document and the shortfall below the target.
 
 File format (JSON lines, one pair a line, ``.gz`` compresses)::
 
@@ -415,7 +416,7 @@ def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike
         raise ValueError("pairs_per_document null (as many pairs per document as max_pairs needs) needs max_pairs")
     passes = None if pairs_per_document is None else int(pairs_per_document)
     negative_source = CorpusNegatives(dataset_dir, rule) if negatives else None
-    n = {"documents": 0, "pairs": 0, "skipped": 0, "passes": 0, "most": 0}
+    n = {"documents": 0, "pairs": 0, "skipped": 0, "passes": 0, "most": 0, "duplicates": 0}
     seen: set[bytes] = set()
 
     def full() -> bool:
@@ -424,10 +425,13 @@ def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike
     def emit(fh, doc: CorpusDocument, k: int, pair: tuple[str, str]) -> None:
         query, part = pair
         positive = rule.positive(doc, part)
+        key = hashlib.blake2b(json.dumps([query, positive["title"], positive["text"]]).encode(), digest_size=16)
+        if key.digest() in seen:   # the same texts from another document (a corpus with duplicates): not again
+            n["duplicates"] += 1
+            return
+        seen.add(key.digest())
         negative = negative_source.draw(doc.index, k) if negative_source is not None else None
         write_pair(fh, method, doc.id, k, query, positive, negative)
-        seen.add(hashlib.blake2b(json.dumps([query, positive["title"], positive["text"]]).encode(),
-                                 digest_size=16).digest())
         n["pairs"] += 1
         n["most"] = max(n["most"], k + 1)
         n["passes"] = max(n["passes"], k + 1)
@@ -462,6 +466,7 @@ def write_weak_pairs(dataset_dir: str | os.PathLike, out_path: str | os.PathLike
             active, k = left, k + 1
     stats = pair_statistics(method, max_pairs, n["documents"], n["skipped"], n["pairs"], len(seen), n["passes"],
                             n["most"], negative_source.n if negative_source is not None else None)
+    stats["duplicates_left_out"] = n["duplicates"]
     if statistics is not None:
         with atomic_write(statistics) as fh:
             json.dump(stats, fh, indent=1)
