@@ -69,20 +69,25 @@ rule train_generator:
 
 
 rule weak_pairs:
-    """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen)."""
+    """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen), and the set's
+    statistics (target size, pairs, distinct, repeats, passes, shortfall: zsdr.training.weak.pair_statistics)."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
+        # SCL / ICT negatives: documents read by row from the corpus's store
+        store=f"{DATA}/{{corpus}}/store/store.json",
         model=PLAN.rmsc.weak_inputs,
         code=PLAN.code(
             "zsdr.training.weak",
             "zsdr.pretrain.spans",
+            "zsdr.data.store",
             "zsdr.models.generator",
             "zsdr.models.encoder",
             "zsdr.data.formats",
             script="weak_pairs",
         ),
     output:
-        f"{DATA}/{{corpus}}/weak/{{method}}.jsonl",
+        pairs=f"{DATA}/{{corpus}}/weak/{{method}}.jsonl",
+        statistics=f"{DATA}/{{corpus}}/weak/{{method}}.stats.json",
     log:
         f"{LOGS}/data/weak_{{corpus}}_{{method}}.log",
     wildcard_constraints:

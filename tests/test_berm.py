@@ -143,7 +143,8 @@ def test_labels_bm25_only_and_the_gathered_summary(mini, tmp_path):
     assert len(labels) == 200
     truth = {json.loads(x)["query-id"]: json.loads(x) for x in (src / "units.jsonl").read_text().splitlines()}
     qid, pid = pairs[0]
-    spans, _ = labels[(qid, pid)]
+    spans, essential, scores = labels[(qid, pid)]
+    assert len(scores) == len(spans) and essential == max(range(len(scores)), key=lambda j: (scores[j], -j))
     text = [json.loads(x) for x in (src / "corpus.jsonl").read_text().splitlines() if json.loads(x)["_id"] == pid][0]
     assert [text["text"][s:e] for s, e in spans] == truth[qid]["sentences"]
 
@@ -228,7 +229,45 @@ def test_the_term_pools_units_over_their_tokens_only(mini):
     for i, (s, e) in enumerate(tok[0]):
         assert torch.allclose(units[0, i], hidden[0, s:e].mean(0), atol=1e-6)
     loss, logs = term.loss(torch.randn(2, 4), torch.randn(2, 4), hidden, batch)
-    assert loss.item() > 0 and set(logs) == {"r1", "r2", "unit_accuracy"}
+    assert loss.item() > 0 and set(logs) == {"r1", "r2", "unit_accuracy", "no_visible_unit", "essential_moved"}
+
+
+def test_the_essential_unit_is_the_best_one_truncation_leaves(mini, tmp_path):
+    """BERM's label is the argmax over the units the encoder's maximum length keeps (the official code labels
+    the truncated input), recomputed per length from the labels' scores; a passage with no unit left is counted
+    (no_visible_unit) and has no target; a changed unit is counted (moved)."""
+    from zsdr.losses.berm import unit_pooling, visible_essential
+    from zsdr.training.unit_labels import visible_label_counts
+
+    assert visible_essential([1.0, 3.0, 2.0], 1, [0, 2]) == 2 and visible_essential([1.0, 3.0, 2.0], 1, []) == -1
+    assert visible_essential([2.0, 1.0, 2.0], 0, [0, 1, 2]) == 0        # ties: the first, as numpy.argmax
+    assert visible_essential(None, 1, [0]) == -1 and visible_essential(None, 0, [0]) == 0  # a file without scores
+    spans = sentence_spans(PASSAGE["text"])
+    short = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text",
+                                    doc_max_length=12)
+    whole = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text",
+                                    doc_max_length=96)
+    _, kept = tokenize_with_units(short, [PASSAGE], [spans])
+    left = [j for j, t in enumerate(kept[0]) if t is not None]
+    assert left and left[-1] < 2                                      # the last unit is cut at 12 tokens
+    labels = [(spans, 2, [1.0, 2.0, 5.0]), (spans, 2, [1.0, 2.0, 5.0]), (spans, 1, [0.0, 4.0, 1.0])]
+    out = unit_pooling(short, [PASSAGE] * 3, labels, 12)
+    best = [left.index(max(left, key=lambda j: h[j])) for _, _, h in labels]   # the best of the units left
+    assert out["targets"].tolist() == best and [left[b] for b in best] != [2, 2, 1]
+    assert out["labelled"] == 3 and out["moved"] == sum(left[b] != k for b, (_, k, _) in zip(best, labels)) >= 2
+    assert out["no_visible_unit"] == 0
+    assert unit_pooling(whole, [PASSAGE] * 3, labels, 96)["targets"].tolist() == [2, 2, 1]
+    tiny = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot",
+                                   doc_format="title_space_text", doc_max_length=4)                  # the title fills the input: no unit left
+    none = unit_pooling(tiny, [PASSAGE], labels[:1], 4)
+    assert none["targets"].tolist() == [-1] and none["no_visible_unit"] == 1 and none["moved"] == 0
+    src = mini / "data" / "src"                                       # a labels file at two lengths
+    pairs = select_pairs(src, "train")[:40]
+    label_pairs(src, pairs, unit_statistics(src, pairs, "units"), tmp_path / "l.jsonl")
+    long_counts = visible_label_counts(src, tmp_path / "l.jsonl", whole)
+    short_counts = visible_label_counts(src, tmp_path / "l.jsonl", short)
+    assert long_counts["labelled"] == short_counts["labelled"] == 40
+    assert long_counts["moved"] == 0 and short_counts["moved"] > 0 and short_counts["share_moved"] <= 1.0
 
 
 def test_dpr_plus_berm_trains_and_lowers_r1(mini, tmp_path):

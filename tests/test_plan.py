@@ -278,7 +278,7 @@ def test_pretraining_memory_follows_processes_and_the_corpora_it_maps(paper, tre
 
 def test_mixture_memory_follows_processes_stores_and_weak_tables(paper):
     """An RMSC mixture's mem_mb: its processes beside the stores of its datasets and its weak-pair tables
-    (mapped: each at most rmsc.weak.max_pairs documents' worth of its corpus's text); in the dry run."""
+    (mapped: rmsc.weak.max_pairs pairs of at most three documents' text each); in the dry run."""
     from zsdr.data.sizes import published_sizes
 
     m = paper.recipes.training["memory"]
@@ -288,7 +288,7 @@ def test_mixture_memory_follows_processes_stores_and_weak_tables(paper):
     assert spec["kind"] == "mixture" and [e["relevance"] for e in spec["sets"]] == ["human", "weak", "weak"]
     cap = paper.config["rmsc"]["weak"]["max_pairs"]
     source, target = paper.resources.corpus_mb("msmarco")[0], paper.resources.corpus_mb("lotte-writing-test")[0]
-    weak = sum(-(-int(mb * min(1.0, cap / published_sizes()[name]["docs"]) * 1000) // 1000)
+    weak = sum(-(-int(mb * 3 * cap / published_sizes()[name]["docs"] * 1000) // 1000)
                for name, mb in (("msmarco", source), ("lotte-writing-test", target)))
     mb, why = paper.resources.training_memory(spec, launch)
     assert mb == launch["processes"] * m["process_mb"] + source + target + weak

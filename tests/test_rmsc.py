@@ -217,6 +217,31 @@ def test_random_negatives_are_pure_and_never_relevant(mini, tmp_path, negatives)
     assert len(draws) > 1
 
 
+def test_pair_negatives_are_the_pairs_own_and_an_old_file_is_refused(mini, tmp_path):
+    """``negatives: pair``: a weak example's negative is the one drawn with its pair (the positive's format),
+    the same every epoch; the labelled set keeps its random documents; pairs without negatives are refused."""
+    from zsdr.training.weak import read_weak_pairs, write_weak_pairs
+
+    pairs = tmp_path / "ict.jsonl"
+    write_weak_pairs(mini / "data" / "src", pairs, "ict", max_pairs=30, seed=2)
+    entries = sets_of(mini, [("source", "human"), ("target", "weak")], negatives="pair")
+    entries[1]["pairs"] = str(pairs)
+    task = MixtureTask(torch.nn.Identity(), load_sets(entries, seed=1), soft_tokens=False, seed=3)
+    stored = read_weak_pairs(pairs)
+    for index in range(task.num_examples):
+        s, i = task.locate(index)
+        doc, key = task.negative(index, epoch=0)
+        if s.relevance == "weak":
+            p = stored[int(s.items.rows[i]) if s.items.rows is not None else i]
+            assert doc == {"title": p.negative["title"], "text": p.negative["text"]} and key == f"{p.id}#negative"
+            assert (doc, key) == task.negative(index, epoch=5) and p.negative["doc_id"] != p.doc_id
+        else:                                        # a whole document of the corpus, never a relevant one
+            assert s.corpus.store.find(key) is not None and key not in s.items[i].relevant
+    old = sets_of(mini, [("target", "weak")], negatives="pair")
+    with pytest.raises(DataError, match="carry no negative"):
+        load_sets(old, seed=1)
+
+
 def test_trained_rmsc_model_reloads_to_identical_embeddings(mini, tmp_path):
     from zsdr.training.recipes import run_spec
 
@@ -286,3 +311,38 @@ def test_a_two_process_mixture_maps_one_table_converted_by_the_launcher(mini, tm
     # (the weights after the last step are not compared: Adam turns the last bits of near-zero gradients,
     # which the all-reduce sums in another order, into updates of up to lr)
     assert np.isfinite(Encoder.from_pretrained(two["out"]).encode_queries(["what colour is the sky"])).all()
+
+
+def test_the_weak_set_size_table_of_the_note_follows_the_config_and_the_corpora():
+    """docs/methods/rmsc.md#weak-set-sizes: every weak set is the labelled set's size at each scale, and the
+    paper plan's table gives each target's documents (published statistics), the pairs per document that size
+    needs, and the method the paper config gives it."""
+    import re
+
+    import yaml
+
+    from zsdr.data.sizes import published_sizes
+
+    root = Path(__file__).resolve().parents[1]
+    rmsc = yaml.safe_load((root / "configs" / "papers" / "rmsc.yaml").read_text())
+    config = yaml.safe_load((root / "config.yaml").read_text())
+    source = next(d for d in config["mini"]["domains"] if d["role"] == "source")
+    assert rmsc["rmsc"]["weak"]["max_pairs"] == source["train_queries"]            # mini: 1,200 labelled queries
+    small = rmsc["by_scale"]["small"]
+    assert small["rmsc"]["weak"]["max_pairs"] == small["recipes"]["rmsc-cd"]["mixture"]["sets"][0]["size"]
+    paper = rmsc["by_scale"]["paper"]["rmsc"]["weak"]
+    assert paper["max_pairs"] == 502939 and paper["pairs_per_document"] is None
+    assert rmsc["rmsc"]["weak"]["pairs_per_document"] is None and small["rmsc"]["weak"]["pairs_per_document"] is None
+    note = (root / "docs" / "methods" / "rmsc.md").read_text()
+    rows = re.findall(r"^\| ([a-z0-9-]+) \| (SCL|ICT) \| ([\d,]+) \| ([\d.]+) \|", note, re.M)
+    targets = rmsc["by_scale"]["paper"]["recipes"]["rmsc-cd"]["targets"]
+    sizes = published_sizes()
+    assert len(rows) == 11
+    for name, method, docs, needed in rows:
+        assert name in targets
+        assert method.lower() == paper["methods"].get(name, paper["method"])
+        assert int(docs.replace(",", "")) == sizes[name]["docs"]
+        assert float(needed) == round(502939 / sizes[name]["docs"], 1)
+    # the targets left out of the table are those of at least 502,939 documents, named in the text above it
+    for name in set(targets) - {r[0] for r in rows}:
+        assert sizes[name]["docs"] >= 502939 and f"`{name}`" in note

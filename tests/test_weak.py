@@ -89,7 +89,8 @@ def test_scl_pair_by_hand():
 def test_ict_file_pairs_are_sentences_and_the_rest_in_order(beir, tmp_path):
     out = tmp_path / "ict.jsonl"
     stats = write_weak_pairs(beir, out, "ict", keep_probability=0.0, seed=3)
-    assert stats == {"documents": 8, "pairs": 7, "skipped": 1}
+    assert {k: stats[k] for k in ("documents", "pairs", "skipped", "distinct", "repeats", "passes")} == {
+        "documents": 8, "pairs": 7, "skipped": 1, "distinct": 7, "repeats": 0, "passes": 1}
     recs = lines(out)
     assert sorted(r["doc_id"] for r in recs) == sorted(d for d in SENTENCES if d != "solo")
     for r in recs:
@@ -107,7 +108,7 @@ def test_scl_file_pairs_are_two_distinct_spans(beir, tmp_path):
     corpus = read_corpus(beir)
     index = {did: i for i, did in enumerate(corpus)}
     stats = write_weak_pairs(beir, out, "scl", tokenizer=Words(), max_tokens=8, new_span_probability=0.1, seed=1)
-    assert stats == {"documents": 8, "pairs": 7, "skipped": 1}
+    assert {k: stats[k] for k in ("documents", "pairs", "skipped")} == {"documents": 8, "pairs": 7, "skipped": 1}
     for r in lines(out):
         doc = corpus[r["doc_id"]]
         spans = document_spans(f"{doc['title']} {doc['text']}", Words(), 8, 0.1, 1, index[r["doc_id"]])
@@ -172,6 +173,87 @@ def test_pairs_per_document_are_distinct(beir, tmp_path):
         doc = corpus[did]
         m = len(set(document_spans(f"{doc['title']} {doc['text']}", Words(), 8, 0.1, 4, index[did])))
         assert len(keys) == len(set(keys)) == m * (m - 1) // 2  # every unordered pair once, no repeat
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory):
+    """300 titled documents of 2 to 12 sentences of 3 to 14 words: spans and contexts of many lengths."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(500)]
+    corpus = {}
+    for d in range(300):
+        sentences = [" ".join(rng.choice(words, size=int(rng.integers(3, 15)))).capitalize() + "."
+                     for _ in range(int(rng.integers(2, 13)))]
+        corpus[f"v{d}"] = {"title": f"Topic {d}", "text": " ".join(sentences)}
+    root = tmp_path_factory.mktemp("varied") / "data"
+    write_beir(root, corpus, {"q1": "a query"}, {"train": {"q1": {"v0": 1}}})
+    return root
+
+
+def test_negatives_are_drawn_by_the_positives_rule(varied, tmp_path):
+    """SCL and ICT negatives: spans / contexts of another document, their lengths and titles distributed as the
+    positives' (two-sample Kolmogorov-Smirnov test); for SCL a whole document, the rule they replace, is told apart."""
+    from scipy.stats import ks_2samp
+
+    corpus = read_corpus(varied)
+    for method, kw in (("scl", {"tokenizer": Words(), "max_tokens": 12}), ("ict", {"keep_probability": 0.1})):
+        out = tmp_path / f"{method}.jsonl"
+        write_weak_pairs(varied, out, method, seed=2, max_pairs=600, pairs_per_document=None, **kw)
+        recs = lines(out)
+        assert len(recs) == 600 and all(r["negative"]["doc_id"] != r["doc_id"] for r in recs)
+        pos = [len(r["positive"]["text"].split()) for r in recs]
+        neg = [len(r["negative"]["text"].split()) for r in recs]
+        assert ks_2samp(pos, neg).pvalue > 0.01, (method, np.mean(pos), np.mean(neg))
+        if method == "scl":   # the test tells a whole document (the rule the negatives replace) apart
+            whole = [len(corpus[r["negative"]["doc_id"]]["text"].split()) for r in recs]
+            assert ks_2samp(pos, whole).pvalue < 1e-6
+        titled = [(bool(r["positive"]["title"]), bool(r["negative"]["title"])) for r in recs]
+        assert set(titled) == ({(False, False)} if method == "scl" else {(True, True)})
+        for r in recs:
+            neg_doc = corpus[r["negative"]["doc_id"]]
+            if method == "scl":                                 # one of that document's spans
+                index = list(corpus).index(r["negative"]["doc_id"])
+                assert r["negative"]["text"] in document_spans(f"{neg_doc['title']} {neg_doc['text']}", Words(),
+                                                               12, 0.1, 2, index)
+            else:                                               # that document less at most one sentence
+                assert r["negative"]["title"] == neg_doc["title"]
+                assert len(split_sentences(neg_doc["text"])) - len(split_sentences(r["negative"]["text"])) in (0, 1)
+    back = read_weak_pairs(tmp_path / "ict.jsonl")
+    assert back[0].negative == lines(tmp_path / "ict.jsonl")[0]["negative"]
+
+
+def test_weak_sets_reach_their_size_in_passes_without_repeats(varied, tmp_path):
+    """A corpus smaller than the wanted size gives several pairs per document, in passes, no pair twice; the
+    statistics count them; a corpus without enough distinct pairs stops short and says by how much."""
+    out, stats_file = tmp_path / "ict.jsonl", tmp_path / "ict.stats.json"
+    stats = write_weak_pairs(varied, out, "ict", seed=1, max_pairs=1000, pairs_per_document=None,
+                             statistics=stats_file)
+    recs = lines(out)
+    assert stats == json.loads(stats_file.read_text())
+    assert stats["pairs"] == len(recs) == 1000 and stats["target"] == 1000 and stats["shortfall"] == 0
+    assert stats["distinct"] == len({(r["query"], r["positive"]["text"]) for r in recs}) == 1000
+    assert stats["repeats"] == 0 and stats["passes"] == 4 and stats["corpus_documents"] == 300
+    per_doc = {}
+    for r in recs:
+        per_doc[r["doc_id"]] = per_doc.get(r["doc_id"], 0) + 1
+    assert max(per_doc.values()) - min(per_doc.values()) <= 2   # spread over the documents, pass by pass
+    assert [int(r["_id"].rsplit("-", 1)[1]) for r in recs] == sorted(int(r["_id"].rsplit("-", 1)[1]) for r in recs)
+    small = tmp_path / "small.jsonl"
+    write_weak_pairs(varied, small, "ict", seed=1, max_pairs=700, pairs_per_document=None)
+    assert small.read_text() == "".join(out.read_text().splitlines(keepends=True)[:700])  # a prefix
+    capacity = sum(len(set(split_sentences(d["text"]))) for d in read_corpus(varied).values())
+    many = write_weak_pairs(varied, out, "ict", seed=1, max_pairs=10**6, pairs_per_document=None, negatives=False)
+    assert many["pairs"] == many["distinct"] == capacity and many["shortfall"] == 10**6 - capacity
+    assert "negative" not in lines(out)[0]
+    twin = tmp_path / "twin"                                    # a corpus holding a document twice
+    corpus = read_corpus(varied)
+    write_beir(twin, {**corpus, "copy": corpus["v0"]}, {"q1": "a query"}, {"train": {"q1": {"v0": 1}}})
+    both = write_weak_pairs(twin, out, "ict", seed=1, max_pairs=10**6, pairs_per_document=None, negatives=False,
+                            keep_probability=0.0)      # a query sentence, a context: the twin's pairs are the same
+    assert both["pairs"] == both["distinct"] == capacity and both["repeats"] == 0
+    assert both["duplicates_left_out"] == len(set(split_sentences(corpus["v0"]["text"])))
+    with pytest.raises(ValueError, match="needs max_pairs"):
+        write_weak_pairs(varied, out, "ict", pairs_per_document=None)
 
 
 def test_round_trip_and_bad_lines(beir, tmp_path):

@@ -9,7 +9,7 @@ p = snakemake.params
 # dense.device (auto: CUDA when available) in a job that holds a GPU; a job without one stays on the CPU
 device = p.device if getattr(snakemake.resources, "gpu", 0) else "cpu"
 w, q = p.weak, p.qgen
-out = snakemake.output[0]
+out, statistics = snakemake.output.pairs, snakemake.output.statistics
 if p.method == "qgen":   # the only method that runs a model (ICT and SCL need no torch)
     import torch
 
@@ -20,7 +20,8 @@ if p.method == "qgen":   # the only method that runs a model (ICT and SCL need n
     generator = QueryGenerator.from_pretrained(p.generator).for_inference(device, p.precision)
     stats = write_qgen_pairs(generator, p.dataset, out, queries_per_document=q.get("queries_per_document", 3),
                              max_pairs=w.get("max_pairs"), seed=p.seed, batch_size=q.get("batch_size", 32),
-                             top_k=q.get("top_k", 25), top_p=q.get("top_p", 0.95), max_length=q.get("max_length", 64))
+                             top_k=q.get("top_k", 25), top_p=q.get("top_p", 0.95), max_length=q.get("max_length", 64),
+                             statistics=statistics)
 else:
     from zsdr.training.weak import write_weak_pairs
 
@@ -30,7 +31,7 @@ else:
 
         tokenizer = AutoTokenizer.from_pretrained(p.tokenizer, use_fast=True)
     stats = write_weak_pairs(p.dataset, out, p.method, tokenizer=tokenizer, max_pairs=w.get("max_pairs"),
-                             pairs_per_document=w.get("pairs_per_document", 1), seed=p.seed,
+                             pairs_per_document=w.get("pairs_per_document", 1), seed=p.seed, statistics=statistics,
                              max_tokens=w.get("max_tokens", 30), new_span_probability=w.get("new_span_probability", 0.1),
                              keep_probability=w.get("keep_probability", 0.1))
 logging.getLogger("weak_pairs").info("%s %s: %s", p.dataset, p.method, stats)

@@ -91,21 +91,28 @@ def char_to_token_spans(offsets: Sequence[tuple[int, int]], seq_ids: Sequence[in
     return out
 
 
-def read_unit_labels(path: str | os.PathLike) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int]]:
-    """``{(qid, pid): (unit character spans, essential index)}`` from a labels file (one JSON line per
-    training pair: ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...}``, ``k`` = -1:
-    no essential unit)."""
+def read_unit_labels(path: str | os.PathLike
+                     ) -> dict[tuple[str, str], tuple[list[tuple[int, int]], int, list[float] | None]]:
+    """``{(qid, pid): (unit character spans, essential index, unit scores or None)}`` from a labels file
+    (one JSON line per training pair: ``{"qid", "pid", "units": [[start, end], ...], "essential": k,
+    "scores": [h_1, ...], ...}``, ``k`` = -1: no essential unit). ``scores`` (the matching scores the
+    essential unit is the argmax of) let training pick the essential unit among the units its maximum
+    length keeps (:func:`zsdr.losses.berm.visible_essential`); a file without them keeps ``k``."""
     out = {}
     for line, obj in iter_jsonl(path):
         try:
             spans = [(int(s), int(e)) for s, e in obj["units"]]
             k = int(obj["essential"])
             key = (str(obj["qid"]), str(obj["pid"]))
+            scores = None if obj.get("scores") is None else [float(x) for x in obj["scores"]]
         except (KeyError, TypeError, ValueError):
-            raise DataError(path, line, 'a label needs "qid", "pid", "units" ([[start, end], ...]) and "essential"',
-                            "write the file with the label_units rule") from None
+            raise DataError(path, line, 'a label needs "qid", "pid", "units" ([[start, end], ...]) and "essential" '
+                            '(and "scores", when given, numbers)', "write the file with the label_units rule") from None
         if not -1 <= k < len(spans):
             raise DataError(path, line, f"essential unit {k} outside the {len(spans)} units",
                             "label the pairs again with the label_units rule")
-        out[key] = (spans, k)
+        if scores is not None and len(scores) != len(spans):
+            raise DataError(path, line, f"{len(scores)} scores for {len(spans)} units",
+                            "label the pairs again with the label_units rule")
+        out[key] = (spans, k, scores)
     return out

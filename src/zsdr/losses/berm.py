@@ -33,31 +33,57 @@ import torch.nn.functional as F
 
 from zsdr.data.units import tokenize_with_units
 
-# A labelled pair: its units' character spans and the essential unit's index (-1: none).
-Labelled = tuple[list[tuple[int, int]], int]
+# A labelled pair: its units' character spans, the essential unit's index over all of them (-1: none) and,
+# from the labelling stage, every unit's matching score h_i (None: a label without scores).
+Labelled = tuple[list[tuple[int, int]], int] | tuple[list[tuple[int, int]], int, list[float] | None]
+
+
+def visible_essential(scores: Sequence[float] | None, essential: int, keep: Sequence[int]) -> int:
+    """The essential unit among the units ``keep`` that truncation leaves (BERM's official code takes the
+    argmax over the units its truncated input holds): the first highest ``scores[j]`` of ``j`` in ``keep``;
+    without scores the labelled ``essential`` where it is kept. -1: no such unit."""
+    if not keep:
+        return -1
+    if scores is None:
+        return essential if essential in keep else -1
+    return max(keep, key=lambda j: (scores[j], -j))
 
 
 def unit_pooling(encoder, docs: Sequence[dict], labels: Sequence[Labelled | None], width: int) -> dict:
     """Unit pooling weights ``(n, u, width)``, unit mask ``(n, u)`` and targets ``(n,)`` of ``docs``,
     tokenised by ``encoder`` as its documents are (``width``: the padded length of the document
-    batch); ``labels``: each document's labelled units and essential unit, or ``None`` (units
-    segmented on the fly, no target). Units truncation leaves out get no row; a target whose unit
-    was left out is -1."""
+    batch); ``labels``: each document's labelled units, essential unit and unit scores, or ``None``
+    (units segmented on the fly, no target). Units truncation leaves out get no row; the target is
+    the essential unit among the units left (:func:`visible_essential`, recomputed for this
+    encoder's maximum length), -1 when no unit is left. Also counts, over the labelled documents
+    (an essential unit >= 0): ``labelled``, ``no_visible_unit`` (truncation left none of its units)
+    and ``moved`` (the visible essential unit is not the full text's)."""
     _, spans = tokenize_with_units(encoder, docs, [k[0] if k else None for k in labels])
     kept = [[j for j, s in enumerate(row) if s is not None] for row in spans]
     n, u = len(docs), max([len(k) for k in kept] + [1])
     weights = torch.zeros(n, u, width)
     mask = torch.zeros(n, u, dtype=torch.bool)
     targets = torch.full((n,), -1, dtype=torch.long)
+    labelled = no_visible = moved = 0
     for b, (row, keep) in enumerate(zip(spans, kept)):
         for i, j in enumerate(keep):
             s, e = row[j]
             weights[b, i, s:e] = 1.0 / (e - s)
             mask[b, i] = True
-        essential = labels[b][1] if labels[b] else -1
-        if essential in keep:
-            targets[b] = keep.index(essential)
-    return {"weights": weights, "mask": mask, "targets": targets}
+        label = labels[b]
+        essential = label[1] if label else -1
+        if essential < 0:
+            continue
+        visible = visible_essential(label[2] if len(label) > 2 else None, essential, keep)
+        labelled += 1
+        if not keep:
+            no_visible += 1
+        elif visible != essential:
+            moved += 1
+        if visible >= 0:
+            targets[b] = keep.index(visible)
+    return {"weights": weights, "mask": mask, "targets": targets, "labelled": labelled,
+            "no_visible_unit": no_visible, "moved": moved}
 
 
 def unit_vectors(weights: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,9 @@ from typing import Any
 from zsdr.plan.site import Site, site_from_config
 
 
+PAIR_DOCUMENTS = 3   # a weak pair's texts (query, positive, negative), each at most one document's
+
+
 @dataclass(frozen=True)
 class Resources:
     training: dict[str, Any]        # config `training`
@@ -103,8 +106,10 @@ class Resources:
 
     def _mixture_memory(self, spec: dict[str, Any], launch: dict[str, Any]) -> tuple[int, str]:
         """An RMSC mixture: its processes, each `process_mb`, beside what they map once for all: the stores
-        of its datasets and the tables of its weak pairs (zsdr.training.rmsc). A weak table holds at most
-        `rmsc.weak.max_pairs` of its corpus's documents' text (all of it without a cap)."""
+        of its datasets and the tables of its weak pairs (zsdr.training.rmsc). A weak table holds
+        `rmsc.weak.max_pairs` pairs (one per document without a cap), each at most three documents' text
+        (a query, a positive and a negative, each a part of one document): a bound, which for a corpus of
+        fewer documents than pairs exceeds the corpus, as such a corpus gives several pairs per document."""
         from zsdr.data.sizes import published_sizes
 
         m = self.training["memory"]
@@ -117,7 +122,7 @@ class Resources:
         for name, entry in zip(names, spec["sets"]):
             if entry.get("pairs"):
                 docs = published_sizes().get(name, {}).get("docs")
-                share = min(1.0, int(cap) / docs) if cap and docs else 1.0
+                share = PAIR_DOCUMENTS * (int(cap) / docs if cap and docs else 1.0)
                 weak += -(-int(self.corpus_mb(name)[0] * share * 1000) // 1000)
         total = procs * int(m["process_mb"]) + stores + weak
         why = (f"{total} MB = {procs} process(es) x {m['process_mb']} + stores of {len(datasets)} "

@@ -114,10 +114,14 @@ class Rmsc:
     def weak_summary(self, wc: Any) -> str:
         """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
         w, q = self.weak, self.qgen
+        per_document = w.get("pairs_per_document")
+        passes = "as many passes as that needs" if per_document is None else f"at most {per_document} passes"
         common = (
-            f"at most {w.get('max_pairs') or 'every document'} pairs [X], "
-            f"{w['pairs_per_document']} per document [X], seeded document order"
+            f"{w.get('max_pairs') or 'all'} pairs (the labelled set's size [P: comparable]), one per document "
+            f"a pass over a seeded order, {passes} [X], no pair twice; statistics beside the file"
         )
+        if wc.method != "qgen":
+            common += "; each with a negative of another document by the positive's rule [X]"
         if wc.method == "scl":
             return (
                 f"SCL: two random spans of <= {w['max_tokens']} {self.weak_tokenizer} word pieces "

@@ -101,6 +101,9 @@ class BermTerm(AdditiveTerm):
             r1 = unit_balance(passages, units, mask, cfg.r1_reduction)
             total = total + cfg.r1_weight * r1
             logs["r1"] = r1.detach()
+        if batch.get("labelled"):   # positives whose essential unit truncation removed or moved (unit_pooling)
+            logs["no_visible_unit"] = batch["no_visible_unit"] / batch["labelled"]
+            logs["essential_moved"] = batch["moved"] / batch["labelled"]
         if cfg.r2_weight:
             m = matching_representation(queries, passages)
             r2 = unit_extraction(m, units, mask, targets, cfg.double_softmax)

@@ -30,9 +30,14 @@ A spec (``kind: mixture``, :func:`build_mixture_task`) lists its ``sets``; each 
 * ``pairs`` (weak sets): a weak-pairs file of :func:`zsdr.training.weak.write_weak_pairs`;
 * ``size``: ``null`` (every example), a number, or ``supervised`` (as many as the first ``human``
   set has, "comparable to the supervised set" [P]); a seeded subset is drawn when fewer are asked;
-* ``negatives``: where a weak pair's random negative comes from [X]: ``corpus`` (a random document
-  of the set's corpus other than the pair's own, the paper's "a different document d_j from the
-  corpus") or ``pseudo`` (the pseudo-positive of another pair of the same set).
+* ``negatives``: where a weak pair's random negative comes from [X]: ``pair`` (the negative stored
+  with the pair, :mod:`zsdr.training.weak`: "a different document d_j from the corpus" made into the
+  positive's format by the positive's own rule, a span of another document for SCL, its context for
+  ICT, so that length and title do not tell positive from negative; a pair without one, QGen's, whose
+  positive is a whole document, gets a random document as ``corpus`` does), ``corpus`` (a random
+  whole document of the set's corpus other than the pair's own) or ``pseudo`` (the pseudo-positive of
+  another pair of the same set). A ``pair`` negative is drawn once per pair; ``corpus`` and ``pseudo``
+  draw again every epoch.
 
 Sampling is a pure function of ``(seed, epoch, example index)``, as everywhere in the trainer.
 """
@@ -56,7 +61,7 @@ log = logging.getLogger(__name__)
 
 DOMAINS = ("source", "target")
 RELEVANCES = ("human", "weak")
-WEAK_NEGATIVES = ("corpus", "pseudo")
+WEAK_NEGATIVES = ("pair", "corpus", "pseudo")
 _SET_KEYS = {"name", "domain", "relevance", "dataset", "split", "pairs", "size", "negatives"}
 
 
@@ -69,6 +74,8 @@ class Item:
     positive: dict
     positive_key: str
     relevant: frozenset[str]
+    negative: dict | None = None       # the pair's own negative (weak pairs: zsdr.training.weak)
+    negative_key: str | None = None
 
 
 class StoredItem:
@@ -76,6 +83,7 @@ class StoredItem:
     rows of both, not their texts, are kept)."""
 
     __slots__ = ("group", "query_row", "positive_row", "positive_key", "relevant", "_corpus", "_queries")
+    negative = None
 
     def __init__(self, group: int, query_row: int, positive_row: int, positive_key: str, relevant: frozenset[str],
                  corpus: TextStore, queries: TextStore):
@@ -153,7 +161,9 @@ class WeakItems(abc.Sequence):
         p = self.table[int(i) if self.rows is None else int(self.rows[i])]
         # a QGen positive is the document itself: its key is the document's id
         key = p.doc_id if p.method == "qgen" else p.id
-        return Item(self.group, p.query, p.positive, key, frozenset({p.id, p.doc_id}))
+        negative = None if p.negative is None else {"title": p.negative["title"], "text": p.negative["text"]}
+        return Item(self.group, p.query, p.positive, key, frozenset({p.id, p.doc_id}), negative,
+                    None if negative is None else f"{p.id}#negative")
 
     def subset(self, keep: np.ndarray) -> "WeakItems":
         base = np.arange(len(self.table)) if self.rows is None else self.rows
@@ -257,6 +267,11 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets",
             items = _human_items(dataset, corpus.store, queries, entry.get("split", "train"), group)
         else:
             items = _weak_items(Path(entry["pairs"]), group, None if tables is None else Path(tables))
+            first = items.table[0]
+            if entry.get("negatives", "corpus") == "pair" and first.method != "qgen" and first.negative is None:
+                raise DataError(Path(entry["pairs"]), 1, f"{where}[{n}].negatives is 'pair' but the {first.method} "
+                                "pairs carry no negative", "extract the weak pairs again (zsdr.training.weak."
+                                "write_weak_pairs draws one per pair), or set the mixture's weak_negatives to corpus")
         size = entry.get("size")
         if size == "supervised":
             if supervised is None:
@@ -307,6 +322,8 @@ class MixtureTask(nn.Module):
         """The random negative example ``index`` draws in ``epoch`` (document, key): a pure function."""
         s, i = self.locate(index)
         item = s.items[i]
+        if s.negatives == "pair" and s.relevance == "weak" and item.negative is not None:
+            return item.negative, item.negative_key
         rng = np.random.default_rng([self.seed, epoch, index, 11])
         for _ in range(100):
             if s.negatives == "pseudo" and s.relevance == "weak":

@@ -15,7 +15,11 @@ joins the shards and reports how often the label agrees with the truth where the
 (the mini benchmark's ``units.jsonl``).
 
 Output, one JSON line per pair: ``{"qid", "pid", "units": [[start, end], ...] (characters of the
-passage text), "bm25": [...], "reader": [...] | null, "essential": k}`` (``k = -1``: no unit).
+passage text), "bm25": [...], "reader": [...] | null, "scores": [h_i, ...], "essential": k}``
+(``k = -1``: no unit). ``k`` is the argmax over all the units of the passage; training takes the
+argmax of ``scores`` over the units its maximum length keeps (BERM's official code labels the
+truncated input: :func:`zsdr.losses.berm.visible_essential`), so the label follows each recipe's
+length and a pair whose units are all truncated away is counted (:func:`visible_label_counts`).
 """
 
 from __future__ import annotations
@@ -81,6 +85,14 @@ def unit_statistics(dataset: str | os.PathLike, pairs: Iterable[tuple[str, str]]
     return scorer
 
 
+def essential_of(scores: list[float]) -> int:
+    """The essential unit: the first highest score (as ``numpy.argmax``), -1 without units. Rounded as the
+    labels file keeps them, so that the argmax over the units a maximum length keeps, taken at training
+    from the file's scores, ranks them as this one did."""
+    rounded = [round(x, 6) for x in scores]
+    return int(np.argmax(rounded)) if rounded else -1
+
+
 def label_pairs(dataset: str | os.PathLike, pairs: list[tuple[str, str]], scorer: UnitBM25, out: str | os.PathLike,
                 *, reader=None, delta: float = 0.1, batch_size: int = 64, show_progress: bool = False) -> int:
     """Label ``pairs`` and write them to ``out`` (atomic); returns the number written.
@@ -111,8 +123,33 @@ def label_pairs(dataset: str | os.PathLike, pairs: list[tuple[str, str]], scorer
                 fh.write(json.dumps({"qid": qid, "pid": pid, "units": [list(s) for s in spans],
                                      "bm25": [round(x, 5) for x in bm25],
                                      "reader": None if r is None else [round(x, 5) for x in r],
-                                     "essential": int(np.argmax(h)) if h else -1}) + "\n")
+                                     "scores": [round(x, 6) for x in h],
+                                     "essential": essential_of(h)}) + "\n")
     return len(pairs)
+
+
+def visible_label_counts(dataset: str | os.PathLike, labels: str | os.PathLike, encoder,
+                         batch_size: int = 256) -> dict:
+    """How the labels of ``labels`` (pairs of ``dataset``) fare at ``encoder``'s document length: of the
+    pairs with an essential unit, how many keep no unit after truncation (``no_visible_unit``) and how many
+    have another essential unit among the units kept than over the full text (``moved``), with shares.
+    The same rule as training (:func:`zsdr.losses.berm.unit_pooling`); no model is run."""
+    from zsdr.data.units import read_unit_labels
+    from zsdr.losses.berm import unit_pooling
+
+    corpus = ById(open_current(dataset)[0])
+    labelled = read_unit_labels(labels)
+    pairs = list(labelled)
+    counts = {"pairs": len(pairs), "labelled": 0, "no_visible_unit": 0, "moved": 0}
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start:start + batch_size]
+        docs = [corpus[pid] for _, pid in chunk]
+        out = unit_pooling(encoder, docs, [labelled[p] for p in chunk], 1)
+        for key in ("labelled", "no_visible_unit", "moved"):
+            counts[key] += out[key]
+    n = max(counts["labelled"], 1)
+    return {**counts, "doc_max_length": getattr(getattr(encoder, "config", None), "doc_max_length", None),
+            "share_no_visible_unit": counts["no_visible_unit"] / n, "share_moved": counts["moved"] / n}
 
 
 def gather_labels(shards: list[str | os.PathLike], out: str | os.PathLike, summary: str | os.PathLike,
