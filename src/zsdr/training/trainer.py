@@ -79,7 +79,7 @@ from zsdr.training.batches import Batches, to_device
 from zsdr.training.checkpoints import (checkpoints, latest_checkpoint, publish_snapshots, resume_snapshots,
                                        save_checkpoint, save_snapshot, snapshot_root)
 from zsdr.training.config import TrainConfig, build_optimizer, build_schedule, steps_run, training_steps
-from zsdr.training.data import epoch_order
+from zsdr.training.data import epoch_order_of
 from zsdr.training.signals import StopSignals
 from zsdr.training.train_log import LOG_FILE, PLOT_FILE, plot_losses, progress_line, read_log
 
@@ -137,7 +137,7 @@ class Trainer:
         """This process's example indices of global micro-batch ``micro``, and its epoch."""
         epoch, pos = divmod(micro, self.micro_per_epoch)
         if epoch not in self._orders:
-            self._orders = {epoch: epoch_order(self.task.num_examples, self.cfg.seed, epoch)}
+            self._orders = {epoch: epoch_order_of(self.task, self.cfg.seed, epoch)}
         start = pos * self.global_batch + self.rank * self.cfg.batch_size
         return self._orders[epoch][start:start + self.cfg.batch_size].tolist(), epoch
 
