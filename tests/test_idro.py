@@ -170,12 +170,13 @@ def _step_pair(bert, term, ids, mask, clusters, negatives, chunk, scale):
     return {n: p.grad.clone() for n, p in bert.named_parameters() if p.grad is not None}, logs
 
 
-@pytest.mark.parametrize("chunk", [None, 40])
-def test_one_pass_cluster_gradients_equal_the_per_cluster_form(tmp_path, chunk):
+def test_one_pass_cluster_gradients_equal_the_per_cluster_form(tmp_path):
     """iDRO's cluster weights and the trained parameters, two steps of a pairwise-NLL bi-encoder with 9 of
     K = 10 clusters present: the one-pass form (hooks on the top layers' Linear and LayerNorm modules in the
-    step's own backward pass) against one autograd.grad per cluster; whole batches and chunks of similar
-    lengths (rows reordered), the loss scaled before its backward."""
+    step's own backward pass) against one autograd.grad per cluster, the texts run in chunks of similar
+    lengths (rows reordered), the loss scaled before its backward; then the recorded gradients of whole
+    batches row by row. (tests/test_terms.py pins a task's iDRO steps, which take the one-pass form.)"""
+    chunk = 40
     from zsdr.training.base_losses.pairwise_nll import PairwiseNll
     from zsdr.training.idro_onepass import ClusterGradRecorder
 

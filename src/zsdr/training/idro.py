@@ -500,29 +500,36 @@ class IdroTerm(DroTerm):
         from zsdr.distributed import is_distributed
 
         cfg = self.config
-        present, rows = self.recorder.gradients()
+        present, sums, scale = self.recorder.recorded()
         self.recorder.release()
-        if is_distributed():  # the clusters present on any process, their gradients summed over processes
-            import torch.distributed as dist
-
-            mask = torch.zeros(cfg.clusters, device=rows.device)
-            mask[present] = 1.0
-            dist.all_reduce(mask, op=dist.ReduceOp.SUM)
-            union = torch.nonzero(mask > 0).flatten()
-            summed = rows.new_zeros((len(union), rows.shape[1]))
-            summed[torch.searchsorted(union, present)] = rows
-            dist.all_reduce(summed, op=dist.ReduceOp.SUM)
-            present, rows = union, summed
         with torch.no_grad():
-            if not bool(torch.isfinite(rows).all()):
+            # ⟨ĝ_j, ĝ_k⟩ with G = sums / scale and ĝ = G / (1e-12 + ‖G‖): sums_j·sums_k over
+            # (scale_j 1e-12 + ‖sums_j‖)(scale_k 1e-12 + ‖sums_k‖): one (m, m) product, no pass over G itself
+            usable = bool((torch.isfinite(scale) & (scale > 0)).all())
+            if is_distributed():  # each process's weights scale its rows: divided out before the sum
+                import torch.distributed as dist
+
+                sums = sums / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None]
+                mask = torch.zeros(cfg.clusters, device=sums.device)
+                mask[present] = 1.0 if usable else float("nan")
+                dist.all_reduce(mask, op=dist.ReduceOp.SUM)
+                usable = bool(torch.isfinite(mask).all())
+                union = torch.nonzero(mask > 0).flatten()
+                summed = sums.new_zeros((len(union), sums.shape[1]))
+                summed[torch.searchsorted(union, present)] = sums
+                dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+                present, sums, scale = union, summed, torch.ones(len(union), device=sums.device)
+            gram = (sums @ sums.T).to(losses.dtype)
+            norms = gram.diagonal().clamp_min(0).sqrt()
+            scale = scale.to(losses.dtype)
+            denominator = scale * 1e-12 + norms
+            cosines = losses.new_zeros((cfg.clusters, cfg.clusters))
+            cosines[present[:, None], present[None, :]] = gram / (denominator[:, None] * denominator[None, :])
+            h = idro_weights(h_prev, losses, counts, cosines, cfg.beta, cfg.rho, cfg.gamma, cfg.eps)
+            if not usable or not bool(torch.isfinite(h).all()):
                 log.warning("iDRO: the backward pass gave non-finite cluster gradients (fp16 overflow?); "
                             "the weights stay as they were this step")
                 h = h_prev
-            else:
-                g = normalised(rows.to(losses.dtype))
-                cosines = losses.new_zeros((cfg.clusters, cfg.clusters))
-                cosines[present[:, None], present[None, :]] = g @ g.T
-                h = idro_weights(h_prev, losses, counts, cosines, cfg.beta, cfg.rho, cfg.gamma, cfg.eps)
             self.h = h
             p = h.float() / h.float().sum()
             logs["dro_max_weight"].copy_(h.max())

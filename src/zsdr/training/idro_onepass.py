@@ -113,6 +113,7 @@ class ClusterGradRecorder:
             full = {n: f"{prefix}.{n}" if prefix else n for n, _ in module.named_parameters(recurse=False)}
             self.slices.append(_Slice(module, offsets.get(full.get("weight")), offsets.get(full.get("bias"))))
         self.step: _Step | None = None
+        self._buffer: torch.Tensor | None = None   # kept between steps: a fresh one costs its page faults
 
     # ------------------------------------------------------------------------- recording
     def start(self, clusters: torch.Tensor, k: int, device: torch.device) -> None:
@@ -126,8 +127,12 @@ class ClusterGradRecorder:
         slot = torch.full((k,), -1, dtype=torch.long, device=device)
         slot[present] = torch.arange(len(present), device=device)
         self.query_slots = slot[clusters]
-        self.step = _Step(slot, present, torch.zeros((len(present), self.width), dtype=torch.float32,
-                                                     device=device))
+        m = len(present)
+        if self._buffer is None or self._buffer.shape[0] < m or self._buffer.device != device:
+            self._buffer = torch.empty((m, self.width), dtype=torch.float32, device=device)
+        sums = self._buffer[:m]
+        sums.zero_()
+        self.step = _Step(slot, present, sums)
 
     @contextlib.contextmanager
     def rows(self, rows_per_query: int) -> Iterator[None]:
@@ -199,16 +204,18 @@ class ClusterGradRecorder:
                     prod = (g_rows * x.reshape(b, -1, out)).sum(dim=1)
                     step.sums[:, at:at + n].index_add_(0, owner, prod)
                 else:
-                    x_rows = x.reshape(b, -1, x.shape[-1])
-                    order = torch.argsort(owner, stable=True)
+                    width = x.shape[-1]
+                    x_rows = x.reshape(b, -1, width)
                     counts = torch.bincount(owner, minlength=m).tolist()
-                    g_sorted, x_sorted = g_rows[order], x_rows[order]
+                    if sum(c > 0 for c in counts) > 1:  # the texts grouped by cluster
+                        order = torch.argsort(owner, stable=True)
+                        g_rows, x_rows = g_rows[order], x_rows[order]
                     first = 0
                     for slot, c in enumerate(counts):
                         if c:
-                            gs = g_sorted[first:first + c].reshape(-1, out)
-                            xs = x_sorted[first:first + c].reshape(-1, x.shape[-1])
-                            step.sums[slot, at:at + n] += (gs.T @ xs).reshape(-1)
+                            gs = g_rows[first:first + c].reshape(-1, out)
+                            xs = x_rows[first:first + c].reshape(-1, width)
+                            step.sums[slot, at:at + n].view(out, width).addmm_(gs.T, xs)
                             first += c
         step.pending -= 1
         step.seen += 1
@@ -220,15 +227,17 @@ class ClusterGradRecorder:
             done()
 
     # --------------------------------------------------------------------------- results
-    def gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(present clusters (m,), their gradients (m, P))`` of the step recorded (this process's
-        batch; detached). A row is ``NaN`` where the backward pass gave its cluster no positive scale."""
+    def recorded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(present clusters (m,), their sums (m, P), their scales (m,))`` of the step recorded (this
+        process's batch): cluster ``k``'s gradient is its sums over its scale ``s · h_k``. The sums are the
+        recorder's buffer, valid until the next :meth:`start`."""
         step = self.step
-        scale = step.weights[step.present]
-        usable = torch.isfinite(scale) & (scale > 0)
-        rows = step.sums / torch.where(usable, scale, torch.ones_like(scale))[:, None]
-        rows[~usable] = float("nan")
-        return step.present, rows
+        return step.present, step.sums, step.weights[step.present]
+
+    def gradients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(present clusters (m,), their gradients (m, P))`` of the step recorded (a copy)."""
+        present, sums, scale = self.recorded()
+        return present, sums / scale[:, None]
 
     def release(self) -> None:
         """Drop the recorded step (its buffer and hooks)."""
