@@ -196,6 +196,13 @@ BATCH_COMPOSITION = (
     "each line's records emitted in turn), ANCE/data/msmarco_data.py GetTripletTrainingDataProcessingFn (one "
     "triple per negative); the same loaders in microsoft/ANCE and xsc1234/BERM]")
 
+# what of COCO-DR's training the released run_ann.py does not give and the project reconstructs (every DRO row)
+DRO_RECONSTRUCTED = (
+    "reconstructed: OpenMatch/COCO-DR ANCE/drivers/run_ann.py imports model.dro_greedy_loss (absent from ANCE/model/) "
+    "and reads triple fields 9 (group_ids) and 10 (weights) that GetTripletTrainingDataProcessingFn never yields; "
+    "each triple's group is its query's cluster (run_ann_data_gen.py --cluster_query), the update is "
+    "ANCE/model/dro_loss.py's, the batches the repository's loader (docs/methods/cocodr.md#implemented-update)")
+
 _PLURAL = {"triple": "triples", "query": "queries", "document": "documents", "training": "pairs", "weak": "pairs"}
 
 
@@ -274,6 +281,8 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     v["negatives"] = _negatives(spec)
     if spec.get("examples") == "query_triples":
         row.notes.append(BATCH_COMPOSITION)
+    if spec.get("dro"):
+        row.notes.append(DRO_RECONSTRUCTED)
     v["lengths"] = _lengths(spec)
     v["precision"] = t.get("precision", "fp32")
     episode = spec.get("info", {}).get("episode") or 1
