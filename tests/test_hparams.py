@@ -285,6 +285,18 @@ def test_paper_scale_trains_the_ance_family_on_consecutive_triples(paper, paper_
         assert "consecutive" not in str(paper.train_job(job).summary)
 
 
+def test_the_published_values_overlay_runs_the_papers_optimizer(tree, paper_rows):
+    """configs/paper.yaml follows COCO-DR's README command (LAMB); configs/paper-published.yaml the paper (AdamW),
+    for every COCO-DR episode recipe, which all extend cocodr-base-noidro."""
+    shutil.copy(ROOT / "configs" / "paper-published.yaml", tree / "configs" / "paper-published.yaml")
+    published = load_plan(tree, tree / "configs" / "paper.yaml", tree / "configs" / "paper-published.yaml")
+    for run in ("cocodr-base-ep1", "cocodr-large-ep3", "cocodr-base-k10-ep2"):
+        assert paper_rows[f"train {run}"].values["optimizer"] == "lamb"
+        t = published.trainings.train_spec(run)["train"]
+        assert t["optimizer"] == "adamw" and t["max_steps"] in (45_000, 30_000)
+    assert published.trainings.train_spec("ance-ep1")["train"]["optimizer"] == "lamb"
+
+
 def test_query_triples_needs_one_negative_per_query(tree):
     bad = overlay(tree, "bad-query-triples", {"recipes": {"ance": {"negatives_per_query": 2}}})
     with pytest.raises(ValueError, match=r"recipes\.ance\.examples: query_triples .* negatives_per_query: 1"):
