@@ -226,6 +226,83 @@ def test_a_triples_epoch_visits_every_query_negative_pair_once(tmp_path):
     assert len(TrainingSet(tmp_path / "d", negatives)) == 3
 
 
+def test_query_triples_batches_hold_each_querys_triples_consecutively(tmp_path):
+    """`examples: query_triples`: every (query, negative) pair once an epoch, a query's pairs one after another in
+    its pool's order and the queries in a seeded order (the official ANCE-family loaders), through the order the
+    trainer takes its batches from."""
+    from types import SimpleNamespace
+
+    from zsdr.data.formats import BeirWriter
+    from zsdr.training.data import epoch_order_of, grouped_epoch_order
+
+    with BeirWriter(tmp_path / "d") as w:
+        for i in range(40):
+            w.add_doc(f"d{i}", "", f"document {i}")
+        for q in range(6):
+            w.add_query(f"q{q}", f"query {q}")
+            w.add_qrel("train", f"q{q}", f"d{q}", 1)
+    pools = {f"q{q}": [f"d{6 + 5 * q + j}" for j in range(q % 3 + 2)] for q in range(6)}   # 2-4 negatives each
+    negatives = tmp_path / "negatives.jsonl"
+    negatives.write_text("".join(json.dumps({"qid": q, "pos": [f"d{i}"], "neg": {"ance": n}}) + "\n"
+                                 for i, (q, n) in enumerate(pools.items())))
+    data = TrainingSet(tmp_path / "d", negatives, unit="query_triples")
+    assert len(data) == sum(map(len, pools.values()))
+    task = SimpleNamespace(data=data, num_examples=len(data))
+    for epoch in (0, 1):
+        order = epoch_order_of(task, 42, epoch).tolist()
+        drawn = [(data.qid(i), data.sample(i, epoch, 42, 1)[2][0]) for i in order]
+        assert sorted(drawn) == sorted((q, d) for q, n in pools.items() for d in n)   # each pair once
+        queries = [q for q, _ in drawn]
+        runs = [q for k, q in enumerate(queries) if k == 0 or queries[k - 1] != q]
+        assert sorted(runs) == sorted(pools)                                  # one run of triples per query
+        for q in runs:
+            assert [d for x, d in drawn if x == q] == pools[q]                # in the pool's order
+    assert epoch_order_of(task, 42, 0).tolist() != epoch_order_of(task, 42, 1).tolist()   # queries reshuffled
+    # a batch of 4 consecutive triples from pools of >= 2 holds at most 3 queries (never 4 distinct ones)
+    batches = [{data.qid(i) for i in order[k:k + 4]} for k in range(0, len(order) - 3, 4)]
+    assert max(map(len, batches)) <= 3
+    assert grouped_epoch_order(np.array([0, 0, 3]), 1, 0).tolist() == [0, 1, 2]   # an empty pool is skipped
+    plain = SimpleNamespace(data=TrainingSet(tmp_path / "d", negatives), num_examples=6)
+    assert epoch_order_of(plain, 42, 0).tolist() == epoch_order(6, 42, 0).tolist()
+
+
+def test_paper_scale_trains_the_ance_family_on_consecutive_triples(paper, paper_rows):
+    """COCO-DR's, BERM's and ANCE's episodes at paper scale take batches as the official loaders build them: the
+    card says so with its source and the dry-run line shows it; the warmups and MoDIR keep theirs."""
+    from zsdr.plan.card import BATCH_COMPOSITION
+
+    for job, n in (("cocodr-base-ep1", 30), ("cocodr-large-ep2", 30), ("ance-ep1", 20), ("ance-berm-ep3", 20),
+                   ("berm-ance-ep1", 20)):
+        row = paper_rows[f"train {job}"]
+        assert row.values["example"].startswith(f"triple (query, positive, one of its {n} mined negatives")
+        assert row.values["examples_per_epoch"] == 502_939 * n and BATCH_COMPOSITION in row.notes
+        assert "COCO-DR ANCE/utils/util.py StreamingDataset" in BATCH_COMPOSITION
+        spec = paper.trainings.train_spec(job)
+        assert spec["examples"] == "query_triples" and spec["negatives_per_query"] == 1
+        assert "batches of consecutive (query, positive, negative) triples" in str(paper.train_job(job).summary)
+    for job in ("cocodr-warmup", "ance-modir@scifact", "kd"):
+        assert paper.trainings.train_spec(job).get("examples") != "query_triples"
+        assert "consecutive" not in str(paper.train_job(job).summary)
+
+
+def test_the_published_values_overlay_runs_the_papers_optimizer(tree, paper_rows):
+    """configs/paper.yaml follows COCO-DR's README command (LAMB); configs/paper-published.yaml the paper (AdamW),
+    for every COCO-DR episode recipe, which all extend cocodr-base-noidro."""
+    shutil.copy(ROOT / "configs" / "paper-published.yaml", tree / "configs" / "paper-published.yaml")
+    published = load_plan(tree, tree / "configs" / "paper.yaml", tree / "configs" / "paper-published.yaml")
+    for run in ("cocodr-base-ep1", "cocodr-large-ep3", "cocodr-base-k10-ep2"):
+        assert paper_rows[f"train {run}"].values["optimizer"] == "lamb"
+        t = published.trainings.train_spec(run)["train"]
+        assert t["optimizer"] == "adamw" and t["max_steps"] in (45_000, 30_000)
+    assert published.trainings.train_spec("ance-ep1")["train"]["optimizer"] == "lamb"
+
+
+def test_query_triples_needs_one_negative_per_query(tree):
+    bad = overlay(tree, "bad-query-triples", {"recipes": {"ance": {"negatives_per_query": 2}}})
+    with pytest.raises(ValueError, match=r"recipes\.ance\.examples: query_triples .* negatives_per_query: 1"):
+        load_plan(tree, tree / "configs" / "paper.yaml", bad)
+
+
 def test_epoch_order_is_the_permutation_it_always_was():
     for n in (1, 7, 1000):
         want = np.random.default_rng([5, 1_000_003, 2]).permutation(n)

@@ -147,6 +147,137 @@ def test_idro_term_errors_name_the_fix(tmp_path):
         DroConfig(kind="cvar", clusters_file=path)
 
 
+# --------------------------------------------------------------------------- one-pass gradients
+def _step_pair(bert, term, ids, mask, clusters, negatives, chunk, scale):
+    """One training forward and backward of a pairwise-NLL bi-encoder (queries ``ids[:n]``, then each query's
+    ``1 + negatives`` documents), the CLS vector through :func:`run_in_length_chunks` with ``chunk`` tokens."""
+    from zsdr.models.inference import run_in_length_chunks
+
+    def encode(rows):
+        fn = lambda **kw: bert(**kw).last_hidden_state[:, 0]  # noqa: E731
+        return run_in_length_chunks(fn, {"input_ids": ids[rows], "attention_mask": mask[rows]}, chunk)
+
+    n, group = len(clusters), 1 + negatives
+    term.begin(clusters, True)
+    with term.encoding(1):
+        q = encode(slice(0, n))
+    with term.encoding(group):
+        d = encode(slice(n, None)).view(n, group, -1)
+    own = torch.einsum("nd,nkd->nk", q, d)
+    robust, logs = term.loss(pairwise_nll(own[:, 0], own[:, 1:], reduction="none"), clusters)
+    bert.zero_grad(set_to_none=True)
+    (robust * scale).backward()   # a loss scale (gradient accumulation, fp16 scaling) cancels out
+    return {n: p.grad.clone() for n, p in bert.named_parameters() if p.grad is not None}, logs
+
+
+def test_one_pass_cluster_gradients_equal_the_per_cluster_form(tmp_path):
+    """iDRO's cluster weights and the trained parameters, two steps of a pairwise-NLL bi-encoder with 9 of
+    K = 10 clusters present: the one-pass form (hooks on the top layers' Linear and LayerNorm modules in the
+    step's own backward pass) against one autograd.grad per cluster, the texts run in chunks of similar
+    lengths (rows reordered), the loss scaled before its backward; then the recorded gradients of whole
+    batches row by row. (tests/test_terms.py pins a task's iDRO steps, which take the one-pass form.)"""
+    chunk = 40
+    from zsdr.training.base_losses.pairwise_nll import PairwiseNll
+    from zsdr.training.idro_onepass import ClusterGradRecorder
+
+    assignments = [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 3, 0]   # 12 queries, clusters 0-8 present, 9 absent
+    path = _clusters_file(tmp_path, assignments)
+    cfg = dict(clusters=10, grad_layers=2, beta=0.5, rho=2.0, gamma=0.1, eps=0.01, clusters_file=str(path))
+    n, negatives = len(assignments), 2
+    g = torch.Generator().manual_seed(1)
+    rows = n * (2 + negatives)
+    lengths = torch.randint(3, 12, (rows,), generator=g)
+    ids = torch.randint(3, 40, (rows, 12), generator=g)
+    mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
+    ids = ids * mask
+    results = {}
+    for form in ("per_cluster", "one_pass"):
+        bert = _tiny_bert(layers=3)
+        term = IdroTerm(DroConfig(**cfg, gradients=form), SimpleNamespace(backbone=bert))
+        term.bind_task(PairwiseNll(), [])
+        assert (term.recorder is not None) == (form == "one_pass")
+        clusters = term.cluster_ids([f"q{i}" for i in range(n)])
+        opt = torch.optim.SGD(bert.parameters(), lr=0.5)
+        hs, grads = [], []
+        for step, scale in enumerate((1.0, 0.25)):
+            grad, logs = _step_pair(bert, term, ids, mask, clusters, negatives, chunk, scale)
+            hs.append(term.h.clone())
+            grads.append(grad)
+            assert float(logs["dro_max_weight"]) == pytest.approx(float(term.h.max()))
+            assert logs["dro_present_clusters"] == 9
+            opt.step()
+        results[form] = hs, grads, {k: p.detach().clone() for k, p in bert.named_parameters()}
+    (h_ref, g_ref, p_ref), (h_one, g_one, p_one) = results["per_cluster"], results["one_pass"]
+    for a, b in zip(h_ref, h_one):
+        assert not torch.allclose(a, torch.full_like(a, float(a.mean())), atol=1e-3)   # the weights do move
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (a, b)
+    for a, b in zip(g_ref, g_one):
+        assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+    assert all(torch.allclose(p_ref[k], p_one[k], rtol=1e-4, atol=1e-6) for k in p_ref)
+
+    # the recorded cluster gradients themselves, row by row, against autograd.grad of each cluster's loss
+    bert = _tiny_bert(layers=3)
+    term = IdroTerm(DroConfig(**cfg, gradients="one_pass"), SimpleNamespace(backbone=bert))
+    term.bind_task(PairwiseNll(), [])
+    term.h = torch.linspace(0.02, 1.0, 10)   # unequal weights: each cluster's rows are scaled by its own
+    clusters = term.cluster_ids([f"q{i}" for i in range(n)])
+    seen = {}
+    finish = term._one_pass_finish
+    term._one_pass_finish = lambda *a: seen.update(zip(("present", "rows"), term.recorder.gradients())) or finish(*a)
+
+    def per_query():
+        with term.encoding(1):
+            q = bert(input_ids=ids[:n], attention_mask=mask[:n]).last_hidden_state[:, 0]
+        with term.encoding(1 + negatives):
+            d = bert(input_ids=ids[n:], attention_mask=mask[n:]).last_hidden_state[:, 0].view(n, 1 + negatives, -1)
+        own = torch.einsum("nd,nkd->nk", q, d)
+        return pairwise_nll(own[:, 0], own[:, 1:], reduction="none")
+
+    reference = term.cluster_grads(*cluster_stats(per_query(), clusters, 10))   # nothing recorded yet
+    term.begin(clusters, True)
+    robust, _ = term.loss(per_query(), clusters)
+    robust.backward()
+    assert seen["present"].tolist() == list(range(9)) and seen["rows"].shape == (9, reference.shape[1])
+    assert isinstance(term.recorder, ClusterGradRecorder) and term.recorder.step is None   # released
+    assert torch.allclose(seen["rows"], reference[:9], rtol=1e-4, atol=1e-6)
+
+
+def test_one_pass_is_chosen_only_where_exact(tmp_path):
+    from zsdr.training.base_losses.contrastive import Contrastive
+    from zsdr.training.base_losses.pairwise_nll import PairwiseNll
+
+    path = str(_clusters_file(tmp_path, [0, 1, 2]))
+    make = lambda **kw: IdroTerm(DroConfig(clusters=3, grad_layers=1, clusters_file=path, **kw),  # noqa: E731
+                                 SimpleNamespace(backbone=_tiny_bert()))
+    term = make()
+    assert term.recorder is None   # per cluster until a task binds it
+    term.bind_task(PairwiseNll(), [])
+    assert term.recorder is not None and term.one_pass_why is None
+    term = make()
+    term.bind_task(Contrastive(), [])   # in-batch negatives: a query's loss depends on other queries' texts
+    assert term.recorder is None and "contrastive" in term.one_pass_why
+    term = make()
+    term.bind_task(PairwiseNll(), [SimpleNamespace(name="berm")])
+    assert term.recorder is None and "berm" in term.one_pass_why
+    term = make(gradients="per_cluster")
+    term.bind_task(PairwiseNll(), [])
+    assert term.recorder is None
+    with pytest.raises(ValueError, match="dro.gradients one_pass is not exact here: loss contrastive"):
+        make(gradients="one_pass").bind_task(Contrastive(), [])
+    with pytest.raises(ValueError, match="dro.gradients 'twice'"):
+        DroConfig(clusters_file=path, gradients="twice")
+    # a zero weight on a present cluster (eps 0) cannot be divided out: that step goes per cluster
+    term = make(eps=0.0)
+    term.bind_task(PairwiseNll(), [])
+    term.h = torch.tensor([0.0, 1.0, 1.0])
+    term.begin(torch.tensor([0, 1]), True)
+    assert not term._recording
+    term.begin(torch.tensor([1, 2]), True)
+    assert term._recording
+    term.begin(torch.tensor([1, 2]), False)   # evaluation: nothing recorded
+    assert not term._recording
+
+
 # ------------------------------------------------------------------------------------- GroupDRO
 def test_groupdro_update_matches_the_hand_computation():
     # K = 4, cluster 1 absent; from sum_losses 0 and count_cat 1 with ema 0.1:
@@ -278,7 +409,11 @@ def test_task_updates_weights_only_in_training_steps(tiny):
     assert torch.equal(task.dro.h, before)
     task.train()
     loss, logs = task(batch)
+    # pairwise_nll alone: the cluster gradients come from the step's backward pass, the weights move with it
+    assert task.dro.recorder is not None and torch.equal(task.dro.h, before)
+    loss.backward()
     assert not torch.equal(task.dro.h, before)
+    assert float(logs["dro_max_weight"]) == pytest.approx(float(task.dro.h.max()))
     # first step: h = 1, so the robust loss is the sum of the cluster means; task_loss the plain mean
     assert {"dro_max_weight", "dro_present_clusters", "dro_entropy", "task_loss", "accuracy"} <= set(logs)
     per_query = pairwise_nll(*_own(task, batch), reduction="none")

@@ -140,8 +140,12 @@ def with_teacher(examples: Sequence[Example], teacher: dict[str, dict[str, float
 
 
 # What one training example is: a query (with its positives and its pool of negatives), or one (query,
-# negative) pair of the pool (MS MARCO's triples, as the official warmups count them).
-EXAMPLE_UNITS = ("queries", "triples")
+# negative) pair of the pool: in a shuffled order of the pairs (``triples``: MS MARCO's triples, as the
+# official warmups count and read them), or with each query's pairs one after another (``query_triples``: the
+# official ANCE-family loaders, which expand each mined line into one triple per negative, in the line's
+# order; zsdr.training.data.epoch_order_of).
+EXAMPLE_UNITS = ("queries", "triples", "query_triples")
+PAIR_UNITS = ("triples", "query_triples")
 ARRAYS = ("qrow", "pos_ptr", "pos", "pos_score", "neg_ptr", "neg", "neg_score", "rel_ptr", "rel")
 ARRAYS_FORMAT = 1
 
@@ -385,16 +389,17 @@ class TrainingSet:
         self.examples = _Examples(self)
 
     def __len__(self) -> int:
-        """The examples an epoch visits: the queries, or (``unit="triples"``) every (query, negative) pair of
-        the negatives file, as the official warmups iterate the lines of MS MARCO's triples file."""
-        if self.unit == "triples":
+        """The examples an epoch visits: the queries, or (``unit`` ``triples`` / ``query_triples``) every (query,
+        negative) pair of the negatives file, as the official warmups iterate the lines of MS MARCO's triples
+        file and the official ANCE loaders the negatives of each mined line."""
+        if self.unit in PAIR_UNITS:
             return int(self.arrays["neg_ptr"][-1])
         return len(self.arrays["qrow"])
 
     def query_of(self, index: int) -> int:
         """The query example (row of the arrays) that example ``index`` belongs to: itself, or for a
         (query, negative) pair the query whose negatives hold it (its pool's CSR offsets, binary search)."""
-        if self.unit == "triples":
+        if self.unit in PAIR_UNITS:
             return int(np.searchsorted(self.arrays["neg_ptr"], index, side="right")) - 1
         return int(index)
 
@@ -424,7 +429,7 @@ class TrainingSet:
 
     def sample_slots(self, index: int, epoch: int, seed: int, negatives: int) -> tuple[int, np.ndarray]:
         """The positive's and the negatives' positions in example ``index``'s lists in ``epoch`` (pure function).
-        A (query, negative) pair (``unit="triples"``) keeps its own negative; it has one."""
+        A (query, negative) pair (``unit`` ``triples`` / ``query_triples``) keeps its own negative; it has one."""
         rng = np.random.default_rng([seed, epoch, index])
         n_pos = self._span("pos", index)
         n_pos = n_pos[1] - n_pos[0]
@@ -432,7 +437,7 @@ class TrainingSet:
         if negatives <= 0:
             return pos, np.zeros(0, dtype=np.int64)
         a, b = self._span("neg", index)
-        if self.unit == "triples":
+        if self.unit in PAIR_UNITS:
             if negatives != 1:
                 raise ValueError(f"a (query, negative) pair has one negative, not {negatives} "
                                  "(set negatives_per_query: 1, or examples: queries)")

@@ -12,6 +12,7 @@ vectors), with no encoder settings at all.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import os
 from dataclasses import dataclass
@@ -142,6 +143,16 @@ def length_chunks(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor] 
     return chunks
 
 
+_CHUNK_ROWS: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("chunk_rows", default=None)
+
+
+def chunk_rows() -> torch.Tensor | None:
+    """While :func:`run_in_length_chunks` runs a chunk: the chunk's rows (indices into the whole batch, in the
+    chunk's order); ``None`` outside a chunk (a whole batch). Hooks that attribute a layer's rows to texts read it
+    (iDRO's one-pass cluster gradients, :mod:`zsdr.training.idro_onepass`)."""
+    return _CHUNK_ROWS.get()
+
+
 def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tensor], max_tokens: int | None,
                          token_outputs: Sequence[int] = ()) -> Any:
     """``fn(**features)`` over a right-padded batch (``input_ids``, ``attention_mask``, ...), run chunk by chunk
@@ -164,7 +175,11 @@ def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tenso
     for rows in chunks:
         cut = max(int(lengths[rows].max()), 1)
         rows = rows.to(mask.device)
-        out = fn(**{k: (v[rows, :cut] if v is not None and v.dim() > 1 else v) for k, v in features.items()})
+        token = _CHUNK_ROWS.set(rows)
+        try:
+            out = fn(**{k: (v[rows, :cut] if v is not None and v.dim() > 1 else v) for k, v in features.items()})
+        finally:
+            _CHUNK_ROWS.reset(token)
         single = not isinstance(out, tuple)
         parts.append((out,) if single else out)
     inverse = torch.empty(len(mask), dtype=torch.long)

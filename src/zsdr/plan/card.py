@@ -114,6 +114,16 @@ def examples_of(plan: Any, spec: dict[str, Any]) -> tuple[int | None, str, str]:
         what = f"query{teacher} (+ a positive, negatives from its {pool} pool)"
         # a teacher keeps the queries it scored: at most the judged training queries
         n = known.get("queries")
+        if spec.get("examples") == "query_triples":
+            # every (query, negative) pair of the pool, a query's pairs consecutive (the official ANCE loaders)
+            mine = spec.get("info", {}).get("mine") or {}
+            sample = mine.get("sample")
+            what = (f"triple (query, positive, one of its {sample or 'pooled'} {pool} negatives; a query's triples "
+                    "consecutive)")
+            n = min(n, int(cap)) if n is not None and cap is not None else n
+            if n is not None and sample:
+                return n * int(sample), what, "<= " + known.get("source", "from the data") + " x negatives per query"
+            return _capped(None, None, what, "from the data")
         return _capped(n, cap, what, ("<= " if teacher and n else "") + known.get("source", "from the data"))
     if kind == "mixture":
         sizes = [x.get("size") for x in spec["sets"]]
@@ -177,6 +187,21 @@ def _negatives(spec: dict[str, Any]) -> str | None:
     n = int(spec["negatives_per_query"])
     return f"{n} + in-batch" if spec.get("loss") == "contrastive" else str(n)
 
+
+# the batch composition of `examples: query_triples`, with its source (a card note of every such row)
+BATCH_COMPOSITION = (
+    "batches: each query's triples one after another, one per negative of its mined pool, in a seeded order of "
+    "the queries (examples: query_triples), as the official ANCE-family loaders build them: a 64-triple batch "
+    "holds 2-3 queries [C OpenMatch/COCO-DR ANCE/utils/util.py StreamingDataset (lines dealt to processes, "
+    "each line's records emitted in turn), ANCE/data/msmarco_data.py GetTripletTrainingDataProcessingFn (one "
+    "triple per negative); the same loaders in microsoft/ANCE and xsc1234/BERM]")
+
+# what of COCO-DR's training the released run_ann.py does not give and the project reconstructs (every DRO row)
+DRO_RECONSTRUCTED = (
+    "reconstructed: OpenMatch/COCO-DR ANCE/drivers/run_ann.py imports model.dro_greedy_loss (absent from ANCE/model/) "
+    "and reads triple fields 9 (group_ids) and 10 (weights) that GetTripletTrainingDataProcessingFn never yields; "
+    "each triple's group is its query's cluster (run_ann_data_gen.py --cluster_query), the update is "
+    "ANCE/model/dro_loss.py's, the batches the repository's loader (docs/methods/cocodr.md#implemented-update)")
 
 _PLURAL = {"triple": "triples", "query": "queries", "document": "documents", "training": "pairs", "weak": "pairs"}
 
@@ -254,6 +279,10 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     v["lr_at_end"] = round(lr_factor(cfg, steps - 1, horizon_steps), 3) if isinstance(steps, int) else None
     v["global_batch"] = int(t["batch_size"]) * world * int(t.get("grad_accum", 1))
     v["negatives"] = _negatives(spec)
+    if spec.get("examples") == "query_triples":
+        row.notes.append(BATCH_COMPOSITION)
+    if spec.get("dro"):
+        row.notes.append(DRO_RECONSTRUCTED)
     v["lengths"] = _lengths(spec)
     v["precision"] = t.get("precision", "fp32")
     episode = spec.get("info", {}).get("episode") or 1

@@ -137,6 +137,11 @@ class Summaries:
                 f"loss {spec.get('loss', 'lce')} with {spec['negatives_per_query']} negative(s) "
                 f"from {os.path.basename(spec['negatives'])}"
             )
+            if spec.get("examples") == "query_triples":
+                data += (
+                    "; batches of consecutive (query, positive, negative) triples, one per negative of "
+                    "a query (the official ANCE-family loaders)"
+                )
         elif spec["kind"] == "coco":
             co = spec["contrastive_weight"]
             contrastive = f"span contrastive x{co:g} (global batch, no temperature), " if co else ""

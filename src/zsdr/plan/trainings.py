@@ -482,8 +482,16 @@ def episode_lr_factor(recipe: dict[str, Any], k: int, where: str) -> float:
 
 def example_unit(recipe: dict[str, Any], where: str) -> str:
     """What one training example is (`examples`): `triples`, every (query, negative) pair of MS MARCO's triples
-    (what the official warmups' epochs count), needs the triples and one negative per query."""
+    (what the official warmups' epochs count), needs the triples and one negative per query; `query_triples`,
+    every (query, negative) pair of the negatives file with each query's pairs consecutive (the official ANCE
+    loaders), needs one negative per query."""
     unit = recipe.get("examples", "queries")
+    if unit == "query_triples" and recipe["negatives_per_query"] != 1:
+        raise ValueError(
+            f"config key {where}.examples: query_triples makes one (query, positive, negative) triple per "
+            f"negative of a query's pool, so it needs negatives_per_query: 1 (this recipe has "
+            f"{recipe['negatives_per_query']})"
+        )
     if unit == "triples" and (recipe["negatives"] != "triples" or recipe["negatives_per_query"] > 1):
         raise ValueError(
             f"config key {where}.examples: triples counts the (query, negative) pairs of a triples "

@@ -4,7 +4,9 @@ reader's answer spans.
 The bi-encoder's examples, negatives, teacher scores and seeded sampling live below training, in
 :mod:`zsdr.data.training_set`, since evaluation and mining read them too.
 
-* :func:`epoch_order`: the seeded permutation of an epoch's examples.
+* :func:`epoch_order`: the seeded permutation of an epoch's examples; :func:`grouped_epoch_order` the
+  seeded permutation of groups of consecutive examples (each query's (query, negative) pairs);
+  :func:`epoch_order_of` the one a task's training set asks for.
 * Answer spans for an extractive reader (``units.jsonl`` of the mini benchmark: the answer of each
   (query, positive) pair and its character offset in the passage text), :func:`reader_examples`.
 """
@@ -29,6 +31,35 @@ def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     np.random.default_rng([seed, 1_000_003, epoch]).shuffle(order)
     return order
+
+
+def grouped_epoch_order(ptr: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """The example order of an epoch whose examples come in groups, group ``g`` being examples ``ptr[g]`` to
+    ``ptr[g + 1] - 1`` (CSR offsets): the groups in a seeded permutation, each group's examples one after
+    another in their own order. This is how the official ANCE-family loaders (ANCE, COCO-DR, BERM) read an
+    episode's training file: its lines (one query each) shuffled once, each line expanded into one
+    (query, positive, negative) triple per negative, emitted consecutively, so a batch of 64 triples holds
+    2-3 queries with 30 negatives each (COCO-DR's ``utils/util.py`` ``StreamingDataset``,
+    ``data/msmarco_data.py`` ``GetTripletTrainingDataProcessingFn``)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    groups = epoch_order(len(ptr) - 1, seed, epoch)
+    sizes = (ptr[1:] - ptr[:-1])[groups]
+    n = int(ptr[-1])
+    dtype = np.int32 if n < 2**31 else np.int64
+    # each group's start repeated over its size, plus the position within the group
+    starts = np.repeat(ptr[:-1][groups], sizes)
+    within = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return (starts + within).astype(dtype)
+
+
+def epoch_order_of(task, seed: int, epoch: int) -> np.ndarray:
+    """The example order of ``task``'s epoch: each query's (query, negative) pairs consecutive where its
+    training set's examples are ``query_triples`` (:func:`grouped_epoch_order` over the negative pools),
+    else :func:`epoch_order`."""
+    data = getattr(task, "data", None)
+    if getattr(data, "unit", None) == "query_triples":
+        return grouped_epoch_order(data.arrays["neg_ptr"], seed, epoch)
+    return epoch_order(task.num_examples, seed, epoch)
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,12 @@ faiss's result depends on it (1 and 2 threads give different centroids on the sa
 from __future__ import annotations
 
 import abc
+import contextlib
 import json
+import logging
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -53,6 +56,11 @@ from zsdr.training.sections import section_from_dict
 from zsdr.training.terms import Encoded, ReducingTerm, Sampled
 
 DRO_KINDS = ("idro", "groupdro")
+# iDRO's cluster gradients: "one_pass" from the training step's own backward pass (zsdr.training.idro_onepass;
+# exact where each query's loss depends only on its own texts), "per_cluster" one autograd.grad per present
+# cluster (the official code's way, any loss), "auto" the one-pass form wherever it is exact
+GRADIENT_FORMS = ("auto", "one_pass", "per_cluster")
+log = logging.getLogger(__name__)
 CLUSTERS_FIX = "write the file with the query clustering step (zsdr.training.idro.write_clusters)"
 
 
@@ -153,6 +161,7 @@ class DroConfig:
     clusters_file: str | None = None    # {"qid", "cluster"} lines (required; the workflow fills it in)
     fraction: float = 0.25              # GroupDRO: worst-group mass (code: alpha) [X: see the module docstring]
     ema: float = 0.1                    # GroupDRO: running average of the cluster losses and sizes
+    gradients: str = "auto"             # iDRO: how the cluster gradients are taken (GRADIENT_FORMS)
 
     def __post_init__(self):
         if self.kind not in DRO_KINDS:
@@ -169,6 +178,8 @@ class DroConfig:
             raise ValueError(f"dro.fraction must be in (0, 1], got {self.fraction}")
         if not 0 <= self.ema <= 1:
             raise ValueError(f"dro.ema must be in [0, 1], got {self.ema}")
+        if self.gradients not in GRADIENT_FORMS:
+            raise ValueError(f"dro.gradients {self.gradients!r}: expected one of {', '.join(GRADIENT_FORMS)}")
         self.clusters, self.grad_layers = int(self.clusters), int(self.grad_layers)
 
     @classmethod
@@ -199,11 +210,22 @@ def idro_update(h_prev: torch.Tensor, losses: torch.Tensor, counts: torch.Tensor
     in the official code (no renormalisation). Losses are clamped at 0 before the power (a
     negative loss would give NaN; the pairwise NLL never is negative, so nothing changes there).
     """
+    g = normalised(grads.detach().to(losses.dtype))
+    return idro_weights(h_prev, losses, counts, g @ g.T, beta, rho, gamma, eps)
+
+
+def normalised(grads: torch.Tensor) -> torch.Tensor:
+    """Each row over ``1e-12`` plus its L2 norm (step 1 of :func:`idro_update`)."""
+    return grads / (1e-12 + torch.linalg.norm(grads, dim=-1, keepdim=True))
+
+
+def idro_weights(h_prev: torch.Tensor, losses: torch.Tensor, counts: torch.Tensor, cosines: torch.Tensor,
+                 beta: float, rho: float, gamma: float, eps: float) -> torch.Tensor:
+    """Steps 2-4 of :func:`idro_update` from ``cosines`` ``(K, K)``, the products ``⟨ĝ_j, ĝ_k⟩`` of the
+    normalised cluster gradients (0 where a cluster has none)."""
     present = (counts > 0).to(losses.dtype)
-    g = grads.detach().to(losses.dtype)
-    g = g / (1e-12 + torch.linalg.norm(g, dim=-1, keepdim=True))
     scale = losses.detach().clamp_min(0).pow(beta)
-    r = (scale[:, None] * scale[None, :]) * (g @ g.T)
+    r = (scale[:, None] * scale[None, :]) * cosines.to(losses.dtype)
     a = rho * r.mean(dim=0) * present
     a = a - a.max()
     h = h_prev.to(losses.dtype).pow(gamma) * torch.exp(a) * present
@@ -364,6 +386,59 @@ class IdroTerm(DroTerm):
         self.encoder = encoder
         self.param_names = [name for name, _ in grad_parameters(encoder, config.grad_layers)]
         self.h = torch.ones(config.clusters)
+        # the one-pass form needs the task's word that the loss allows it (bind_task); until then per cluster
+        self.recorder = None
+        self.one_pass_why: str | None = "no task has bound the term"
+        self._recording = False
+
+    def bind_task(self, loss, additive: list) -> None:
+        """Choose how the cluster gradients are taken (``dro.gradients``): the one-pass form where it is
+        exact for ``loss`` with the ``additive`` terms and the model (:mod:`zsdr.training.idro_onepass`),
+        else one ``autograd.grad`` per cluster."""
+        from zsdr.training.idro_onepass import ClusterGradRecorder, one_pass_unsupported
+
+        backbone = getattr(self.encoder, "backbone", self.encoder)
+        why = None
+        if not getattr(loss, "separable", False):
+            why = f"loss {loss.name}: a query's loss depends on other queries' texts"
+        elif additive:
+            why = f"the loss adds the {', '.join(t.name for t in additive)} term(s)"
+        else:
+            why = one_pass_unsupported(backbone, self.param_names)
+        if self.config.gradients == "one_pass" and why:
+            raise ValueError(f"dro.gradients one_pass is not exact here: {why} (fix: dro.gradients auto or "
+                             "per_cluster)")
+        if self.config.gradients == "per_cluster":
+            why = "dro.gradients per_cluster"
+        self.one_pass_why = why
+        self.recorder = None if why else ClusterGradRecorder(backbone, self.param_names)
+        if self.recorder is not None:  # torch.compile would trace through the hooks (read by compile_backbones)
+            backbone.zsdr_eager = "iDRO's one-pass cluster gradients hook its top layers"
+        if why:
+            log.info("iDRO cluster gradients: one autograd.grad per present cluster (%s)", why)
+        else:
+            log.info("iDRO cluster gradients: from the step's own backward pass (one pass)")
+
+    def begin(self, data: torch.Tensor | None, update: bool) -> None:
+        """A task's forward begins: record the one-pass cluster gradients of a training forward whose
+        present clusters all have a positive weight (the backward pass scales a cluster's rows by its
+        weight; a zero weight, possible only with ``eps`` 0, takes the per-cluster form this step)."""
+        self._recording = False
+        if self.recorder is None or not update or data is None:
+            return
+        clusters = data.to(self.h.device)
+        if bool((self.h[torch.unique(clusters)] <= 0).any()):
+            self.recorder.release()
+            return
+        self.recorder.start(clusters, self.config.clusters, self.h.device)
+        self._recording = True
+
+    def encoding(self, rows_per_query: int):
+        """The context of one encoder call of the batch (``rows_per_query`` texts per query, query after
+        query)."""
+        if not self._recording:
+            return contextlib.nullcontext()
+        return self.recorder.rows(rows_per_query)
 
     def _params(self) -> list[torch.nn.Parameter]:
         wanted = set(self.param_names)
@@ -389,15 +464,76 @@ class IdroTerm(DroTerm):
         return grads.detach()
 
     def loss(self, per_query: torch.Tensor, clusters: torch.Tensor, update: bool = True) -> tuple[torch.Tensor, dict]:
-        """``(Σ_k h_prev_k L_k, logs)`` of per-query losses ``(n,)`` and their clusters ``(n,)``."""
+        """``(Σ_k h_prev_k L_k, logs)`` of per-query losses ``(n,)`` and their clusters ``(n,)``. The
+        weights move now (per-cluster form), or at the end of the backward pass of the robust loss
+        (one-pass form, when :meth:`begin` started a recording: the logs are then 0-d tensors filled in by
+        that backward pass)."""
         cfg = self.config
         losses, counts = cluster_stats(per_query.float(), clusters.to(per_query.device), cfg.clusters)
         h_prev = self.h.to(losses.device)
         robust = (losses * h_prev).sum()
+        if update and self._recording:
+            self._recording = False
+            logs = {"dro_max_weight": losses.new_zeros(()), "dro_present_clusters": float((counts > 0).sum()),
+                    "dro_entropy": losses.new_zeros(())}
+            done = partial(self._one_pass_update, h_prev, losses.detach(), counts, logs)
+            self.recorder.watch_losses(losses, done)
+            return robust, logs
         if update:
             grads = self.cluster_grads(losses, counts)
             self.h = idro_update(h_prev, losses.detach(), counts, grads, cfg.beta, cfg.rho, cfg.gamma, cfg.eps)
         return robust, _weight_logs(self.h, int((counts > 0).sum()))
+
+
+    def _one_pass_update(self, h_prev, losses, counts, logs: dict) -> None:
+        """The weight update from the recorded cluster gradients; in a multi-process run after the
+        backward pass's own collectives (its gradient all-reduce), since this one adds one."""
+        from zsdr.distributed import is_distributed
+
+        if is_distributed():
+            torch.autograd.Variable._execution_engine.queue_callback(
+                partial(self._one_pass_finish, h_prev, losses, counts, logs))
+        else:
+            self._one_pass_finish(h_prev, losses, counts, logs)
+
+    def _one_pass_finish(self, h_prev, losses, counts, logs: dict) -> None:
+        from zsdr.distributed import is_distributed
+
+        cfg = self.config
+        present, sums, scale = self.recorder.recorded()
+        self.recorder.release()
+        with torch.no_grad():
+            # ⟨ĝ_j, ĝ_k⟩ with G = sums / scale and ĝ = G / (1e-12 + ‖G‖): sums_j·sums_k over
+            # (scale_j 1e-12 + ‖sums_j‖)(scale_k 1e-12 + ‖sums_k‖): one (m, m) product, no pass over G itself
+            usable = bool((torch.isfinite(scale) & (scale > 0)).all())
+            if is_distributed():  # each process's weights scale its rows: divided out before the sum
+                import torch.distributed as dist
+
+                sums = sums / torch.where(scale > 0, scale, torch.ones_like(scale))[:, None]
+                mask = torch.zeros(cfg.clusters, device=sums.device)
+                mask[present] = 1.0 if usable else float("nan")
+                dist.all_reduce(mask, op=dist.ReduceOp.SUM)
+                usable = bool(torch.isfinite(mask).all())
+                union = torch.nonzero(mask > 0).flatten()
+                summed = sums.new_zeros((len(union), sums.shape[1]))
+                summed[torch.searchsorted(union, present)] = sums
+                dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+                present, sums, scale = union, summed, torch.ones(len(union), device=sums.device)
+            gram = (sums @ sums.T).to(losses.dtype)
+            norms = gram.diagonal().clamp_min(0).sqrt()
+            scale = scale.to(losses.dtype)
+            denominator = scale * 1e-12 + norms
+            cosines = losses.new_zeros((cfg.clusters, cfg.clusters))
+            cosines[present[:, None], present[None, :]] = gram / (denominator[:, None] * denominator[None, :])
+            h = idro_weights(h_prev, losses, counts, cosines, cfg.beta, cfg.rho, cfg.gamma, cfg.eps)
+            if not usable or not bool(torch.isfinite(h).all()):
+                log.warning("iDRO: the backward pass gave non-finite cluster gradients (fp16 overflow?); "
+                            "the weights stay as they were this step")
+                h = h_prev
+            self.h = h
+            p = h.float() / h.float().sum()
+            logs["dro_max_weight"].copy_(h.max())
+            logs["dro_entropy"].copy_(-(p * torch.log(p.clamp_min(1e-30))).sum())
 
 
 class GroupDroTerm(DroTerm):

@@ -32,6 +32,7 @@ cosine similarities need a temperature, e.g. DDR's 20).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -85,6 +86,8 @@ class BiEncoderTask(Task):
         self.terms = terms
         self.reducer = next((t for t in terms if isinstance(t, ReducingTerm)), None)
         self.additive = [t for t in terms if isinstance(t, AdditiveTerm)]
+        if self.reducer is not None:
+            self.reducer.bind_task(self.loss, self.additive)
         trained = {t.name: t.trained_modules() for t in terms}
         self.term_modules = nn.ModuleDict({name: nn.ModuleList(mods) for name, mods in trained.items() if mods})
         self._token_states = any(t.needs_token_states for t in terms)
@@ -132,19 +135,24 @@ class BiEncoderTask(Task):
         return batch
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        q = self.encoder(**batch["q"])
-        n, group = q.shape[0], 1 + self.negatives
+        # state a term moves per step (iDRO's weights) moves only in training steps (never under no_grad / eval)
+        update = self.training and torch.is_grad_enabled()
+        reducer, group = self.reducer, 1 + self.negatives
+        if reducer is not None:
+            reducer.begin(batch.get(reducer.key), update)
+        with reducer.encoding(1) if reducer is not None else contextlib.nullcontext():
+            q = self.encoder(**batch["q"])
+        n = q.shape[0]
         states = None
-        if self._token_states:
-            d, hidden = self.encoder(**batch["d"], return_hidden=True)
-            states = hidden.unflatten(0, (n, group))
-        else:
-            d = self.encoder(**batch["d"])
+        with reducer.encoding(group) if reducer is not None else contextlib.nullcontext():
+            if self._token_states:
+                d, hidden = self.encoder(**batch["d"], return_hidden=True)
+                states = hidden.unflatten(0, (n, group))
+            else:
+                d = self.encoder(**batch["d"])
         own = torch.einsum("nd,nkd->nk", q.float(), d.float().view(n, group, -1))
         logs = {"accuracy": (own.detach().argmax(dim=1) == 0).float().mean()}
-        # state a term moves per step (iDRO's weights) moves only in training steps (never under no_grad / eval)
-        encoded = Encoded(self.encoder, q, d.view(n, group, -1), states,
-                          update=self.training and torch.is_grad_enabled())
+        encoded = Encoded(self.encoder, q, d.view(n, group, -1), states, update=update)
         scores = Scores(q, d, own)
         if self.reducer is None:
             loss = self.loss.loss(scores, batch)

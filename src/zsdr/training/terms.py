@@ -34,6 +34,7 @@ before training: optimisers of its own, the device), ``on_step`` (before each mi
 from __future__ import annotations
 
 import abc
+import contextlib
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -144,7 +145,23 @@ class AdditiveTerm(Term):
 
 
 class ReducingTerm(Term):
-    """A term that turns the per-query losses into the batch loss, in place of their mean."""
+    """A term that turns the per-query losses into the batch loss, in place of their mean.
+
+    Besides :meth:`reduce`, the task tells it what else shapes the step's gradient (:meth:`bind_task`, once)
+    and around which encoder calls a training forward runs (:meth:`begin`, then :meth:`encoding` around each
+    call): COCO-DR's iDRO takes its cluster gradients from the step's own backward pass where that is exact."""
+
+    def bind_task(self, loss: Any, additive: list) -> None:
+        """Once, from the task: its base loss and its additive terms."""
+
+    def begin(self, data: Any, update: bool) -> None:
+        """A task's forward begins (``data``: the term's part of the batch; ``update``: a training forward
+        with gradients)."""
+
+    def encoding(self, rows_per_query: int) -> Any:
+        """A context manager around one encoder call of the batch, whose texts are ``rows_per_query``
+        per query, query after query (1: the queries; ``1 + negatives``: the documents)."""
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     def reduce(self, per_query: torch.Tensor, encoded: Encoded, data: Any) -> tuple[torch.Tensor, dict[str, float]]:

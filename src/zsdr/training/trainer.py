@@ -79,7 +79,7 @@ from zsdr.training.batches import Batches, to_device
 from zsdr.training.checkpoints import (checkpoints, latest_checkpoint, publish_snapshots, resume_snapshots,
                                        save_checkpoint, save_snapshot, snapshot_root)
 from zsdr.training.config import TrainConfig, build_optimizer, build_schedule, steps_run, training_steps
-from zsdr.training.data import epoch_order
+from zsdr.training.data import epoch_order_of
 from zsdr.training.signals import StopSignals
 from zsdr.training.train_log import LOG_FILE, PLOT_FILE, plot_losses, progress_line, read_log
 
@@ -137,7 +137,7 @@ class Trainer:
         """This process's example indices of global micro-batch ``micro``, and its epoch."""
         epoch, pos = divmod(micro, self.micro_per_epoch)
         if epoch not in self._orders:
-            self._orders = {epoch: epoch_order(self.task.num_examples, self.cfg.seed, epoch)}
+            self._orders = {epoch: epoch_order_of(self.task, self.cfg.seed, epoch)}
         start = pos * self.global_batch + self.rank * self.cfg.batch_size
         return self._orders[epoch][start:start + self.cfg.batch_size].tolist(), epoch
 
@@ -359,13 +359,20 @@ class Trainer:
 
 def compile_backbones(task: nn.Module) -> int:
     """Compile (``torch.compile``, dynamic shapes, in place: parameter names and checkpoints unchanged)
-    the outermost Hugging Face models of ``task``; returns how many."""
+    the outermost Hugging Face models of ``task``, except one marked ``zsdr_eager`` (the reason: iDRO's
+    one-pass cluster gradients hook its layers); returns how many were compiled."""
     from transformers import PreTrainedModel
 
     done: list[str] = []
+    compiled: list[str] = []
     for name, module in task.named_modules():
         if isinstance(module, PreTrainedModel) and not any(name.startswith(d + ".") for d in done):
-            module.compile(dynamic=True)
             done.append(name)
-    log.info("compiled %s", ", ".join(done) or "nothing (no transformer backbone)")
-    return len(done)
+            eager = getattr(module, "zsdr_eager", None)  # a module whose layers a hook reads stays uncompiled
+            if eager:
+                log.info("compile: %s runs uncompiled (%s)", name, eager)
+                continue
+            module.compile(dynamic=True)
+            compiled.append(name)
+    log.info("compiled %s", ", ".join(compiled) or "nothing (no transformer backbone)")
+    return len(compiled)

@@ -8,6 +8,9 @@ loss terms (:mod:`zsdr.training.terms`) add to it or reweight it. Each loss is a
 * ``summary``: one line saying what it computes (a dry run, the training log and
   :mod:`zsdr.training.loss_registry` print it);
 * ``per_query``: whether it has per-query values a reducing term (iDRO, GroupDRO) may weight;
+* ``separable``: whether each query's value depends only on its own query, positive and negatives (no
+  in-batch negatives): iDRO then takes its cluster gradients from the step's own backward pass
+  (:mod:`zsdr.training.idro_onepass`);
 * ``needs_negatives``: whether it needs at least one sampled negative per query;
 * ``batch_keys``: the entries it adds to a batch (:meth:`BaseLoss.batch_of`), which no loss term may take;
 
@@ -51,6 +54,7 @@ class BaseLoss(abc.ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     per_query: ClassVar[bool] = False
+    separable: ClassVar[bool] = False
     needs_negatives: ClassVar[bool] = True
     batch_keys: ClassVar[tuple[str, ...]] = ()
 

@@ -13,6 +13,7 @@ class PairwiseNll(BaseLoss):
     name = "pairwise_nll"
     summary = "-log softmax of each query's positive among its own positive and sampled negatives (ANCE's rdot_nll)"
     per_query = True
+    separable = True
 
     def loss(self, scores: Scores, batch: dict, reduction: str = "mean") -> torch.Tensor:
         own = scores.own
