@@ -59,7 +59,9 @@ rule mini_benchmark_zh:
         training=expand(
             "{data}/{name}/{f}",
             data=DATA,
-            name=[PLAN.datasets.mini_zh_source] if PLAN.datasets.mini_zh_source else [],
+            name=(
+                [PLAN.datasets.mini_zh_source] if PLAN.datasets.mini_zh_source else []
+            ),
             f=["negatives.jsonl", "triples.train.tsv"],
         ),
         mini=f"{DATA}/mini-zh.json",
