@@ -1,7 +1,7 @@
 """Stage 1, datasets: the output folders, the source and target datasets, their downloads, markers and shards.
 
-:func:`build_datasets` reads the config's ``paths``, ``datasets``, ``mini``, ``backbones`` and ``dense`` sections
-into a :class:`Datasets`; nothing here depends on another stage.
+:func:`build_datasets` reads the config's ``paths``, ``datasets``, ``mini``, ``mini_zh``, ``backbones`` and ``dense``
+sections into a :class:`Datasets`; nothing here depends on another stage.
 """
 
 from __future__ import annotations
