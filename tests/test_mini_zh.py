@@ -236,7 +236,8 @@ def test_ddr_table2_renders_its_chinese_rows_from_the_chinese_cells(plan, tmp_pa
     key = ("ddr", 2)
     files = {}
     for i, (dataset, system) in enumerate(plan.tables.cells[key]):
-        per_query = {f"q{j}": {m: (i + j) % 7 / 10 for m in ("ndcg@10", "recall@100", "recall@1000")} for j in range(5)}
+        per_query = {f"q{j}": {m: (i * 3 + j * j) % 11 / 10 for m in ("ndcg@10", "recall@100", "recall@1000")}
+                     for j in range(5)}
         aggregate = {m: sum(q[m] for q in per_query.values()) / 5 for m in ("ndcg@10", "recall@100", "recall@1000")}
         path = tmp_path / "metrics" / dataset / f"{system}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
