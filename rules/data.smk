@@ -40,6 +40,45 @@ rule mini_benchmark:
         "../workflow_scripts/mini_benchmark.py"
 
 
+rule mini_benchmark_zh:
+    """Generate the Chinese mini benchmark's source and target domains (zsdr.data.mini, language zh)."""
+    input:
+        PLAN.code(
+            "zsdr.data.mini",
+            "zsdr.data.formats",
+            "zsdr.data.bm25",
+            script="mini_benchmark_zh",
+        ),
+    output:
+        expand(
+            "{data}/{name}/{f}",
+            data=DATA,
+            name=PLAN.datasets.mini_zh,
+            f=["corpus.jsonl", "queries.jsonl", "dataset.json"],
+        ),
+        training=expand(
+            "{data}/{name}/{f}",
+            data=DATA,
+            name=(
+                [PLAN.datasets.mini_zh_source] if PLAN.datasets.mini_zh_source else []
+            ),
+            f=["negatives.jsonl", "triples.train.tsv"],
+        ),
+        mini=f"{DATA}/mini-zh.json",
+    log:
+        f"{LOGS}/data/mini_benchmark_zh.log",
+    conda:
+        "../envs/cpu.yaml"
+    resources:
+        **PLAN.cluster_resources(),
+        mem_mb=2000,
+        runtime=PLAN.runtime(10),
+    params:
+        mini=config["mini_zh"],
+    script:
+        "../workflow_scripts/mini_benchmark_zh.py"
+
+
 rule download:
     """One remote file, resumable and checksum-verified, into downloads/<host>/<path>."""
     output:
@@ -101,9 +140,12 @@ rule convert:
 
 
 rule tiny_backbone:
-    """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora."""
+    """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora of its language."""
     input:
-        data=[PLAN.dataset_marker(n) for n in PLAN.datasets.mini],
+        data=lambda wc: [
+            PLAN.dataset_marker(n)
+            for n in PLAN.datasets.backbone_corpora(config["backbones"][wc.backbone])
+        ],
         code=PLAN.code("zsdr.models.tiny", script="tiny_backbone"),
     output:
         f"{MODELS}/backbones/{{backbone}}/config.json",
@@ -120,7 +162,10 @@ rule tiny_backbone:
         runtime=PLAN.runtime(10),
     params:
         build=lambda wc: config["backbones"][wc.backbone]["build"],
-        datasets=[f"{DATA}/{n}" for n in PLAN.datasets.mini],
+        datasets=lambda wc: [
+            f"{DATA}/{n}"
+            for n in PLAN.datasets.backbone_corpora(config["backbones"][wc.backbone])
+        ],
         seed=config["seed"],
     script:
         "../workflow_scripts/tiny_backbone.py"

@@ -19,6 +19,8 @@ rule evaluate:
         [f"{METRICS}/{{dataset}}/{s}.json" for s in PLAN.evaluation.eval_systems],
     log:
         f"{LOGS}/metrics/{{dataset}}.log",
+    wildcard_constraints:
+        dataset=PLAN.evaluation.evaluate_dataset_constraint(),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -49,6 +51,9 @@ use rule evaluate as evaluate_system with:
         f"{LOGS}/metrics/{{dataset}}_{{system}}.log",
     wildcard_constraints:
         system=PLAN.alternation(PLAN.evaluation.extra_eval_systems),
+
+
+ruleorder: evaluate > evaluate_system
 
 
 # Table 1's systems with a model per target (MoDIR, RMSC) exist on every evaluation dataset: there one job

@@ -114,7 +114,7 @@ rule paper_table:
         paper=lambda wc: wc.paper,
         table=lambda wc: int(wc.n),
         scale=config["scale"],
-        datasets_override=PLAN.tables.datasets_override,
+        datasets_override=lambda wc: PLAN.tables.override((wc.paper, int(wc.n))),
         available_datasets=PLAN.tables.available_datasets,
         produced_systems=sorted(PLAN.systems.by_name),
         splits=config["datasets"]["eval_splits"],

@@ -357,11 +357,34 @@ BAD_LINES = [
     ("cpr", "data/medical/train.query.txt", 2, "2 高血压吃什么", lambda raw, out: convert_cpr(raw, out, "medical")),
     ("cpr", "data/medical/qrels.dev.tsv", 1, "200000\t0\t4", lambda raw, out: convert_cpr(raw, out, "medical")),
     ("cmedqa2", "dev_candidates.txt", 3, "26571125,5", lambda raw, out: convert_cmedqa2(raw, out)),
+    ("dureader", "preprocessed/trainset/search.train.json", 2, '{"question": "怎样去除甲醛", "documents": [{"title": "甲醛',
+     lambda raw, out: convert_dureader(raw, out)),
+    ("dureader", "preprocessed/devset/zhidao.dev.json", 1, '{"question": "猪肉怎么做好吃", "documents": "不是列表"}',
+     lambda raw, out: convert_dureader(raw, out)),
+    ("cpr", "data/ecom/dev.query.txt", 1, "200001 华为手机壳", lambda raw, out: convert_cpr(raw, out, "ecom")),
     ("oagqa", "oagqa-topic-v2/polynomial-papers-10k.tsv", 3, "53e99785b7602d9701f3e2a0\tno title column",
      lambda raw, out: convert_oagqa(raw, out, topic="polynomial")),
     ("oagqa", "oagqa-topic-v2/polynomial-questions.tsv", 2, "Where?\tnot a list",
      lambda raw, out: convert_oagqa(raw, out, topic="polynomial")),
 ]
+
+
+@pytest.mark.parametrize("fixture, rel, run", [
+    ("cpr", "data/ecom/corpus.tsv", lambda raw, out: convert_cpr(raw, out, "ecom")),
+    ("dureader", "preprocessed/trainset/search.train.json", lambda raw, out: convert_dureader(raw, out)),
+], ids=["cpr", "dureader"])
+def test_a_chinese_line_not_in_utf8_names_file_line_and_its_encoding(tmp_path, out, fixture, rel, run):
+    """A Chinese file saved as GBK/GB18030 (not UTF-8): one line naming FILE:LINE and the iconv call that fixes it."""
+    raw = copy_fixture(fixture, tmp_path)
+    path = raw / rel
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1].decode("utf-8").encode("gb18030")
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(DataError) as info:
+        run(raw, out)
+    message = str(info.value)
+    assert f"{path.name}:2:" in message and "iconv -f gb18030 -t utf-8" in message and "\n" not in message
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("fixture, rel, line, bad, run", BAD_LINES,

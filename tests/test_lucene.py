@@ -148,6 +148,29 @@ def test_chinese_analyzer_uses_bigrams(tmp_path):
         lucene.search(zh, queries, language="en")
 
 
+def test_bm25_zh_on_a_chinese_mini_target_finds_what_whitespace_tokens_cannot(tmp_path):
+    """DDR's Chinese BM25 row at mini scale: Anserini's zh analyzer (CJK bigrams) on a Chinese mini target, whose
+    queries share no whitespace token with their passages, scores well; whitespace tokens score ~0; the in-memory
+    BM25 on bigrams (zsdr.data.bm25.cjk_tokenize, which mines the Chinese source's negatives) agrees with Lucene."""
+    from tests.test_mini_zh import ndcg10, small_config
+    from zsdr.data.bm25 import BM25, cjk_tokenize
+    from zsdr.data.formats import read_corpus, read_queries
+    from zsdr.data.mini import generate
+
+    cfg = small_config()
+    generate({**cfg, "domains": [d for d in cfg["domains"] if d["name"] == "mini-zh-beta"]}, tmp_path, language="zh")
+    data = tmp_path / "mini-zh-beta"
+    qrels = read_qrels(data, "test")
+    run = lucene.bm25_run(data, "test", tmp_path / "bm25.trec", language="zh")
+    assert {q: list(d) for q, d in read_trec_run(tmp_path / "bm25.trec").items()} == {q: list(d) for q, d in run.items()}
+    lucene_ndcg = ndcg10(qrels, run)
+    corpus, queries = read_corpus(data), read_queries(data)
+    texts = [f"{d['title']} {d['text']}".strip() for d in corpus.values()]
+    bigrams = ndcg10(qrels, BM25(texts, ids=list(corpus), tokenize=cjk_tokenize).search(queries, k=1000))
+    whitespace = ndcg10(qrels, BM25(texts, ids=list(corpus), tokenize=str.split).search(queries, k=1000))
+    assert lucene_ndcg > 0.4 and whitespace < 0.02 and abs(lucene_ndcg - bigrams) < 0.03, (lucene_ndcg, bigrams, whitespace)
+
+
 def test_failed_build_leaves_previous_index_untouched(tiny, tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()

@@ -239,6 +239,19 @@ def test_mini_paper_tables_figure_and_report(workdir):
     steps = [int(r["step"]) for r in curve if r["dataset"] == "mini-alpha"]
     assert steps[0] == 0 and steps == sorted(steps) and len(steps) >= 3
     assert (results / "ddr" / "figure4.png").read_bytes().startswith(b"\x89PNG")
+    # DDR's Chinese rows: the Chinese mini targets (`mini_zh`), each DDR column through its Chinese twin, trained
+    # on the Chinese mini source (`by_language`), and BM25 with the zh analyzer
+    ddr2 = [r for r in csv.DictReader(open(results / "ddr" / "table2.csv", newline="")) if r["metric"] == "ndcg@10"]
+    zh = {(r["dataset"], r["entry"]): r["reproduced"] for r in ddr2 if r["dataset"].startswith("mini-zh-")}
+    assert {d for d, _ in zh} == {"mini-zh-alpha", "mini-zh-beta"}
+    assert all(zh[(d, k)] for d in ("mini-zh-alpha", "mini-zh-beta")
+               for k in ("bm25", "bm25-rm3", "cl-dr", "cl-ddr", "kd-dr", "kd-ddr")), zh
+    assert all(float(zh[(d, "bm25")]) > 0.4 for d in ("mini-zh-alpha", "mini-zh-beta")), zh
+    for n in (4, 5, 6):
+        rows = list(csv.DictReader(open(results / "ddr" / f"table{n}.csv", newline="")))
+        assert {r["dataset"] for r in rows} >= {"mini-alpha", "mini-beta", "mini-zh-alpha", "mini-zh-beta"}
+    assert (workdir / "models" / "trained" / "ddr-contrast-zh" / "rem").is_dir()
+    assert (workdir / "models" / "dams" / "tiny-bert-zh--mini-zh-source--mini-zh-alpha" / "config.json").is_file()
     # MoDIR: its tables and figures come from real runs (one model per target); on both targets
     # Global Domain-Acc of documents falls under DPR+MoDIR and not without the adversary
     for n in (3, 4, 5):

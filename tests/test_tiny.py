@@ -41,3 +41,23 @@ def test_wordpiece_vocab_layout_and_coverage():
     assert tok.decode(ids, skip_special_tokens=True) == "zumi kalo tanvo! the ox"
     assert wordpiece_vocab(texts, 60) == vocab
     assert json.loads(tok.backend_tokenizer.to_str())["model"]["type"] == "WordPiece"
+
+
+def test_the_tiny_chinese_backbones_tokenizer_splits_per_character(tmp_path):
+    """tiny-bert-zh (config `backbones`, language zh): BERT's WordPiece with its Chinese-character split, as
+    bert-base-chinese tokenizes: every Han character and full-width mark one token, none unknown."""
+    from zsdr.data.formats import read_corpus
+    from zsdr.data.mini import generate
+    from zsdr.models.tiny import corpus_texts
+
+    cfg = {"seed": 29, "topics": 4, "topic_words": 8, "attributes": 8, "values": 20, "docs_per_entity": 4,
+           "sentences": [4, 6], "distractors": 1, "synonym_rate": 0.7, "negatives": 5, "triples_per_query": 1,
+           "domains": [{"name": "mini-zh-alpha", "role": "target", "docs": 120, "test_queries": 20}]}
+    generate(cfg, tmp_path, language="zh")
+    texts = list(corpus_texts([tmp_path / "mini-zh-alpha"]))
+    tok = train_tokenizer("bert", texts, 4000, 128)
+    text = read_corpus(tmp_path / "mini-zh-alpha")["zh-alpha-d0"]["text"]
+    assert tok.tokenize(text) == list(text) and "，" in text and text.endswith("。")
+    ids = tok(texts[5])["input_ids"]
+    assert tok.unk_token_id not in ids and len(ids) == len(texts[5]) + 2
+    assert tok.decode(ids, skip_special_tokens=True).replace(" ", "") == texts[5]

@@ -126,7 +126,7 @@ class _CheckedLines:
                     self.path,
                     self.lineno,
                     f"bytes that are not UTF-8 at column {exc.start + 1} ({data[exc.start:exc.start + 4]!r})",
-                    "re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+                    f"re-encode the file as UTF-8 (e.g. iconv -f {_legacy_encoding(data)} -t utf-8)",
                 ) from None
             if first:
                 text = text.removeprefix("\ufeff")
@@ -586,3 +586,13 @@ def save_figure(fig, out: str | os.PathLike) -> None:
         fig.savefig(fh, format=fmt, dpi=150, metadata={"Software": None} if fmt == "png" else
                     {"Creator": None, "Date": None} if fmt == "svg" else {"Creator": None, "CreationDate": None})
     plt.close(fig)
+
+
+def _legacy_encoding(data: bytes) -> str:
+    """The encoding a line that is not UTF-8 most likely came in: GB18030 (GBK's superset, what Chinese files that
+    are not UTF-8 use) when the line reads as it with Han characters, else Latin-1."""
+    try:
+        text = data.decode("gb18030")
+    except UnicodeDecodeError:
+        return "latin1"
+    return "gb18030" if any("\u4e00" <= c <= "\u9fff" for c in text) else "latin1"

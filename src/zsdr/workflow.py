@@ -183,9 +183,11 @@ def load_yaml(path: str | Path) -> dict:
 
 
 # The config files: config.yaml (what the papers share), then one file per paper (its recipes and
-# method section at mini scale, its small- and paper-scale values under `by_scale`), in this order.
+# method section at mini scale, its small- and paper-scale values under `by_scale`), in this order. A
+# `by_scale.mini` section holds what only the mini scale has (DDR's Chinese mini track): the top level is
+# laid under every scale, so a mini-only recipe there would reach small and paper too.
 PAPERS = ("baselines", "berm", "ddr", "modir", "cocodr", "rmsc")
-SCALE_SECTIONS = ("small", "paper")
+SCALE_SECTIONS = ("mini", "small", "paper")
 COMMAND_LINE = "--configfile/--config"
 
 
@@ -232,7 +234,7 @@ def _scale_sections(path: Path, data: dict) -> dict:
     for scale, section in by_scale.items():
         if scale not in SCALE_SECTIONS:
             raise ConfigError(f"{path}: config key by_scale.{scale}: not a scale (by_scale holds "
-                              f"{', '.join(SCALE_SECTIONS)}; the mini settings are the file's top level)")
+                              f"{', '.join(SCALE_SECTIONS)}; the settings every scale starts from are the file's top level)")
         if not isinstance(section, dict):
             raise ConfigError(f"{path}: config key by_scale.{scale}: must be a mapping of config keys")
     return by_scale

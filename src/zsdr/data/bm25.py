@@ -23,6 +23,24 @@ def simple_tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
+_CJK_OR_WORD = re.compile(r"([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)|([^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+)")
+
+
+def cjk_tokenize(text: str) -> list[str]:
+    """Tokens as Lucene's CJKAnalyzer (Anserini's ``-language zh``) makes them: every run of Han characters as
+    its overlapping bigrams (a lone character as itself), every other ``\\w+`` run as one lower-cased word.
+    Chinese has no spaces between words, so :func:`simple_tokenize` reads a whole sentence as one token."""
+    out: list[str] = []
+    for han, word in _CJK_OR_WORD.findall(text.lower()):
+        if word:
+            out.append(word)
+        elif len(han) == 1:
+            out.append(han)
+        else:
+            out.extend(han[i:i + 2] for i in range(len(han) - 1))
+    return out
+
+
 class BM25:
     """BM25 index over ``docs`` (a sequence of strings); ids are positions unless ``ids`` is given."""
 

@@ -129,7 +129,8 @@ def check_evaluation(config: dict[str, Any], evaluated: Iterable[str], eval_spli
                 f"config key {key}: {name!r} is not computed; add it to evaluation.metrics (computed: {', '.join(metrics)})"
             )
     # the mini benchmark's source has train and dev queries, its targets test queries (zsdr.data.mini)
-    mini = {m["name"]: ("train", "dev") if m.get("role") == "source" else ("test",) for m in config["mini"]["domains"]}
+    mini = {m["name"]: ("train", "dev") if m.get("role") == "source" else ("test",)
+            for m in [*config["mini"]["domains"], *(config.get("mini_zh") or {}).get("domains", [])]}
     for name in evaluated:
         split = eval_split(name)
         known = registry.REGISTRY[name].splits if name in registry.REGISTRY else mini.get(name)

@@ -164,7 +164,7 @@ class Plan:
         the workflow calls this while the Snakefile is read, as Snakemake lists the stamps' folder once while it
         builds the DAG (a stamp first written by an input function may be missed: MissingInputException)."""
         d = self.datasets
-        for name in dict.fromkeys([*d.configured, *d.evaluated, *d.mini]):
+        for name in dict.fromkeys([*d.configured, *d.evaluated, *d.mini, *d.mini_zh]):
             self.eval_qrels(name)
 
     def runtime(self, minutes: int) -> int:

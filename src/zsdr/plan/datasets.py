@@ -1,7 +1,7 @@
 """Stage 1, datasets: the output folders, the source and target datasets, their downloads, markers and shards.
 
-:func:`build_datasets` reads the config's ``paths``, ``datasets``, ``mini``, ``backbones`` and ``dense`` sections
-into a :class:`Datasets`; nothing here depends on another stage.
+:func:`build_datasets` reads the config's ``paths``, ``datasets``, ``mini``, ``mini_zh``, ``backbones`` and ``dense``
+sections into a :class:`Datasets`; nothing here depends on another stage.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class Datasets:
     source: str
     targets: list[str]
     mini: list[str]                 # the mini benchmark's domains (none at small and paper scale)
+    mini_zh: list[str]              # the Chinese mini benchmark's domains (config `mini_zh`; DDR's tables only)
+    mini_zh_source: str | None      # its source domain (None: no Chinese mini benchmark)
+    mini_zh_targets: list[str]      # its target domains: the Chinese rows of DDR's tables at mini scale
     configured: list[str]           # source, targets and extra datasets, in that order
     evaluated: list[str]            # the source, then the targets
     fetched: list[str]              # the configured registry datasets (downloaded and converted)
@@ -92,11 +95,18 @@ class Datasets:
         return self.eval_splits.get(name, "test")
 
     def check_dataset(self, name: str) -> str:
-        return check_dataset(name, self.mini)
+        return check_dataset(name, [*self.mini, *self.mini_zh])
 
     def language(self, name: str) -> str:
-        """Analyzer language of a dataset (the registry's; mini domains are English)."""
+        """Analyzer language of a dataset: the registry's; the domains of `mini_zh` are Chinese, those of `mini`
+        English."""
+        if name in self.mini_zh:
+            return "zh"
         return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
+
+    def backbone_corpora(self, backbone: dict[str, Any]) -> list[str]:
+        """The mini domains a built backbone's tokenizer learns from: `mini_zh`'s for a Chinese one, else `mini`'s."""
+        return list(self.mini_zh if backbone.get("language") == "zh" else self.mini)
 
     def shards(self, dataset: str) -> list[str]:
         """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
@@ -133,13 +143,23 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
     d = config["datasets"]
     source, targets = d["source"], list(d["targets"])
     mini = list(m["name"] for m in config["mini"]["domains"])
+    mini_zh_domains = (config.get("mini_zh") or {}).get("domains") or []
+    mini_zh = list(m["name"] for m in mini_zh_domains)
+    zh_sources = [m["name"] for m in mini_zh_domains if m["role"] == "source"]
+    if mini_zh and len(zh_sources) != 1:
+        raise ValueError(f"config key mini_zh.domains: the Chinese mini benchmark needs exactly one domain of role "
+                         f"source, found {len(zh_sources)} ({', '.join(zh_sources) or 'none'})")
+    if set(mini) & set(mini_zh):
+        raise ValueError(f"config key mini_zh.domains: {sorted(set(mini) & set(mini_zh))[0]!r} is also a domain "
+                         "of `mini`; give the Chinese domains their own names")
     configured = list(dict.fromkeys([source, *targets, *d["extra"]]))
-    evaluated = list(check_dataset(x, mini) for x in (source, *targets))
-    fetched = list(check_dataset(x, mini) for x in configured if x not in mini)
+    generated = [*mini, *mini_zh]
+    evaluated = list(check_dataset(x, generated) for x in (source, *targets))
+    fetched = list(check_dataset(x, generated) for x in configured if x not in generated)
     shared = {}
     for name, donor in d["shared_corpus"].items():
-        check_dataset(name, mini)
-        check_dataset(donor, mini)
+        check_dataset(name, generated)
+        check_dataset(donor, generated)
         if donor == name or donor in d["shared_corpus"]:
             raise ValueError(f"config key datasets.shared_corpus.{name}: {donor!r} must be another dataset "
                              "that takes no donor itself")
@@ -152,8 +172,12 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
             )
     # Tiny backbones are built from the mini corpora, so only a config with mini domains builds them
     # (Snakemake merges --configfile over config.yaml, so the paper config still lists them).
-    built = list(n for n, b in config["backbones"].items() if "build" in b and mini)
-    return Datasets(paths=paths, source=source, targets=targets, mini=mini, configured=configured,
+    built = list(n for n, b in config["backbones"].items()
+                 if "build" in b and (mini_zh if b.get("language") == "zh" else mini))
+    return Datasets(paths=paths, source=source, targets=targets, mini=mini, mini_zh=mini_zh,
+                    mini_zh_source=zh_sources[0] if zh_sources else None,
+                    mini_zh_targets=[m["name"] for m in mini_zh_domains if m["role"] == "target"],
+                    configured=configured,
                     evaluated=evaluated, fetched=fetched, built_backbones=built, shared_corpus=shared,
                     remote={**registry.remote_files(), **released_files()}, eval_splits=dict(d["eval_splits"]),
                     shard_counts=dict(config["dense"]["dataset_shards"]), default_shards=config["dense"]["shards"])

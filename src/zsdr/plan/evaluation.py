@@ -2,7 +2,8 @@
 
 Table 1's systems are evaluated on every dataset by one job per dataset (`evaluate_table1`); the further
 systems that paper tables, figures and BERM's loss-weight grid need are evaluated one job per (dataset, system),
-so that table 1 never waits for them. `cluster.group_datasets` encodes and searches every table-1 dense system on
+so that table 1 never waits for them. The Chinese mini domains (`mini_zh`), which only DDR's tables read, are
+evaluated one job per (dataset, system) for every system, table 1's included. `cluster.group_datasets` encodes and searches every table-1 dense system on
 every one-shard evaluation dataset in one job (`dense_search_group`); `cluster.scatter_search` merges per-shard
 searches of a corpus of several shards.
 """
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from zsdr.plan import checks
+from zsdr.plan.datasets import alternation
 from zsdr.plan.figures import Figures
 from zsdr.plan.systems import Systems
 from zsdr.plan.tables import Tables
@@ -27,6 +29,14 @@ class Evaluation:
     scatter_search: bool
     group_datasets: list[str]        # the datasets of the group job (none without `cluster.group_datasets`)
     group_systems: list[str]         # the systems of the group job
+    apart_datasets: list[str]        # datasets outside table 1 (the Chinese mini domains): one job per (dataset, system)
+
+    def evaluate_dataset_constraint(self) -> str:
+        """The datasets `evaluate` (every table-1 system on one dataset) takes: any but :attr:`apart_datasets`,
+        whose cells only DDR's tables read (a wildcard regex; any dataset where there are none)."""
+        if not self.apart_datasets:
+            return ".+"
+        return f"(?!(?:{alternation(self.apart_datasets)})/)[^/]+"
 
     @property
     def datasets(self) -> Any:
@@ -115,6 +125,11 @@ def build_evaluation(config: dict[str, Any], systems: Systems, tables: Tables, f
          | set(systems.own.values()))  # the model cards' own systems
         - set(evaluated)
     )
+    # The Chinese mini domains are no table-1 datasets: the systems DDR's tables read there (table-1 systems
+    # among them) are evaluated one job per (dataset, system), not every table-1 system on them.
+    apart = list(datasets.mini_zh)
+    if apart:
+        extra = sorted(set(extra) | {s for cells in tables.cells.values() for d, s in cells if d in apart})
     cluster = config["cluster"]
     # `cluster.group_datasets`: table 1 needs each of the group's runs, so the group computes nothing the
     # table does not read; larger corpora (more than one shard) keep their encode and search jobs.
@@ -127,4 +142,5 @@ def build_evaluation(config: dict[str, Any], systems: Systems, tables: Tables, f
         scatter_search=cluster["scatter_search"],
         group_datasets=one_shard if group else [],
         group_systems=[s for s in dict.fromkeys(table1) if by_name[s]["kind"] == "dense"] if group else [],
+        apart_datasets=apart,
     )

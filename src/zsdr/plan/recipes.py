@@ -77,7 +77,7 @@ class Recipes:
                 f"with a key of `backbones` first (defined: {', '.join(self.backbones)})"
             )
         for c in corpora:
-            if c not in self.datasets.configured and c not in self.datasets.mini:
+            if c not in self.datasets.configured and c not in (*self.datasets.mini, *self.datasets.mini_zh):
                 raise ValueError(
                     f"config key {where}: DAM {chain!r} trains on {c!r}, which is not a configured "
                     f"dataset (datasets.source, datasets.targets or datasets.extra)"
@@ -157,7 +157,9 @@ def build_recipes(config: dict[str, Any], datasets: Datasets) -> Recipes:
     for name, r in recipes.items():
         if r.get("per_target_init"):
             checks.check_per_target_init(name, r)
-            for d in datasets.configured:
+            # a recipe trained on the Chinese mini source adapts to the Chinese mini targets
+            chinese_mini = r.get("dataset") in datasets.mini_zh
+            for d in (datasets.mini_zh_targets if chinese_mini else datasets.configured):
                 if d != r.get("dataset", datasets.source):
                     runs[f"{name}@{d}"] = (name, 1)
                     per_target[f"{name}@{d}"] = d

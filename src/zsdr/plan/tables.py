@@ -1,7 +1,9 @@
 """Stage 7, tables: table 1's systems and baselines, the cells and statistics every paper table reads, and the
 model cards of table 1's trained systems.
 
-At mini scale a paper table's dataset rows are the mini targets; elsewhere the cells of datasets this config
+At mini scale a paper table's dataset rows are the mini targets (a table with Chinese rows, DDR's, also gets the
+Chinese mini targets, `mini_zh`, as its Chinese rows, which its systems' `by_language` route to their Chinese
+twins); elsewhere the cells of datasets this config
 does not fetch show why they are empty (zsdr.tables.cells).
 """
 
@@ -30,6 +32,7 @@ class Tables:
     table1_baselines: list[str]
     specs: dict[TableKey, Any]                          # zsdr.tables.spec_model.TableSpec of every paper table
     datasets_override: list[str] | None           # the mini targets stand for a table's dataset rows
+    overrides: dict[TableKey, Any]                 # per table: those, with the Chinese mini targets where it has Chinese rows
     available_datasets: list[str] | None          # the datasets this config fetches (None at mini scale)
     cells: dict[TableKey, list[tuple[str, str]]]        # (dataset, system) cells of each table
     stats: dict[TableKey, Any]                          # the statistics each table reads
@@ -38,6 +41,12 @@ class Tables:
     @property
     def metrics(self) -> str:
         return self.systems.datasets.paths.metrics
+
+    def override(self, key: TableKey) -> list[str] | dict[str, str] | None:
+        """What stands for table ``key``'s dataset rows at mini scale: the English mini targets, and for a table
+        with Chinese rows (DDR's) ``{dataset: language}`` of the English then the Chinese mini targets (`mini_zh`);
+        None elsewhere."""
+        return self.overrides.get(key, self.datasets_override)
 
     def table1_labels(self) -> Labels:
         """Table 1's systems with their descriptions (the legend's text, not compared for reruns)."""
@@ -115,6 +124,14 @@ def model_cards(systems: Systems, table1: list[str]) -> dict[str, dict[str, Any]
     return out
 
 
+def spec_languages(spec: Any) -> set[str]:
+    """The languages of a paper table's dataset rows (the registry's; a dataset it does not know counts as English)."""
+    from zsdr.data import registry
+
+    return {registry.REGISTRY[d].language if d in registry.REGISTRY else "en"
+            for e in spec.datasets if e.kind != "info" for d in e.members}
+
+
 def build_tables(config: dict[str, Any], systems: Systems, code: Code) -> Tables:
     datasets = systems.datasets
     table1 = [systems.check_system(s, "table1.systems") for s in config["table1"]["systems"]]
@@ -122,11 +139,19 @@ def build_tables(config: dict[str, Any], systems: Systems, code: Code) -> Tables
     specs = all_specs()
     override = datasets.targets if datasets.mini else None
     available = None if datasets.mini else datasets.configured
+    overrides = {}
+    if override is not None and datasets.mini_zh_targets:
+        for key, spec in specs.items():
+            if "zh" in spec_languages(spec):
+                overrides[key] = {**{d: datasets.language(d) for d in override},
+                                  **{d: "zh" for d in datasets.mini_zh_targets}}
     names = set(systems.by_name)
     return Tables(
         systems=systems, code=code, table1_systems=table1, table1_baselines=baselines, specs=specs,
-        datasets_override=override, available_datasets=available,
-        cells={key: required_cells(spec, names, override, available_datasets=available) for key, spec in specs.items()},
-        stats={key: required_statistics(spec, override, available_datasets=available) for key, spec in specs.items()},
+        datasets_override=override, available_datasets=available, overrides=overrides,
+        cells={key: required_cells(spec, names, overrides.get(key, override), available_datasets=available)
+               for key, spec in specs.items()},
+        stats={key: required_statistics(spec, overrides.get(key, override), available_datasets=available)
+               for key, spec in specs.items()},
         model_cards=model_cards(systems, table1),
     )

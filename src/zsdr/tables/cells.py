@@ -75,7 +75,10 @@ class TableCells:
             produced_systems = {s for _, s in self.metric_files}
         systems = load_systems()
         self.produced = {s for s in produced_systems if s in systems and systems[s].provenance != "R"}
+        # a list of datasets, or {dataset: language} where a table's rows are in several languages (DDR's Chinese
+        # rows at mini scale)
         self.override = None if datasets_override is None else list(datasets_override)
+        self.override_languages = dict(datasets_override) if isinstance(datasets_override, dict) else {}
         self.available = None if available_datasets is None else set(available_datasets)
         self.stats = dict(stats or {})
         self.shift = dict(shift or {})
@@ -114,7 +117,7 @@ class TableCells:
             from zsdr.data import registry
 
             entry = registry.REGISTRY.get(dataset)
-            cells[header.index("Language")] = entry.language if entry else "en"
+            cells[header.index("Language")] = self.override_languages.get(dataset) or (entry.language if entry else "en")
         return tuple(cells)
 
     def _build_lines(self) -> list[Line]:
@@ -309,7 +312,8 @@ def required_cells(spec: TableSpec, produced_systems, datasets_override: list[st
     column uses the first of its system and ``alternatives`` that is produced; reported-only
     systems are never required. Each cell is a file :func:`zsdr.tables.inputs.cell_file` names:
     ``metrics/<dataset>/<system>.json``, or ``<system>.units.json`` when ``spec.source`` is ``units``.
-    ``datasets_override`` replaces the paper's datasets (mini scale); ``available_datasets``
+    ``datasets_override`` replaces the paper's datasets (mini scale; a ``{dataset: language}`` mapping labels each
+    row with its language); ``available_datasets``
     (optional) drops cells of datasets this run does not have.
     """
     if spec.kind in ("static", "analysis"):
