@@ -1,8 +1,12 @@
 from pathlib import Path
 
+from zsdr.data import registry
 from zsdr.data.fetch import convert_downloaded
 from zsdr.logs import setup_logging
 
 setup_logging(snakemake.log[0])
 out = Path(snakemake.output[0]).parent
-convert_downloaded(out.name, snakemake.params.downloads, out, byo=snakemake.params.byo)
+# config `datasets.local.<name>`: a local folder (or a new dataset) instead of the registry's downloads
+local = snakemake.params.local
+dataset = registry.config_dataset(out.name, dict(local)) if local else None
+convert_downloaded(out.name, snakemake.params.downloads, out, byo=snakemake.params.byo, dataset=dataset)
