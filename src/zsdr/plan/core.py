@@ -33,6 +33,7 @@ from zsdr.plan.modir import build_modir
 from zsdr.plan.params import Settings
 from zsdr.plan.recipes import build_recipes
 from zsdr.plan.references import build_model_refs
+from zsdr.plan.regressions import build_regressions
 from zsdr.plan.resources import build_resources
 from zsdr.plan.rmsc import build_rmsc
 from zsdr.plan.summary import Note, build_summaries
@@ -114,12 +115,13 @@ class Plan:
         self.tables = build_tables(config, self.systems, self.code_plan)
         self.figures = build_figures(self.systems, self.ddr, self.cocodr, self.berm, cocodr_sweeps or {})
         self.evaluation = build_evaluation(config, self.systems, self.tables, self.figures)
+        self.regressions = build_regressions(config, self.datasets, self.systems)
         self.work = build_work(config, self.datasets, self.evaluation, self.berm, self.resources.site)
         self.trainings = build_trainings(self.recipes, self.refs, self.systems, self.cocodr, self.ddr, self.berm,
                                          self.code_plan)
         self.summaries = build_summaries(config, self.recipes, self.systems, self.resources, self.berm)
         if config["offline"]:
-            self.refs.check_offline()
+            self.refs.check_offline(skip=set(self.regressions.missing_models) - set(self.tables.table1_systems))
         self._jobs: dict[tuple[str, str], Any] = {}
         self._qrels_written: set[str] = set()
 
