@@ -67,9 +67,10 @@ rule download:
 
 rule convert:
     """Extract, convert to the BEIR layout and validate one dataset: a registry dataset from its downloads, or
-    from a local BEIR-layout folder (bring your own, config `datasets.local`) whose files are the job's inputs."""
+    from a local BEIR-layout folder (bring your own, config `datasets.local`) whose files are the job's inputs.
+    """
     input:
-        files=PLAN.datasets.convert_inputs,
+        files=PLAN.convert_inputs,
         code=PLAN.code(
             "zsdr.data.fetch",
             "zsdr.data.convert",

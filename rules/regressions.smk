@@ -1,7 +1,7 @@
 # Reproduction regressions: published values of released checkpoints and BM25 against the pipeline's own
 # (zsdr.plan.regressions: which rows are measured, and why the others are not; docs/regressions.md).
 #
-#   snakemake --cores all --configfile configs/paper.yaml configs/regressions.yaml regressions/results/regressions.csv
+#   snakemake --cores all regressions/results/regressions.csv --configfile configs/paper.yaml configs/regressions.yaml
 
 
 use rule evaluate as evaluate_regression with:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,7 @@ class Plan:
             self.refs.check_offline(skip=set(self.regressions.missing_models) - set(self.tables.table1_systems))
         self._jobs: dict[tuple[str, str], Any] = {}
         self._qrels_written: set[str] = set()
+        self._missing_said: set[str] = set()
 
     # -------------------------------------------------------------------------------- helpers of every rule file
     alternation = staticmethod(alternation)
@@ -144,6 +146,18 @@ class Plan:
 
     def dataset_marker(self, name: str) -> str:
         return self.datasets.dataset_marker(name)
+
+    def convert_inputs(self, wc: Any) -> list[str]:
+        """A `convert` job's inputs (zsdr.plan.datasets.Datasets.convert_inputs). A dataset whose local folder holds
+        no corpus (a bring-your-own set not provided) is said once by the plan that needs it, dry runs included,
+        in the words its conversion will fail with; the rest of the plan goes on."""
+        files = self.datasets.convert_inputs(wc)
+        if not files and wc.dataset not in self._missing_said:
+            reason = self.datasets.unavailable(wc.dataset)
+            if reason is not None:
+                self._missing_said.add(wc.dataset)
+                print(f"dataset {wc.dataset} is not here yet, its convert job will fail: {reason}", file=sys.stderr)
+        return files
 
     def eval_qrels(self, name: str) -> str:
         """The qrels an evaluation of ``name`` reads, as an input: a stamp of their content beside the code

@@ -105,14 +105,12 @@ class Datasets:
 
     def convert_inputs(self, wc: Any) -> list[str]:
         """What a `convert` job reads: the files of the dataset's local folder (replacing one reconverts it),
-        else its downloads. A local folder that holds no corpus stops planning with the conversion's own words."""
+        else its downloads; none for a local folder that holds no corpus (:meth:`unavailable` says why, and the
+        job fails with the same words)."""
         folder = self.local_folder(wc.dataset)
         if folder is None:
             return self.downloads_of(wc.dataset)
-        files = registry.local_files(folder)
-        if not files:
-            raise registry.missing_local(self.dataset(wc.dataset), folder)
-        return [str(f) for f in files]
+        return [str(f) for f in registry.local_files(folder)]
 
     def dataset_marker(self, name: str) -> str:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""

