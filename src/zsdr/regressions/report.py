@@ -64,7 +64,7 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:+.4f}" if False else f"{value:.4f}"
+        return f"{value:.4f}"
     return str(value)
 
 
@@ -131,8 +131,7 @@ def write_figure(report: list[dict[str, Any]], path: str | Path) -> None:
                 grid[i, j] = r["delta"]
             if r["verdict"] == FAIL:
                 ax.text(j, i, "×", ha="center", va="center", fontsize=9, color="black")
-        cmap = matplotlib.colormaps["RdBu"].copy()
-        cmap.set_bad("#dddddd")
+        cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#dddddd")
         image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-limit, vmax=limit, aspect="auto")
         ax.set_xticks(range(len(datasets)), datasets, rotation=60, ha="right", fontsize=7)
         ax.set_yticks(range(len(systems)), systems, fontsize=7)
