@@ -116,6 +116,7 @@ def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_a
     overlay.write_text(yaml.safe_dump({"datasets": {"local": {
         "tiny": {"path": str(tmp_path / "tiny"), "language": "en"},
         "lost": {"path": str(tmp_path / "lost")},
+        "zipped": {"url": "https://example.org/sets/zipped.zip", "md5": "0" * 32, "language": "de", "splits": ["dev"]},
         "scifact": {"path": str(tmp_path / "scifact-copy")}}}}))
     plan = load_plan(ROOT, overlay)
     d = plan.datasets
@@ -125,6 +126,12 @@ def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_a
 
     assert d.convert_inputs(WC) == [str(tmp_path / "tiny" / f) for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")]
     assert d.unavailable("tiny") is None and "tiny" in d.convertible and d.downloads_of("tiny") == []
+    # a new dataset from a BEIR-layout zip: downloaded (checksum verified) and converted like the registry's
+    WC.dataset = "zipped"
+    assert d.convert_inputs(WC) == ["downloads/example.org/sets/zipped.zip"] and d.unavailable("zipped") is None
+    assert d.remote["example.org/sets/zipped.zip"].as_spec()["md5"] == "0" * 32
+    assert d.dataset("zipped").options == {"subdir": "zipped"} and d.language("zipped") == "de"
+    assert d.dataset("zipped").splits == ("dev",)
     # a folder without a corpus: the plan that needs its conversion (a dry run too) says so, in the words the
     # conversion fails with
     WC.dataset = "lost"
