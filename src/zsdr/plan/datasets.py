@@ -164,7 +164,7 @@ def check_dataset(name: str, mini: Iterable[str], local: Iterable[str] = ()) -> 
     mini = list(mini)
     if name not in mini and name not in registry.REGISTRY and name not in local:
         raise ValueError(
-            f"config key datasets: {name!r} is neither a mini domain, a registry dataset nor one of datasets.local; "
+            f"config key datasets: {name!r} is neither a mini domain nor a registry dataset (nor one of datasets.local); "
             f"use one of: {', '.join(mini + sorted({*registry.REGISTRY, *local}))} (see `zsdr datasets`), or add "
             f"it under datasets.local (a BEIR-layout folder, or a url and its checksum)"
         )
