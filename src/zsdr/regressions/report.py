@@ -50,7 +50,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "system": row["system"], "dataset": row["dataset"], "metric": row["metric"],
             "published": row["value"], "tolerance": row["tolerance"],
             "measured": None if measured is None else round(measured, 4),
-            "delta": None if measured is None else round(measured - row["value"], 4),
+            "delta": None if measured is None else round(measured - row["value"], 4) + 0.0,   # no -0.0000
             "verdict": result, "reason": reason, "source": row["source"], "note": row.get("note", ""),
         })
     return out
