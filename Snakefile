@@ -171,6 +171,7 @@ include: "rules/analysis.smk"
 include: "rules/modir.smk"
 include: "rules/cocodr.smk"
 include: "rules/rmsc.smk"
+include: "rules/regressions.smk"
 
 
 rule all:

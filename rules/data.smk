@@ -110,9 +110,11 @@ rule download:
 
 
 rule convert:
-    """Extract, convert to the BEIR layout and validate one registry dataset."""
+    """Extract, convert to the BEIR layout and validate one dataset: a registry dataset from its downloads, or
+    from a local BEIR-layout folder (bring your own, config `datasets.local`) whose files are the job's inputs.
+    """
     input:
-        files=lambda wc: PLAN.datasets.downloads_of(wc.dataset),
+        files=PLAN.convert_inputs,
         code=PLAN.code(
             "zsdr.data.fetch",
             "zsdr.data.convert",
@@ -125,7 +127,7 @@ rule convert:
     log:
         f"{LOGS}/data/convert_{{dataset}}.log",
     wildcard_constraints:
-        dataset=PLAN.alternation(registry.REGISTRY),
+        dataset=PLAN.alternation(PLAN.datasets.convertible),
     conda:
         "../envs/cpu.yaml"
     resources:
@@ -135,6 +137,7 @@ rule convert:
     params:
         # the folders its inputs are in (the files are compared as inputs): moving them reruns nothing
         folders=Handling({"downloads": DOWNLOADS, "byo": PLAN.paths.byo}),
+        local=lambda wc: config["datasets"]["local"].get(wc.dataset),
     script:
         "../workflow_scripts/convert.py"
 

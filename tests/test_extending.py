@@ -179,3 +179,42 @@ def test_after_a_finished_run_the_guide_plans_only_the_new_recipes_jobs(tmp_path
     assert planned_jobs(proc.stdout) == {"train": 1, "dense_search_group": 1, "evaluate_table1": 3, "model_cards": 1,
                                  "table1": 1}, out[-3000:]
     assert list(training_plan(out)) == ["dpr-uniform"], out[-3000:]
+
+
+def guide_section(title: str) -> dict[str, str]:
+    """``{name: body}`` of the blocks of the guide's section ``title`` that start ``# your config|file: NAME``."""
+    text = GUIDE.read_text(encoding="utf-8").split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+    found = {}
+    for _, block in BLOCK.findall(text):
+        first, _, body = block.partition("\n")
+        m = re.match(r"# your (?:config|file): (\S+)", first)
+        if m:
+            found[m.group(1)] = body
+    return found
+
+
+def test_the_guides_dataset_model_and_published_value(tmp_path, monkeypatch):
+    """Section 5: a local BEIR folder, a model folder and two published values, by config and a CSV file only."""
+    blocks = guide_section("5. A dataset, a model and a published value")
+    assert set(blocks) == {"my-lab.yaml", "my-published.csv"}, blocks
+    for name, body in blocks.items():
+        (tmp_path / name).write_text(body, encoding="utf-8")
+    folder = tmp_path / "my-collection"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a passage"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q1", "text": "a query"}\n')
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    monkeypatch.chdir(tmp_path)
+    plan = load_plan(ROOT, tmp_path / "my-lab.yaml")
+    assert plan.datasets.dataset("my-collection").splits == ("test",) and plan.datasets.language("my-collection") == "en"
+
+    class WC:
+        dataset = "my-collection"
+
+    assert plan.datasets.convert_inputs(WC) == [f"my-collection/{f}" for f in ("corpus.jsonl", "queries.jsonl", "qrels/test.tsv")]
+    rows = {(r["system"], r["dataset"]): r for r in plan.regressions.rows}
+    assert rows["bm25-flat", "my-collection"]["metrics"] == "metrics/regressions/my-collection/bm25-flat.json"
+    assert rows["bm25-flat", "my-collection"]["value"] == 0.412
+    assert "my-encoder" in rows["my-encoder", "my-collection"]["reason"]
+    assert ("my-collection", "bm25-flat") in plan.regressions.pairs
+    assert not any(s == "my-encoder" for _, s in plan.regressions.pairs)

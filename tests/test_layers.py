@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("zsdr.training", "zsdr.pretrain"),
     ("zsdr.retrieval",),
     ("zsdr.evaluation",),
-    ("zsdr.tables",),
+    ("zsdr.tables", "zsdr.regressions"),
     ("zsdr.plan", "zsdr.workflow", "zsdr.docs", "zsdr.readme_table"),
     ("zsdr.cli", "zsdr.__main__"),
 ]

@@ -76,6 +76,8 @@ SKIP: list[tuple[str, str]] = [
                                  "(make test-full)"),
     (r"^/path/to/zsdr/\.venv/bin/snakemake ", "runs in the folder of your own workflow, whose Snakefile imports zsdr "
                                               "as a module; tests/test_elsewhere.py plans such a workflow"),
+    (r"--configfile my-lab\.yaml$", "the reader's own files (my-lab.yaml, my-collection/, my-encoder/): "
+                                      "tests/test_extending.py plans that section of docs/extending.md as written"),
     (r"^(sbatch|squeue) ", "talks to a SLURM cluster (the controller job and its run's jobs); tests/test_slurm.py "
                            "runs the profile on a real one"),
 ]

@@ -23,7 +23,7 @@ import functools
 import importlib.util
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -182,6 +182,10 @@ class Dataset:
     used_by: tuple[str, ...] = ()
     byo: str | None = None             # bring-your-own instructions (non-public data)
     extras: tuple[RemoteFile, ...] = ()  # training-side files downloaded with the dataset
+    # sha256 of the BEIR-layout files a local copy of the dataset must have ({"corpus.jsonl": ...}): a local
+    # folder (config `datasets.local`, a bring-your-own folder) whose file differs is refused
+    sha256: dict = field(default_factory=dict)
+    local: str | None = None           # a local BEIR-layout folder the dataset is read from (config `datasets.local`)
 
     @property
     def public(self) -> bool:
@@ -203,6 +207,20 @@ class Dataset:
             shown += " (+ training files)"
         return shown
 
+    def folder(self, byo: str | Path = "byo") -> Path | None:
+        """The local BEIR-layout folder this dataset is read from: its `datasets.local` folder, else, for a
+        bring-your-own dataset, ``<byo>/<name>``; None for a dataset converted from its downloads."""
+        if self.local is not None:
+            return Path(self.local).expanduser()
+        return Path(byo) / self.name if self.byo is not None else None
+
+    def missing_fix(self, folder: Path) -> str:
+        """How to provide a local folder that is not there (the same words at planning and at run time)."""
+        if self.byo is not None and self.local is None:
+            return self.byo
+        how = "or remove its `path` to download it" if self.files else "or give its `url` and checksum"
+        return f"place corpus.jsonl, queries.jsonl and qrels/<split>.tsv there (config datasets.local.{self.name}.path), {how}"
+
 
 def human_bytes(n: float) -> str:
     """A byte count for people: ``5.3 GB``, ``142 MB``, ``2.8 MB`` (decimal units)."""
@@ -211,6 +229,57 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "bytes" or n >= 100 else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+BEIR_NAMES = ("corpus.jsonl", "queries.jsonl")
+
+
+def local_files(folder: str | Path) -> list[Path]:
+    """The files of a BEIR-layout folder a conversion reads: corpus and queries (``.jsonl`` or ``.jsonl.gz``)
+    and every ``qrels/*.tsv``, sorted; [] when the folder holds no corpus."""
+    folder = Path(folder)
+    out = []
+    for name in BEIR_NAMES:
+        for candidate in (folder / name, folder / f"{name}.gz"):
+            if candidate.is_file():
+                out.append(candidate)
+                break
+    if not out or not out[0].name.startswith("corpus"):
+        return []
+    qrels = folder / "qrels"
+    out += sorted(qrels.glob("*.tsv")) if qrels.is_dir() else []
+    return out
+
+
+def missing_local(ds: Dataset, folder: str | Path):
+    """The DataError of a local folder that holds no corpus: what the dry run and the conversion both say."""
+    from zsdr.io import DataError
+
+    what = "is not public and was not provided" if ds.byo is not None and ds.local is None else "has no local copy"
+    return DataError(Path(folder) / "corpus.jsonl", None, f"dataset {ds.name!r} {what}", ds.missing_fix(Path(folder)))
+
+
+def config_dataset(name: str, spec: dict) -> Dataset:
+    """A dataset of config `datasets.local`: a registry dataset read from a local folder, or a new dataset in BEIR
+    layout (a local folder, or a zip archive at `url` with its checksum), with its language and splits."""
+    base = REGISTRY.get(name)
+    folder = spec.get("path")
+    if base is not None:
+        known = dict(base.sha256)
+        known.update(spec.get("sha256") or {})
+        return replace(base, local=folder, sha256=known,
+                       **{k: (tuple(spec[k]) if k == "splits" else spec[k])
+                          for k in ("language", "splits", "description") if spec.get(k) is not None})
+    files: tuple[RemoteFile, ...] = ()
+    if spec.get("url"):
+        files = (RemoteFile(spec["url"], md5=spec.get("md5"), sha256=spec.get("archive_sha256")),)
+    return Dataset(
+        name=name, group="local", description=spec.get("description") or f"{name} (config datasets.local)",
+        files=files, converter="beir", options={"subdir": spec.get("subdir") or name},
+        splits=tuple(spec.get("splits") or ("test",)), license=spec.get("license") or "see the source's licence",
+        language=spec.get("language") or "en", sha256=dict(spec.get("sha256") or {}), local=folder)
+
+
 
 
 def _beir(name: str, md5: str, splits: tuple[str, ...], size: str, used_by: tuple[str, ...], license: str,
@@ -272,8 +341,14 @@ DATASETS: list[Dataset] = [
           "FEVER fact checking over Wikipedia"),
     _beir("climate-fever", "8b66f0a9126c521bae2bde127b4dc99d", ("test",), "1.2 GB", _ALL_EN, "CC BY-SA 3.0",
           "Climate-FEVER fact checking over Wikipedia"),
-    _beir("scifact", "5f7d1de60b170fc8027bb7898e2efca1", ("train", "test"), "2.8 MB", _ALL_EN, "CC BY-NC 2.0",
-          "SciFact scientific claim verification"),
+    replace(_beir("scifact", "5f7d1de60b170fc8027bb7898e2efca1", ("train", "test"), "2.8 MB", _ALL_EN,
+                  "CC BY-NC 2.0", "SciFact scientific claim verification"),
+            # the files of BEIR's scifact.zip (its corpus.jsonl is BEIR's; the qrels and test queries equal
+            # Anserini's beir-v1.0.0-scifact topics and qrels): what a local copy must hold
+            sha256={"corpus.jsonl": "dec31c8182f3d744c7d2c09423756fd1d17cbef75808db13ba01cc0aab4d1ac6",
+                    "queries.jsonl": "8ff84a7c903f722981cd8d595c022660140c51867b27608a6d4910db86080313",
+                    "qrels/test.tsv": "0864bb985e0ca2367ba217977e72004d549054b2b06666ed9d4825ac7c21284c",
+                    "qrels/train.tsv": "a53f2114831916c096b6c37d9e54da68cef4efdcdbd5ed46533601af972acf1d"}),
     *[Dataset(name=name, group="beir-byo", description=desc, splits=("test",), used_by=used,
               license="not redistributable (see the source's licence)",
               byo=(f"{name} is not public. Build it in BEIR layout with BEIR's reproduction scripts ({how}) and place "

@@ -133,7 +133,10 @@ def check_evaluation(config: dict[str, Any], evaluated: Iterable[str], eval_spli
             for m in [*config["mini"]["domains"], *(config.get("mini_zh") or {}).get("domains", [])]}
     for name in evaluated:
         split = eval_split(name)
-        known = registry.REGISTRY[name].splits if name in registry.REGISTRY else mini.get(name)
+        local = (config["datasets"].get("local") or {}).get(name) or {}
+        known = (tuple(local["splits"]) if local.get("splits") else
+                 registry.REGISTRY[name].splits if name in registry.REGISTRY else
+                 ("test",) if local else mini.get(name))
         if known is not None and split not in known:
             raise ValueError(
                 f"config key datasets.eval_splits.{name}: {name} has no split {split!r} (its splits: {', '.join(known)})"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from zsdr.plan.modir import build_modir
 from zsdr.plan.params import Settings
 from zsdr.plan.recipes import build_recipes
 from zsdr.plan.references import build_model_refs
+from zsdr.plan.regressions import build_regressions
 from zsdr.plan.resources import build_resources
 from zsdr.plan.rmsc import build_rmsc
 from zsdr.plan.summary import Note, build_summaries
@@ -114,14 +116,16 @@ class Plan:
         self.tables = build_tables(config, self.systems, self.code_plan)
         self.figures = build_figures(self.systems, self.ddr, self.cocodr, self.berm, cocodr_sweeps or {})
         self.evaluation = build_evaluation(config, self.systems, self.tables, self.figures)
+        self.regressions = build_regressions(config, self.datasets, self.systems)
         self.work = build_work(config, self.datasets, self.evaluation, self.berm, self.resources.site)
         self.trainings = build_trainings(self.recipes, self.refs, self.systems, self.cocodr, self.ddr, self.berm,
                                          self.code_plan)
         self.summaries = build_summaries(config, self.recipes, self.systems, self.resources, self.berm)
         if config["offline"]:
-            self.refs.check_offline()
+            self.refs.check_offline(skip=set(self.regressions.missing_models) - set(self.tables.table1_systems))
         self._jobs: dict[tuple[str, str], Any] = {}
         self._qrels_written: set[str] = set()
+        self._missing_said: set[str] = set()
 
     # -------------------------------------------------------------------------------- helpers of every rule file
     alternation = staticmethod(alternation)
@@ -142,6 +146,18 @@ class Plan:
 
     def dataset_marker(self, name: str) -> str:
         return self.datasets.dataset_marker(name)
+
+    def convert_inputs(self, wc: Any) -> list[str]:
+        """A `convert` job's inputs (zsdr.plan.datasets.Datasets.convert_inputs). A dataset whose local folder holds
+        no corpus (a bring-your-own set not provided) is said once by the plan that needs it, dry runs included,
+        in the words its conversion will fail with; the rest of the plan goes on."""
+        files = self.datasets.convert_inputs(wc)
+        if not files and wc.dataset not in self._missing_said:
+            reason = self.datasets.unavailable(wc.dataset)
+            if reason is not None:
+                self._missing_said.add(wc.dataset)
+                print(f"dataset {wc.dataset} is not here yet, its convert job will fail: {reason}", file=sys.stderr)
+        return files
 
     def eval_qrels(self, name: str) -> str:
         """The qrels an evaluation of ``name`` reads, as an input: a stamp of their content beside the code

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from zsdr.data import registry
@@ -76,6 +76,44 @@ class Datasets:
     eval_splits: dict[str, str]
     shard_counts: dict[str, int]
     default_shards: int
+    # config `datasets.local`: registry datasets read from a local folder, and datasets the config adds
+    local: dict[str, Any] = field(default_factory=dict)
+
+    def dataset(self, name: str) -> registry.Dataset:
+        """A dataset as this config defines it: its `datasets.local` entry, else the registry's."""
+        return self.local[name] if name in self.local else registry.get(name)
+
+    @property
+    def convertible(self) -> list[str]:
+        """Every dataset a `convert` job builds: the registry's and those config `datasets.local` adds."""
+        return sorted({*registry.REGISTRY, *self.local})
+
+    def local_folder(self, name: str):
+        """The local BEIR-layout folder ``name`` is read from (`datasets.local`, a bring-your-own folder), or None."""
+        return self.dataset(name).folder(self.paths.byo)
+
+    def unavailable(self, name: str) -> str | None:
+        """Why ``name`` cannot be built here (a local folder without a corpus, a dataset with neither a folder
+        nor a download), or None: the words a conversion would fail with."""
+        if name in self.mini:
+            return None
+        try:
+            ds = self.dataset(name)
+        except KeyError as exc:
+            return str(exc.args[0])
+        folder = ds.folder(self.paths.byo)
+        if folder is not None:
+            return None if registry.local_files(folder) else str(registry.missing_local(ds, folder))
+        return None if ds.files else f"dataset {name!r} has no download and no local folder (config datasets.local)"
+
+    def convert_inputs(self, wc: Any) -> list[str]:
+        """What a `convert` job reads: the files of the dataset's local folder (replacing one reconverts it),
+        else its downloads; none for a local folder that holds no corpus (:meth:`unavailable` says why, and the
+        job fails with the same words)."""
+        folder = self.local_folder(wc.dataset)
+        if folder is None:
+            return self.downloads_of(wc.dataset)
+        return [str(f) for f in registry.local_files(folder)]
 
     def dataset_marker(self, name: str) -> str:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
@@ -95,13 +133,15 @@ class Datasets:
         return self.eval_splits.get(name, "test")
 
     def check_dataset(self, name: str) -> str:
-        return check_dataset(name, [*self.mini, *self.mini_zh])
+        return check_dataset(name, [*self.mini, *self.mini_zh], self.local)
 
     def language(self, name: str) -> str:
-        """Analyzer language of a dataset: the registry's; the domains of `mini_zh` are Chinese, those of `mini`
-        English."""
+        """Analyzer language of a dataset: the registry's or its `datasets.local` entry's; the domains of `mini_zh`
+        are Chinese, those of `mini` English."""
         if name in self.mini_zh:
             return "zh"
+        if name in self.local:
+            return self.local[name].language
         return registry.REGISTRY[name].language if name in registry.REGISTRY else "en"
 
     def backbone_corpora(self, backbone: dict[str, Any]) -> list[str]:
@@ -121,20 +161,44 @@ class Datasets:
         return [f"{self.paths.downloads}/{registry.RemoteFile(RELEASES[name].url).local_path}"]
 
     def downloads_of(self, name: str, extras: bool = False) -> list[str]:
-        ds = registry.get(name)
+        ds = self.dataset(name)
+        if ds.folder(self.paths.byo) is not None:
+            return []
         files = list(ds.files) + (list(ds.extras) if extras else [])
         return [f"{self.paths.downloads}/{f.local_path}" for f in files]
 
 
-def check_dataset(name: str, mini: Iterable[str]) -> str:
-    """``name``, or a ValueError naming config key `datasets` when it is neither a mini domain nor a registry dataset."""
+def check_dataset(name: str, mini: Iterable[str], local: Iterable[str] = ()) -> str:
+    """``name``, or a ValueError naming config key `datasets` when it is neither a mini domain, a registry dataset
+    nor one of config `datasets.local`."""
     mini = list(mini)
-    if name not in mini and name not in registry.REGISTRY:
+    if name not in mini and name not in registry.REGISTRY and name not in local:
         raise ValueError(
-            f"config key datasets: {name!r} is neither a mini domain nor a registry dataset; "
-            f"use one of: {', '.join(mini + sorted(registry.REGISTRY))} (see `zsdr datasets`)"
+            f"config key datasets: {name!r} is neither a mini domain nor a registry dataset (nor one of datasets.local); "
+            f"use one of: {', '.join(mini + sorted({*registry.REGISTRY, *local}))} (see `zsdr datasets`), or add "
+            f"it under datasets.local (a BEIR-layout folder, or a url and its checksum)"
         )
     return name
+
+
+def build_local(config: dict[str, Any], mini: list[str]) -> dict[str, registry.Dataset]:
+    """Config `datasets.local` as datasets: each a registry dataset read from a local folder, or a new one."""
+    out = {}
+    for name, spec in (config["datasets"].get("local") or {}).items():
+        where = f"config key datasets.local.{name}"
+        if name in mini:
+            raise ValueError(f"{where}: {name!r} is a mini domain (generated, not read from a folder); use another name")
+        if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", name):
+            raise ValueError(f"{where}: a dataset name is letters, digits, '.', '_' and '-' (it names folders)")
+        if name not in registry.REGISTRY and not spec.get("path") and not spec.get("url"):
+            raise ValueError(f"{where}: a new dataset needs `path` (a BEIR-layout folder) or `url` (a zip of one)")
+        if spec.get("url") and not (spec.get("md5") or spec.get("archive_sha256")):
+            raise ValueError(f"{where}.url: give the archive's `md5` or `archive_sha256`, which the download verifies")
+        for rel in spec.get("sha256") or {}:
+            if rel not in ("corpus.jsonl", "queries.jsonl", "corpus.jsonl.gz", "queries.jsonl.gz") and not re.fullmatch(r"qrels/[^/]+\.tsv", rel):
+                raise ValueError(f"{where}.sha256.{rel}: not a file of a BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)")
+        out[name] = registry.config_dataset(name, spec)
+    return out
 
 
 def build_datasets(config: dict[str, Any]) -> Datasets:
@@ -154,12 +218,13 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
                          "of `mini`; give the Chinese domains their own names")
     configured = list(dict.fromkeys([source, *targets, *d["extra"]]))
     generated = [*mini, *mini_zh]
-    evaluated = list(check_dataset(x, generated) for x in (source, *targets))
-    fetched = list(check_dataset(x, generated) for x in configured if x not in generated)
+    local = build_local(config, generated)
+    evaluated = list(check_dataset(x, generated, local) for x in (source, *targets))
+    fetched = list(check_dataset(x, generated, local) for x in configured if x not in generated)
     shared = {}
     for name, donor in d["shared_corpus"].items():
-        check_dataset(name, generated)
-        check_dataset(donor, generated)
+        check_dataset(name, generated, local)
+        check_dataset(donor, generated, local)
         if donor == name or donor in d["shared_corpus"]:
             raise ValueError(f"config key datasets.shared_corpus.{name}: {donor!r} must be another dataset "
                              "that takes no donor itself")
@@ -179,5 +244,7 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
                     mini_zh_targets=[m["name"] for m in mini_zh_domains if m["role"] == "target"],
                     configured=configured,
                     evaluated=evaluated, fetched=fetched, built_backbones=built, shared_corpus=shared,
-                    remote={**registry.remote_files(), **released_files()}, eval_splits=dict(d["eval_splits"]),
-                    shard_counts=dict(config["dense"]["dataset_shards"]), default_shards=config["dense"]["shards"])
+                    remote={**registry.remote_files(), **released_files(),
+                            **{f.local_path: f for ds in local.values() for f in ds.files}},
+                    eval_splits=dict(d["eval_splits"]), shard_counts=dict(config["dense"]["dataset_shards"]),
+                    default_shards=config["dense"]["shards"], local=local)

@@ -9,7 +9,9 @@ with `offline: true` a hub id must be in the local cache; hub ids known to lack 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from zsdr.models.released import KNOWN_CHECKPOINTS, RELEASES
@@ -74,7 +76,7 @@ class ModelRefs:
         """The files a job waits for before loading ``ref`` (none for a Hugging Face id; a DAM's snapshot
         exists once its DAM is trained; a converted REM release is its rem.json)."""
         if not ref.startswith(f"{self.models}/"):
-            return []
+            return local_model_files(ref)
         released = f"{self.models}/released/"
         name = ref[len(released):] if ref.startswith(released) else None
         if name in RELEASES and RELEASES[name].kind == "adapter-rem":
@@ -123,17 +125,37 @@ class ModelRefs:
                 "pooling would keep; set `head: new` to start one on purpose, or start from a checkpoint with one"
             )
 
-    def check_offline(self) -> None:
+    def check_offline(self, skip: Iterable[str] = ()) -> None:
         """With `offline: true`, every model the config names must be on this machine when planning starts,
-        whether or not the requested targets use it (each is checked once)."""
+        whether or not the requested targets use it (each is checked once); ``skip``: systems whose model
+        may be missing (a regression row of one is NOT RUN, zsdr.plan.regressions)."""
         if not self.config["offline"]:
             return
-        for _, s in self.config["systems"].items():
+        skip = set(skip)
+        for name, s in self.config["systems"].items():
+            if name in skip:
+                continue
             if isinstance(s.get("model"), str) and s["model"] not in RELEASES:
                 self.on_this_machine(s["model"])
         for _, r in self.recipes.by_name.items():
             if isinstance(r.get("init"), str):
                 self.model_ref(r["init"])
+
+
+def looks_like_a_folder(ref: str) -> bool:
+    """Whether a model reference names a folder rather than a Hugging Face id: it exists as one, or is written as
+    a path (absolute, ``./``, ``../``, ``~``)."""
+    return Path(ref).expanduser().is_dir() or ref.startswith(("/", "./", "../", "~"))
+
+
+def local_model_files(ref: str) -> list[str]:
+    """The files of a local model folder (not one the DAG builds), which the jobs that load it read: replacing one
+    re-runs exactly them. None for a Hugging Face id (its cache is not the workflow's) or a missing folder."""
+    folder = Path(ref).expanduser()
+    if not folder.is_dir():
+        return []
+    return sorted(str(p) for p in folder.rglob("*")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
 def build_model_refs(config: dict[str, Any], recipes: Recipes) -> ModelRefs:
