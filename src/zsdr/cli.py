@@ -389,6 +389,11 @@ INPUT_PATHS = {
                     ("negatives", "negatives file", "the negatives argument")],
     "bm25": [("dataset", "dataset folder", "--dataset")],
     "store": [("dataset", "dataset folder", "the dataset argument")],
+    "evaluate": [("run", "run file", "--run")],
+    "export": [("rem", "REM folder", "--rem")],
+    "stats": [("directory", "dataset folder", "the directory argument")],
+    "shift": [("source", "dataset folder", "the source argument"), ("target", "dataset folder", "the target argument")],
+    "validate": [("directory", "dataset folder", "the directory argument")],
 }
 
 
@@ -468,12 +473,27 @@ def check_outputs(args) -> None:
 
 
 def check_inputs(args) -> None:
-    """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
+    """Every input path of the command exists, is a folder or a file as the argument asks, and is given once,
+    before any slow work; else :class:`DataError` naming it."""
+    from zsdr.provenance import check_repeated
+
     for attr, what, flag in INPUT_PATHS.get(args.command, ()):
         value = getattr(args, attr, None)
         for path in value if isinstance(value, list) else [value]:
-            if path is not None and not Path(path).exists():
+            if path is None:
+                continue
+            if not Path(path).exists():
                 raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
+            if what.endswith("folder") and not Path(path).is_dir():
+                raise DataError(path, None, f"is a file, not {_an(what)}", f"pass {_an(what)} to {flag}")
+            if what.endswith("file") and Path(path).is_dir():
+                raise DataError(path, None, f"is a folder, not {_an(what)}", f"pass {_an(what)} to {flag}")
+        if isinstance(value, list):
+            check_repeated(value, flag, what)
+
+
+def _an(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 _ERRNO_FIXES = {
