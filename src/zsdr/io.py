@@ -545,6 +545,7 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
         raise
 
 
+MODEL_CARD = "README.md"
 MODEL_STAMP_KEY = "zsdr_contents_sha256"
 """The key of a model folder's ``config.json`` that :func:`stamp_model_contents` sets."""
 
@@ -562,15 +563,60 @@ def stamp_model_contents(folder: str | os.PathLike) -> str | None:
     config = folder / "config.json"
     if not config.is_file():
         return None
-    nested = {p.parent for p in folder.rglob("config.json") if p != config}   # snapshots: stamped themselves
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
-                       and not any(n in p.parents for n in nested)):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
     data = json.loads(config.read_text(encoding="utf-8"))
-    data[MODEL_STAMP_KEY] = h.hexdigest()
+    data[MODEL_STAMP_KEY] = model_contents_digest(folder)
     config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return data[MODEL_STAMP_KEY]
+
+
+def _model_files(folder: Path) -> list[Path]:
+    """The files :func:`stamp_model_contents` digests: all but ``config.json``, the output marker, the model
+    card (``README.md``, written into the folder after the evaluations) and nested model folders (snapshots,
+    stamped themselves)."""
+    config = folder / "config.json"
+    nested = {p.parent for p in folder.rglob("config.json") if p != config}
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
+                  and p != folder / MODEL_CARD and not any(n in p.parents for n in nested))
+
+
+def model_contents_digest(folder: str | os.PathLike) -> str:
+    """The digest :func:`stamp_model_contents` records for ``folder`` as its files are now."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for path in _model_files(folder):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
+    return h.hexdigest()
+
+
+_VERIFIED_MODELS: set[tuple] = set()
+
+
+def verify_model_contents(folder: str | os.PathLike) -> None:
+    """Refuse (:class:`DataError` naming the folder and how to rebuild it) a model folder whose files are
+    no longer those its ``config.json`` stamp digests (:func:`stamp_model_contents`): weights changed on
+    disk, a file added, removed or swapped. A folder without a stamp (a download, an earlier version's
+    output) passes. Each folder is read once per process while its files keep their sizes and times."""
+    folder = Path(folder)
+    config = folder / "config.json"
+    if not folder.is_dir() or not config.is_file():
+        return
+    try:
+        recorded = json.loads(config.read_text(encoding="utf-8")).get(MODEL_STAMP_KEY)
+    except (OSError, ValueError, AttributeError):
+        return   # the loader reports an unreadable config.json
+    if not isinstance(recorded, str):
+        return
+    files = _model_files(folder)
+    key = (os.path.realpath(folder), recorded,
+           tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if key in _VERIFIED_MODELS:
+        return
+    if model_contents_digest(folder) != recorded:
+        raise DataError(folder, None, f"the model's files are not those it was written with (their digest differs "
+                        f"from {MODEL_STAMP_KEY} in config.json): changed on disk, or a file added, removed or "
+                        "replaced", "write the model again: remove the folder and rerun the job that makes it "
+                        "(training, or the backbone build), or copy it again from where it was made")
+    _VERIFIED_MODELS.add(key)
 
 
 def save_figure(fig, out: str | os.PathLike) -> None:
