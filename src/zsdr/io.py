@@ -379,21 +379,78 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         tmp.unlink(missing_ok=True)
         _name_the_output(exc, path)
         raise
+    _record_written(path)
+
+
+def _record_written(path: Path) -> None:
+    """A file zsdr wrote into a folder it made (a dataset's dataset.json, a model's card) joins the list of
+    the folder's marker, so that replacing the folder later does not take it for a user's file."""
+    folder = path.parent
+    data = _marker(folder) if (folder / OUTPUT_MARKER).is_file() else None
+    if not data or not isinstance(data.get("files"), list) or path.name in data["files"]:
+        return
+    data["files"] = sorted([*data["files"], path.name])
+    tmp = folder / f".{OUTPUT_MARKER}.{_owner()}.tmp"
+    try:
+        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / OUTPUT_MARKER)
+    except OSError:   # a read-only folder: the file stays unlisted (replacing the folder then asks for --force)
+        tmp.unlink(missing_ok=True)
 
 
 OUTPUT_MARKER = ".zsdr-output.json"
-"""Written into every folder :func:`atomic_dir` makes: ``{"written_by": "zsdr", "kind": KIND}``."""
+"""Written into every folder :func:`atomic_dir` makes: ``{"written_by": "zsdr", "kind": KIND, "files": [...]}``
+(``files``: every file it wrote there, relative to the folder)."""
+
+_FORCE: list[bool] = []
 
 
-def _marked_kind(path: Path) -> str | None:
-    """The kind ``path``'s marker names, or None (no marker, or one that is not zsdr's)."""
+@contextlib.contextmanager
+def replacing_foreign_files(force: bool = True) -> Iterator[None]:
+    """Inside the block, :func:`atomic_dir` replaces a folder zsdr wrote even when files zsdr did not write
+    were put into it since (a command's ``--force``); they are removed with the folder."""
+    _FORCE.append(bool(force))
+    try:
+        yield
+    finally:
+        _FORCE.pop()
+
+
+def _marker(path: Path) -> dict | None:
     try:
         data = json.loads((path / OUTPUT_MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if isinstance(data, dict) and data.get("written_by") == "zsdr" and isinstance(data.get("kind"), str):
-        return data["kind"]
+        return data
     return None
+
+
+def _marked_kind(path: Path) -> str | None:
+    """The kind ``path``'s marker names, or None (no marker, or one that is not zsdr's)."""
+    data = _marker(path)
+    return data["kind"] if data else None
+
+
+def _files_under(path: Path) -> list[str]:
+    """Every file (and link) under ``path``, relative, ``/``-separated, but the marker."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+            if rel != OUTPUT_MARKER:
+                out.append(rel)
+    return sorted(out)
+
+
+def foreign_files(path: str | os.PathLike) -> list[str]:
+    """The files under a folder zsdr wrote that its marker does not list (put there since); ``[]`` for a
+    folder whose marker lists nothing (an earlier version's)."""
+    data = _marker(Path(path))
+    if not data or not isinstance(data.get("files"), list):
+        return []
+    wrote = set(data["files"])
+    return [f for f in _files_under(Path(path)) if f not in wrote]
 
 
 def _listing(names: list[str], folder: Path, limit: int = 5) -> str:
@@ -494,7 +551,15 @@ def check_output_dir(path: str | os.PathLike, kind: str = "model") -> None:
     if not names:
         return
     marked = _marked_kind(path)
-    if marked == kind or _declared_by_the_job(path):
+    if _declared_by_the_job(path):
+        return
+    if marked == kind:
+        foreign = foreign_files(path)
+        if foreign and not (_FORCE and _FORCE[-1]):
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise DataError(path, None, f"refusing to replace this {kind}: it holds {shown}, which zsdr did not write "
+                            "there, and replacing the folder would delete them", "move them out of the folder, or "
+                            "pass --force to replace the folder with them")
         return
     if marked is not None:
         raise DataError(path, None, f"refusing to replace this folder: zsdr wrote it as {_a(marked)}, not as {_a(kind)}",
@@ -521,6 +586,8 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
     On failure the temporary directory is removed and ``path`` is left untouched.
     """
     path = Path(path)
+    if path.is_symlink() and path.is_dir():
+        path = Path(os.path.realpath(path))   # the folder the link names is replaced; the link stays
     check_output_dir(path, kind)
     tmp = temp_sibling(path, is_dir=True)
     try:
@@ -528,7 +595,8 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
         if kind == "model":
             stamp_model_contents(tmp)
         if mark:
-            (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind}) + "\n", encoding="utf-8")
+            (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind,
+                                                         "files": _files_under(tmp)}) + "\n", encoding="utf-8")
         share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
         if os.path.lexists(path):
             check_output_dir(path, kind)  # another process may have put something there meanwhile

@@ -265,7 +265,15 @@ def generate(cfg: dict, root: str | Path) -> dict:
     Returns the description also written to ``root/mini.json``. The same config gives
     byte-identical files.
     """
+    from zsdr.io import check_output_dir, check_output_file
+
     root = Path(root)
+    names = [d["name"] for d in cfg["domains"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"mini domains named twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    for name in names:   # every folder may be written, before any is
+        check_output_dir(root / name, "dataset")
+    check_output_file(root / "mini.json")
     seed = int(cfg["seed"])
     used: set[str] = set(FUNCTION_WORDS) | set(GENERAL_WORDS)
     described = {"seed": seed, "domains": {}}
