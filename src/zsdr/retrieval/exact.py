@@ -188,6 +188,13 @@ def open_shards(shard_dirs: Sequence[Path], dim: int, queries: tuple[str, dict] 
             raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {dim}",
                             "encode queries and documents with the same model")
     check_shards([(str(d), meta) for d, (_, meta) in zip(shard_dirs, opened)], queries)
+    from zsdr.retrieval.encode import IDS, check_ids_file
+
+    for d, (_, meta) in zip(shard_dirs, opened):   # before any search: the records and the ids (small)
+        path = Path(d) / IDS
+        if not path.is_file():
+            raise DataError(path, None, "file not found", "encode the folder again")
+        check_ids_file(d, meta, path.read_bytes())
     return opened
 
 

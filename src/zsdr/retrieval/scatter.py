@@ -104,8 +104,8 @@ def merge_shard_topk(parts: Sequence[str | os.PathLike], out_run: str | os.PathL
                 scores, rows = z["scores"], z["rows"]
                 lookups.append((z["id_rows"], z["ids"]))
         except (KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-            raise DataError(path, None, f"not a readable shard top-k file ({e.__class__.__name__}: cut short or "
-                            "damaged)", "search the shard again") from None
+            raise DataError(path, None, f"not a shard top-k file, or one cut short or damaged "
+                            f"({e.__class__.__name__})", "search the shard again") from None
         if query_ids is None:
             query_ids = qids
             best_s = np.full((len(qids), k), -np.inf, dtype=np.float32)
@@ -152,7 +152,7 @@ def _topk_info(path: Path, k: int) -> dict:
         with np.load(path, allow_pickle=False) as z:
             info = json.loads(str(z["meta"]))
     except (KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
-        raise DataError(path, None, f"not a readable shard top-k file ({e.__class__.__name__}: cut short or damaged)",
+        raise DataError(path, None, f"not a shard top-k file, or one cut short or damaged ({e.__class__.__name__})",
                         "search the shard again") from None
     if not isinstance(info, dict) or info.get("kind") != "shard_topk" or info.get("format_version") != TOPK_FORMAT \
             or not isinstance(info.get("shard_meta"), dict) or not isinstance(info.get("k"), int):
