@@ -235,3 +235,52 @@ def test_the_clean_artifacts_pass(made, capsys):
     assert (made["root"] / "merged.trec").read_bytes() == made["run_a"].read_bytes()
     for name in ("clean.trec", "clean.trec.provenance.json", "merged.trec", "merged.trec.provenance.json"):
         (made["root"] / name).unlink()
+
+
+def test_a_few_unknown_ids_are_counted_and_more_are_refused(tmp_path, caplog):
+    from zsdr.io import DataError
+    from zsdr.provenance import UNKNOWN_IDS_MAX, check_known_ids
+
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "text": "t"}) + "\n" for i in range(200)))
+    assert check_known_ids([f"d{i}" for i in range(200)], ds, "run", "run", "fix") == 0
+    assert check_known_ids([f"d{i}" for i in range(199)] + ["gone"], ds, "run", "run", "fix") == 1   # 0.5%
+    assert "1 of the 200 document ids" in caplog.text
+    with pytest.raises(DataError, match=r"3 of the 200 document ids of the run \(1.5%, more than the 1% allowed\)"):
+        check_known_ids([f"d{i}" for i in range(197)] + ["x", "y", "z"], ds, "run", "run", "fix")
+    assert UNKNOWN_IDS_MAX == 0.01
+
+
+def test_a_symlinked_output_folder_is_replaced_through_the_link(tmp_path):
+    from zsdr.data.store import build_store
+
+    ds = make_dataset(tmp_path / "ds")
+    real = tmp_path / "real-store"
+    (tmp_path / "link").symlink_to(real, target_is_directory=True)
+    build_store(ds, real)
+    build_store(ds, tmp_path / "link")
+    assert (tmp_path / "link").is_symlink() and (real / "store.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "link", "real-store"]   # no stray .old
+
+
+def test_a_table_refuses_a_metrics_file_of_another_cell(tmp_path):
+    from zsdr.io import DataError
+    from zsdr.tables.inputs import check_metrics_cell
+
+    check_metrics_cell({"dataset": "mini-alpha", "system": "bm25-flat"}, "m.json", "mini-alpha", "bm25-flat")
+    check_metrics_cell({}, "m.json", "mini-alpha", "bm25-flat")   # a file that records neither
+    with pytest.raises(DataError, match="scores dataset 'mini-beta', but the table reads it as dataset 'mini-alpha'"):
+        check_metrics_cell({"dataset": "mini-beta", "system": "bm25-flat"}, "m.json", "mini-alpha", "bm25-flat")
+
+
+def test_a_model_changed_on_disk_is_refused_when_loaded(made):
+    from zsdr.io import DataError, verify_model_contents
+
+    verify_model_contents(made["model"])
+    with pytest.raises(DataError, match="model-flip: the model's files are not those it was written with"):
+        verify_model_contents(made["model_flip"])
+    card = made["model"] / "README.md"   # the model card, written after the evaluations, is not the model
+    card.write_text("# card")
+    verify_model_contents(made["model"])
+    card.unlink()
