@@ -566,4 +566,8 @@ def _provenance(encoder: Encoder, dataset_dir: str | os.PathLike) -> dict:
     ``dataset_dir`` and the encoder's model digest."""
     from zsdr.provenance import corpus_identity, model_identity
 
-    return {"corpus": corpus_identity(dataset_dir), "model_sha256": model_identity(encoder)["sha256"]}
+    try:
+        corpus = corpus_identity(dataset_dir)
+    except DataError:   # queries of a folder without a corpus: nothing to join them with later
+        corpus = None
+    return {"corpus": corpus, "model_sha256": model_identity(encoder)["sha256"]}

@@ -53,8 +53,14 @@ def queries_meta(encoder, dataset_dir, split: str) -> tuple[str, dict]:
     (:mod:`zsdr.provenance`), for the checks of :func:`search_shards`."""
     from zsdr.provenance import corpus_identity, model_identity
 
+    from zsdr.io import DataError
+
+    try:
+        corpus = corpus_identity(dataset_dir)
+    except DataError:
+        corpus = None
     return (f"{dataset_dir} (the queries of {split})",
-            {"corpus": corpus_identity(dataset_dir), "model": encoder.name_or_path,
+            {"corpus": corpus, "model": encoder.name_or_path,
              "model_sha256": model_identity(encoder)["sha256"], "encoder": json.loads(json.dumps(encoder.describe())),
              "dataset": str(dataset_dir), "split": split})
 
