@@ -54,7 +54,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=768)
     ap.add_argument("--queries", type=int, default=43)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", default=None, help="where the shard is written (default: a temporary folder)")
+    ap.add_argument("--dir", default=None, help="where the shard is written (default: a temporary folder); a shard "
+                                                "of --rows left there by an earlier run is searched again")
     args = ap.parse_args()
 
     import zsdr.retrieval.encode as encode
@@ -63,7 +64,13 @@ def main() -> None:
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="zsdr-checksums-"))
     start = time.perf_counter()
-    shard = write_shard(root / "shard", args.rows, args.dim)
+    shard = root / "shard"
+    try:   # a shard of this size written by an earlier run of this script is searched again
+        same = json.loads((shard / "meta.json").read_text())["count"] == args.rows
+    except (OSError, ValueError, KeyError):
+        same = False
+    if not same:
+        write_shard(shard, args.rows, args.dim)
     print(f"shard {args.rows} x {args.dim} float16, {(shard / 'embeddings.npy').stat().st_size / 1e9:.2f} GB, "
           f"written in {time.perf_counter() - start:.1f} s")
     meta = json.loads((shard / "meta.json").read_text())
