@@ -288,7 +288,8 @@ def read_ids(directory: str | os.PathLike, meta: dict | None = None) -> list[str
     data = path.read_bytes()
     check_ids_file(directory, read_meta(directory) if meta is None else meta, data)
     try:
-        return data.decode("utf-8").splitlines()
+        text = data.decode("utf-8")
+        return text[:-1].split("\n") if text.endswith("\n") else text.split("\n") if text else []
     except UnicodeDecodeError:
         raise DataError(path, None, "bytes that are not UTF-8", REENCODE) from None
 

@@ -284,13 +284,26 @@ def search_blocks(queries: np.ndarray, opened: list[tuple[np.ndarray, dict]], la
 
 def ids_at(directory: Path, wanted: np.ndarray, count: int, meta: dict | None = None) -> list[str]:
     """The ids on the (sorted, unique) 0-based lines ``wanted`` of a folder's ids.txt, checking its length
-    and its checksum (``meta``'s; read when not given)."""
-    from zsdr.retrieval.encode import IDS, REENCODE, read_ids
+    and its checksum (``meta``'s; read when not given), streamed (only the wanted ids are kept)."""
+    from zsdr.retrieval.encode import IDS, REENCODE, _mismatch, read_meta, recorded_checksums, row_hasher
 
-    lines = read_ids(directory, meta)
-    if len(lines) != count:
-        raise DataError(directory / IDS, None, f"{len(lines)} ids for {count} embeddings", REENCODE)
-    return [lines[int(i)] for i in wanted]
+    meta = read_meta(directory) if meta is None else meta
+    sums = recorded_checksums(directory, meta)
+    h = row_hasher(sums.get("algorithm", "sha256")) if sums else None
+    found: list[str] = []
+    j, n = 0, 0
+    with open(directory / IDS, "rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if h is not None:
+                h.update(line)
+            if j < len(wanted) and wanted[j] == n - 1:
+                found.append(line.rstrip(b"\n").decode("utf-8", "replace"))
+                j += 1
+    if h is not None and h.hexdigest() != sums[IDS]:
+        raise _mismatch(directory / IDS, "its checksum")
+    if n != count:
+        raise DataError(directory / IDS, None, f"{n} ids for {count} embeddings", REENCODE)
+    return found
 
 
 def as_run(query_ids: Sequence[str], best_s: np.ndarray, best_k: np.ndarray, names: np.ndarray
