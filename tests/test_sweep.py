@@ -34,13 +34,12 @@ def _model(folder):
     """A model folder as zsdr writes one (stamped): enough for the commands' checks before any loading."""
     from safetensors.numpy import save_file
 
-    from zsdr.io import stamp_model_contents
+    from zsdr.io import atomic_dir
 
-    folder.mkdir()
-    save_file({"w": np.arange(64, dtype=np.float32)}, str(folder / "model.safetensors"))
-    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
-    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}), encoding="utf-8")
-    stamp_model_contents(folder)
+    with atomic_dir(folder) as tmp:
+        save_file({"w": np.arange(64, dtype=np.float32)}, str(tmp / "model.safetensors"))
+        (tmp / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n", encoding="utf-8")
+        (tmp / "config.json").write_text(json.dumps({"model_type": "bert"}), encoding="utf-8")
     return folder
 
 
@@ -280,6 +279,16 @@ def test_a_model_changed_on_disk_is_refused_when_loaded(made):
     verify_model_contents(made["model"])
     with pytest.raises(DataError, match="model-flip: the model's files are not those it was written with"):
         verify_model_contents(made["model_flip"])
+    edited = made["root"] / "model-config"
+    shutil.copytree(made["model"], edited)
+    (edited / "config.json").write_text((edited / "config.json").read_text().replace("bert", "roberta"))
+    with pytest.raises(DataError, match="model-config: the model's files are not those"):
+        verify_model_contents(edited)
+    saved = made["root"] / "saved-elsewhere"   # another program's save: config.json keeps the stamp, no marker
+    shutil.copytree(made["model"], saved)
+    (saved / ".zsdr-output.json").unlink()
+    (saved / "model.safetensors").write_bytes((made["model_flip"] / "model.safetensors").read_bytes())
+    verify_model_contents(saved)
     card = made["model"] / "README.md"   # the model card, written after the evaluations, is not the model
     card.write_text("# card")
     verify_model_contents(made["model"])

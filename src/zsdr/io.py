@@ -592,11 +592,14 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
     tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        contents = {}
         if kind == "model":
             stamp_model_contents(tmp)
+            contents = {"contents_sha256": model_contents_digest(tmp, config=True)}
         if mark:
             (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind,
-                                                         "files": _files_under(tmp)}) + "\n", encoding="utf-8")
+                                                         "files": _files_under(tmp), **contents}) + "\n",
+                                             encoding="utf-8")
         share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
         if os.path.lexists(path):
             check_output_dir(path, kind)  # another process may have put something there meanwhile
@@ -637,21 +640,22 @@ def stamp_model_contents(folder: str | os.PathLike) -> str | None:
     return data[MODEL_STAMP_KEY]
 
 
-def _model_files(folder: Path) -> list[Path]:
-    """The files :func:`stamp_model_contents` digests: all but ``config.json``, the output marker, the model
-    card (``README.md``, written into the folder after the evaluations) and nested model folders (snapshots,
-    stamped themselves)."""
-    config = folder / "config.json"
-    nested = {p.parent for p in folder.rglob("config.json") if p != config}
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
+def _model_files(folder: Path, config: bool = False) -> list[Path]:
+    """The files a model folder's digest covers: all but the output marker, the model card (``README.md``,
+    written into the folder after the evaluations), nested model folders (snapshots, stamped themselves)
+    and, unless ``config``, ``config.json`` (which carries :func:`stamp_model_contents`' stamp)."""
+    top = folder / "config.json"
+    nested = {p.parent for p in folder.rglob("config.json") if p != top}
+    return sorted(p for p in folder.rglob("*") if p.is_file() and (config or p != top) and p.name != OUTPUT_MARKER
                   and p != folder / MODEL_CARD and not any(n in p.parents for n in nested))
 
 
-def model_contents_digest(folder: str | os.PathLike) -> str:
-    """The digest :func:`stamp_model_contents` records for ``folder`` as its files are now."""
+def model_contents_digest(folder: str | os.PathLike, config: bool = False) -> str:
+    """The digest :func:`stamp_model_contents` records for ``folder`` as its files are now (``config``: with
+    ``config.json`` too, as the output marker records it)."""
     folder = Path(folder)
     h = hashlib.sha256()
-    for path in _model_files(folder):
+    for path in _model_files(folder, config):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
     return h.hexdigest()
 
@@ -660,30 +664,31 @@ _VERIFIED_MODELS: set[tuple] = set()
 
 
 def verify_model_contents(folder: str | os.PathLike) -> None:
-    """Refuse (:class:`DataError` naming the folder and how to rebuild it) a model folder whose files are
-    no longer those its ``config.json`` stamp digests (:func:`stamp_model_contents`): weights changed on
-    disk, a file added, removed or swapped. A folder without a stamp (a download, an earlier version's
-    output) passes. Each folder is read once per process while its files keep their sizes and times."""
+    """Refuse (:class:`DataError` naming the folder and how to rebuild it) a model folder zsdr wrote whose
+    files are no longer those it was written with: weights changed on disk, ``config.json`` edited, a file
+    added, removed or swapped. What they were is the digest of every file (``config.json`` included) that
+    :func:`atomic_dir` records in the folder's output marker when it writes a model (``config.json``'s own
+    stamp, :func:`stamp_model_contents`, travels with the config into any folder a library saves from the
+    loaded model, so it does not say which folder it was made for). A folder without that record (a
+    download, a folder saved by other code, an earlier version's output) passes. Each folder is read once per
+    process while its files keep their sizes and times."""
     folder = Path(folder)
-    config = folder / "config.json"
-    if not folder.is_dir() or not config.is_file():
+    if not folder.is_dir():
         return
-    try:
-        recorded = json.loads(config.read_text(encoding="utf-8")).get(MODEL_STAMP_KEY)
-    except (OSError, ValueError, AttributeError):
-        return   # the loader reports an unreadable config.json
+    marker = _marker(folder)
+    recorded = marker.get("contents_sha256") if marker and marker.get("kind") == "model" else None
     if not isinstance(recorded, str):
         return
-    files = _model_files(folder)
+    files = _model_files(folder, config=True)
     key = (os.path.realpath(folder), recorded,
            tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
     if key in _VERIFIED_MODELS:
         return
-    if model_contents_digest(folder) != recorded:
+    if model_contents_digest(folder, config=True) != recorded:
         raise DataError(folder, None, f"the model's files are not those it was written with (their digest differs "
-                        f"from {MODEL_STAMP_KEY} in config.json): changed on disk, or a file added, removed or "
-                        "replaced", "write the model again: remove the folder and rerun the job that makes it "
-                        "(training, or the backbone build), or copy it again from where it was made")
+                        f"from the one in {OUTPUT_MARKER}): changed on disk, or a file added, removed or replaced",
+                        "write the model again: remove the folder and rerun the job that makes it (training, or the "
+                        "backbone build), or copy it again from where it was made")
     _VERIFIED_MODELS.add(key)
 
 

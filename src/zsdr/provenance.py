@@ -6,9 +6,9 @@ Every artifact a dense or sparse system makes records what it was made from:
   its corpus file (``corpus.jsonl`` or ``.gz``). The digest is computed once per process and file
   (memoised by path, size and modification time); a current store records it (``store.json``'s
   ``corpus_sha256``), so a job that finds one reads no corpus to learn it.
-* the **model** (:func:`model_identity`): its name and, for a folder zsdr wrote, the content digest its
-  ``config.json`` carries (``zsdr_contents_sha256``, :func:`zsdr.io.stamp_model_contents`; checked against
-  the files whenever the model is loaded, :func:`zsdr.io.verify_model_contents`).
+* the **model** (:func:`model_identity`): its name and, for a folder zsdr wrote, the digest of its files
+  recorded in its output marker (checked against the files whenever the model is loaded,
+  :func:`zsdr.io.verify_model_contents`).
 
 An embeddings folder records both in ``meta.json`` (``corpus``: the corpus its rows, or the queries'
 dataset, belong to; ``model_sha256``). A TREC run keeps its plain six columns, which trec_eval, ranx and
@@ -88,16 +88,18 @@ def corpus_identity(dataset: str | os.PathLike) -> dict:
 
 
 def model_identity(model) -> dict:
-    """``{"model", "sha256"}``: the model's name or folder and the content digest of a folder zsdr wrote
-    (None for a hub id or a folder without one)."""
-    from zsdr.io import MODEL_STAMP_KEY
+    """``{"model", "sha256"}``: the model's name or folder and, for a folder zsdr wrote, the digest of its
+    files its output marker records (:func:`zsdr.io.verify_model_contents`; None for a hub id or a folder
+    saved by other code)."""
+    from zsdr.io import OUTPUT_MARKER
 
     name = str(getattr(model, "name_or_path", model))
     sha = None
-    config = Path(name) / "config.json"
-    if config.is_file():
+    marker = Path(name) / OUTPUT_MARKER
+    if marker.is_file():
         try:
-            sha = json.loads(config.read_text(encoding="utf-8")).get(MODEL_STAMP_KEY)
+            data = json.loads(marker.read_text(encoding="utf-8"))
+            sha = data.get("contents_sha256") if data.get("kind") == "model" else None
         except (OSError, ValueError, AttributeError):
             sha = None
     return {"model": name, "sha256": sha if isinstance(sha, str) else None}
