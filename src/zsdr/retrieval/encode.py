@@ -142,8 +142,9 @@ def read_meta(directory: str | os.PathLike) -> dict:
 
 CHECKSUM = "xxh3_128"
 """The checksum embeddings folders record: xxHash's XXH3 (128 bits), ~10x faster than SHA-256 on one core
-(a 2.2M x 768 float16 shard, 3.4 GB: about a second), which matters because a search job reads each
-shard once and its checksum is computed from those same bytes. Where the ``xxhash`` package is missing,
+(a 2.2M x 768 float16 shard, 3.4 GB: 5.0 s on a loaded 2-core machine, under 3% of that shard's search
+job there, benchmarks/checksums.py), which matters because a search job reads each shard once and its
+checksum is computed from those same bytes. Where the ``xxhash`` package is missing,
 SHA-256 is written (the record names its algorithm; readers use the one named)."""
 
 
