@@ -395,11 +395,7 @@ INPUT_PATHS = {
                     ("negatives", "negatives file", "the negatives argument")],
     "bm25": [("dataset", "dataset folder", "--dataset")],
     "store": [("dataset", "dataset folder", "the dataset argument")],
-    "evaluate": [("run", "run file", "--run")],
     "export": [("rem", "REM folder", "--rem")],
-    "stats": [("directory", "dataset folder", "the directory argument")],
-    "shift": [("source", "dataset folder", "the source argument"), ("target", "dataset folder", "the target argument")],
-    "validate": [("directory", "dataset folder", "the directory argument")],
 }
 
 

@@ -553,6 +553,8 @@ def cmd_evaluate(args) -> int:
         metrics = parse_metrics(args.metrics)
     except ValueError as exc:
         raise DataError(None, None, f"--metrics: {exc}", "e.g. --metrics ndcg@10,recall@100,mrr@10,hole@10") from None
+    if Path(args.run).is_dir():
+        raise DataError(args.run, None, "is a folder, not a run file", "pass a TREC run file to --run")
     if args.split is not None and Path(args.qrels).is_file():
         raise UsageError(f"argument --split: applies only to a dataset folder given to --qrels; {args.qrels} is a "
                          "qrels file (fix: drop --split, or pass the dataset folder)")
