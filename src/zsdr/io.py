@@ -595,7 +595,8 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
         contents = {}
         if kind == "model":
             stamp_model_contents(tmp)
-            contents = {"contents_sha256": model_contents_digest(tmp, config=True)}
+            covered = [f.relative_to(tmp).as_posix() for f in _model_files(tmp, config=True)]
+            contents = {"contents_sha256": model_contents_digest(tmp, config=True), "contents_files": covered}
         if mark:
             (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind,
                                                          "files": _files_under(tmp), **contents}) + "\n",
@@ -650,13 +651,17 @@ def _model_files(folder: Path, config: bool = False) -> list[Path]:
                   and p != folder / MODEL_CARD and not any(n in p.parents for n in nested))
 
 
-def model_contents_digest(folder: str | os.PathLike, config: bool = False) -> str:
+def model_contents_digest(folder: str | os.PathLike, config: bool = False, names: list[str] | None = None) -> str:
     """The digest :func:`stamp_model_contents` records for ``folder`` as its files are now (``config``: with
-    ``config.json`` too, as the output marker records it)."""
+    ``config.json`` too, as the output marker records it; ``names``: of these files, as the marker lists
+    them, a missing one digested as missing)."""
     folder = Path(folder)
     h = hashlib.sha256()
-    for path in _model_files(folder, config):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
+    rels = names if names is not None else [p.relative_to(folder).as_posix() for p in _model_files(folder, config)]
+    for rel in rels:
+        path = folder / rel
+        digest = file_digest(path) if path.is_file() else "missing"
+        h.update(rel.encode() + b"\0" + digest.encode() + b"\n")
     return h.hexdigest()
 
 
@@ -666,7 +671,8 @@ _VERIFIED_MODELS: set[tuple] = set()
 def verify_model_contents(folder: str | os.PathLike) -> None:
     """Refuse (:class:`DataError` naming the folder and how to rebuild it) a model folder zsdr wrote whose
     files are no longer those it was written with: weights changed on disk, ``config.json`` edited, a file
-    added, removed or swapped. What they were is the digest of every file (``config.json`` included) that
+    removed or swapped (a file added since is not one of them: replacing the folder names it, see
+    :func:`check_output_dir`). What they were is the digest of every file (``config.json`` included) that
     :func:`atomic_dir` records in the folder's output marker when it writes a model (``config.json``'s own
     stamp, :func:`stamp_model_contents`, travels with the config into any folder a library saves from the
     loaded model, so it does not say which folder it was made for). A folder without that record (a
@@ -679,14 +685,16 @@ def verify_model_contents(folder: str | os.PathLike) -> None:
     recorded = marker.get("contents_sha256") if marker and marker.get("kind") == "model" else None
     if not isinstance(recorded, str):
         return
-    files = _model_files(folder, config=True)
+    names = marker.get("contents_files")
+    names = [str(n) for n in names] if isinstance(names, list) else None
+    files = [folder / n for n in names] if names is not None else _model_files(folder, config=True)
     key = (os.path.realpath(folder), recorded,
-           tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+           tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (str(p),) for p in files))
     if key in _VERIFIED_MODELS:
         return
-    if model_contents_digest(folder, config=True) != recorded:
+    if model_contents_digest(folder, config=True, names=names) != recorded:
         raise DataError(folder, None, f"the model's files are not those it was written with (their digest differs "
-                        f"from the one in {OUTPUT_MARKER}): changed on disk, or a file added, removed or replaced",
+                        f"from the one in {OUTPUT_MARKER}): changed on disk, removed or replaced",
                         "write the model again: remove the folder and rerun the job that makes it (training, or the "
                         "backbone build), or copy it again from where it was made")
     _VERIFIED_MODELS.add(key)

@@ -45,6 +45,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from zsdr import files as _files
 from zsdr.io import DataError, atomic_dir, file_changed, file_digest, file_record
 
 log = logging.getLogger(__name__)
@@ -196,9 +197,11 @@ def verify_store(directory: str | os.PathLike, kinds: Sequence[str] = tuple(KIND
     :class:`DataError` naming the first file that differs, or whose record (or checksum) is missing."""
     directory = Path(directory)
     files = _store_files(directory)
-    if not files and (directory / "store.json").is_file():
-        raise DataError(directory / "store.json", None, "the store's record has no checksums of its files, so they "
-                        "cannot be verified", _rebuild(directory))
+    if not files:   # a store of an earlier zsdr (jobs rebuild it: store_is_current); validate refuses it
+        if full and (directory / "store.json").is_file():
+            raise DataError(directory / "store.json", None, "the store's record has no checksums of its files, so "
+                            "they cannot be verified", _rebuild(directory))
+        return
     for kind in kinds:
         for name in (f"{kind}.arrow", f"{kind}.hash.npy", f"{kind}.order.npy"):
             record = files.get(name)
@@ -213,9 +216,15 @@ def verify_store(directory: str | os.PathLike, kinds: Sequence[str] = tuple(KIND
                 st = path.stat()
                 if not full and key + (st.st_mtime_ns, st.st_ino) in _CHECKED:
                     continue
-                problem = None if file_digest(path) == record["sha256"] else \
+                problem = None if _files.file_digest(path) == record["sha256"] else \
                     "its bytes differ from those recorded (the checksum differs)"
                 if problem is None:
+                    if isinstance(record.get("mtime_ns"), int) and st.st_mtime_ns != record["mtime_ns"]:
+                        try:   # a copy that did not keep the times: the next open is a stat again
+                            os.utime(path, ns=(st.st_atime_ns, record["mtime_ns"]))
+                            st = path.stat()
+                        except OSError:
+                            pass
                     _CHECKED.add(key + (st.st_mtime_ns, st.st_ino))
             else:
                 problem = file_changed(path, record, restore_mtime=True)
