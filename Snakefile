@@ -49,6 +49,11 @@ from zsdr.workflow import (
 
 load_yaml(ROOT / "config.yaml")  # a syntax error: its line and column
 
+# The command line's --configfile files, read as `zsdr check-config` reads them: Snakemake's own reading
+# takes a key given twice silently (the last one wins); here it is refused, with its line.
+for _given_file in workflow.config_settings.configfiles or ():
+    load_yaml(_given_file)
+
 # What Snakemake hands this file before its configfile: the command line's --configfile / --config,
 # or, imported as a module with `config:`, the importing workflow's settings for it.
 GIVEN = copy.deepcopy(config)

@@ -47,7 +47,9 @@ def test_an_empty_folder_or_one_written_as_the_same_kind_is_replaced(tmp_path):
     target.mkdir()
     with atomic_dir(target, kind="store") as tmp:
         (tmp / "a").write_text("1")
-    assert json.loads((target / OUTPUT_MARKER).read_text()) == {"written_by": "zsdr", "kind": "store"}
+    marker = json.loads((target / OUTPUT_MARKER).read_text())
+    assert {k: marker[k] for k in ("written_by", "kind")} == {"written_by": "zsdr", "kind": "store"}
+    assert sorted(marker["files"]) == sorted(p.name for p in target.iterdir() if p.name != OUTPUT_MARKER)
     with atomic_dir(target, kind="store") as tmp:
         (tmp / "b").write_text("2")
     assert sorted(tree(target)) == [OUTPUT_MARKER, "b"]

@@ -381,6 +381,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="config whose `mini` section describes the benchmark (default: config.yaml)")
     p.add_argument("--out", default="data", help="folder the domains are written to, one folder each (default: data)")
     p.set_defaults(func=cmd_mini)
+    for name in FORCE_COMMANDS:
+        command = sub.choices.get(name)
+        if command is not None and "--force" not in command._option_string_actions:
+            command.add_argument("--force", action="store_true",
+                                 help="replace an output folder zsdr wrote even when files it did not write were "
+                                      "put into it since (they are removed with it; refused otherwise, naming them)")
     for command in sub.choices.values():
         # -v also after the command (`zsdr bm25 ... -v`); SUPPRESS keeps the value given before it.
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
@@ -401,6 +407,7 @@ INPUT_PATHS = {
                     ("negatives", "negatives file", "the negatives argument")],
     "bm25": [("dataset", "dataset folder", "--dataset")],
     "store": [("dataset", "dataset folder", "the dataset argument")],
+    "export": [("rem", "REM folder", "--rem")],
 }
 
 
@@ -449,6 +456,10 @@ def command_inputs(args) -> list[Path]:
     return out
 
 
+# Commands that write folders: each takes --force (zsdr.io.replacing_foreign_files; export has its own).
+FORCE_COMMANDS = ("store", "mini", "encode", "encode-queries", "encode-search", "bm25", "fetch", "train", "export")
+
+
 # Output folders a command writes after slow work (loading a model): checked before it starts, as the
 # writer checks them again (zsdr.io.check_output_dir). Per command: (argument, the kind of output).
 OUTPUT_DIRS = {
@@ -474,18 +485,37 @@ def check_outputs(args) -> None:
     for attr, kind in OUTPUT_DIRS.get(args.command, ()):
         if getattr(args, attr, None) is not None:
             check_output_dir(getattr(args, attr), kind)
+    if args.command == "store" and args.out is None:
+        from zsdr.data.store import store_dir
+
+        check_output_dir(store_dir(args.dataset), "store")
     for attr in OUTPUT_FILES.get(args.command, ()):
         if getattr(args, attr, None) is not None:
             check_output_file(getattr(args, attr))
 
 
 def check_inputs(args) -> None:
-    """Every input path of the command exists, before any slow work; else :class:`DataError` naming it."""
+    """Every input path of the command exists, is a folder or a file as the argument asks, and is given once,
+    before any slow work; else :class:`DataError` naming it."""
+    from zsdr.provenance import check_repeated
+
     for attr, what, flag in INPUT_PATHS.get(args.command, ()):
         value = getattr(args, attr, None)
         for path in value if isinstance(value, list) else [value]:
-            if path is not None and not Path(path).exists():
+            if path is None:
+                continue
+            if not Path(path).exists():
                 raise DataError(path, None, f"{what} not found", f"check the path given to {flag}, or build it first")
+            if what.endswith("folder") and not Path(path).is_dir():
+                raise DataError(path, None, f"is a file, not {_an(what)}", f"pass {_an(what)} to {flag}")
+            if what.endswith("file") and Path(path).is_dir():
+                raise DataError(path, None, f"is a folder, not {_an(what)}", f"pass {_an(what)} to {flag}")
+        if isinstance(value, list):
+            check_repeated(value, flag, what)
+
+
+def _an(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 _ERRNO_FIXES = {
@@ -541,7 +571,9 @@ def main(argv: list[str] | None = None) -> int:
             from zsdr.models.checkpoints import check_model_argument
 
             check_model_argument(args.model, "--model" if "--model" in argv else "the model argument")
-        with reading(command_inputs(args)):
+        from zsdr.io import replacing_foreign_files
+
+        with reading(command_inputs(args)), replacing_foreign_files(bool(getattr(args, "force", False))):
             check_outputs(args)
             return args.func(args)
     except KeyboardInterrupt:

@@ -379,21 +379,78 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
         tmp.unlink(missing_ok=True)
         _name_the_output(exc, path)
         raise
+    _record_written(path)
+
+
+def _record_written(path: Path) -> None:
+    """A file zsdr wrote into a folder it made (a dataset's dataset.json, a model's card) joins the list of
+    the folder's marker, so that replacing the folder later does not take it for a user's file."""
+    folder = path.parent
+    data = _marker(folder) if (folder / OUTPUT_MARKER).is_file() else None
+    if not data or not isinstance(data.get("files"), list) or path.name in data["files"]:
+        return
+    data["files"] = sorted([*data["files"], path.name])
+    tmp = folder / f".{OUTPUT_MARKER}.{_owner()}.tmp"
+    try:
+        tmp.write_text(json.dumps(data) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / OUTPUT_MARKER)
+    except OSError:   # a read-only folder: the file stays unlisted (replacing the folder then asks for --force)
+        tmp.unlink(missing_ok=True)
 
 
 OUTPUT_MARKER = ".zsdr-output.json"
-"""Written into every folder :func:`atomic_dir` makes: ``{"written_by": "zsdr", "kind": KIND}``."""
+"""Written into every folder :func:`atomic_dir` makes: ``{"written_by": "zsdr", "kind": KIND, "files": [...]}``
+(``files``: every file it wrote there, relative to the folder)."""
+
+_FORCE: list[bool] = []
 
 
-def _marked_kind(path: Path) -> str | None:
-    """The kind ``path``'s marker names, or None (no marker, or one that is not zsdr's)."""
+@contextlib.contextmanager
+def replacing_foreign_files(force: bool = True) -> Iterator[None]:
+    """Inside the block, :func:`atomic_dir` replaces a folder zsdr wrote even when files zsdr did not write
+    were put into it since (a command's ``--force``); they are removed with the folder."""
+    _FORCE.append(bool(force))
+    try:
+        yield
+    finally:
+        _FORCE.pop()
+
+
+def _marker(path: Path) -> dict | None:
     try:
         data = json.loads((path / OUTPUT_MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if isinstance(data, dict) and data.get("written_by") == "zsdr" and isinstance(data.get("kind"), str):
-        return data["kind"]
+        return data
     return None
+
+
+def _marked_kind(path: Path) -> str | None:
+    """The kind ``path``'s marker names, or None (no marker, or one that is not zsdr's)."""
+    data = _marker(path)
+    return data["kind"] if data else None
+
+
+def _files_under(path: Path) -> list[str]:
+    """Every file (and link) under ``path``, relative, ``/``-separated, but the marker."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            rel = os.path.relpath(os.path.join(root, name), path).replace(os.sep, "/")
+            if rel != OUTPUT_MARKER:
+                out.append(rel)
+    return sorted(out)
+
+
+def foreign_files(path: str | os.PathLike) -> list[str]:
+    """The files under a folder zsdr wrote that its marker does not list (put there since); ``[]`` for a
+    folder whose marker lists nothing (an earlier version's)."""
+    data = _marker(Path(path))
+    if not data or not isinstance(data.get("files"), list):
+        return []
+    wrote = set(data["files"])
+    return [f for f in _files_under(Path(path)) if f not in wrote]
 
 
 def _listing(names: list[str], folder: Path, limit: int = 5) -> str:
@@ -494,7 +551,15 @@ def check_output_dir(path: str | os.PathLike, kind: str = "model") -> None:
     if not names:
         return
     marked = _marked_kind(path)
-    if marked == kind or _declared_by_the_job(path):
+    if _declared_by_the_job(path):
+        return
+    if marked == kind:
+        foreign = foreign_files(path)
+        if foreign and not (_FORCE and _FORCE[-1]):
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            raise DataError(path, None, f"refusing to replace this {kind}: it holds {shown}, which zsdr did not write "
+                            "there, and replacing the folder would delete them", "move them out of the folder, or "
+                            "pass --force to replace the folder with them")
         return
     if marked is not None:
         raise DataError(path, None, f"refusing to replace this folder: zsdr wrote it as {_a(marked)}, not as {_a(kind)}",
@@ -521,14 +586,21 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
     On failure the temporary directory is removed and ``path`` is left untouched.
     """
     path = Path(path)
+    if path.is_symlink() and path.is_dir():
+        path = Path(os.path.realpath(path))   # the folder the link names is replaced; the link stays
     check_output_dir(path, kind)
     tmp = temp_sibling(path, is_dir=True)
     try:
         yield tmp
+        contents = {}
         if kind == "model":
             stamp_model_contents(tmp)
+            covered = [f.relative_to(tmp).as_posix() for f in _model_files(tmp, config=True)]
+            contents = {"contents_sha256": model_contents_digest(tmp, config=True), "contents_files": covered}
         if mark:
-            (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind}) + "\n", encoding="utf-8")
+            (tmp / OUTPUT_MARKER).write_text(json.dumps({"written_by": "zsdr", "kind": kind,
+                                                         "files": _files_under(tmp), **contents}) + "\n",
+                                             encoding="utf-8")
         share_tree(tmp)  # what the block's writers made owner-only (safetensors: 0600) follows the umask
         if os.path.lexists(path):
             check_output_dir(path, kind)  # another process may have put something there meanwhile
@@ -545,6 +617,7 @@ def atomic_dir(path: str | os.PathLike, kind: str = "model", mark: bool = True) 
         raise
 
 
+MODEL_CARD = "README.md"
 MODEL_STAMP_KEY = "zsdr_contents_sha256"
 """The key of a model folder's ``config.json`` that :func:`stamp_model_contents` sets."""
 
@@ -562,15 +635,69 @@ def stamp_model_contents(folder: str | os.PathLike) -> str | None:
     config = folder / "config.json"
     if not config.is_file():
         return None
-    nested = {p.parent for p in folder.rglob("config.json") if p != config}   # snapshots: stamped themselves
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p != config and p.name != OUTPUT_MARKER
-                       and not any(n in p.parents for n in nested)):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + file_digest(path).encode() + b"\n")
     data = json.loads(config.read_text(encoding="utf-8"))
-    data[MODEL_STAMP_KEY] = h.hexdigest()
+    data[MODEL_STAMP_KEY] = model_contents_digest(folder)
     config.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return data[MODEL_STAMP_KEY]
+
+
+def _model_files(folder: Path, config: bool = False) -> list[Path]:
+    """The files a model folder's digest covers: all but the output marker, the model card (``README.md``,
+    written into the folder after the evaluations), nested model folders (snapshots, stamped themselves)
+    and, unless ``config``, ``config.json`` (which carries :func:`stamp_model_contents`' stamp)."""
+    top = folder / "config.json"
+    nested = {p.parent for p in folder.rglob("config.json") if p != top}
+    return sorted(p for p in folder.rglob("*") if p.is_file() and (config or p != top) and p.name != OUTPUT_MARKER
+                  and p != folder / MODEL_CARD and not any(n in p.parents for n in nested))
+
+
+def model_contents_digest(folder: str | os.PathLike, config: bool = False, names: list[str] | None = None) -> str:
+    """The digest :func:`stamp_model_contents` records for ``folder`` as its files are now (``config``: with
+    ``config.json`` too, as the output marker records it; ``names``: of these files, as the marker lists
+    them, a missing one digested as missing)."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    rels = names if names is not None else [p.relative_to(folder).as_posix() for p in _model_files(folder, config)]
+    for rel in rels:
+        path = folder / rel
+        digest = file_digest(path) if path.is_file() else "missing"
+        h.update(rel.encode() + b"\0" + digest.encode() + b"\n")
+    return h.hexdigest()
+
+
+_VERIFIED_MODELS: set[tuple] = set()
+
+
+def verify_model_contents(folder: str | os.PathLike) -> None:
+    """Refuse (:class:`DataError` naming the folder and how to rebuild it) a model folder zsdr wrote whose
+    files are no longer those it was written with: weights changed on disk, ``config.json`` edited, a file
+    removed or swapped (a file added since is not one of them: replacing the folder names it, see
+    :func:`check_output_dir`). What they were is the digest of every file (``config.json`` included) that
+    :func:`atomic_dir` records in the folder's output marker when it writes a model (``config.json``'s own
+    stamp, :func:`stamp_model_contents`, travels with the config into any folder a library saves from the
+    loaded model, so it does not say which folder it was made for). A folder without that record (a
+    download, a folder saved by other code, an earlier version's output) passes. Each folder is read once per
+    process while its files keep their sizes and times."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    marker = _marker(folder)
+    recorded = marker.get("contents_sha256") if marker and marker.get("kind") == "model" else None
+    if not isinstance(recorded, str):
+        return
+    names = marker.get("contents_files")
+    names = [str(n) for n in names] if isinstance(names, list) else None
+    files = [folder / n for n in names] if names is not None else _model_files(folder, config=True)
+    key = (os.path.realpath(folder), recorded,
+           tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (str(p),) for p in files))
+    if key in _VERIFIED_MODELS:
+        return
+    if model_contents_digest(folder, config=True, names=names) != recorded:
+        raise DataError(folder, None, f"the model's files are not those it was written with (their digest differs "
+                        f"from the one in {OUTPUT_MARKER}): changed on disk, removed or replaced",
+                        "write the model again: remove the folder and rerun the job that makes it (training, or the "
+                        "backbone build), or copy it again from where it was made")
+    _VERIFIED_MODELS.add(key)
 
 
 def save_figure(fig, out: str | os.PathLike) -> None:

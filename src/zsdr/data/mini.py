@@ -380,10 +380,18 @@ def generate(cfg: dict, root: str | Path, language: str = "en", described_as: st
     Returns the description also written to ``root/<described_as>``. The same config gives
     byte-identical files.
     """
+    from zsdr.io import check_output_dir, check_output_file
+
     if language not in STYLES:
         raise ValueError(f"mini benchmark language must be one of {sorted(STYLES)}, got {language!r}")
     style = STYLES[language]
     root = Path(root)
+    names = [d["name"] for d in cfg["domains"]]
+    if len(set(names)) != len(names):
+        raise ValueError(f"mini domains named twice: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    for name in names:   # every folder may be written, before any is
+        check_output_dir(root / name, "dataset")
+    check_output_file(root / described_as)
     seed = int(cfg["seed"])
     used: set[str] = set(style.function_words) | set(style.general_words)
     described = {"seed": seed, "domains": {}}

@@ -45,6 +45,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from zsdr import files as _files
 from zsdr.io import DataError, atomic_dir, file_changed, file_digest, file_record
 
 log = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ def build_store(dataset: str | os.PathLike, out: str | os.PathLike | None = None
             counts[kind] = _write_kind(((rid, obj) for _, rid, obj in iter_records(path, kind)), kind, tmp, path)
         (tmp / "store.json").write_text(json.dumps(
             {"rows": counts, "sources": _sources(dataset),
+             "corpus_sha256": file_digest(find_file(dataset, "corpus.jsonl")),
              "bytes": {p.name: p.stat().st_size for p in sorted(tmp.iterdir())},
              "files": {p.name: file_record(p) for p in sorted(tmp.iterdir())}}, indent=1) + "\n")
         size = sum(p.stat().st_size for p in tmp.iterdir())
@@ -181,20 +183,49 @@ def _store_files(directory: Path) -> dict:
     return files
 
 
+FULL_CHECK_BYTES = 256 << 20
+"""A store file up to this size is checked in full (its SHA-256) whenever a process opens it: ~0.5 s of one
+core at most, and a file changed with its modification time kept is refused. A larger one is checked by
+its size and time (module notes), once per process; ``zsdr validate`` checks every file in full."""
+
+_CHECKED: set[tuple] = set()
+
+
 def verify_store(directory: str | os.PathLike, kinds: Sequence[str] = tuple(KINDS), full: bool = False) -> None:
-    """Check the store files of ``kinds`` against ``store.json`` (see the module notes; ``full``: every
-    checksum, whatever the times say); raise :class:`DataError` naming the first file that differs."""
+    """Check the store files of ``kinds`` against ``store.json`` (see the module notes and
+    :data:`FULL_CHECK_BYTES`; ``full``: every checksum, whatever the sizes and times say); raise
+    :class:`DataError` naming the first file that differs, or whose record (or checksum) is missing."""
     directory = Path(directory)
     files = _store_files(directory)
+    if not files:   # a store of an earlier zsdr (jobs rebuild it: store_is_current); validate refuses it
+        if full and (directory / "store.json").is_file():
+            raise DataError(directory / "store.json", None, "the store's record has no checksums of its files, so "
+                            "they cannot be verified", _rebuild(directory))
+        return
     for kind in kinds:
         for name in (f"{kind}.arrow", f"{kind}.hash.npy", f"{kind}.order.npy"):
             record = files.get(name)
-            if not isinstance(record, dict):
-                continue
             path = directory / name
-            if full and path.is_file() and path.stat().st_size == record.get("bytes"):
-                problem = None if file_digest(path) == record.get("sha256") else \
+            if not isinstance(record, dict) or not isinstance(record.get("sha256"), str) \
+                    or not isinstance(record.get("bytes"), int):
+                raise DataError(directory / "store.json", None, f"the store's record has no checksum of {name}, so "
+                                "it cannot be verified", _rebuild(directory))
+            size = path.stat().st_size if path.is_file() else None
+            key = (os.path.realpath(path), record["sha256"])
+            if (full or (size is not None and size <= FULL_CHECK_BYTES)) and size == record["bytes"]:
+                st = path.stat()
+                if not full and key + (st.st_mtime_ns, st.st_ino) in _CHECKED:
+                    continue
+                problem = None if _files.file_digest(path) == record["sha256"] else \
                     "its bytes differ from those recorded (the checksum differs)"
+                if problem is None:
+                    if isinstance(record.get("mtime_ns"), int) and st.st_mtime_ns != record["mtime_ns"]:
+                        try:   # a copy that did not keep the times: the next open is a stat again
+                            os.utime(path, ns=(st.st_atime_ns, record["mtime_ns"]))
+                            st = path.stat()
+                        except OSError:
+                            pass
+                    _CHECKED.add(key + (st.st_mtime_ns, st.st_ino))
             else:
                 problem = file_changed(path, record, restore_mtime=True)
             if problem:

@@ -155,10 +155,18 @@ def _read_single_spaced_run(path: Path):
     return table.combine_chunks()
 
 
-def write_trec_run(path: str | os.PathLike, run: dict[str, dict[str, float]], tag: str, depth: int = 1000) -> None:
-    """Write ``{qid: {docid: score}}`` as a TREC run, best first (ties broken by docid), atomically."""
+def write_trec_run(path: str | os.PathLike, run: dict[str, dict[str, float]], tag: str, depth: int = 1000,
+                   provenance: dict | None = None) -> None:
+    """Write ``{qid: {docid: score}}`` as a TREC run, best first (ties broken by docid), atomically.
+    ``provenance`` (the corpus, model, queries it was made from) is written beside it
+    (:func:`zsdr.provenance.write_run_provenance`); without it a sidecar an earlier run left is removed."""
+    from zsdr.provenance import remove_run_provenance, write_run_provenance
+
+    remove_run_provenance(path)
     with atomic_write(path) as fh:
         for qid in sorted(run):
             ranked = sorted(run[qid].items(), key=lambda kv: (-kv[1], kv[0]))[:depth]
             for rank, (did, score) in enumerate(ranked, 1):
                 fh.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
+    if provenance is not None:
+        write_run_provenance(path, **provenance)

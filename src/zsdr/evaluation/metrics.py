@@ -397,6 +397,7 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
             cache[key] = PreparedQrels(qrels, source=str(job["qrels"]))
         run = job["run"]
         run_data = run if isinstance(run, Mapping) else read_trec_run_table(run)
+        check_run_corpus(job["qrels"], run, run_data)
         read = time.perf_counter()
         result = evaluate_prepared(cache[key], run_data, job["metrics"], job.get("ignore_identical_ids", False),
                                    job.get("missing", "zero"))
@@ -410,6 +411,42 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
                  read - start, time.perf_counter() - read)
         results.append(result)
     return results
+
+
+def qrels_dataset(qrels: str | os.PathLike) -> Path | None:
+    """The dataset folder whose corpus ``qrels`` judges: the folder given, or the folder of a
+    ``<dataset>/qrels/<split>.tsv`` file; None for a qrels file outside a dataset."""
+    path = Path(qrels)
+    folder = path if path.is_dir() else path.parent.parent if path.parent.name == "qrels" else None
+    if folder is None or not any(folder.glob("corpus.jsonl*")):
+        return None
+    return folder
+
+
+def check_run_corpus(qrels: str | os.PathLike, run, run_data) -> None:
+    """A run made for another corpus than the qrels' dataset is refused (:mod:`zsdr.provenance`): what its
+    sidecar records (another corpus digest), and whatever it records, its document ids counted against the
+    corpus (more than :data:`~zsdr.provenance.UNKNOWN_IDS_MAX` unknown: refused, not scored as misses)."""
+    import pyarrow.compute as pc
+
+    from zsdr.provenance import check_known_ids, corpus_identity, describe_corpus, read_run_provenance, same_corpus
+
+    dataset = qrels_dataset(qrels)
+    if dataset is None:
+        return
+    where = "the in-memory run" if isinstance(run, Mapping) else run
+    if not isinstance(run, Mapping):
+        recorded = (read_run_provenance(run) or {}).get("corpus")
+        if recorded and same_corpus(recorded, corpus_identity(dataset)) is False:
+            raise DataError(run, None, f"the run was made over {describe_corpus(recorded)}, the qrels of {qrels} "
+                            f"judge {describe_corpus(corpus_identity(dataset))}",
+                            "evaluate the run against the qrels of the dataset it was made for")
+    if isinstance(run_data, Mapping):
+        ids = [d for docs in run_data.values() for d in docs]
+    else:
+        ids = pc.unique(run_data["d"]).to_pylist()
+    check_known_ids(ids, dataset, where, "run", "evaluate the run against the qrels of the dataset it was made for "
+                    "(its third column is the document id)")
 
 
 def _check_judges_something(qrels: Mapping, source: str | os.PathLike, split: str | None) -> None:
@@ -516,6 +553,8 @@ def cmd_evaluate(args) -> int:
         metrics = parse_metrics(args.metrics)
     except ValueError as exc:
         raise DataError(None, None, f"--metrics: {exc}", "e.g. --metrics ndcg@10,recall@100,mrr@10,hole@10") from None
+    if Path(args.run).is_dir():
+        raise DataError(args.run, None, "is a folder, not a run file", "pass a TREC run file to --run")
     if args.split is not None and Path(args.qrels).is_file():
         raise UsageError(f"argument --split: applies only to a dataset folder given to --qrels; {args.qrels} is a "
                          "qrels file (fix: drop --split, or pass the dataset folder)")

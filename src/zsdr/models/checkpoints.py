@@ -219,6 +219,9 @@ def check_model_folder(path: str | os.PathLike, argument: str = "model") -> None
     problem = tokenizer_problem(folder)
     if problem:
         raise DataError(folder, None, problem, fix)
+    from zsdr.io import verify_model_contents
+
+    verify_model_contents(folder)
 
 
 def weights_problem(file: Path) -> str | None:

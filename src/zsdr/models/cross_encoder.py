@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from zsdr.io import atomic_dir
+from zsdr.io import atomic_dir, verify_model_contents
 from zsdr.models.inference import run_in_length_chunks
 
 META_FILE = "cross_encoder.json"
@@ -54,6 +54,7 @@ class CrossEncoder(nn.Module):
         from zsdr.models.loading import load_backbone, quiet_transformers
 
         folder = Path(name_or_path)
+        verify_model_contents(folder)   # a folder zsdr wrote: its files are those it was written with
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         head = head or meta.get("head", "cls")
         max_length = max_length or meta.get("max_length", 512)

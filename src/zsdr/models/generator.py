@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, verify_model_contents
 
 META_FILE = "generator.json"
 BUILD_FILE = "backbone.json"  # what build_tiny_generator built (as zsdr.models.tiny writes for backbones)
@@ -86,6 +86,7 @@ class QueryGenerator(nn.Module):
         from zsdr.models.loading import quiet_transformers
 
         folder = Path(name_or_path)
+        verify_model_contents(folder)   # a folder zsdr wrote: its files are those it was written with
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))

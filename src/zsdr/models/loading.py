@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from zsdr.io import DataError, atomic_dir, read_json
+from zsdr.io import DataError, atomic_dir, read_json, verify_model_contents
 from zsdr.models.adapters import RemConfig, bare_state_dict, rem_encoder_settings
 from zsdr.models.checkpoints import (check_vocabulary, checkpoint_file, hub_offline, hub_reachable, is_local,
                                      looks_like_path, read_tensors, tokenizer_problem, weights_location)
@@ -264,6 +264,8 @@ def read_pretrained(name_or_path: str | os.PathLike, *, rem: str | os.PathLike |
     if local and tokenizer_problem(folder):
         raise DataError(name, None, tokenizer_problem(folder), "save the model's tokenizer into the folder "
                         "(save_pretrained), or copy the folder again")
+    if local:
+        verify_model_contents(folder)   # its files are those it was written with
     saved_file = checkpoint_file(name, CONFIG_FILE)
     export_file = checkpoint_file(name, EXPORT_FILE) if saved_file is None else None
     export = read_export_json(export_file) if export_file is not None else None

@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from zsdr.io import DataError, atomic_dir
+from zsdr.io import DataError, atomic_dir, verify_model_contents
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class Reader(nn.Module):
         from zsdr.models.loading import quiet_transformers
 
         folder = Path(name_or_path)
+        verify_model_contents(folder)   # a folder zsdr wrote: its files are those it was written with
         meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).is_file() else {}
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))

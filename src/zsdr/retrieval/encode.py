@@ -6,7 +6,17 @@ An embeddings folder (written atomically: it appears complete or not at all)::
     <dir>/ids.txt          the N document (or query) ids, one a line, same order
     <dir>/meta.json        {"kind", "count", "dim", "dtype", "precision", "compute_dtype", "model",
                             "encoder", "dataset", "shard", "num_shards", "assignment": "range",
-                            "start", "stop", ...}
+                            "start", "stop", "corpus", "model_sha256", "checksums", ...}
+
+Provenance and integrity (:mod:`zsdr.provenance`): ``corpus`` is the identity of the corpus the rows
+belong to (for queries: the corpus of their dataset), ``model_sha256`` the content digest of the model
+folder that encoded them (None for a hub id), and ``checksums`` the checksums of ``embeddings.npy``'s rows
+(the bytes after its header; the header is checked against ``count`` and ``dim``) and of ``ids.txt``
+(:data:`CHECKSUM`; ``algorithm`` names it).
+Every reader verifies them: a folder read whole (queries) on opening, a shard while the search reads its
+rows (:class:`RowDigest`, the same bytes hashed as they pass; the run is written only once they match),
+its ids when they are read. A folder of format version 2 or later without checksums is refused; one
+written before them (version 1, or none) is read with a warning.
 
 ``precision`` is the requested inference precision (``dense.precision``: fp32, fp16, bf16 or auto)
 and ``compute_dtype`` what the encoder ran in (on a GPU the half dtype its weights were cast to;
@@ -29,6 +39,7 @@ while the current one is encoded.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -50,7 +61,8 @@ EMBEDDINGS = "embeddings.npy"
 IDS = "ids.txt"
 META = "meta.json"
 DTYPES = ("float16", "float32")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+CHECKSUMS_SINCE = 2   # folders of this format version on carry checksums
 _NPY_HEADER_BYTES = 128  # fixed, so the final shape can be written over the placeholder
 
 
@@ -68,13 +80,15 @@ def _npy_header(shape: tuple[int, int], dtype: np.dtype) -> bytes:
 class NpyAppender:
     """Append rows to an ``.npy`` file whose row count is unknown in advance (header fixed on close)."""
 
-    def __init__(self, path: str | os.PathLike, dim: int, dtype: str = "float32"):
+    def __init__(self, path: str | os.PathLike, dim: int, dtype: str = "float32", name: str | os.PathLike | None = None):
         if dtype not in DTYPES:
             raise ValueError(f"unknown dtype {dtype!r} (expected one of {', '.join(DTYPES)})")
         self.path = Path(path)
+        self.name = Path(name) if name is not None else self.path   # what a message names (not a temporary)
         self.dim = int(dim)
         self.dtype = np.dtype(dtype)
         self.count = 0
+        self.digest = row_hasher()   # of the rows' bytes, as written
         self._fh: IO[bytes] = open(self.path, "wb")
         self._fh.write(_npy_header((0, self.dim), self.dtype))
 
@@ -85,10 +99,16 @@ class NpyAppender:
         with np.errstate(over="ignore", invalid="ignore"):
             cast = np.ascontiguousarray(rows, dtype=self.dtype)
         if not np.isfinite(cast).all():
-            what = "exceed the float16 range" if np.isfinite(rows).all() else "are not finite (NaN or inf)"
-            raise DataError(self.path, None, f"embeddings {what}",
-                            "store float32 (--dtype float32) or encode in fp32 (--precision fp32)")
-        self._fh.write(cast.tobytes(order="C"))
+            if np.isfinite(rows).all():
+                raise DataError(self.name, None, "embeddings exceed the float16 range",
+                                "store float32 (--dtype float32)")
+            bad = int((~np.isfinite(np.asarray(rows, dtype=np.float64))).any(axis=1).sum())
+            raise DataError(self.name, None, f"the model gave embeddings that are not finite (NaN or inf) for {bad} "
+                            f"of {len(rows)} texts", "encode in fp32 (--precision fp32); if the model gives them "
+                            "in fp32 too, its weights are damaged: train or copy the model again")
+        data = cast.tobytes(order="C")
+        self.digest.update(data)
+        self._fh.write(data)
         self.count += len(cast)
 
     def close(self) -> None:
@@ -106,6 +126,9 @@ class NpyAppender:
 
 
 def read_meta(directory: str | os.PathLike) -> dict:
+    if Path(directory).is_file():
+        raise DataError(directory, None, "is a file, not an embeddings folder",
+                        "pass the folder that holds embeddings.npy, ids.txt and meta.json")
     path = Path(directory) / META
     if not path.is_file():
         raise DataError(path, None, "not an embeddings folder (no meta.json)",
@@ -117,35 +140,169 @@ def read_meta(directory: str | os.PathLike) -> dict:
     return meta
 
 
-def open_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, dict]:
-    """The memory-mapped ``embeddings.npy`` of a folder and its meta (shapes checked)."""
+CHECKSUM = "xxh3_128"
+"""The checksum embeddings folders record: xxHash's XXH3 (128 bits), ~10x faster than SHA-256 on one core
+(a 2.2M x 768 float16 shard, 3.4 GB: 5.0 s on a loaded 2-core machine, under 3% of that shard's search
+job there, benchmarks/checksums.py), which matters because a search job reads each shard once and its
+checksum is computed from those same bytes. Where the ``xxhash`` package is missing,
+SHA-256 is written (the record names its algorithm; readers use the one named)."""
+
+
+def row_hasher(algorithm: str | None = None):
+    """A new hash object of ``algorithm`` (default :data:`CHECKSUM`, else SHA-256 without ``xxhash``)."""
+    if algorithm in (None, CHECKSUM):
+        try:
+            import xxhash
+
+            return xxhash.xxh3_128()
+        except ImportError:
+            if algorithm == CHECKSUM:
+                raise DataError(None, None, f"this folder's checksums are {CHECKSUM}, and the xxhash package is not "
+                                "installed", "install the project's requirements (`make install`)") from None
+            return hashlib.sha256()
+    if algorithm == "sha256":
+        return hashlib.sha256()
+    raise DataError(None, None, f"unknown checksum algorithm {algorithm!r}", "encode the folder again")
+
+
+def _algorithm(hasher) -> str:
+    return CHECKSUM if hasher.name.startswith("XXH3") or hasher.name == "XXH3_128" else hasher.name
+
+
+REENCODE = "encode the folder again (remove it and rerun the job that writes it, or `zsdr encode` / `zsdr encode-queries`)"
+_WARNED_UNCHECKED: set[str] = set()
+
+
+def recorded_checksums(directory: str | os.PathLike, meta: dict) -> dict | None:
+    """``meta``'s checksums (``{"embeddings.npy", "ids.txt"}``), or None for a folder written before
+    checksums (warned once); a folder that should carry them and does not is refused."""
+    sums = meta.get("checksums")
+    version = meta.get("format_version")
+    if isinstance(sums, dict) and all(isinstance(sums.get(n), str) for n in (EMBEDDINGS, IDS)):
+        return sums
+    if sums is not None or (isinstance(version, int) and version >= CHECKSUMS_SINCE):
+        raise DataError(Path(directory) / META, None, "the record has no checksums of embeddings.npy and ids.txt, "
+                        "so the files cannot be verified", REENCODE)
+    if str(directory) not in _WARNED_UNCHECKED:
+        _WARNED_UNCHECKED.add(str(directory))
+        log.warning("%s was written before embeddings folders carried checksums: its files are not verified "
+                    "(encode it again to have them checked)", directory)
+    return None
+
+
+def _mismatch(path: Path, what: str) -> DataError:
+    return DataError(path, None, f"the file changed since it was written: {what} differs from the checksum in "
+                     "meta.json", REENCODE)
+
+
+class RowDigest:
+    """The SHA-256 of an embeddings file's rows, fed block by block in row order as a reader reads them
+    (:meth:`update`), compared with the record once every row went through (:meth:`check`; rows not fed
+    in order are checked by reading the file again)."""
+
+    def __init__(self, directory: str | os.PathLike, meta: dict):
+        self.path = Path(directory) / EMBEDDINGS
+        sums = recorded_checksums(directory, meta)
+        self.expected = None if sums is None else sums[EMBEDDINGS]
+        self.algorithm = None if sums is None else sums.get("algorithm", "sha256")
+        self.h = row_hasher(self.algorithm) if self.expected else None
+        self.next_row = 0
+        self.in_order = True
+
+    def update(self, first_row: int, rows: np.ndarray) -> None:
+        if self.h is None or not self.in_order:
+            return
+        if first_row != self.next_row:
+            self.in_order = False
+            return
+        self.h.update(memoryview(np.ascontiguousarray(rows)).cast("B"))
+        self.next_row += len(rows)
+
+    def check(self, count: int) -> None:
+        if self.expected is None:
+            return
+        if not self.in_order or self.next_row != count:
+            digest = _rows_digest(self.path, self.algorithm)
+        else:
+            digest = self.h.hexdigest()
+        if digest != self.expected:
+            raise _mismatch(self.path, "its rows' checksum")
+
+
+def _rows_digest(path: Path, algorithm: str, block: int = 1 << 24) -> str:
+    emb = np.load(path, mmap_mode="r")
+    flat = emb.reshape(-1).view(np.uint8) if emb.size else np.zeros(0, dtype=np.uint8)
+    h = row_hasher(algorithm)
+    for i in range(0, len(flat), block):
+        h.update(memoryview(np.ascontiguousarray(flat[i:i + block])))
+    return h.hexdigest()
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, a damaged or cut file a :class:`DataError`."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as exc:
+        if isinstance(exc, OSError) and exc.errno is not None:
+            raise
+        raise DataError(path, None, f"not a readable .npy file ({' '.join(str(exc).split())[:120]}): cut short "
+                        "or damaged", REENCODE) from None
+
+
+def open_embeddings(directory: str | os.PathLike, verify: bool = False) -> tuple[np.ndarray, dict]:
+    """The memory-mapped ``embeddings.npy`` of a folder and its meta (shapes checked). ``verify``: its rows'
+    checksum too (the whole file is read; a search verifies a shard as it reads it, :class:`RowDigest`)."""
     directory = Path(directory)
+    if directory.is_file():
+        raise DataError(directory, None, "is a file, not an embeddings folder",
+                        "pass the folder that holds embeddings.npy, ids.txt and meta.json")
     meta = read_meta(directory)
     path = directory / EMBEDDINGS
     if not path.is_file():
-        raise DataError(path, None, "file not found", "encode the folder again")
-    emb = np.load(path, mmap_mode="r")
+        raise DataError(path, None, "file not found", REENCODE)
+    emb = _load_npy(path)
     if emb.ndim != 2 or emb.shape != (meta["count"], meta["dim"]):
         raise DataError(path, None, f"shape {emb.shape} does not match meta.json ({meta['count']}, {meta['dim']})",
-                        "encode the folder again")
+                        REENCODE)
+    if verify:
+        sums = recorded_checksums(directory, meta)
+        if sums is not None and _rows_digest(path, sums.get("algorithm", "sha256")) != sums[EMBEDDINGS]:
+            raise _mismatch(path, "its rows' checksum")
     return emb, meta
 
 
-def read_ids(directory: str | os.PathLike) -> list[str]:
+def check_ids_file(directory: str | os.PathLike, meta: dict, data: bytes) -> None:
+    """``data`` (the bytes of the folder's ids.txt) against its recorded checksum."""
+    sums = recorded_checksums(directory, meta)
+    if sums is not None:
+        h = row_hasher(sums.get("algorithm", "sha256"))
+        h.update(data)
+        if h.hexdigest() != sums[IDS]:
+            raise _mismatch(Path(directory) / IDS, "its checksum")
+
+
+def read_ids(directory: str | os.PathLike, meta: dict | None = None) -> list[str]:
+    """The ids of a folder, verified against ``meta``'s checksum (read here when not given)."""
     path = Path(directory) / IDS
     if not path.is_file():
-        raise DataError(path, None, "file not found", "encode the folder again")
-    with open(path, encoding="utf-8") as fh:
-        return [line.rstrip("\n") for line in fh]
+        raise DataError(path, None, "file not found", REENCODE)
+    data = path.read_bytes()
+    check_ids_file(directory, read_meta(directory) if meta is None else meta, data)
+    try:
+        text = data.decode("utf-8")
+        return text[:-1].split("\n") if text.endswith("\n") else text.split("\n") if text else []
+    except UnicodeDecodeError:
+        raise DataError(path, None, "bytes that are not UTF-8", REENCODE) from None
 
 
 def load_embeddings(directory: str | os.PathLike) -> tuple[np.ndarray, list[str], dict]:
-    """``(embeddings (memmap), ids, meta)`` of a (small) embeddings folder, e.g. queries."""
-    emb, meta = open_embeddings(directory)
-    ids = read_ids(directory)
+    """``(embeddings (memmap), ids, meta)`` of a (small) embeddings folder, e.g. queries, every file verified."""
+    emb, meta = open_embeddings(directory, verify=True)
+    ids = read_ids(directory, meta)
     if len(ids) != len(emb):
-        raise DataError(Path(directory) / IDS, None, f"{len(ids)} ids for {len(emb)} embeddings",
-                        "encode the folder again")
+        raise DataError(Path(directory) / IDS, None, f"{len(ids)} ids for {len(emb)} embeddings", REENCODE)
+    if len(set(ids)) != len(ids):
+        raise DataError(Path(directory) / IDS, None, "an id appears twice", REENCODE)
     return emb, ids, meta
 
 
@@ -329,14 +486,18 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     prefetch = encoder._target_device(device).type == "cuda"
     first, records = _shard_records(dataset_dir, corpus, shard, num_shards)
     given = _Donor(*donor, encoder, dtype) if donor else None
+    provenance = _provenance(encoder, dataset_dir)
     with atomic_dir(out_dir, kind="embeddings folder") as tmp:
-        with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype) as emb_out, \
-                open(tmp / IDS, "w", encoding="utf-8", newline="\n") as ids_out:
+        ids_sha = row_hasher()
+        with NpyAppender(tmp / EMBEDDINGS, encoder.dim, dtype, name=out_dir) as emb_out, \
+                open(tmp / IDS, "wb") as ids_out:
             try:
                 for chunk_ids, emb in _encode_chunks(encoder, _shard_chunks(records, chunk_size), first, given,
                                                      prefetch, batch_size, device, precision):
                     emb_out.append(emb)
-                    ids_out.write("".join(f"{i}\n" for i in chunk_ids))
+                    text = "".join(f"{i}\n" for i in chunk_ids).encode("utf-8")
+                    ids_sha.update(text)
+                    ids_out.write(text)
                     bar.update(len(chunk_ids))
                     del chunk_ids, emb  # one chunk in memory at a time (two with prefetch)
             finally:
@@ -348,7 +509,9 @@ def encode_corpus_shard(model_dir_or_encoder: str | os.PathLike | Encoder, datas
                 "shard": shard, "num_shards": num_shards, "assignment": "range", "start": first,
                 "stop": first + emb_out.count, "seconds": round(seconds, 3),
                 "docs_per_second": round(emb_out.count / seconds, 2) if seconds > 0 else None,
-                **({"donor": {"overlap": str(given.path), "reused": given.reused}} if given else {})}
+                **({"donor": {"overlap": str(given.path), "reused": given.reused}} if given else {}),
+                **provenance, "checksums": {"algorithm": _algorithm(emb_out.digest),
+                                             EMBEDDINGS: emb_out.digest.hexdigest(), IDS: ids_sha.hexdigest()}}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     log.info("shard %d/%d of %s: %d docs in %.1f s -> %s", shard, num_shards, dataset_dir, meta["count"], seconds,
              out_dir)
@@ -361,12 +524,18 @@ def write_query_embeddings(out_dir: str | os.PathLike, ids: Sequence[str], emb: 
     emb = np.asarray(emb, dtype=np.float32)
     if len(ids) != len(emb):
         raise ValueError(f"{len(ids)} ids for {len(emb)} embeddings")
+    if len(set(map(str, ids))) != len(ids):
+        raise ValueError("duplicate query ids")
     with atomic_dir(out_dir, kind="embeddings folder") as tmp:
-        with NpyAppender(tmp / EMBEDDINGS, emb.shape[1], "float32") as w:
+        with NpyAppender(tmp / EMBEDDINGS, emb.shape[1], "float32", name=out_dir) as w:
             w.append(emb)
-        (tmp / IDS).write_text("".join(f"{i}\n" for i in ids), encoding="utf-8")
+        text = "".join(f"{i}\n" for i in ids).encode("utf-8")
+        (tmp / IDS).write_bytes(text)
+        ids_digest = row_hasher()
+        ids_digest.update(text)
         full = {"format_version": FORMAT_VERSION, "kind": "queries", "count": len(ids), "dim": int(emb.shape[1]),
-                "dtype": "float32", **meta}
+                "dtype": "float32", **meta, "checksums": {"algorithm": _algorithm(w.digest),
+                                                          EMBEDDINGS: w.digest.hexdigest(), IDS: ids_digest.hexdigest()}}
         (tmp / META).write_text(json.dumps(full, indent=1) + "\n", encoding="utf-8")
     return out_dir
 
@@ -390,4 +559,17 @@ def encode_queries_file(model_dir_or_encoder: str | os.PathLike | Encoder, datas
     ids, emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
     return write_query_embeddings(out_dir, ids, emb, model=encoder.name_or_path, encoder=encoder.describe(),
                                   **precision_meta(encoder, device, precision), dataset=str(dataset_dir),
-                                  split=split, seconds=round(time.perf_counter() - start, 3))
+                                  split=split, seconds=round(time.perf_counter() - start, 3),
+                                  **_provenance(encoder, dataset_dir))
+
+
+def _provenance(encoder: Encoder, dataset_dir: str | os.PathLike) -> dict:
+    """What an embeddings folder records of where it comes from (:mod:`zsdr.provenance`): the corpus of
+    ``dataset_dir`` and the encoder's model digest."""
+    from zsdr.provenance import corpus_identity, model_identity
+
+    try:
+        corpus = corpus_identity(dataset_dir)
+    except DataError:   # queries of a folder without a corpus: nothing to join them with later
+        corpus = None
+    return {"corpus": corpus, "model_sha256": model_identity(encoder)["sha256"]}

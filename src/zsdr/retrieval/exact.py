@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from zsdr.io import DataError
+from zsdr.provenance import check_repeated  # noqa: F401 - re-exported
 
 log = logging.getLogger("zsdr.retrieval.search")
 
@@ -172,24 +173,85 @@ def check_queries(query_emb: np.ndarray, query_ids: Sequence[str], batch_queries
     return queries, query_ids
 
 
-def open_shards(shard_dirs: Sequence[Path], dim: int) -> list[tuple[np.ndarray, dict]]:
+def open_shards(shard_dirs: Sequence[Path], dim: int, queries: tuple[str, dict] | None = None
+                ) -> list[tuple[np.ndarray, dict]]:
+    """The shard folders memory-mapped (nothing is read yet), checked as one corpus
+    (:func:`check_shards`) and, with ``queries`` ``(where, meta)``, against the queries."""
     from zsdr.retrieval.encode import open_embeddings
 
     if not shard_dirs:
         raise ValueError("no shard folders given")
-    opened = [open_embeddings(d) for d in shard_dirs]   # memory-mapped: nothing is read yet
+    check_repeated(shard_dirs, "--shards", "embeddings folder")
+    opened = [open_embeddings(d) for d in shard_dirs]
     for d, (_, meta) in zip(shard_dirs, opened):
         if meta["dim"] != dim:
             raise DataError(d / "meta.json", None, f"documents have dimension {meta['dim']}, queries {dim}",
                             "encode queries and documents with the same model")
+    check_shards([(str(d), meta) for d, (_, meta) in zip(shard_dirs, opened)], queries)
+    from zsdr.retrieval.encode import IDS, check_ids_file
+
+    for d, (_, meta) in zip(shard_dirs, opened):   # before any search: the records and the ids (small)
+        path = Path(d) / IDS
+        if not path.is_file():
+            raise DataError(path, None, "file not found", "encode the folder again")
+        check_ids_file(d, meta, path.read_bytes())
     return opened
+
+
+def check_shards(shards: Sequence[tuple[str, dict]], queries: tuple[str, dict] | None = None) -> None:
+    """Refuse shards that cannot make one corpus's search: two corpora, the same rows twice (a copy of a
+    shard, overlapping ranges), two models, other encoder settings; and queries of another dataset or
+    model than the shards. One line naming both sides."""
+    from zsdr.provenance import check_same, describe_model
+
+    fix_corpus = "search the shards of one corpus, with the queries of that dataset"
+    items = [(where, meta.get("corpus")) for where, meta in shards]
+    if queries is not None:
+        items = [(queries[0], queries[1].get("corpus"))] + items
+    check_same(items, "another corpus", fix_corpus)
+    ranges: dict[tuple, str] = {}
+    spans = []
+    for where, meta in shards:
+        if meta.get("assignment") == "range" and isinstance(meta.get("start"), int):
+            spans.append((int(meta["start"]), int(meta.get("stop", meta["start"] + int(meta["count"]))), where))
+        elif meta.get("assignment") == "modulo":
+            key = (meta.get("shard"), meta.get("num_shards"))
+            if key in ranges:
+                raise DataError(where, None, f"holds shard {key[0]} of {key[1]}, as {ranges[key]} does",
+                                "give every shard of the corpus once")
+            ranges[key] = where
+    spans.sort()
+    for (a0, a1, aw), (b0, b1, bw) in zip(spans, spans[1:]):
+        if b0 < a1 and b1 > b0:
+            raise DataError(bw, None, f"holds corpus rows {b0}-{b1 - 1}, and {aw} rows {a0}-{a1 - 1}: the same "
+                            "documents twice", "give every shard of the corpus once")
+    models = [(where, {"model": meta.get("model"), "sha256": meta.get("model_sha256")}) for where, meta in shards]
+    if queries is not None:
+        models = [(queries[0], {"model": queries[1].get("model"), "sha256": queries[1].get("model_sha256")})] + models
+    check_same(models, "encoded by another model", "encode the queries and every shard with the same model",
+               describe=describe_model)
+
+    def setting(meta):
+        enc = meta.get("encoder") or {}
+        return {k: enc.get(k) for k in ("pooling", "similarity", "dim", "normalize") if k in enc}
+
+    both = ([queries] if queries is not None else []) + list(shards)
+    first = next(((w, m) for w, m in both if m.get("encoder")), None)
+    for where, meta in both:
+        if first and meta.get("encoder") and setting(meta) != setting(first[1]):
+            raise DataError(where, None, f"encoded with {setting(meta)}, but {first[0]} with {setting(first[1])}",
+                            "encode the queries and every shard with the same settings")
 
 
 def search_blocks(queries: np.ndarray, opened: list[tuple[np.ndarray, dict]], layout: Layout, k: int,
             gpu: bool | None, batch_queries: int, block_mb: int, block_rows: int | None,
-            show_progress: bool) -> tuple[np.ndarray, np.ndarray]:
-    """The running top-``k`` ``(scores, keys)`` of every query over the folders, block by block."""
+            show_progress: bool, folders: Sequence[Path] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The running top-``k`` ``(scores, keys)`` of every query over the folders, block by block; with
+    ``folders`` (the folders of ``opened``) each one's rows are verified against its checksum as they are
+    read (:class:`~zsdr.retrieval.encode.RowDigest`), before anything is returned."""
     from tqdm.auto import tqdm
+
+    from zsdr.retrieval.encode import RowDigest
 
     searcher = _Searcher(gpu)
     nq, dim = queries.shape
@@ -198,34 +260,49 @@ def search_blocks(queries: np.ndarray, opened: list[tuple[np.ndarray, dict]], la
     rows_per_block = max(1, block_rows or (block_mb << 20) // (dim * 4))
     total = sum(int(m["count"]) for _, m in opened)
     bar = tqdm(total=total, desc="search", unit="doc", disable=not show_progress)
+    digests = [RowDigest(d, meta) for d, (_, meta) in zip(folders, opened)] if folders else [None] * len(opened)
     with searcher.blas_blocks(), bar:
         for f, (emb, _) in enumerate(opened):
             for r0 in range(0, len(emb), rows_per_block):
-                block = np.ascontiguousarray(emb[r0:r0 + rows_per_block], dtype=np.float32)
+                raw = emb[r0:r0 + rows_per_block]
+                if digests[f] is not None:   # the rows' checksum, from the bytes the search reads anyway
+                    digests[f].update(r0, raw)
+                block = np.ascontiguousarray(raw, dtype=np.float32)
                 keys = layout.keys(f, np.arange(r0, r0 + len(block)))
                 index = searcher.index(block, min(k + 1, len(block)))
                 for q0 in range(0, nq, batch_queries):
                     q1 = min(q0 + batch_queries, nq)
                     s, kk = searcher.topk(index, queries[q0:q1], block, keys, k)
                     best_s[q0:q1], best_k[q0:q1] = merge_topk(best_s[q0:q1], best_k[q0:q1], s, kk, k)
-                del index, block
+                del index, block, raw
                 bar.update(len(keys))
+    for (emb, _), digest in zip(opened, digests):
+        if digest is not None:
+            digest.check(len(emb))
     return best_s, best_k
 
 
-def ids_at(directory: Path, wanted: np.ndarray, count: int) -> list[str]:
-    """The ids on the (sorted, unique) 0-based lines ``wanted`` of a folder's ids.txt, checking its length."""
-    from zsdr.retrieval.encode import IDS
+def ids_at(directory: Path, wanted: np.ndarray, count: int, meta: dict | None = None) -> list[str]:
+    """The ids on the (sorted, unique) 0-based lines ``wanted`` of a folder's ids.txt, checking its length
+    and its checksum (``meta``'s; read when not given), streamed (only the wanted ids are kept)."""
+    from zsdr.retrieval.encode import IDS, REENCODE, _mismatch, read_meta, recorded_checksums, row_hasher
 
+    meta = read_meta(directory) if meta is None else meta
+    sums = recorded_checksums(directory, meta)
+    h = row_hasher(sums.get("algorithm", "sha256")) if sums else None
     found: list[str] = []
     j, n = 0, 0
-    with open(directory / IDS, encoding="utf-8") as fh:
+    with open(directory / IDS, "rb") as fh:
         for n, line in enumerate(fh, 1):
+            if h is not None:
+                h.update(line)
             if j < len(wanted) and wanted[j] == n - 1:
-                found.append(line.rstrip("\n"))
+                found.append(line.rstrip(b"\n").decode("utf-8", "replace"))
                 j += 1
+    if h is not None and h.hexdigest() != sums[IDS]:
+        raise _mismatch(directory / IDS, "its checksum")
     if n != count:
-        raise DataError(directory / IDS, None, f"{n} ids for {count} embeddings", "encode the shard again")
+        raise DataError(directory / IDS, None, f"{n} ids for {count} embeddings", REENCODE)
     return found
 
 
@@ -241,8 +318,13 @@ def as_run(query_ids: Sequence[str], best_s: np.ndarray, best_k: np.ndarray, nam
 
 def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: Sequence[str | os.PathLike],
                   k: int = 1000, gpu: bool | None = None, batch_queries: int = 4096, block_mb: int = 1024,
-                  block_rows: int | None = None, show_progress: bool = False) -> dict[str, dict[str, float]]:
+                  block_rows: int | None = None, show_progress: bool = False,
+                  queries_meta: tuple[str, dict] | None = None) -> dict[str, dict[str, float]]:
     """Exact top-``k`` inner-product search of ``query_emb`` over embedding folders.
+
+    The folders must make one corpus, encoded by one model (:func:`check_shards`; with ``queries_meta``
+    ``(where, meta)`` the queries' dataset and model too), and each one's rows match its checksum (read
+    once, as they are searched).
 
     Returns ``{qid: {docid: score}}`` with each query's documents best first (ties: earlier in the
     corpus first). ``gpu=None`` uses a GPU when faiss sees one. Memory: the queries, the running
@@ -251,10 +333,11 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
     """
     queries, query_ids = check_queries(query_emb, query_ids, batch_queries, k)
     shard_dirs = [Path(d) for d in shard_dirs]
-    opened = open_shards(shard_dirs, queries.shape[1])
+    opened = open_shards(shard_dirs, queries.shape[1], queries_meta)
     metas = [meta for _, meta in opened]
     layout = Layout(metas)
-    best_s, best_k = search_blocks(queries, opened, layout, k, gpu, batch_queries, block_mb, block_rows, show_progress)
+    best_s, best_k = search_blocks(queries, opened, layout, k, gpu, batch_queries, block_mb, block_rows, show_progress,
+                                   shard_dirs)
     # Resolve the ids of the rows that made any top-k, one shard's ids.txt at a time.
     valid = best_k != NO_KEY
     folders = np.full(best_k.shape, -1, dtype=np.int64)
@@ -266,7 +349,7 @@ def search_shards(query_emb: np.ndarray, query_ids: Sequence[str], shard_dirs: S
         if not mask.any():
             continue
         wanted = np.unique(rows[mask])
-        lookup = np.array(ids_at(d, wanted, metas[f]["count"]), dtype=object)
+        lookup = np.array(ids_at(d, wanted, metas[f]["count"], metas[f]), dtype=object)
         names[mask] = lookup[np.searchsorted(wanted, rows[mask])]
     return as_run(query_ids, best_s, best_k, names)
 

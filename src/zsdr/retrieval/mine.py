@@ -54,7 +54,7 @@ def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str |
                    **overrides) -> dict:
     from zsdr.models.encoder import load_encoder
     from zsdr.retrieval.encode import encode_judged_queries
-    from zsdr.retrieval.search import search_shards
+    from zsdr.retrieval.search import queries_meta, search_shards
 
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
     items = list(read_qrels(dataset, split).items())
@@ -67,7 +67,8 @@ def mine_negatives(model, dataset: str | os.PathLike, shard_dirs: Sequence[str |
         block = dict(items[start:start + size])
         q_ids, q_emb = encode_judged_queries(encoder, dataset, split, batch_size, device, precision, show_progress,
                                              block)
-        run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress)
+        run = search_shards(q_emb, q_ids, shard_dirs, k=depth, gpu=gpu, show_progress=show_progress,
+                            queries_meta=queries_meta(encoder, dataset, split))
         examples += sample_negatives(run, block, sample, seed, start)
         start += len(block)
     if max_examples:

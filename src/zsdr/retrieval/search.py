@@ -42,16 +42,48 @@ def search_folders(queries_dir: str | os.PathLike, shard_dirs: Sequence[str | os
 
     q_emb, q_ids, q_meta = load_embeddings(queries_dir)
     warn_settings(q_meta, shard_dirs)
-    run = search_shards(np.asarray(q_emb), q_ids, shard_dirs, k=k, gpu=gpu, **kwargs)
-    write_trec_run(out_run, run, tag=tag, depth=k)
+    run = search_shards(np.asarray(q_emb), q_ids, shard_dirs, k=k, gpu=gpu, queries_meta=(str(queries_dir), q_meta),
+                        **kwargs)
+    write_trec_run(out_run, run, tag=tag, depth=k, provenance=run_provenance(q_meta, shard_dirs))
     return run
 
 
-def _write_run(encoder, out_run, run: dict, k: int, tag: str | None, dataset_dir, split: str, start: float) -> None:
+def queries_meta(encoder, dataset_dir, split: str) -> tuple[str, dict]:
+    """``(where, meta)`` of queries encoded in this process, as an embeddings folder's meta records them
+    (:mod:`zsdr.provenance`), for the checks of :func:`search_shards`."""
+    from zsdr.provenance import corpus_identity, model_identity
+
+    from zsdr.io import DataError
+
+    try:
+        corpus = corpus_identity(dataset_dir)
+    except DataError:
+        corpus = None
+    return (f"{dataset_dir} (the queries of {split})",
+            {"corpus": corpus, "model": encoder.name_or_path,
+             "model_sha256": model_identity(encoder)["sha256"], "encoder": json.loads(json.dumps(encoder.describe())),
+             "dataset": str(dataset_dir), "split": split})
+
+
+def run_provenance(q_meta: dict, shard_dirs: Sequence[str | os.PathLike] = ()) -> dict:
+    """What a dense run records beside it: the corpus (the shards', else the queries' dataset's), the model
+    and its digest, the queries' dataset and split, the shard folders."""
+    from zsdr.retrieval.encode import read_meta
+
+    corpus = next((m.get("corpus") for m in (read_meta(d) for d in shard_dirs) if m.get("corpus")),
+                  q_meta.get("corpus"))
+    return {"kind": "dense", "corpus": corpus, "model": q_meta.get("model"), "model_sha256": q_meta.get("model_sha256"),
+            "queries": {"dataset": q_meta.get("dataset"), "split": q_meta.get("split")},
+            "shards": [str(d) for d in shard_dirs]}
+
+
+def _write_run(encoder, out_run, run: dict, k: int, tag: str | None, dataset_dir, split: str, start: float,
+               shard_dirs: Sequence[str | os.PathLike] = ()) -> None:
     from zsdr.data.formats import write_trec_run
 
     name = Path(str(encoder.name_or_path or "model")).name or "model"
-    write_trec_run(out_run, run, tag=tag or f"dense-{name}", depth=k)
+    write_trec_run(out_run, run, tag=tag or f"dense-{name}", depth=k,
+                   provenance=run_provenance(queries_meta(encoder, dataset_dir, split)[1], shard_dirs))
     log.info("dense search %s on %s/%s: %d queries in %.1f s", name, dataset_dir, split, len(run),
              time.perf_counter() - start)
 
@@ -71,8 +103,9 @@ def search_with_model(model, dataset_dir: str | os.PathLike, split: str, shard_d
     start = time.perf_counter()
     encoder = load_encoder(model, device=device, precision=precision, **overrides)
     q_ids, q_emb = encode_judged_queries(encoder, dataset_dir, split, batch_size, device, precision, show_progress)
-    run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress)
-    _write_run(encoder, out_run, run, k, tag, dataset_dir, split, start)
+    run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress,
+                        queries_meta=queries_meta(encoder, dataset_dir, split))
+    _write_run(encoder, out_run, run, k, tag, dataset_dir, split, start, shard_dirs)
     return run
 
 
@@ -111,7 +144,8 @@ def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: st
                                           batch_size=batch_size, dtype=dtype, device=device, precision=precision,
                                           show_progress=show_progress)
                       for s in range(num_shards)]
-        run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress)
+        run = search_shards(q_emb, q_ids, shard_dirs, k=k, gpu=gpu, show_progress=show_progress,
+                            queries_meta=queries_meta(encoder, dataset_dir, split))
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)

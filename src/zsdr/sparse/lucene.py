@@ -525,7 +525,12 @@ def bm25_run(dataset_dir: str | os.PathLike, split: str, out: str | os.PathLike,
         with scratch_dir(out, "index") as tmp:
             index = build_index(dataset_dir, Path(tmp) / "index", fields=fields, language=language, threads=threads)
             run = search(index, queries, **kwargs)
-    write_trec_run(out, run, tag=tag or default_tag(fields, rm3), depth=depth)
+    from zsdr.provenance import corpus_identity
+
+    write_trec_run(out, run, tag=tag or default_tag(fields, rm3), depth=depth,
+                   provenance={"kind": "bm25", "corpus": corpus_identity(dataset_dir),
+                               "queries": {"dataset": str(dataset_dir), "split": split},
+                               "index": None if index_dir is None else str(index_dir)})
     log.info("wrote %s: %d queries", out, len(run))
     return run
 

@@ -232,6 +232,7 @@ class TableCells:
                             "list every file of required_cells() among the table rule's inputs")
         if path not in self._read_cache:
             self._read_cache[path] = read_metrics(path)
+            inputs.check_metrics_cell(self._read_cache[path], path, dataset, system)
         value, per_query = inputs.metric_scores(self._read_cache[path], path, metric)
         if value is None:
             return Cell(reason=f"{metric} applies to no query of {dataset}", system=system)

@@ -26,6 +26,19 @@ STAT_KEYS = ("docs", "doc_avg_words", "queries", "query_avg_words", "qrels", "re
 CELL_SUFFIXES = {"metrics": ".json", "units": ".units.json"}   # by a metric table's `source`
 
 
+def check_metrics_cell(data: dict, path: str | os.PathLike, dataset: str, system: str) -> None:
+    """A metrics file given for the cell (``dataset``, ``system``) must say it scores that system's run on
+    that dataset where it records them (the workflow's evaluate jobs do: ``dataset``, ``system``): a file of
+    another dataset or system put in its place is refused, naming both, not tabulated."""
+    from zsdr.io import DataError
+
+    for key, want in (("dataset", dataset), ("system", system)):
+        got = data.get(key)
+        if isinstance(got, str) and got != want:
+            raise DataError(path, None, f"the metrics file scores {key} {got!r}, but the table reads it as {key} "
+                            f"{want!r}", "evaluate the cell's own run again (remove the file and rerun the workflow)")
+
+
 def metric_scores(data: dict, path: str | os.PathLike, metric: str) -> tuple[float | None, dict[str, float]]:
     """(aggregate value, per-query values) of ``metric`` in a metrics file read by
     :func:`zsdr.evaluation.metrics.read_metrics`;
