@@ -388,7 +388,7 @@ def test_paper_config_plans_cocodr_with_the_spec_values(paper_plan):
     for part in ["init paper/models/released/condenser", "span contrastive x1 (global batch, no temperature)",
                  "Condenser head MLM (2 layers from layer 6; head from checkpoint paper/models/released/condenser), "
                  "backbone MLM 15% whole-word",
-                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear",
+                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear, warmup ratio 0.1 of the steps",
                  "~ 263,816 steps (8 epochs x ~ 52,764,545 documents // 1,600;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)
@@ -399,15 +399,16 @@ def test_paper_config_plans_cocodr_with_the_spec_values(paper_plan):
         for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
                      "last 3 layers)", "30 sampled per query",
                      "batch 64 x 8 process(es)", "45,000 steps (max_steps; linear decay to 0 at 60,000: lr at the "
-                     "end 0.263 x peak)", "adamw lr", "at other lengths on arguana q128; trec-news d256"]:
+                     "end 0.263 x peak)", "lamb lr", "at other lengths on arguana q128; trec-news d256"]:
             assert part in run, (k, part, run)
     # every episode mines at its own q64/d256 (the previous models are evaluated at 128 tokens)
     assert "top-200 of cocodr-warmup.mine-d256 at q64/d256" in plan["cocodr-base-ep1"]
     assert "top-200 of cocodr-base-ep1.mine-d256 at q64/d256" in plan["cocodr-base-ep2"]
     assert "lr 5e-06" in plan["cocodr-base-ep1"] and "gradients of the last 2 layers" in plan["cocodr-large-ep1"]
     # the official episode rule: max(0.2, 1 - g / 300,000) x 5e-6 at global step g = 0, 45k, 90k
-    assert "adamw lr 4.25e-06" in plan["cocodr-base-ep2"] and "adamw lr 3.5e-06" in plan["cocodr-base-ep3"]
+    assert "lamb lr 4.25e-06" in plan["cocodr-base-ep2"] and "lamb lr 3.5e-06" in plan["cocodr-base-ep3"]
     assert "51,267 steps (3 epochs x 35,000,000 triples // 2,048;" in plan["cocodr-warmup"]
+    assert "lamb lr 0.0001, linear, warmup 1000" in plan["cocodr-warmup"]   # run_bm25_warmup.sh's lr (README: 2e-4)
     assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
     assert plan["condenser-warmup"].startswith("init paper/models/released/condenser;")
