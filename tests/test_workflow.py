@@ -330,16 +330,19 @@ MODIR_TARGETS = ["trec-covid", "webis-touche2020", "dbpedia-entity", "nfcorpus",
 
 def test_paper_config_plans_modir_with_the_spec_values(paper_plan):
     """MoDIR at paper scale (docs/methods/modir.md#hyperparameters): one DPR+MoDIR and one ANCE+MoDIR model per BEIR target with
-    Table 5's values, the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
+    the scripts' values (modir_ance.sh: Table 5's but 32 a step; modir_dpr.sh: its own lr, classifier lr, λ0, no warmup
+    and horizon), the ablations on TREC-COVID and Touché, 60k-step curve runs with a snapshot every 2,500."""
     proc = paper_plan   # `snakemake modir` plans a subset of it: the same lines and counts
     plan = training_plan(proc.stdout, gpus_per_process=1)
     jobs = planned_jobs(proc.stdout)
     for recipe in ("ance-modir", "dpr-modir"):
         assert {r.split("@")[1] for r in plan if r.startswith(f"{recipe}@")} == set(MODIR_TARGETS), recipe
-    common = ["batch 4 x 1 process(es) x grad-acc 4", "lamb lr 1e-06, linear, warmup 5000", "q64/d512",
-              "in chunks of 50", "lambda0 1 halving every 10000 steps",
-              "classifier lr 5e-06 (logits clipped at 5)", "linear decay to 0 at 1,000,000", "; dropout 0;",
+    common = ["q64/d512", "in chunks of 50", "halving every 10000 steps", "(logits clipped at 5)", "; dropout 0;",
               "; inference fp16, at other lengths on arguana q512"]
+    own = {"ance-modir": ["batch 4 x 1 process(es) x grad-acc 8", "lamb lr 1e-06, linear, warmup 5000",
+                          "lambda0 1 halving", "classifier lr 5e-06 (", "linear decay to 0 at 1,000,000"],
+           "dpr-modir": ["batch 8 x 1 process(es) x grad-acc 4", "lamb lr 5e-06, linear, warmup 0;",
+                         "lambda0 0.5 halving", "classifier lr 3e-05 (", "linear decay to 0 at 2,187,500"]}
     expected = {
         "ance-modir@nfcorpus": ["init castorini/ance-msmarco-passage", "pairwise_nll with 1 negative(s) from "
                                 "ance-modir.jsonl (mined: top-200 of ance-msmarco at q64/d512,",
@@ -358,7 +361,7 @@ def test_paper_config_plans_modir_with_the_spec_values(paper_plan):
         "ance-modir-gan@webis-touche2020": ["MoDIR gan loss"],
     }
     for run, parts in expected.items():
-        for part in parts + common:
+        for part in parts + common + own["dpr-modir" if run.startswith("dpr-modir") else "ance-modir"]:
             assert part in plan[run], (run, part, plan[run])
     # the ablations train on the two targets of Table 2 only; the control is not planned at paper scale
     assert {r for r in plan if r.startswith("ance-modir-gan@")} == {"ance-modir-gan@trec-covid",
@@ -385,7 +388,7 @@ def test_paper_config_plans_cocodr_with_the_spec_values(paper_plan):
     for part in ["init paper/models/released/condenser", "span contrastive x1 (global batch, no temperature)",
                  "Condenser head MLM (2 layers from layer 6; head from checkpoint paper/models/released/condenser), "
                  "backbone MLM 15% whole-word",
-                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear",
+                 "batch 200 x 8 process(es) x grad-acc 1", "adamw lr 0.0001, linear, warmup ratio 0.1 of the steps",
                  "~ 263,816 steps (8 epochs x ~ 52,764,545 documents // 1,600;",
                  "max length 128", "on 30 corpora: msmarco, trec-covid"]:
         assert part in coco, (part, coco)
@@ -396,15 +399,16 @@ def test_paper_config_plans_cocodr_with_the_spec_values(paper_plan):
         for part in ["iDRO over K 50 query clusters (beta 0.25, rho 0.05, gamma 0.1, eps 0.01, gradients of the "
                      "last 3 layers)", "30 sampled per query",
                      "batch 64 x 8 process(es)", "45,000 steps (max_steps; linear decay to 0 at 60,000: lr at the "
-                     "end 0.263 x peak)", "adamw lr", "at other lengths on arguana q128; trec-news d256"]:
+                     "end 0.263 x peak)", "lamb lr", "at other lengths on arguana q128; trec-news d256"]:
             assert part in run, (k, part, run)
     # every episode mines at its own q64/d256 (the previous models are evaluated at 128 tokens)
     assert "top-200 of cocodr-warmup.mine-d256 at q64/d256" in plan["cocodr-base-ep1"]
     assert "top-200 of cocodr-base-ep1.mine-d256 at q64/d256" in plan["cocodr-base-ep2"]
     assert "lr 5e-06" in plan["cocodr-base-ep1"] and "gradients of the last 2 layers" in plan["cocodr-large-ep1"]
     # the official episode rule: max(0.2, 1 - g / 300,000) x 5e-6 at global step g = 0, 45k, 90k
-    assert "adamw lr 4.25e-06" in plan["cocodr-base-ep2"] and "adamw lr 3.5e-06" in plan["cocodr-base-ep3"]
+    assert "lamb lr 4.25e-06" in plan["cocodr-base-ep2"] and "lamb lr 3.5e-06" in plan["cocodr-base-ep3"]
     assert "51,267 steps (3 epochs x 35,000,000 triples // 2,048;" in plan["cocodr-warmup"]
+    assert "lamb lr 0.0001, linear, warmup 1000" in plan["cocodr-warmup"]   # run_bm25_warmup.sh's lr (README: 2e-4)
     assert "GroupDRO over K 50" in plan["cocodr-base-groupdro-ep1"]
     assert "iDRO" not in plan["cocodr-base-noidro-ep2"]
     assert plan["condenser-warmup"].startswith("init paper/models/released/condenser;")

@@ -174,7 +174,7 @@ def card_text(folder: str | os.PathLike, entry: dict, metric: str, scale: str, s
               f"| global batch | {training.get('global_batch')} (batch {train.get('batch_size')} x grad-acc "
               f"{train.get('grad_accum')} x processes) |",
               f"| optimiser | {train.get('optimizer')}, lr {train.get('lr')}, {train.get('schedule')} schedule, "
-              f"warmup {train.get('warmup_steps')} |",
+              f"warmup {train.get('warmup_steps') if train.get('warmup_ratio') is None else 'ratio %g' % train['warmup_ratio']} |",
               f"| examples | {training.get('examples')} |", ""]
     if entry.get("sections"):
         lines += ["Method sections of the recipe (loss terms and modules):", "", "```json",

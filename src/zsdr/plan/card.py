@@ -233,7 +233,7 @@ def budget_text(plan: Any, spec: dict[str, Any], launch: dict[str, Any]) -> str:
 def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch: dict[str, Any]) -> Row:
     """The card row of one training job (``spec``: the resolved spec the job trains, ``launch``: its
     processes and nodes)."""
-    from zsdr.training.config import TrainConfig, lr_factor, steps_run, training_steps
+    from zsdr.training.config import TrainConfig, lr_factor, steps_run, training_steps, warmup_steps
 
     t = spec["train"]
     cfg = TrainConfig.from_dict({k: v for k, v in t.items() if k in TrainConfig.__dataclass_fields__})
@@ -264,7 +264,12 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     else:
         steps = horizon_steps = None
         v["steps"] = "from the data"
-    v["warmup"] = int(t.get("warmup_steps", 0))
+    if t.get("warmup_ratio") is None:
+        v["warmup"] = int(t.get("warmup_steps", 0))
+    elif t.get("schedule_steps") or horizon_steps is not None:
+        v["warmup"] = warmup_steps(cfg, horizon_steps or 0)
+    else:
+        v["warmup"] = f"{float(t['warmup_ratio']):g} of the run's steps"
     v["lr"] = float(t["lr"])
     v["optimizer"] = t.get("optimizer", "adamw")
     v["schedule"] = t.get("schedule", "linear")
@@ -468,11 +473,11 @@ class Reference:
 
 
 def same(card_value: Any, official: Any) -> bool:
-    """Whether a card value equals a reference value: numbers numerically (to 3 significant digits for
-    fractions), everything else as the card prints it."""
+    """Whether a card value equals a reference value: numbers numerically (within 5e-4 of the reference's
+    magnitude for fractions: a learning rate of 1e-4 is not 2e-4), everything else as the card prints it."""
     if isinstance(card_value, (int, float)) and not isinstance(card_value, bool) and isinstance(official, (int, float)):
         if isinstance(card_value, float) or isinstance(official, float):
-            return abs(float(card_value) - float(official)) <= 5e-4 * max(1.0, abs(float(official)))
+            return abs(float(card_value) - float(official)) <= 5e-4 * abs(float(official)) + 1e-12
         return int(card_value) == int(official)
     return fmt(card_value) == fmt(official)
 

@@ -122,7 +122,7 @@ class Summaries:
             choices = (
                 f"open choices [X]: weak-set sizes ({sizes or 'all pairs'}), weak negatives from "
                 f"the {spec['sets'][0]['negatives']}, temperature {1 / spec['scale']:g}, "
-                f"{t['max_steps']} steps, warmup {t.get('warmup_steps', 0)}, lengths "
+                f"{t['max_steps']} steps, warmup {_warmup(t)}, lengths "
                 f"q{spec['encoder'].get('query_max_length', '-')}/d{spec['encoder'].get('doc_max_length', '-')}, "
                 f"{t['precision']}"
             )
@@ -244,7 +244,7 @@ class Summaries:
             f"init {spec['init']}; {data}; batch {t['batch_size']} x "
             f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
             f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
-            f"{t.get('warmup_steps', 0)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
+            f"{_warmup(t)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
             f"{inference}{memory}"
         )
 
@@ -253,3 +253,10 @@ def build_summaries(config: dict[str, Any], recipes: Recipes, systems: Systems, 
                     berm: Berm) -> Summaries:
     return Summaries(recipes=recipes, systems=systems, resources=resources, berm=berm,
                      inference_precision=config["dense"]["precision"])
+
+
+def _warmup(t: dict) -> str:
+    """A train section's warmup as a summary writes it: its steps, or its ratio of the run's steps."""
+    if t.get("warmup_ratio") is not None:
+        return f"ratio {float(t['warmup_ratio']):g} of the steps"
+    return str(t.get("warmup_steps", 0))

@@ -35,6 +35,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     schedule: str = "linear"
     warmup_steps: int = 0
+    warmup_ratio: float | None = None  # warmup as this fraction of the schedule's horizon, rounded up (Hugging Face's
+                                    # --warmup_ratio, e.g. COCO's pretraining command); exclusive with warmup_steps
     max_grad_norm: float | None = 1.0
     precision: str = "fp32"         # fp32 | bf16 | fp16 | auto (bf16 where supported); the CPU runs fp32
     seed: int = 42
@@ -71,6 +73,11 @@ class TrainConfig:
             raise ValueError("cpu_chunk_tokens must be >= 1 (or null for whole batches)")
         if self.step_limit is not None and int(self.step_limit) < 1:
             raise ValueError("step_limit must be >= 1 (or null for the whole run)")
+        if self.warmup_ratio is not None:
+            if not 0.0 <= float(self.warmup_ratio) < 1.0:
+                raise ValueError(f"warmup_ratio {self.warmup_ratio!r}: expected a fraction in [0, 1) of the run's steps")
+            if int(self.warmup_steps) > 0:
+                raise ValueError("give warmup_steps or warmup_ratio, not both (the ratio sets the steps from the run's length)")
         if self.snapshot_every is not None and int(self.snapshot_every) < 1:
             raise ValueError("snapshot_every must be >= 1 (or null for no snapshots)")
         self.betas = tuple(self.betas)
@@ -116,11 +123,20 @@ def steps_run(cfg: TrainConfig, total: int) -> int:
     return min(int(total), int(cfg.step_limit)) if cfg.step_limit is not None else int(total)
 
 
+def warmup_steps(cfg: TrainConfig, total: int) -> int:
+    """The warmup steps of a run of ``total`` scheduled steps: ``warmup_steps``, or with ``warmup_ratio`` that
+    fraction of the schedule's horizon (``schedule_steps`` or else ``total``) rounded up, as Hugging Face's
+    ``TrainingArguments.get_warmup_steps`` counts it."""
+    if cfg.warmup_ratio is not None:
+        return math.ceil(int(cfg.schedule_steps or total) * float(cfg.warmup_ratio))
+    return max(int(cfg.warmup_steps), 0)
+
+
 def lr_factor(cfg: TrainConfig, step: int, total: int) -> float:
     """The learning rate of optimizer step ``step`` (0-based, this run's) as a fraction of ``lr``: Hugging Face's
     linear (warmup, then linear decay to 0 at ``schedule_steps`` or else ``total``) or constant-with-warmup
     schedule, read ``schedule_offset`` steps in. :func:`build_schedule` follows it."""
-    warmup = max(int(cfg.warmup_steps), 0)
+    warmup = warmup_steps(cfg, total)
     horizon = int(cfg.schedule_steps or total)
     s = int(step) + int(cfg.schedule_offset)
     if s < warmup:
@@ -139,7 +155,7 @@ def build_schedule(optimizer, cfg: TrainConfig, total: int):
     from torch.optim.lr_scheduler import LambdaLR
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
-    warmup = max(int(cfg.warmup_steps), 0)
+    warmup = warmup_steps(cfg, total)
     total = int(cfg.schedule_steps or total)
     offset = int(cfg.schedule_offset)
     if not offset:
