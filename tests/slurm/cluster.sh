@@ -11,11 +11,13 @@
 # The two nodes, zsdr-n1 and zsdr-n2, are two network namespaces of this machine (ip netns), each with
 # its own host name (a UTS namespace around its slurmd), its own address on a bridge (zsdr-br0,
 # 10.213.77.0/24: the controller on .1, the nodes on .11 and .12, veth pairs into the bridge) and its
-# own /etc/hosts naming every node (/etc/netns/<node>/hosts). slurm.conf gives each node's NodeAddr
+# own /etc/hosts naming every node (/etc/netns/<node>/hosts, bind-mounted over /etc/hosts in the node's
+# mount namespace). slurm.conf gives each node's NodeAddr
 # and NodeHostname: slurmctld reaches each slurmd at its node's address, and a job's processes on a
 # node see that node's host name and address only, so an `srun` step over both nodes and the torchrun
 # agents it starts talk to each other over the bridge as on a real cluster. The file system, munge's
-# socket (one munged, one key) and the CPUs are shared. Each node reports this machine's CPUs.
+# socket (one munged, one key) and the CPUs are shared: each node reports all of this machine's CPUs,
+# so a job asking for them fits either node.
 #
 # slurm.conf goes to Slurm's default location because the executor plugin clears every SLURM_*
 # variable (SLURM_CONF included) before the in-job srun. No systemd: the daemons run in the background

@@ -326,7 +326,8 @@ def _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loo
             raise SystemExit(128 + signum)
         if nodes > 1 and not launcher:
             with _outlive_stop_signals():      # the job may be ending around this process (a node failure)
-                message = step_failure(_log_text(log_file, start), env.get("SLURM_JOB_NODELIST"), rc)
+                nodelist = env.get("SLURM_JOB_NODELIST") or _job_nodes(env.get("SLURM_JOB_ID"))
+                message = step_failure(_log_text(log_file, start), nodelist, rc)
             log.error("%s", message)
             raise StepFailed(message)
         raise subprocess.CalledProcessError(rc, cmd)
@@ -351,6 +352,17 @@ def _log_text(log_file, start: int) -> str:
     with open(log_file, "rb") as f:
         f.seek(start)
         return f.read().decode("utf-8", errors="replace")
+
+
+def _job_nodes(job: str | None) -> str | None:
+    """The node list of SLURM job ``job`` (``squeue``), where the job's environment does not give it."""
+    if not job or not shutil.which("squeue"):
+        return None
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%N"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
 
 
 def lost_nodes(nodelist: str | None) -> dict[str, str] | None:
