@@ -233,8 +233,12 @@ def _interrupt_training(workdir: Path, seen: dict) -> None:
         seen["logs"].append(_wait_for(lambda: "training step failed" in (text := _rule_log(workdir)) and text,
                                       "failed training step", 180))
         _wait_for(lambda: _state(retry) in ("PENDING", "REQUEUED", "REQUEUE_FED"), "requeue after the node failure", 180)
-        seen["model_after_failure"] = sorted(str(p.relative_to(workdir)) for p in (workdir / "models").rglob("*")
-                                             if "trained" in p.parts)
+        # the model folder (Snakemake makes it, empty, before the job runs) and any temporary sibling of it:
+        # nothing in them, the launcher's spec beside them aside
+        model = workdir / MODEL
+        seen["model_after_failure"] = sorted(
+            [str(p.relative_to(workdir)) for p in model.rglob("*")]
+            + [p.name for p in model.parent.glob(f".{model.name}*") if p.name != f".{model.name}.spec.json"])
         # SLURM's own rerun of the requeued job does not get its step over both nodes here (srun: "step creation
         # temporarily disabled ... Requested nodes are busy" after the node came back): cancel it, as at a site
         # that does not requeue jobs that lost a node, and Snakemake's retry reruns the training as a new job
