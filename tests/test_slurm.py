@@ -1,21 +1,27 @@
-"""The SLURM profile on a real SLURM: a one-node cluster on this machine runs a slice of the mini pipeline
+"""The SLURM profile on a real SLURM: a two-node cluster on this machine runs a slice of the mini pipeline
 through snakemake-executor-plugin-slurm, and its outputs equal those of the same slice run locally.
 
-The cluster comes from Debian's packages (tests/slurm/cluster.sh: slurmctld, slurmd, munge), installed and
-started by the test where it runs as root with apt-get; elsewhere the test skips unless a cluster already
-answers `sinfo`. Job status comes from `squeue`: finished jobs stay visible for MinJobAge = 7200 s, longer
-than the test takes (there is no slurmdbd, so `sacct` has no database to ask). A cluster already running
-keeps its own MinJobAge, and a shorter one can drop the first jobs from squeue before the test reads it.
+The cluster comes from Debian's packages (tests/slurm/cluster.sh: slurmctld, two slurmd, munge), each node a
+network and host-name namespace of this machine with its own address; the test installs and starts it where it
+runs as root with apt-get and namespaces, and stops it again. Elsewhere it skips, with one line saying why,
+unless the same two-node cluster already answers `sinfo`. Job status comes from `squeue` (finished jobs stay
+visible for MinJobAge = 7200 s, longer than the test takes) and `sacct -c` (the job completion log: there is no
+slurmdbd).
 
-The training runs as one SLURM job of two processes (torchrun --standalone, DDP over gloo on the CPU), the
-launch path of a multi-GPU training: the job asks for a CPU per process, and the model must equal the local
-run's (the same two-process training).
+The training runs on both nodes: `training.nodes: 2` x 1 process, one SLURM job of two nodes whose launcher starts
+one `srun` step of a task a node, each task a torchrun agent, the agents meeting through a c10d rendezvous on the
+first node (DDP over gloo on the CPU, over the nodes' bridge). The local run trains the same recipe as 1 node x 2
+processes: the same global batch, data order and all-reduce, so the SLURM run's model must equal it byte for byte.
 
-While it runs, the training job is interrupted twice, as a cluster does: SIGUSR1 to the job's steps (what
-`sbatch --signal=USR1@300` sends before a time limit: the trainer checkpoints and exits, the job fails and
-Snakemake's retry resumes) and, in the retry, `scontrol requeue` (preemption with requeue: the job is killed
-and queued again under its id, and resumes from its last periodic checkpoint). The model must still equal the
-local run's, byte for byte.
+While it runs, the training job is interrupted three times, as a cluster does: SIGUSR1 to the job's steps (what
+`sbatch --signal=USR1@300` sends before a time limit: both nodes' trainers checkpoint and exit, the job fails and
+Snakemake's retry resumes); in the retry, `scontrol requeue` (preemption with requeue: the job is killed and
+queued again under its id, and resumes from its last periodic checkpoint); and once that has resumed, the second
+node dies (its slurmd and everything on it killed): the launcher fails naming the node, nothing is written to the
+model folder and SLURM requeues the job (NODE_FAIL). Its requeued run does not get its srun step on this cluster
+(step creation stays "temporarily disabled": Requested nodes are busy), so the test cancels it, brings the node
+back, and Snakemake's retry resumes from the last checkpoint. The model must still equal the local run's, byte
+for byte.
 """
 
 import json
@@ -36,6 +42,7 @@ from tests.test_workflow import smaller_domains
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "tests" / "slurm" / "cluster.sh"
+NODES = ("zsdr-n1", "zsdr-n2")
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 WORKFLOW = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", "schemas", "src", "report",
             "profiles", "envs")
@@ -44,34 +51,39 @@ WORKFLOW = ("Snakefile", "config.yaml", "configs", "rules", "workflow_scripts", 
 # profile groups into one SLURM job.
 TARGETS = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "runs/mini-beta/dpr.trec",
            "stats/mini-alpha.json", "stats/mini-beta.json")
+MODEL = "models/trained/dpr"
 SAME = ("runs/mini-alpha/bm25-flat.trec", "runs/mini-alpha/dpr.trec", "runs/mini-beta/dpr.trec",
-        "models/trained/dpr/model.safetensors", "embeddings/mini-alpha/dpr/shard0-of-2",
+        f"{MODEL}/model.safetensors", "embeddings/mini-alpha/dpr/shard0-of-2",
         "embeddings/mini-alpha/dpr/shard1-of-2", "stats/mini-alpha.json", "stats/mini-beta.json")
 TIMINGS = {"seconds", "docs_per_second"}
 # Two shards of mini-alpha; every mini domain at half its size (as in the smoke mini run: half the texts to
-# index, encode, search and score); the training in two processes, 72 steps of 2 x 32 examples (8 epochs of the
-# 600 training queries: a training long enough to be interrupted twice); a checkpoint every 10 steps (the
-# config's 100 leaves no time to interrupt it between two checkpoints).
-OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10, "processes": 2},
+# index, encode, search and score); the training 72 steps of 2 x 32 examples (8 epochs of the 600 training
+# queries: long enough to be interrupted three times) in two processes: one on each of two nodes on SLURM, two on
+# one node locally; a checkpoint every 10 steps (the config's 100 leaves no time to interrupt it between two).
+OVERLAY = {"dense": {"dataset_shards": {"mini-alpha": 2}}, "training": {"save_every": 10},
            "recipes": {"dpr": {"train": {"epochs": 8}}}}
+ONE_NODE = {"processes": 2, "nodes": 1}
+TWO_NODES = {"processes": 1, "nodes": 2}
 DPR_STEPS = 72
 CHECKPOINTS = "models/.checkpoints/dpr"
 
 
-def _sinfo_ok() -> bool:
+def _sinfo_nodes() -> set[str] | None:
+    """The nodes the SLURM controller knows (None: no controller answers)."""
     if not shutil.which("sinfo"):
-        return False
+        return None
     try:
-        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20).returncode == 0
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
-        return False
+        return None
+    return set(proc.stdout.split()) if proc.returncode == 0 else None
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    """A running one-node SLURM cluster: the one already answering `sinfo`, or one this test installs and
-    starts (root with apt-get) and stops again. The cluster's own configuration applies while it runs
-    (conftest.py points SLURM_CONF at an empty file for the local tests)."""
+    """The running two-node cluster of tests/slurm/cluster.sh: the one already answering `sinfo`, or one this
+    test installs and starts (root with apt-get and namespaces) and stops again. The cluster's own configuration
+    applies while it runs (conftest.py points SLURM_CONF at an empty file for the local tests)."""
     original = os.environ.get("ZSDR_TESTS_SLURM_CONF")
     if original:
         os.environ["SLURM_CONF"] = original
@@ -83,28 +95,44 @@ def slurm_cluster():
         os.environ["SLURM_CONF"] = os.devnull
 
 
+def _cluster_sh(action: str, *args: str, limit: int = 120, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["bash", str(CLUSTER), action, *args], capture_output=True, text=True, timeout=limit)
+    if check:
+        assert proc.returncode == 0, f"cluster.sh {action} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
 def _cluster():
-    if _sinfo_ok():
+    known = _sinfo_nodes()
+    if known is not None:
+        if not set(NODES) <= known:
+            pytest.skip(f"a SLURM cluster of nodes {sorted(known)} answers sinfo: the test needs the two-node "
+                        f"cluster of tests/slurm/cluster.sh (stop the other one to run it)")
         yield "existing"
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("no SLURM cluster answers sinfo, and installing one needs root with apt-get")
-    for action, limit in (("install", 900), ("start", 120)):
-        proc = subprocess.run(["bash", str(CLUSTER), action], capture_output=True, text=True, timeout=limit)
-        assert proc.returncode == 0, f"cluster.sh {action} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        pytest.skip("no SLURM cluster answers sinfo, and starting the two-node one needs root with apt-get")
+    _cluster_sh("install", limit=900)
+    checked = _cluster_sh("check", check=False)
+    if checked.returncode == 3:
+        pytest.skip(checked.stderr.strip().splitlines()[-1])
+    assert checked.returncode == 0, checked.stderr
     try:
+        _cluster_sh("start")
         yield "started"
     finally:
-        subprocess.run(["bash", str(CLUSTER), "stop"], capture_output=True, timeout=60)
+        _cluster_sh("stop", limit=120, check=False)
 
 
-def _copy_workflow(dest: Path) -> Path:
+def _copy_workflow(dest: Path, launch: dict) -> Path:
     dest.mkdir(parents=True)
     for name in WORKFLOW:
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
     domains = yaml.safe_load((ROOT / "config.yaml").read_text())["mini"]["domains"]
-    (dest / "overlay.yaml").write_text(yaml.safe_dump({**OVERLAY, "mini": {"domains": smaller_domains(domains, 2)}}))
+    overlay = {**OVERLAY, "training": {**OVERLAY["training"], **launch},
+               "mini": {"domains": smaller_domains(domains, 2)}}
+    (dest / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     return dest
 
 
@@ -138,6 +166,11 @@ def _running_training() -> str | None:
     return None
 
 
+def _training_step_running(job: str) -> bool:
+    """The training's srun step over both nodes runs (its agents started)."""
+    return any(line.startswith(f"{job}.0 ") for line in _slurm("squeue", "-h", "-s", "-o", "%i %N").splitlines())
+
+
 def _last_checkpoint(workdir: Path) -> int:
     return max(checkpoint_steps(workdir / CHECKPOINTS), default=0)
 
@@ -152,51 +185,107 @@ def _wait_for(condition, what: str, limit: float = 900):
     raise TimeoutError(f"no {what} within {limit} s")
 
 
+def _state(job: str) -> str:
+    return _slurm("squeue", "-h", "-j", job, "-o", "%T").strip()
+
+
+def _release(job: str) -> None:
+    """Slurm holds a requeued job back for a while (BeginTime): let it start again at once."""
+    _wait_for(lambda: _state(job) == "PENDING", "pending requeued job", 180)
+    _slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+
+def _checkpoint_after_resume(workdir: Path, seen: dict) -> int:
+    """The first checkpoint a resumed run writes; the run's rule log so far kept in ``seen`` (the log of the
+    training's next run replaces it)."""
+    start = _last_checkpoint(workdir)
+    step = _wait_for(lambda: (step := _last_checkpoint(workdir)) > start and step, "checkpoint after the resume")
+    seen.setdefault("logs", []).append(_rule_log(workdir))
+    return step
+
+
+def _rule_log(workdir: Path) -> str:
+    path = workdir / "logs" / "train" / "dpr.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
 def _interrupt_training(workdir: Path, seen: dict) -> None:
     """SIGUSR1 to the first training job once it has a checkpoint; `scontrol requeue` of its retry once that
-    one has checkpointed past the step it resumed from. Records what it did (or its error) in ``seen``."""
+    one has checkpointed past the step it resumed from; the second node killed once the requeued job has
+    checkpointed past its own, and started again once SLURM has requeued the job. Records what it did (or its
+    error) in ``seen``."""
     try:
         first = _wait_for(lambda: (job := _running_training()) and _last_checkpoint(workdir) and job,
                           "training job with a checkpoint")
         _slurm("scancel", "--signal=USR1", first)          # the steps only, as --signal=USR1@300 does
         seen["signalled"] = first
-        resumed = _wait_for(lambda: (job := _running_training()) not in (None, first) and job, "retried training")
-        start = _last_checkpoint(workdir)
-        seen["requeue_after"] = _wait_for(lambda: (step := _last_checkpoint(workdir)) > start and step,
-                                          "checkpoint after the resume")
-        _slurm("scontrol", "requeue", resumed)
-        seen["requeued"] = resumed
-        # Slurm holds a requeued job back for a while (BeginTime): let it start again at once.
-        _wait_for(lambda: "PENDING" in _slurm("squeue", "-h", "-j", resumed, "-o", "%T"), "pending requeued job", 120)
-        _slurm("scontrol", "update", f"JobId={resumed}", "StartTime=now")
+        retry = _wait_for(lambda: (job := _running_training()) not in (None, first) and job, "retried training")
+        seen["requeue_after"] = _checkpoint_after_resume(workdir, seen)
+        _slurm("scontrol", "requeue", retry)
+        seen["requeued"] = retry
+        _release(retry)
+        _wait_for(lambda: _running_training() == retry and _training_step_running(retry), "requeued training")
+        seen["kill_after"] = _checkpoint_after_resume(workdir, seen)
+        _cluster_sh("kill-node", NODES[1])
+        seen["killed"] = time.time()
+        # the launcher names the dead node; the controller notices it (SlurmdTimeout), fails the job (NODE_FAIL)
+        # and requeues it
+        seen["logs"].append(_wait_for(lambda: "training step failed" in (text := _rule_log(workdir)) and text,
+                                      "failed training step", 180))
+        _wait_for(lambda: _state(retry) in ("PENDING", "REQUEUED", "REQUEUE_FED"), "requeue after the node failure", 180)
+        # the model folder (Snakemake makes it, empty, before the job runs) and any temporary sibling of it:
+        # nothing in them, the launcher's spec beside them aside
+        model = workdir / MODEL
+        seen["model_after_failure"] = sorted(
+            [str(p.relative_to(workdir)) for p in model.rglob("*")]
+            + [p.name for p in model.parent.glob(f".{model.name}*") if p.name != f".{model.name}.spec.json"])
+        # SLURM's own rerun of the requeued job does not get its step over both nodes here (srun: "step creation
+        # temporarily disabled ... Requested nodes are busy" after the node came back): cancel it, as at a site
+        # that does not requeue jobs that lost a node, and Snakemake's retry reruns the training as a new job
+        _slurm("scancel", retry)
+        _cluster_sh("start-node", NODES[1])
     except Exception as exc:  # reported by the test
         seen["error"] = repr(exc)
 
 
 class _Queue(threading.Thread):
-    """Every job the cluster shows while the test runs, with its last state and CPU count: squeue forgets a
-    finished job after MinJobAge, so the first jobs of a long run may be gone by the time it ends."""
+    """Every job and job step the cluster shows while the test runs, with the job's last state, CPU count and
+    nodes, and the step's nodes and tasks: squeue forgets a finished job after MinJobAge, so the first jobs of
+    a long run may be gone by the time it ends, and a step only shows while it runs."""
 
-    def __init__(self):
+    def __init__(self, rule_log: Path):
         super().__init__(daemon=True)
-        self.jobs: dict[str, tuple[str, str, str]] = {}   # id -> (state, reason, CPUs)
+        self.rule_log = rule_log
+        self.runs: list[str] = []     # the training's rule log of every run (each run's Snakemake replaces it)
+        self.jobs: dict[str, tuple[str, str, str, str, str]] = {}   # id -> (state, reason, CPUs, nodes, node list)
+        self.steps: dict[str, tuple[str, str]] = {}                 # step id -> (node list, tasks)
         self.done = threading.Event()
 
     def poll(self) -> None:
-        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%r|%C"], capture_output=True, text=True,
+        text = self.rule_log.read_text(errors="replace") if self.rule_log.exists() else ""
+        if text and self.runs and text.startswith(self.runs[-1][:200]):
+            self.runs[-1] = text
+        elif text:
+            self.runs.append(text)
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%T|%r|%C|%D|%N"], capture_output=True,
+                             text=True, timeout=60).stdout
+        for line in out.splitlines():
+            job, state, reason, cpus, nodes, nodelist = line.strip().split("|")
+            self.jobs[job] = (state, reason, cpus, nodes, nodelist or self.jobs.get(job, ("",) * 5)[4])
+        out = subprocess.run(["squeue", "-h", "-s", "-o", "%i|%N|%A"], capture_output=True, text=True,
                              timeout=60).stdout
         for line in out.splitlines():
-            job, state, reason, cpus = line.strip().split("|")
-            self.jobs[job] = (state, reason, cpus)
+            step, nodelist, tasks = line.strip().split("|")
+            self.steps[step] = (nodelist, tasks)
 
     def run(self) -> None:
-        while not self.done.wait(2.0):
+        while not self.done.wait(1.0):
             try:
                 self.poll()
             except (subprocess.SubprocessError, ValueError):
                 pass
 
-    def stop(self) -> dict[str, tuple[str, str, str]]:
+    def stop(self) -> dict[str, tuple[str, str, str, str, str]]:
         self.done.set()
         self.join(timeout=60)
         self.poll()
@@ -207,8 +296,11 @@ class _Queue(threading.Thread):
         def order(kv):
             return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", kv[0])]
 
-        return "\n".join(f"{job:>10} {state:<10} {cpus:>4} CPU(s) {reason}"
-                         for job, (state, reason, cpus) in sorted(self.jobs.items(), key=order))
+        jobs = [f"{job:>10} {state:<10} {cpus:>4} CPU(s) {nodes} node(s) {nodelist:<16} {reason}"
+                for job, (state, reason, cpus, nodes, nodelist) in sorted(self.jobs.items(), key=order)]
+        steps = [f"{step:>10} step on {nodelist}, {tasks} task(s)"
+                 for step, (nodelist, tasks) in sorted(self.steps.items(), key=order)]
+        return "\n".join(jobs + steps)
 
 
 def _content(path: Path):
@@ -228,19 +320,55 @@ def _same(a: Path, b: Path) -> bool:
     return _content(a) == _content(b)
 
 
-def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp_path, capsys):
-    local = _copy_workflow(tmp_path / "local")
-    on_slurm = _copy_workflow(tmp_path / "slurm")
+def _largest_difference(a: Path, b: Path) -> float:
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    return max(float((wa[k].double() - wb[k].double()).abs().max()) for k in wa)
+
+
+# A job's Snakemake (wait_for_the_job_on_sigusr1) and the rule's script under it; SIGUSR1 to both, as SLURM signals
+# every process of a job step: the script stands in for a training that checkpoints and exits 128 + 10.
+OUTLIVE = """
+import os, signal, subprocess, sys, time
+from zsdr.workflow import wait_for_the_job_on_sigusr1
+wait_for_the_job_on_sigusr1()
+script = "import signal, sys, time; signal.signal(signal.SIGUSR1, lambda *a: sys.exit(138)); print('ready', flush=True); time.sleep(60)"
+child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()
+os.killpg(0, signal.SIGUSR1)
+sys.exit(child.wait())
+"""
+
+
+def test_a_jobs_snakemake_outlives_sigusr1_until_its_script_ends():
+    """The in-job Snakemake of a one-node job runs in a job step (`srun -n1`), which the time limit's warning
+    (sbatch --signal=USR1@300) signals with the training under it: the Snakemake must wait for the training's
+    checkpoint and fail with its status, not die at once and take the step with it."""
+    proc = subprocess.run([sys.executable, "-c", OUTLIVE], capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert proc.returncode == 138, proc.stderr
+    assert "SIGUSR1 received: waiting for the running job to checkpoint and stop" in proc.stderr
+
+
+def test_slurm_profile_runs_the_mini_slice_on_two_nodes_like_the_local_run(slurm_cluster, tmp_path, capsys):
+    local = _copy_workflow(tmp_path / "local", ONE_NODE)
+    on_slurm = _copy_workflow(tmp_path / "slurm", TWO_NODES)
     _run(["--cores", "2"], local, 900)
     seen: dict = {}
     watcher = threading.Thread(target=_interrupt_training, args=(on_slurm, seen), daemon=True)
     watcher.start()
-    cluster_queue = _Queue()
+    cluster_queue = _Queue(on_slurm / "logs" / "train" / "dpr.log")
     cluster_queue.start()
+    started = time.time()
     log = _run(["--profile", "profiles/slurm", "--slurm-status-command", "squeue",
                 "--slurm-init-seconds-before-status-checks", "2", "--slurm-no-account"], on_slurm, 1500)
+    slurm_seconds = time.time() - started
     watcher.join(timeout=60)
-    assert "error" not in seen and {"signalled", "requeued"} <= seen.keys(), seen
+    states = cluster_queue.stop()
+    queue = cluster_queue.table()
+    assert "error" not in seen and {"signalled", "requeued", "killed"} <= seen.keys(), (seen, queue)
     jobs = {line.split("SLURM jobid ")[1].split()[0] for line in log.splitlines() if "SLURM jobid" in line}
     # the shard encodes: one array (the profile's slurm-array-jobs), each task a job of its own in squeue
     arrays = re.findall(r"Submitted array job with Snakemake IDs \S+ and SLURM job ID (\d+)\. "
@@ -251,27 +379,56 @@ def test_slurm_profile_runs_the_mini_slice_like_the_local_run(slurm_cluster, tmp
     # the two statistics jobs ran as one SLURM job of the profile's `statistics` group, the dense system's
     # one-shard corpora as its group job
     assert "group job statistics" in log.lower() and "group job dense-dpr" in log.lower(), log[-3000:]
-    states = cluster_queue.stop()
-    queue = cluster_queue.table()
     assert jobs <= states.keys(), (jobs, queue)
-    for job in jobs:                                     # the signalled job failed; every other one completed
-        assert states[job][0] == ("FAILED" if job == seen["signalled"] else "COMPLETED"), (job, queue)
-    # the training ran as one job of two processes, with a CPU for each
-    trainings = {seen["signalled"], seen["requeued"]}
-    assert all(states[job][2] == "2" for job in trainings), (trainings, queue)
-    # the signalled job: this Snakemake outlived SIGUSR1, the trainer checkpointed and exited
+    # the signalled job failed, the job that lost a node was cancelled once SLURM had requeued it, and Snakemake's
+    # retry (a job of its own) completed the training; every other job completed
+    after = [job for job in jobs if job not in (seen["signalled"], seen["requeued"]) and states[job][3] == "2"]
+    assert len(after) == 1, (after, queue)
+    for job in jobs:
+        expected = {seen["signalled"]: "FAILED", seen["requeued"]: "CANCELLED"}.get(job, "COMPLETED")
+        assert states[job][0] == expected, (job, after, queue)
+    # the training ran as one job on both nodes, a CPU on each, its step one task on each node
+    trainings = {seen["signalled"], seen["requeued"], *after}
+    for job in trainings:
+        assert states[job][2:] == ("2", "2", "zsdr-n[1-2]"), (job, queue)
+        assert cluster_queue.steps.get(f"{job}.0") == ("zsdr-n[1-2]", "2"), (job, queue)
+    # SLURM's own completion records: the requeued job's every run on both nodes (no slurmdbd: `sacct -c`)
+    records = _slurm("sacct", "-c", "-n", "-P", "-j", ",".join(sorted(trainings, key=int)), "-o",
+                     "JobID,State,NNodes,NodeList")
+    runs = [line.split("|") for line in records.splitlines() if line.strip()]
+    ran = [r for r in runs if r[2] != "0"]        # not the requeued run cancelled while it waited
+    assert ran and all(r[2:] == ["2", "zsdr-n[1-2]"] for r in ran) and ran[-1][1] == "COMPLETED", records
+    assert "NODE_FAIL" in {r[1] for r in runs if r[0] == seen["requeued"]}, records
+    # the signalled job: the trainers on both nodes checkpointed and exited (the signal reaches the job's steps,
+    # not its batch step, where the Snakemake of a multi-node job runs)
     [first_log] = (on_slurm / "logs" / "slurm").rglob(f"{seen['signalled']}.log")
     text = first_log.read_text()
-    assert "SIGUSR1 received: waiting for the running job to checkpoint and stop" in text, text[-3000:]
-    stopped = re.search(r"stopped by SIGUSR1 at step (\d+): checkpoint written", text)
+    stopped = re.search(r"stopped by SIGUSR1 at step (\d+): checkpoint written.* \[2 of 2 processes\]", text)
     assert stopped, text[-3000:]
-    # the requeued run resumed from the checkpoint its first run wrote after resuming from the signal's
-    rule_log = (on_slurm / "logs" / "train" / "dpr.log").read_text()
-    assert re.search(r"launching: .*--nproc_per_node 2 --standalone", rule_log), rule_log[-3000:]
-    resumed = re.search(rf"resuming from \S+ \(step (\d+) of {DPR_STEPS}\)", rule_log)   # 148 at one process
-    assert resumed and int(resumed.group(1)) >= seen["requeue_after"] > int(stopped.group(1)), (seen, rule_log[-2000:])
+    rule_log = "\n".join([*cluster_queue.runs, *seen["logs"]])    # every run's, each replaced by the next
+    # one srun step of a task a node, each a torchrun agent of one process; every rank said where it ran
+    assert re.search(r"launching: srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 .*--nproc_per_node 1 "
+                     r"--nnodes 2 --rdzv_backend c10d --rdzv_endpoint zsdr-n1:", rule_log), rule_log[-3000:]
+    for rank, node in enumerate(NODES):
+        assert f"process {rank} of 2 on {node} (local process 0): global batch 64" in rule_log, rule_log[-3000:]
+    # the dead node: the launcher named it, SLURM requeued the job (NODE_FAIL), nothing reached the model folder
+    assert re.search(rf"training step failed: node {NODES[1]} ", rule_log), rule_log[-4000:]
+    assert seen["model_after_failure"] == [], seen
+    # each run resumed from the checkpoint its predecessor wrote: the signal's, then the periodic ones
+    resumed = [int(s) for s in re.findall(rf"resuming from \S+ \(step (\d+) of {DPR_STEPS}\)", rule_log)]
+    resumed = sorted(set(resumed))          # every process logs it
+    assert len(resumed) >= 3, (resumed, rule_log[-3000:])
+    assert resumed[0] == int(stopped.group(1)), (resumed, stopped.group(0))
+    assert resumed[1] >= seen["requeue_after"] > resumed[0], (seen, resumed)
+    assert resumed[-1] >= seen["kill_after"] > resumed[1], (seen, resumed)
+    # 2 nodes x 1 process trained as 1 node x 2 processes: the same model, byte for byte
+    difference = _largest_difference(local / MODEL, on_slurm / MODEL)
     with capsys.disabled():                      # the cluster's own account of the run, in the test log
-        print(f"\nSLURM jobs of the mini slice ({slurm_cluster} cluster), from squeue:\n{queue}")
+        print(f"\nSLURM jobs of the mini slice ({slurm_cluster} cluster, {slurm_seconds:.0f} s), from squeue:\n"
+              f"{queue}\nsacct -c of the training job:\n{records.strip()}\ntraining resumed at steps {resumed}; "
+              f"after the node failure: Snakemake's retry, job {after[0]}; "
+              f"largest weight difference 2 nodes x 1 vs 1 node x 2 processes: {difference}")
+
     for name in SAME:
         assert (on_slurm / name).exists(), name
         assert _same(local / name, on_slurm / name), f"{name} differs between the local and the SLURM run"

@@ -518,6 +518,44 @@ def test_multi_node_launch_drops_the_executors_one_task_step_variables():
                    "PATH": "/bin", "OMP_NUM_THREADS": "4"}
 
 
+# `sinfo -h -N -n <nodes> -o "%N|%t"` of a controller that sees gpu02 dead (after FAKE_SINFO_AFTER calls).
+FAKE_SINFO = """#!/bin/sh
+n=$(cat "$FAKE_SINFO_CALLS" 2>/dev/null || echo 0); echo $((n + 1)) > "$FAKE_SINFO_CALLS"
+if [ "$n" -lt "$FAKE_SINFO_AFTER" ]; then printf 'gpu01|mix\\ngpu02|mix\\n'; else printf 'gpu01|mix\\ngpu02|down*\\n'; fi
+"""
+
+
+def test_a_failed_step_over_nodes_names_the_node_it_lost(tmp_path, monkeypatch):
+    """A training step over several nodes that fails names the dead node: srun's own "Node failure on" line,
+    else the controller's state of the allocation's nodes, waited for (the other nodes' processes stop at
+    once, the controller marks the dead node a few seconds later); else the tasks srun saw end."""
+    from zsdr.training import recipes
+    from zsdr.training.recipes import step_failure
+
+    ended = "srun: error: gpu01: task 0: Exited with exit code 1\n"
+    message = step_failure("srun: error: Node failure on gpu02\n" + ended, "gpu[01-02]", 1, wait=0)
+    assert message.startswith("training step failed: node gpu02 (node failure) died or stopped answering SLURM; "
+                              "srun: gpu01: task 0: Exited with exit code 1"), message
+    fake = tmp_path / "bin" / "sinfo"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_SINFO)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SINFO_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("FAKE_SINFO_AFTER", "2")
+    monkeypatch.setattr(recipes.time, "sleep", lambda s: None)
+    message = step_failure(ended, "gpu[01-02]", 1, wait=60)
+    assert message.startswith("training step failed: node gpu02 (down*) died or stopped answering SLURM"), message
+    assert (tmp_path / "calls").read_text().strip() == "3"
+    # every node answers: the failure is the tasks' own, named by their nodes
+    (tmp_path / "calls").unlink()
+    monkeypatch.setenv("FAKE_SINFO_AFTER", "1000")
+    monkeypatch.setattr(recipes.time, "monotonic", iter(range(0, 10**6, 30)).__next__)
+    assert step_failure(ended, "gpu[01-02]", 1, wait=60) == (
+        "training step failed (exit status 1) on gpu[01-02]; srun: gpu01: task 0: Exited with exit code 1; the "
+        "processes' checkpoints are kept: the job's retry (or SLURM's requeue) resumes from the last one")
+
+
 FAKE_SRUN = """#!{python}
 # srun on "nodes" of this machine: one copy of the command a task (--ntasks), each told its node, as srun does.
 import json, os, subprocess, sys

@@ -65,6 +65,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -211,6 +212,9 @@ class Trainer:
         attach = getattr(self.task, "attach", None)  # a task's parts that train apart (MoDIR's classifier)
         extra_state = attach(cfg, self.horizon, acc.device) if attach else []
         model, optimizer = acc.prepare(self.task, optimizer)
+        if self.world > 1:   # every process says where it runs: a launch over nodes shows each node's ranks
+            log.info("process %d of %d on %s (local process %s): global batch %d", self.rank, self.world,
+                     socket.gethostname(), os.environ.get("LOCAL_RANK", "0"), self.global_batch)
         acc.register_for_checkpointing(scheduler)
         for obj in extra_state:
             acc.register_for_checkpointing(obj)

@@ -39,10 +39,12 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from zsdr.argtypes import positive_int
@@ -322,7 +324,90 @@ def _launch(spec, processes, nodes, launcher, spec_path, progress, log_file, loo
             signum, line = stop
             log.warning("%s", line)
             raise SystemExit(128 + signum)
+        if nodes > 1 and not launcher:
+            with _outlive_stop_signals():      # the job may be ending around this process (a node failure)
+                nodelist = env.get("SLURM_JOB_NODELIST") or _job_nodes(env.get("SLURM_JOB_ID"))
+                message = step_failure(_log_text(log_file, start), nodelist, rc)
+            log.error("%s", message)
+            raise StepFailed(message)
         raise subprocess.CalledProcessError(rc, cmd)
+
+
+class StepFailed(RuntimeError):
+    """The training step over several nodes failed; the message names the node(s) it lost or the tasks
+    that ended."""
+
+
+# srun's own lines about a step's nodes and tasks (Slurm's wording)
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+_TASK_ENDED = re.compile(r"srun: error: (\S+): tasks? ([\d,\-]+): (.+)")
+# How long a failed multi-node step waits for the controller to say whether one of its nodes died (a node
+# that stops answering is "not responding" after slurmd's ping interval, a fraction of SlurmdTimeout).
+NODE_WAIT = 45.0
+
+
+def _log_text(log_file, start: int) -> str:
+    if not log_file:
+        return ""
+    with open(log_file, "rb") as f:
+        f.seek(start)
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _job_nodes(job: str | None) -> str | None:
+    """The node list of SLURM job ``job`` (``squeue``), where the job's environment does not give it."""
+    if not job or not shutil.which("squeue"):
+        return None
+    try:
+        proc = subprocess.run(["squeue", "-h", "-j", str(job), "-o", "%N"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def lost_nodes(nodelist: str | None) -> dict[str, str] | None:
+    """The allocation's nodes the SLURM controller sees as dead (not responding, down, failing), with their
+    state as `sinfo` prints it (``down*``); None where no controller answers."""
+    if not nodelist or not shutil.which("sinfo"):
+        return None
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%t"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode:
+        return None
+    lost = {}
+    for line in proc.stdout.split():
+        node, _, state = line.partition("|")
+        if state.endswith("*") or state.rstrip("*~#$@^-") in ("down", "fail", "failg", "drain", "drng", "unk"):
+            lost[node] = state
+    return lost
+
+
+def step_failure(text: str, nodelist: str | None, rc: int, wait: float | None = None) -> str:
+    """One line on a failed training step over several nodes: the node(s) it lost (srun's "Node failure on
+    <node>", else the controller's account of the allocation's nodes, waited for up to ``wait`` seconds: a
+    dead node stops the other nodes' processes before the controller marks it), then the tasks srun saw end.
+    """
+    wait = NODE_WAIT if wait is None else wait
+    dead = dict.fromkeys(_NODE_FAILURE.findall(text), "node failure")
+    deadline = time.monotonic() + wait
+    while not dead:
+        found = lost_nodes(nodelist)
+        if found:
+            dead = found
+        if found is None or dead or time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+    tasks = "; ".join(f"{node}: task {task}: {what.strip()}" for node, task, what in _TASK_ENDED.findall(text))
+    if dead:
+        names = ", ".join(f"{node} ({state})" for node, state in dead.items())
+        head = f"training step failed: node {names} died or stopped answering SLURM"
+    else:
+        head = f"training step failed (exit status {rc}) on {nodelist or 'this node'}"
+    return (f"{head}{'; srun: ' + tasks if tasks else ''}; the processes' checkpoints are kept: the job's retry "
+            f"(or SLURM's requeue) resumes from the last one")
 
 
 _STOPPED = re.compile(r"stopped by (SIG[A-Z0-9]+) at step (\d+): ([^\[\n]*?)\s*\[process \d+ of (\d+)\]")
