@@ -431,18 +431,18 @@ def test_paper_config_plans_rmsc_with_the_spec_values(paper_plan):
     targets = ["lotte-writing-test", "lotte-recreation-test", "lotte-science-test", "lotte-technology-test",
                "lotte-lifestyle-test", "trec-covid", "hotpotqa", "fiqa", "webis-touche2020", "nfcorpus", "nq",
                "dbpedia-entity", "scifact", "scidocs", "quora", "fever", "climate-fever", "arguana"]
-    for init, name in (("paper/models/released/condenser", "rmsc-cd"), ("paper/models/pretrained/coco", "rmsc-co")):
+    for init, name in (("paper/models/released/condenser", "rmsc-cd"), ("OpenMatch/cocodr-base", "rmsc-co")):
         for d in targets:
             run = plan[f"{name}@{d}"]
             method = "ict" if d.startswith("lotte") else "scl"
             for part in [f"init {init};", "1 random negative + in-batch negatives of the same (domain, relevance) group",
-                         "(weak negatives from the corpus)", "source-human (qrels)",
+                         "(weak negatives drawn with each pair by its positive's rule)", "source-human (qrels)",
                          f"source-weak ({method}.jsonl, size supervised)", f"target-weak ({method}.jsonl, size supervised)",
                          "soft tokens k 1 ([S]/[T] x [H]/[W], inference [T] x [H]; on msmarco [T] x [H] [X] "
                          "rmsc.source_context)", "batch 64 x 8 process(es)",
                          "adamw lr 1e-05", "warmup 1000; 10,000 steps (max_steps", "max length q64/d256", "fp16",
-                         "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak "
-                         "negatives from the corpus, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
+                         "open choices [X]: weak-set sizes (source-weak supervised, target-weak supervised), weak negatives drawn "
+                         "with each pair by its positive's rule, temperature 1, 10000 steps, warmup 1000, lengths q64/d256, fp16"]:
                 assert part in run, (name, d, part, run)
     for name in ("condenser-rn", "cocodr-rn"):
         assert "no soft tokens" in plan[name] and "source-weak" not in plan[name] and "batch 64 x 8" in plan[name]
@@ -455,7 +455,10 @@ def test_paper_config_plans_rmsc_with_the_spec_values(paper_plan):
     assert len(rmsc_runs) == 2 * 18 + 5 + 2
     lines = re.findall(r"weak pairs of [\w-]+: (.*)", out)
     assert any(x.startswith("ICT: a sentence vs the rest of its document, kept in its context with p 0.1 [X]; "
-                            "at most 502939 pairs [X], 1 per document [X]") for x in lines), lines
+                            "502939 pairs (the labelled set's size [P: comparable]), one per document a pass over a seeded order, "
+                            "as many passes as that needs [X], no pair twice") for x in lines), lines
+    assert all(x.endswith("each with a negative of another document by the positive's rule [X]")
+               for x in lines if not x.startswith("QGen")), lines
     assert any(x.startswith("SCL: two random spans of <= 30 bert-base word pieces (new span p 0.1) [X: COCO-DR's "
                             "spans]") for x in lines), lines
     assert any(x.startswith("QGen: 5 queries per document by BeIR/query-gen-msmarco-t5-base-v1 [X: the generator], "

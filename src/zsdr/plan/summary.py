@@ -13,6 +13,15 @@ from zsdr.plan.resources import Resources
 from zsdr.plan.systems import Systems
 
 
+
+WEAK_NEGATIVES = {
+    "pair": "weak negatives drawn with each pair by its positive's rule",
+    "corpus": "weak negatives from the corpus",
+    "pseudo": "weak negatives from other pairs' positives",
+}
+"""How a mixture's summary line names config `rmsc.weak_negatives` (the schema's enum)."""
+
+
 class Note:
     """Text a job's ``message:`` shows (``{params.summary}``), kept out of what Snakemake compares when it decides
     which jobs to rerun: Snakemake's params check compares plain data (strings, numbers, lists, dicts) and
@@ -119,9 +128,9 @@ class Summaries:
                 f"{x['name']} {x['size']}" for x in spec["sets"] if x.get("size") is not None
             )
             t = spec["train"]
+            weak_negatives = WEAK_NEGATIVES[spec["sets"][0]["negatives"]]
             choices = (
-                f"open choices [X]: weak-set sizes ({sizes or 'all pairs'}), weak negatives from "
-                f"the {spec['sets'][0]['negatives']}, temperature {1 / spec['scale']:g}, "
+                f"open choices [X]: weak-set sizes ({sizes or 'all pairs'}), {weak_negatives}, temperature {1 / spec['scale']:g}, "
                 f"{t['max_steps']} steps, warmup {_warmup(t)}, lengths "
                 f"q{spec['encoder'].get('query_max_length', '-')}/d{spec['encoder'].get('doc_max_length', '-')}, "
                 f"{t['precision']}"
@@ -129,7 +138,7 @@ class Summaries:
             data = (
                 f"loss contrastive x{spec['scale']:g} with 1 random negative + in-batch negatives"
                 f"{' of the same (domain, relevance) group' if spec['group_negatives'] else ''} "
-                f"(weak negatives from the {spec['sets'][0]['negatives']}) over sets {sets}; {tokens}; "
+                f"({weak_negatives}) over sets {sets}; {tokens}; "
                 f"{choices}"
             )
         elif spec.get("negatives"):
