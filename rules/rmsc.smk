@@ -70,7 +70,8 @@ rule train_generator:
 
 rule weak_pairs:
     """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen), and the set's
-    statistics (target size, pairs, distinct, repeats, passes, shortfall: zsdr.training.weak.pair_statistics)."""
+    statistics (target size, pairs, distinct, repeats, passes, shortfall: zsdr.training.weak.pair_statistics).
+    """
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
         # SCL / ICT negatives: documents read by row from the corpus's store

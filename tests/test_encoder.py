@@ -133,6 +133,7 @@ def test_ance_checkpoint_head_is_picked_up(tiny, tmp_path):
 
     folder = tmp_path / "ance"
     shutil.copytree(tiny["roberta"], folder)
+    (folder / ".zsdr-output.json").unlink(missing_ok=True)   # an ANCE checkpoint: not a folder zsdr wrote
     weights = load_file(str(folder / "model.safetensors"))
     g = torch.Generator().manual_seed(0)
     head = {"embeddingHead.weight": torch.randn(32, 32, generator=g), "embeddingHead.bias": torch.randn(32, generator=g),
@@ -299,6 +300,9 @@ def test_config_validation(tiny, tmp_path):
     enc = Encoder.from_pretrained(tiny["bert"], **PLAIN)
     enc.save_pretrained(tmp_path / "m")
     (tmp_path / "m" / "zsdr.json").write_text(json.dumps({"pooling": "max"}))
+    with pytest.raises(DataError, match="not those it was written with"):   # a zsdr-written folder edited by hand
+        Encoder.from_pretrained(tmp_path / "m")
+    (tmp_path / "m" / ".zsdr-output.json").unlink()   # a folder other code wrote: its zsdr.json is checked
     with pytest.raises(DataError, match="zsdr.json"):
         Encoder.from_pretrained(tmp_path / "m")
     with pytest.raises(DataError, match="no such model folder"):

@@ -22,7 +22,7 @@ PACKAGE = SRC / "zsdr"
 LAYERS: list[tuple[str, ...]] = [
     ("zsdr", "zsdr.io", "zsdr.files", "zsdr.argtypes", "zsdr.logs", "zsdr.devices", "zsdr.distributed", "zsdr.warm",
      "zsdr.warm_client"),
-    ("zsdr.data",),
+    ("zsdr.data", "zsdr.provenance"),
     ("zsdr.sparse", "zsdr.models"),
     ("zsdr.losses",),
     ("zsdr.training", "zsdr.pretrain"),

@@ -8,6 +8,7 @@ ends, checks the learning signal (every trained system over the untrained encode
 COCO's span loss) and then builds every paper table."""
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -193,7 +194,12 @@ def test_mini_run_end_to_end_and_no_work_on_rerun(workdir):
         log = [yaml.safe_load(x) for x in (model / "train_log.jsonl").read_text().splitlines()]
         assert all({"loss_source-human", "loss_source-weak", "loss_target-weak"} <= set(r) for r in log)
         assert yaml.safe_load((model / "zsdr.json").read_text())["soft_tokens"]["k"] == 1
-        assert sum(1 for _ in open(workdir / "data" / target / "weak" / f"{method}.jsonl")) == train_queries(workdir)
+        # the weak set: its statistics' count, no pair twice, at least the labelled set's size (what the training's
+        # `size: supervised` draws)
+        weak = workdir / "data" / target / "weak"
+        stats = json.loads((weak / f"{method}.stats.json").read_text())
+        lines = sum(1 for _ in open(weak / f"{method}.jsonl"))
+        assert lines == stats["pairs"] >= train_queries(workdir) and stats["repeats"] == 0, (target, stats)
 
 
 

@@ -64,6 +64,7 @@ SKIP: list[tuple[str, str]] = [
     (r"^make lint$", "reinstalls the dev extras into .venv; tests/test_workflow.py runs the same lint and snakefmt "
                      "checks"),
     (r"^\.venv/bin/pytest\b", "a test module, which the test suite runs itself"),
+    (r"^ZSDR_ACCEPTANCE=1 \.venv/bin/pytest\b", "the opt-in acceptance runs of a test module (minutes on real data)"),
     (r"\bzsdr fetch\b|data/(scifact|msmarco)\b", "downloads a dataset from the internet (or reads one downloaded)"),
     (r"^(\.venv/bin/)?snakemake (-n )?--profile profiles/slurm paper/results/all --configfile configs/paper\.yaml$",
      "submits every paper job to SLURM; tests/test_workflow.py makes exactly this plan (-n, ~40 s of CPU)"),

@@ -424,7 +424,7 @@ def test_check_config_reads_configs_as_the_workflow_does(tmp_path, capsys):
         "zsdr check-config: 2 errors:",
         "config key offlien: unknown key (did you mean 'offline'? allowed at the top level: backbones, berm, bm25, "
         "cluster, cocodr, cross_encoders, datasets, ddr, dense, download, evaluation, mini, mini_zh, mirror, modir, offline, "
-        f"paths, readers, recipes, rmsc, scale, seed, site, statistics, systems, table1, training, warm_start) (set in "
+        f"paths, readers, recipes, regressions, rmsc, scale, seed, site, statistics, systems, table1, training, warm_start) (set in "
         f"{unknown})",
         "config key bm25.k11: unknown key (did you mean 'k1'? allowed at bm25: b, depth, k1, remove_query, rm3, "
         f"threads) (set in {unknown})"]

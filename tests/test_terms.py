@@ -85,19 +85,18 @@ def two_steps(spec: dict) -> list[dict]:
 # relative), with the same code that gave the pinned value elsewhere.
 PINNED_REL = 1e-5
 
-# The values these term combinations gave before the terms were generic (same seeds, same batches).
+# The values these term combinations gave before the terms were generic (same seeds, same batches). The three BERM
+# rows were pinned again when BERM's essential unit became the best one truncation leaves: in this fixture one pair
+# in eight has its essential unit cut off (essential_moved 0.125), so R2, the unit accuracy and the loss moved;
+# the task loss and R1 did not.
 PINNED = {
     "berm": [
-        {"loss": 0.873930037021637, "grad_norm": 5.907727878146698, "accuracy": 0.625, "r1": 0.08504842221736908,
-         "r2": 1.121701717376709, "unit_accuracy": 0.4285714328289032, "task_loss": 0.6767114400863647},
-        {"loss": 0.8473276495933533, "grad_norm": 6.085062383733821, "accuracy": 0.625, "r1": 0.06419272720813751,
-         "r2": 1.1400066614151, "unit_accuracy": 0.5714285969734192, "task_loss": 0.669134259223938},
+        {'loss': 0.8718447685241699, 'grad_norm': 5.745532800839003, 'accuracy': 0.625, 'r1': 0.08504842221736908, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.1008493900299072, 'unit_accuracy': 0.5, 'task_loss': 0.6767114400863647},
+        {'loss': 0.8459377288818359, 'grad_norm': 5.8473310254073025, 'accuracy': 0.625, 'r1': 0.06419272720813751, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.1261076927185059, 'unit_accuracy': 0.5, 'task_loss': 0.669134259223938},
     ],
     "berm_contrastive": [
-        {"loss": 2.8327901363372803, "grad_norm": 6.438524589017163, "accuracy": 0.625, "r1": 0.08504842221736908,
-         "r2": 1.121701717376709, "unit_accuracy": 0.4285714328289032, "task_loss": 2.6355714797973633},
-        {"loss": 2.777163028717041, "grad_norm": 6.7057552028772145, "accuracy": 0.625, "r1": 0.06419272720813751,
-         "r2": 1.1400066614151, "unit_accuracy": 0.5714285969734192, "task_loss": 2.5989696979522705},
+        {'loss': 2.830704927444458, 'grad_norm': 6.277328100107888, 'accuracy': 0.625, 'r1': 0.08504842221736908, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.1008493900299072, 'unit_accuracy': 0.5, 'task_loss': 2.6355714797973633},
+        {'loss': 2.775773286819458, 'grad_norm': 6.487849396326306, 'accuracy': 0.625, 'r1': 0.06419272720813751, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.1261076927185059, 'unit_accuracy': 0.5, 'task_loss': 2.5989696979522705},
     ],
     "modir": [
         {"loss": 3.4580821990966797, "grad_norm": 4.879241975679002, "accuracy": 0.625,
@@ -123,17 +122,8 @@ PINNED = {
          "dro_present_clusters": 4.0, "dro_entropy": 0.7246758937835693, "task_loss": 0.669134259223938},
     ],
     "berm_modir_idro": [
-        {"loss": 7.245057106018066, "grad_norm": 24.649384058693403, "accuracy": 0.375,
-         "dro_max_weight": 0.2667505741119385, "dro_present_clusters": 4.0, "dro_entropy": 1.3842074871063232,
-         "task_loss": 4.463830471038818, "r1": 0.0969771146774292, "r2": 1.1166445016860962,
-         "unit_accuracy": 0.5714285969734192, "local_domain_acc_queries": 0.5, "local_domain_acc_docs": 0.5,
-         "classifier_loss": 0.7179538309574127, "adversarial_loss": 2.781226634979248, "adversarial_lambda": 1.0},
-        {"loss": 3.6177449226379395, "grad_norm": 8.11817740855675, "accuracy": 0.25,
-         "dro_max_weight": 0.25914266705513, "dro_present_clusters": 4.0, "dro_entropy": 1.3857096433639526,
-         "task_loss": 1.2738348245620728, "r1": 0.07267017662525177, "r2": 1.2982298135757446,
-         "unit_accuracy": 0.1428571492433548, "local_domain_acc_queries": 0.5, "local_domain_acc_docs": 0.5,
-         "classifier_loss": 0.6898393332958221, "adversarial_loss": 2.7873947620391846,
-         "adversarial_lambda": 0.8408964152537145},
+        {'loss': 7.245729923248291, 'grad_norm': 24.832380603992938, 'accuracy': 0.375, 'dro_max_weight': 0.2667505741119385, 'dro_present_clusters': 4.0, 'dro_entropy': 1.3842074871063232, 'task_loss': 4.464503288269043, 'r1': 0.0969771146774292, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.1233739852905273, 'unit_accuracy': 0.5, 'local_domain_acc_queries': 0.5, 'local_domain_acc_docs': 0.5, 'classifier_loss': 0.7179538309574127, 'adversarial_loss': 2.781226634979248, 'adversarial_lambda': 1.0},
+        {'loss': 3.618757963180542, 'grad_norm': 8.126305136065302, 'accuracy': 0.25, 'dro_max_weight': 0.25914266705513, 'dro_present_clusters': 4.0, 'dro_entropy': 1.3857096433639526, 'task_loss': 1.2748477458953857, 'r1': 0.07267017662525177, 'no_visible_unit': 0.0, 'essential_moved': 0.125, 'r2': 1.308358907699585, 'unit_accuracy': 0.125, 'local_domain_acc_queries': 0.5, 'local_domain_acc_docs': 0.5, 'classifier_loss': 0.6898393332958221, 'adversarial_loss': 2.7873947620391846, 'adversarial_lambda': 0.8408964152537145},
     ],
 }
 

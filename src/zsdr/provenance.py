@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from zsdr.io import DataError, atomic_write, file_digest
+from zsdr.data.trec_runs import (RUN_SIDECAR_SUFFIX, cached_digest, read_run_provenance,  # noqa: F401
+                                 remove_run_provenance, run_sidecar, write_run_provenance)
 
 log = logging.getLogger(__name__)
 
@@ -39,18 +41,6 @@ UNKNOWN_IDS_MAX = 0.01
 """The largest fraction of a run's distinct document ids that may be missing from the corpus (BEIR runs of
 some public systems name a handful of documents removed from a later corpus release); above it the run
 was made for another corpus."""
-
-RUN_SIDECAR_SUFFIX = ".provenance.json"
-
-_DIGESTS: dict[tuple, str] = {}
-
-
-def _memo_digest(path: Path) -> str:
-    st = path.stat()
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = file_digest(path)
-    return _DIGESTS[key]
 
 
 def _dataset_name(dataset: Path) -> str:
@@ -84,7 +74,7 @@ def corpus_identity(dataset: str | os.PathLike) -> dict:
         docs = int(json.loads((dataset / "dataset.json").read_text(encoding="utf-8"))["docs"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    return {"dataset": _dataset_name(dataset), "docs": docs, "sha256": sha or _memo_digest(corpus)}
+    return {"dataset": _dataset_name(dataset), "docs": docs, "sha256": sha or cached_digest(corpus)}
 
 
 def model_identity(model) -> dict:
@@ -152,42 +142,6 @@ def check_repeated(paths: Sequence[str | os.PathLike], flag: str, what: str) -> 
 
 # ------------------------------------------------------------------------------------------------
 # Runs
-
-
-def run_sidecar(run: str | os.PathLike) -> Path:
-    run = Path(run)
-    return run.with_name(run.name + RUN_SIDECAR_SUFFIX)
-
-
-def write_run_provenance(run: str | os.PathLike, **info) -> None:
-    """Write ``<run>.provenance.json``: ``info`` (``corpus``, ``model``, ``queries``, ...) and the run's
-    SHA-256 (the run is written first)."""
-    run = Path(run)
-    with atomic_write(run_sidecar(run)) as fh:
-        json.dump({"run_sha256": file_digest(run), **info}, fh, indent=1, sort_keys=True, default=str)
-        fh.write("\n")
-
-
-def read_run_provenance(run: str | os.PathLike) -> dict | None:
-    """The sidecar of ``run``, or None: none there, unreadable, or written for other bytes than the run's
-    (a run replaced by another program; logged)."""
-    run, side = Path(run), run_sidecar(run)
-    if not side.is_file() or not run.is_file():
-        return None
-    try:
-        data = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        log.warning("%s is not readable; the run's provenance is not checked", side)
-        return None
-    if not isinstance(data, dict) or data.get("run_sha256") != _memo_digest(run):
-        log.warning("%s describes other bytes than %s (the run was written again since); not used", side, run)
-        return None
-    return data
-
-
-def remove_run_provenance(run: str | os.PathLike) -> None:
-    """Remove a run's sidecar (a run written without provenance must not keep an older run's)."""
-    run_sidecar(run).unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------------------------

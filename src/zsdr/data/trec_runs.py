@@ -3,6 +3,7 @@ writing. (zsdr.data.formats re-exports them.)"""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from zsdr.io import DataError, atomic_write, open_lines, open_raw
+from zsdr.io import DataError, atomic_write, file_digest, open_lines, open_raw
 
 log = logging.getLogger("zsdr.formats")
 
@@ -159,9 +160,7 @@ def write_trec_run(path: str | os.PathLike, run: dict[str, dict[str, float]], ta
                    provenance: dict | None = None) -> None:
     """Write ``{qid: {docid: score}}`` as a TREC run, best first (ties broken by docid), atomically.
     ``provenance`` (the corpus, model, queries it was made from) is written beside it
-    (:func:`zsdr.provenance.write_run_provenance`); without it a sidecar an earlier run left is removed."""
-    from zsdr.provenance import remove_run_provenance, write_run_provenance
-
+    (:func:`write_run_provenance`); without it a sidecar an earlier run left is removed."""
     remove_run_provenance(path)
     with atomic_write(path) as fh:
         for qid in sorted(run):
@@ -170,3 +169,56 @@ def write_trec_run(path: str | os.PathLike, run: dict[str, dict[str, float]], ta
                 fh.write(f"{qid} Q0 {did} {rank} {score:.6f} {tag}\n")
     if provenance is not None:
         write_run_provenance(path, **provenance)
+
+
+# ------------------------------------------------------------------------------------------------
+# A run's provenance sidecar (zsdr.provenance checks it at the joins)
+
+RUN_SIDECAR_SUFFIX = ".provenance.json"
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def cached_digest(path: Path) -> str:
+    """The SHA-256 of a file, computed once per process while its size and time stay the same."""
+    st = path.stat()
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = file_digest(path)
+    return _DIGESTS[key]
+
+
+def run_sidecar(run: str | os.PathLike) -> Path:
+    run = Path(run)
+    return run.with_name(run.name + RUN_SIDECAR_SUFFIX)
+
+
+def write_run_provenance(run: str | os.PathLike, **info) -> None:
+    """Write ``<run>.provenance.json``: ``info`` (``corpus``, ``model``, ``queries``, ...) and the run's
+    SHA-256 (the run is written first)."""
+    run = Path(run)
+    with atomic_write(run_sidecar(run)) as fh:
+        json.dump({"run_sha256": file_digest(run), **info}, fh, indent=1, sort_keys=True, default=str)
+        fh.write("\n")
+
+
+def read_run_provenance(run: str | os.PathLike) -> dict | None:
+    """The sidecar of ``run``, or None: none there, unreadable, or written for other bytes than the run's
+    (a run replaced by another program; logged)."""
+    run, side = Path(run), run_sidecar(run)
+    if not side.is_file() or not run.is_file():
+        return None
+    try:
+        data = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        log.warning("%s is not readable; the run's provenance is not checked", side)
+        return None
+    if not isinstance(data, dict) or data.get("run_sha256") != cached_digest(run):
+        log.warning("%s describes other bytes than %s (the run was written again since); not used", side, run)
+        return None
+    return data
+
+
+def remove_run_provenance(run: str | os.PathLike) -> None:
+    """Remove a run's sidecar (a run written without provenance must not keep an older run's)."""
+    run_sidecar(run).unlink(missing_ok=True)

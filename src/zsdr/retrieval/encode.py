@@ -190,7 +190,7 @@ def recorded_checksums(directory: str | os.PathLike, meta: dict) -> dict | None:
     return None
 
 
-def _mismatch(path: Path, what: str) -> DataError:
+def checksum_mismatch(path: Path, what: str) -> DataError:
     return DataError(path, None, f"the file changed since it was written: {what} differs from the checksum in "
                      "meta.json", REENCODE)
 
@@ -226,7 +226,7 @@ class RowDigest:
         else:
             digest = self.h.hexdigest()
         if digest != self.expected:
-            raise _mismatch(self.path, "its rows' checksum")
+            raise checksum_mismatch(self.path, "its rows' checksum")
 
 
 def _rows_digest(path: Path, algorithm: str, block: int = 1 << 24) -> str:
@@ -267,7 +267,7 @@ def open_embeddings(directory: str | os.PathLike, verify: bool = False) -> tuple
     if verify:
         sums = recorded_checksums(directory, meta)
         if sums is not None and _rows_digest(path, sums.get("algorithm", "sha256")) != sums[EMBEDDINGS]:
-            raise _mismatch(path, "its rows' checksum")
+            raise checksum_mismatch(path, "its rows' checksum")
     return emb, meta
 
 
@@ -278,7 +278,7 @@ def check_ids_file(directory: str | os.PathLike, meta: dict, data: bytes) -> Non
         h = row_hasher(sums.get("algorithm", "sha256"))
         h.update(data)
         if h.hexdigest() != sums[IDS]:
-            raise _mismatch(Path(directory) / IDS, "its checksum")
+            raise checksum_mismatch(Path(directory) / IDS, "its checksum")
 
 
 def read_ids(directory: str | os.PathLike, meta: dict | None = None) -> list[str]:

@@ -285,7 +285,7 @@ def search_blocks(queries: np.ndarray, opened: list[tuple[np.ndarray, dict]], la
 def ids_at(directory: Path, wanted: np.ndarray, count: int, meta: dict | None = None) -> list[str]:
     """The ids on the (sorted, unique) 0-based lines ``wanted`` of a folder's ids.txt, checking its length
     and its checksum (``meta``'s; read when not given), streamed (only the wanted ids are kept)."""
-    from zsdr.retrieval.encode import IDS, REENCODE, _mismatch, read_meta, recorded_checksums, row_hasher
+    from zsdr.retrieval.encode import IDS, REENCODE, checksum_mismatch, read_meta, recorded_checksums, row_hasher
 
     meta = read_meta(directory) if meta is None else meta
     sums = recorded_checksums(directory, meta)
@@ -300,7 +300,7 @@ def ids_at(directory: Path, wanted: np.ndarray, count: int, meta: dict | None = 
                 found.append(line.rstrip(b"\n").decode("utf-8", "replace"))
                 j += 1
     if h is not None and h.hexdigest() != sums[IDS]:
-        raise _mismatch(directory / IDS, "its checksum")
+        raise checksum_mismatch(directory / IDS, "its checksum")
     if n != count:
         raise DataError(directory / IDS, None, f"{n} ids for {count} embeddings", REENCODE)
     return found
