@@ -220,15 +220,20 @@ def test_a_warmup_ratio_is_hugging_faces_ceil_of_the_horizon():
         TrainConfig(batch_size=1, max_steps=50, lr=1.0, warmup_ratio=1.5)
 
 
-def test_a_triples_epoch_visits_every_query_negative_pair_once(tmp_path):
+def write_training_queries(folder, docs: int, queries: int) -> None:
+    """A BEIR folder of ``docs`` documents d0.. and ``queries`` training queries q0.., query qN judging dN."""
     from zsdr.data.formats import BeirWriter
 
-    with BeirWriter(tmp_path / "d") as w:
-        for i in range(12):
+    with BeirWriter(folder) as w:
+        for i in range(docs):
             w.add_doc(f"d{i}", "", f"document {i}")
-        for q in range(3):
+        for q in range(queries):
             w.add_query(f"q{q}", f"query {q}")
             w.add_qrel("train", f"q{q}", f"d{q}", 1)
+
+
+def test_a_triples_epoch_visits_every_query_negative_pair_once(tmp_path):
+    write_training_queries(tmp_path / "d", docs=12, queries=3)
     pools = {"q0": ["d3", "d4"], "q1": ["d5"], "q2": ["d6", "d7", "d8"]}
     negatives = tmp_path / "negatives.jsonl"
     negatives.write_text("".join(json.dumps({"qid": q, "pos": [f"d{i}"], "neg": {"triples": n}}) + "\n"
@@ -249,15 +254,9 @@ def test_query_triples_batches_hold_each_querys_triples_consecutively(tmp_path):
     trainer takes its batches from."""
     from types import SimpleNamespace
 
-    from zsdr.data.formats import BeirWriter
     from zsdr.training.data import epoch_order_of, grouped_epoch_order
 
-    with BeirWriter(tmp_path / "d") as w:
-        for i in range(40):
-            w.add_doc(f"d{i}", "", f"document {i}")
-        for q in range(6):
-            w.add_query(f"q{q}", f"query {q}")
-            w.add_qrel("train", f"q{q}", f"d{q}", 1)
+    write_training_queries(tmp_path / "d", docs=40, queries=6)
     pools = {f"q{q}": [f"d{6 + 5 * q + j}" for j in range(q % 3 + 2)] for q in range(6)}   # 2-4 negatives each
     negatives = tmp_path / "negatives.jsonl"
     negatives.write_text("".join(json.dumps({"qid": q, "pos": [f"d{i}"], "neg": {"ance": n}}) + "\n"
