@@ -20,8 +20,7 @@ rule lucene_index:
         mem_mb=8000,
         runtime=PLAN.work.index_runtime,
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        language=lambda wc: PLAN.datasets.language(wc.dataset),
+        **PLAN.params("lucene_index"),
     script:
         "../workflow_scripts/lucene_index.py"
 
@@ -30,7 +29,7 @@ rule bm25:
     """Top-k BM25 (or BM25+RM3) run of a configured `kind: bm25` system."""
     input:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
-        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.systems.by_name[wc.system]['fields']}",
+        index=lambda wc: f"{INDEXES}/{wc.dataset}/lucene-{PLAN.job('bm25', wc).fields}",
         code=PLAN.code("zsdr.sparse.lucene", "zsdr.data.formats", script="bm25"),
     output:
         f"{RUNS}/{{dataset}}/{{system}}.trec",
@@ -40,22 +39,12 @@ rule bm25:
         system=PLAN.alternation(PLAN.systems.bm25),
     conda:
         "../envs/java.yaml"
-    threads: config["bm25"]["threads"]
+    threads: PLAN.work.bm25_threads
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=PLAN.runtime(120),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        fields=lambda wc: PLAN.systems.by_name[wc.system]["fields"],
-        rm3=lambda wc: (
-            config["bm25"]["rm3"] if PLAN.systems.by_name[wc.system]["rm3"] else None
-        ),
-        language=lambda wc: PLAN.datasets.language(wc.dataset),
-        k1=config["bm25"]["k1"],
-        b=config["bm25"]["b"],
-        depth=config["bm25"]["depth"],
-        remove_query=config["bm25"]["remove_query"],
+        **PLAN.params("bm25"),
     script:
         "../workflow_scripts/bm25.py"

@@ -31,6 +31,8 @@ from zsdr.plan.ddr import build_ddr
 from zsdr.plan.evaluation import build_evaluation
 from zsdr.plan.figures import build_figures
 from zsdr.plan.modir import build_modir
+from zsdr.plan import jobs
+from zsdr.plan.jobs import RuleJob, wildcards_of
 from zsdr.plan.params import Settings
 from zsdr.plan.recipes import build_recipes
 from zsdr.plan.references import build_model_refs
@@ -124,11 +126,34 @@ class Plan:
         if config["offline"]:
             self.refs.check_offline(skip=set(self.regressions.missing_models) - set(self.tables.table1_systems))
         self._jobs: dict[tuple[str, str], Any] = {}
+        self._rule_jobs: dict[tuple[str, tuple[tuple[str, Any], ...]], RuleJob] = {}
         self._qrels_written: set[str] = set()
         self._missing_said: set[str] = set()
 
     # -------------------------------------------------------------------------------- helpers of every rule file
     alternation = staticmethod(alternation)
+
+    def job(self, rule: str, wc: Any = None) -> RuleJob:
+        """The job object of one job of ``rule`` (zsdr.plan.jobs): built once per rule and wildcards."""
+        names = wildcards_of(wc)
+        key = (rule, tuple(sorted(vars(names).items())))
+        if key not in self._rule_jobs:
+            job_class, build = jobs.builder(rule)
+            job = build(self, names)
+            if not isinstance(job, job_class):
+                raise TypeError(f"rule {rule}: its builder returned {type(job).__name__}, not {job_class.__name__}")
+            self._rule_jobs[key] = job
+        return self._rule_jobs[key]
+
+    def params(self, rule: str) -> dict[str, Callable[[Any], Any]]:
+        """A rule's ``params``: one per field of its job object, each read from :meth:`job` of the job's
+        wildcards (``params: **PLAN.params("bm25")``)."""
+        job_class, _ = jobs.builder(rule)
+
+        def field(name: str) -> Callable[[Any], Any]:
+            return lambda wildcards: getattr(self.job(rule, wildcards), name)
+
+        return {name: field(name) for name in job_class.field_names()}
 
     @staticmethod
     def note(text: str) -> Note:
