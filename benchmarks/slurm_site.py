@@ -123,7 +123,9 @@ def _plan(configfiles, target, profile):
             resources=_resources(profile.get("resources")),
             overwrite_resource_scopes=_resources(profile.get("set-resource-scopes")),
         ),
-        config_settings=ConfigSettings(configfiles=[ROOT / c for c in configfiles]),
+        # the bring-your-own sets need not be here to size the site: their jobs are planned anyway
+        config_settings=ConfigSettings(configfiles=[ROOT / c for c in configfiles],
+                                       config={"datasets": {"missing": "plan"}}),
         snakefile=ROOT / "Snakefile",
         workdir=ROOT,
     )

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import ACCEPTANCE
+
 from tests.test_encoder import tiny  # noqa: F401 - a session fixture shared with test_encoder
 from zsdr.data.formats import read_corpus, read_qrels, read_trec_run
 from zsdr.io import DataError
@@ -589,6 +591,7 @@ def test_cli_encode_search_equals_encode_then_search(tiny, tmp_path, capsys):  #
     assert meta["encoder"]["doc_max_length"] == 64 and meta["dtype"] == "float16"
 
 
+@ACCEPTANCE
 @pytest.mark.slow
 @pytest.mark.shared_data
 def test_scifact_minilm_ndcg(shared_data, tmp_path):

@@ -39,6 +39,7 @@ import pytest
 
 from tests.test_workflow import NOISE, snakemake
 from tests.warm_jobs import job_env
+from zsdr.data import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -194,7 +195,21 @@ def workflow_copy(where: Path) -> Path:
         elif source.exists():
             shutil.copy(source, where / name)
     (where / ".venv").symlink_to(BIN.parent, target_is_directory=True)
+    add_licensed_sets(where / "byo")
     return where
+
+
+def add_licensed_sets(byo: Path) -> None:
+    """The four licensed BEIR sets as a site that built them has them (one document, one query, one judgement
+    each): without them a paper-scale plan stops at the first it needs (config datasets.missing), and the
+    documented paper-scale commands are those of such a site."""
+    for dataset in registry.DATASETS:
+        if dataset.public:
+            continue
+        (byo / dataset.name / "qrels").mkdir(parents=True)
+        (byo / dataset.name / "corpus.jsonl").write_text('{"_id": "d1", "title": "", "text": "a document"}\n')
+        (byo / dataset.name / "queries.jsonl").write_text('{"_id": "q1", "text": "a query"}\n')
+        (byo / dataset.name / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
 
 
 def run(line: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import ACCEPTANCE
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +23,7 @@ from test_workflow import planned_jobs, snakemake  # noqa: E402
 from zsdr.data import registry  # noqa: E402
 from zsdr.data.fetch import convert_downloaded  # noqa: E402
 from zsdr.io import DataError  # noqa: E402
-from zsdr.plan.core import load_plan  # noqa: E402
+from zsdr.plan.core import MissingDataset, load_plan  # noqa: E402
 from zsdr.plan.datasets import build_local  # noqa: E402
 from zsdr.regressions.published import BUILTIN, PublishedError, read_all, read_published  # noqa: E402
 from zsdr.regressions.report import FAIL, NOT_RUN, PASS, check, verdict, verdicts, write_report  # noqa: E402
@@ -132,13 +134,18 @@ def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_a
     assert d.remote["example.org/sets/zipped.zip"].as_spec()["md5"] == "0" * 32
     assert d.dataset("zipped").options == {"subdir": "zipped"} and d.language("zipped") == "de"
     assert d.dataset("zipped").splits == ("dev",)
-    # a folder without a corpus: the plan that needs its conversion (a dry run too) says so, in the words the
-    # conversion fails with
+    # a folder without a corpus: the plan that needs its conversion (a dry run too) stops, in the words the
+    # conversion fails with; with datasets.missing: plan it says so once and goes on
     WC.dataset = "lost"
-    assert plan.convert_inputs(WC) == [] and plan.convert_inputs(WC) == []
-    said = capsys.readouterr().err
     with pytest.raises(DataError) as converted:
         convert_downloaded("lost", tmp_path / "downloads", tmp_path / "data" / "lost", dataset=d.dataset("lost"))
+    with pytest.raises(MissingDataset) as stopped:
+        plan.convert_inputs(WC)
+    assert str(stopped.value) == (f"dataset lost is not here: {converted.value} (or plan its jobs anyway, to fail "
+                                  f"when they run: config datasets.missing: plan)")
+    plan.config["datasets"]["missing"] = "plan"
+    assert plan.convert_inputs(WC) == [] and plan.convert_inputs(WC) == []
+    said = capsys.readouterr().err
     assert said == f"dataset lost is not here yet, its convert job will fail: {converted.value}\n"
     assert d.unavailable("lost") == str(converted.value)
     assert "has no local copy" in said and "datasets.local.lost.path" in said
@@ -264,10 +271,6 @@ def test_the_report_and_the_gate(tmp_path):
 
 # nDCG@10 of the seeded one-layer model on the tiny dataset (fp32 on the CPU), measured once
 TINY_NDCG = 0.5073
-
-
-ACCEPTANCE = pytest.mark.skipif(os.environ.get("ZSDR_ACCEPTANCE") != "1",
-                                reason="set ZSDR_ACCEPTANCE=1 (real runs: ~30 CPU-s here, minutes for SciFact)")
 
 
 @ACCEPTANCE

@@ -119,6 +119,9 @@ def test_dry_run_default_config():
 
 PAPER_TARGETS = ("berm", "ddr", "modir", "cocodr", "rmsc")
 
+PLAN_MISSING = ("--config", 'datasets={"missing": "plan"}')
+"""Plan the bring-your-own sets' jobs although they are not here (config datasets.missing)."""
+
 
 @pytest.fixture(scope="module")
 def paper_plan():
@@ -127,7 +130,7 @@ def paper_plan():
     (~30 CPU-s a plan): each paper's own target (`snakemake cocodr`) plans a subset of these jobs, the same
     lines and, for every rule those tests count, the same number of jobs."""
     proc = snakemake("-n", "--forceall", "--profile", "profiles/slurm", "paper/results/all",
-                     "--configfile", "configs/paper.yaml")
+                     "--configfile", "configs/paper.yaml", *PLAN_MISSING)
     assert_quiet(proc)   # (the profile's default resources once made Snakemake warn of a coroutine)
     return proc
 
@@ -201,8 +204,19 @@ def test_paper_plan_with_the_slurm_profile_lists_every_table_and_the_spec_hardwa
 
 
 def test_dry_run_paper_config_plans_every_dataset():
+    # the four bring-your-own sets are not in this checkout: the dry run stops at the first one it needs, in the
+    # words its conversion would fail with, and names the setting that plans it anyway
     proc = snakemake("-n", "data", "--configfile", "configs/paper.yaml", check=False)
+    assert proc.returncode != 0
+    byo = [d.name for d in registry.DATASETS if not d.public]
+    said = re.search(r"MissingDataset: dataset ([\w-]+) is not here: byo/\1/corpus.jsonl: .*not public and was not "
+                     r"provided .*datasets.missing: plan", proc.stdout + proc.stderr)
+    assert said and said.group(1) in byo, (proc.stdout + proc.stderr)[-3000:]
+    proc = snakemake("-n", "data", "--configfile", "configs/paper.yaml", *PLAN_MISSING, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in byo:  # each said once, in the same words
+        assert (proc.stdout + proc.stderr).count(f"dataset {name} is not here yet, its convert job will fail: "
+                                                 f"byo/{name}/") == 1
     jobs = planned_jobs(proc.stdout + proc.stderr)
     public = [d for d in registry.DATASETS if d.public]
     files = {f.local_path for d in registry.DATASETS for f in (*d.files, *d.extras)}
@@ -217,7 +231,8 @@ def test_dry_run_paper_config_plans_every_dataset():
 
 
 def test_paper_config_plans_the_baseline_trainings_with_the_spec_values():
-    proc = snakemake("-n", "--forceall", "paper/results/table1.csv", "--configfile", "configs/paper.yaml")
+    proc = snakemake("-n", "--forceall", "paper/results/table1.csv", "--configfile", "configs/paper.yaml",
+                     *PLAN_MISSING)
     jobs = planned_jobs(proc.stdout)
     # dpr, dpr-inbatch, 3 ANCE episodes, kd, DDR's two DR baselines, DPR+BERM, KD+BERM, 3 ANCE+BERM
     # episodes, DDR's two REMs (on one MS MARCO DAM: table 1 evaluates on BEIR, whose DAMs continue

@@ -46,6 +46,10 @@ from zsdr.plan.trainings import TRAINER_CODE, build_trainings
 from zsdr.plan.work import build_work
 
 
+class MissingDataset(ValueError):
+    """A dataset the plan needs is not here (config `datasets.missing: fail`)."""
+
+
 @dataclass(frozen=True)
 class TrainingJob:
     """Everything a training rule needs for one job: what it trains (``spec``, the trainer's input), how it
@@ -174,12 +178,16 @@ class Plan:
 
     def convert_inputs(self, wc: Any) -> list[str]:
         """A `convert` job's inputs (zsdr.plan.datasets.Datasets.convert_inputs). A dataset whose local folder holds
-        no corpus (a bring-your-own set not provided) is said once by the plan that needs it, dry runs included,
-        in the words its conversion will fail with; the rest of the plan goes on."""
+        no corpus (a bring-your-own set not provided) stops the plan that needs it, dry runs included, in the words
+        its conversion would fail with; with config `datasets.missing: plan` that is said once and the plan goes
+        on (its convert job fails when it runs)."""
         files = self.datasets.convert_inputs(wc)
         if not files and wc.dataset not in self._missing_said:
             reason = self.datasets.unavailable(wc.dataset)
             if reason is not None:
+                if self.config["datasets"]["missing"] == "fail":
+                    raise MissingDataset(f"dataset {wc.dataset} is not here: {reason} (or plan its jobs anyway, "
+                                         f"to fail when they run: config datasets.missing: plan)")
                 self._missing_said.add(wc.dataset)
                 print(f"dataset {wc.dataset} is not here yet, its convert job will fail: {reason}", file=sys.stderr)
         return files
