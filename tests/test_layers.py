@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
 
 # Arrows the order above allows but the design does not: (importer, imported, why). What both sides
 # need lives below both (the training set in zsdr.data.training_set, BERM's unit pooling in
-# zsdr.losses.berm, COCO's span files in zsdr.data.spans, a model folder's check in zsdr.models.checkpoints).
+# zsdr.losses.semantic_units, COCO's span files in zsdr.data.spans, a model folder's check in zsdr.models.checkpoints).
 NEVER: list[tuple[str, str, str]] = [
     ("zsdr.evaluation", "zsdr.training", "evaluation measures models and runs, whatever trained them"),
     ("zsdr.evaluation", "zsdr.pretrain", "evaluation measures models and runs, whatever trained them"),
@@ -244,7 +244,7 @@ def test_the_layers_catch_what_they_should():
     assert layer_of("zsdr.cli") > layer_of("zsdr.workflow") == layer_of("zsdr.plan.core")
     never = {(a, b) for a, b, _ in NEVER}
     assert ("zsdr.evaluation", "zsdr.training") in never and ("zsdr.losses", "zsdr.models") in never
-    assert _under("zsdr.training.berm", "zsdr.training") and not _under("zsdr.trainingx", "zsdr.training")
+    assert _under("zsdr.training.berm_term", "zsdr.training") and not _under("zsdr.trainingx", "zsdr.training")
     assert layer_of("zsdr.losses.coco") < layer_of("zsdr.training.distributed")
     assert layer_of("zsdr.sparse.lucene") == layer_of("zsdr.models.encoder")
     with pytest.raises(AssertionError, match="no layer"):
