@@ -1,7 +1,7 @@
 """The library's layering, read from the source: every ``zsdr`` import (module level and inside
 functions, relative ones resolved) goes down or sideways in :data:`LAYERS`, never along an arrow of
 :data:`NEVER`, names no private (``_name``) symbol of another module, and the imports form no cycle
-(function-level ones included).
+(function-level ones included); and no module is longer than :data:`MAX_LINES` (docs/layout.md).
 """
 
 from __future__ import annotations
@@ -251,3 +251,27 @@ def test_the_layers_catch_what_they_should():
         layer_of("zsdr.somewhere_new")
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# docs/layout.md: "no module over 600 lines: a large topic is a package or a few modules by concern". The rule
+# holds for the library (src/zsdr); tests/, benchmarks/ and workflow_scripts/ are not held to it.
+MAX_LINES = 600
+
+
+def over_max_lines(modules: dict[str, Path], limit: int = MAX_LINES) -> list[str]:
+    """``module: N lines`` for every module of ``modules`` longer than ``limit`` lines (as ``wc -l`` counts)."""
+    counts = {name: len(path.read_text(encoding="utf-8").splitlines()) for name, path in modules.items()}
+    return [f"{name}: {counts[name]} lines" for name, path in modules.items() if counts[name] > limit]
+
+
+def test_no_module_over_the_line_limit():
+    long = over_max_lines(MODULES)
+    assert not long, (f"modules over {MAX_LINES} lines (docs/layout.md: split a large topic into a package or a few "
+                      "modules by concern):\n" + "\n".join(long))
+
+
+def test_the_line_limit_catches_a_long_module(tmp_path):
+    (tmp_path / "short.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    found = over_max_lines({"short": tmp_path / "short.py", "long": tmp_path / "long.py"})
+    assert found == [f"long: {MAX_LINES + 1} lines"]
