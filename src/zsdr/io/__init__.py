@@ -1,5 +1,5 @@
-"""Low-level file helpers shared by every stage, one module per concern; every name is imported from
-``zsdr.io``.
+"""Low-level file helpers shared by every stage, one module per concern; the rest of zsdr imports them from
+``zsdr.io`` (:data:`__all__`).
 
 * :mod:`~zsdr.io.errors`: :class:`DataError`, a bad-input error that names the file, the line and the fix.
 * :mod:`~zsdr.io.readers`: :func:`open_text` (strict UTF-8 text of plain or gzip files, BOM and CRLF
