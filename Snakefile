@@ -82,10 +82,10 @@ if not workflow.config_settings.replace_workflow_config:
     CONFIG_SOURCES = add_paper_configs(config, ROOT, overlays=OVERLAYS)
 expand_recipes(config)
 check_config(config, ROOT / "schemas" / "config.schema.yaml", CONFIG_SOURCES)
-if not workflow.modifier.skip_validation:
-    # the schema file with the loss and term registries laid over it (zsdr.workflow.config_schema): fills
-    # in its defaults, a registered term's section too
-    with_schema_defaults(config, ROOT / "schemas" / "config.schema.yaml")
+# The schema file with the loss and term registries laid over it (zsdr.workflow.config_schema) fills in its
+# defaults, a registered term's section too. Also in a module imported with `skip_validation: True`: that skips
+# Snakemake's validate() calls, but the defaults are part of reading this config (the plan reads their keys).
+with_schema_defaults(config, ROOT / "schemas" / "config.schema.yaml")
 BERM_GRID = expand_berm_grid(config)
 COCODR_SWEEPS = expand_cocodr_sweeps(config)
 

@@ -12,8 +12,8 @@ rule berm_unit_analysis:
         data=lambda wc: PLAN.dataset_marker(wc.dataset),
         code=PLAN.code(
             "zsdr.evaluation.unit_analysis",
-            "zsdr.training.berm",
-            "zsdr.losses.berm",
+            "zsdr.training.berm_term",
+            "zsdr.losses.semantic_units",
             "zsdr.data.units",
             "zsdr.models.encoder",
             "zsdr.data.formats",

@@ -9,10 +9,10 @@ import torch
 from tests.conftest import mini_with_backbones, texts_hidden
 from zsdr.data.units import read_unit_labels, sentence_spans, tokenize_with_units
 from zsdr.io import DataError
-from zsdr.losses.berm import matching_representation, unit_balance, unit_extraction
+from zsdr.losses.semantic_units import matching_representation, unit_balance, unit_extraction
 from zsdr.models.encoder import Encoder
 from zsdr.sparse.unit_bm25 import UnitBM25
-from zsdr.training.berm import BermConfig, BermTerm
+from zsdr.training.berm_term import BermConfig, BermTerm
 from zsdr.training.recipes import run_spec
 from zsdr.training.unit_labels import (gather_labels, label_pairs, label_shard, select_pairs, unit_statistics,
                                       write_statistics)
@@ -236,7 +236,7 @@ def test_the_essential_unit_is_the_best_one_truncation_leaves(mini, tmp_path):
     """BERM's label is the argmax over the units the encoder's maximum length keeps (the official code labels
     the truncated input), recomputed per length from the labels' scores; a passage with no unit left is counted
     (no_visible_unit) and has no target; a changed unit is counted (moved)."""
-    from zsdr.losses.berm import unit_pooling, visible_essential
+    from zsdr.losses.semantic_units import unit_pooling, visible_essential
     from zsdr.training.unit_labels import visible_label_counts
 
     assert visible_essential([1.0, 3.0, 2.0], 1, [0, 2]) == 2 and visible_essential([1.0, 3.0, 2.0], 1, []) == -1

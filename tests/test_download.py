@@ -14,9 +14,10 @@ import pytest
 import requests
 import urllib3
 
+from zsdr.data import archives
 from zsdr.data import download as dl
-from zsdr.data.download import DownloadError, download, extract, fetch_file, resolve_url
-from zsdr.io import DataError
+from zsdr.data.archives import DownloadError, extract
+from zsdr.data.download import download, fetch_file, resolve_url
 from zsdr.io import DataError
 
 PAYLOAD = bytes(range(256)) * 800  # 204,800 bytes
@@ -219,7 +220,7 @@ def test_progress_lines_in_a_log(server, tmp_path, caplog):
         download(f"{server.base}/data/file.bin", tmp_path / "f.bin", progress=True, timeout=5, chunk_size=1000)
     lines = [r.message for r in caplog.records if r.message.startswith("f.bin: ")]
     assert 15 <= len(lines) <= 20, lines
-    assert lines[-1].startswith(f"f.bin: {dl._human(len(PAYLOAD))} of {dl._human(len(PAYLOAD))} (100%)")
+    assert lines[-1].startswith(f"f.bin: {archives.human_bytes(len(PAYLOAD))} of {archives.human_bytes(len(PAYLOAD))} (100%)")
     percents = [int(line.split("(")[1].split("%")[0]) for line in lines]
     assert percents == sorted(percents) and percents[0] <= 10
     # no size from the server: every 250 MB
@@ -470,7 +471,7 @@ def test_a_decompression_bomb_is_refused_before_it_is_written(tmp_path, capsys, 
     with pytest.raises(DownloadError, match="a possible decompression bomb"):
         extract(tgz, tmp_path / "out")
     # a genuine archive past a limit: the variable the message names lets it through
-    monkeypatch.setattr(dl, "RATIO_FLOOR", 2 ** 20)
+    monkeypatch.setattr(archives, "RATIO_FLOOR", 2 ** 20)
     small = _zip(tmp_path / "small.zip", {"zeros": b"\0" * (3 * 2 ** 20)})
     with pytest.raises(DownloadError, match="ZSDR_EXTRACT_MAX_RATIO="):
         extract(small, tmp_path / "out")

@@ -30,7 +30,7 @@ module zsdr:
     snakefile:
         "{snakefile}"
     config:
-        config
+        config{skip}
 
 
 use rule * from zsdr
@@ -49,10 +49,11 @@ def _snakemake(*args, cwd):
     return snakemake(*args, cwd=cwd, check=False)
 
 
-def _module(folder: Path, settings: dict) -> Path:
+def _module(folder: Path, settings: dict, skip_validation: bool = False) -> Path:
     (folder / "zsdr.yaml").write_text(yaml.safe_dump(settings))
     snakefile = folder / "Snakefile"
-    snakefile.write_text(MODULE.format(snakefile=ROOT / "Snakefile"))
+    skip = "\n    skip_validation:\n        True" if skip_validation else ""
+    snakefile.write_text(MODULE.format(snakefile=ROOT / "Snakefile", skip=skip))
     return snakefile
 
 
@@ -67,12 +68,16 @@ def test_plan_from_another_directory_is_the_golden_plan(tmp_path):
     assert all(Path(f).resolve().is_relative_to(ROOT) for f in files)
 
 
-def test_plan_as_a_module_of_another_workflow_is_the_golden_plan(tmp_path, monkeypatch):
-    """... and planning in this process leaves its environment as it was: the Snakefile sets ZSDR_DEBUG and
-    the offline switches for its jobs, which a later `zsdr` call in this process must not inherit."""
+@pytest.mark.parametrize("skip_validation", [False, True], ids=["validated", "skip_validation"])
+def test_plan_as_a_module_of_another_workflow_is_the_golden_plan(tmp_path, monkeypatch, skip_validation):
+    """... also imported with `skip_validation: True` (which skips Snakemake's validate() calls, not the
+    schema's defaults the plan reads); and planning in this process leaves its environment as it was: the
+    Snakefile sets ZSDR_DEBUG and the offline switches for its jobs, which a later `zsdr` call in this process
+    must not inherit."""
     monkeypatch.delenv("ZSDR_DEBUG", raising=False)
     before = dict(os.environ)
-    assert plan("mini", snakefile=_module(tmp_path, {}), workdir=tmp_path) == _golden("mini")
+    snakefile = _module(tmp_path, {}, skip_validation)
+    assert plan("mini", snakefile=snakefile, workdir=tmp_path) == _golden("mini")
     assert dict(os.environ) == before
 
 

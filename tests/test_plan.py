@@ -167,7 +167,7 @@ def test_code_inputs_follow_a_recipes_terms(mini, tree):
 
     assert "src/zsdr/losses/margin_mse.py" in files("kd")
     assert "src/zsdr/losses/margin_mse.py" not in files("dpr")
-    assert "src/zsdr/losses/berm.py" in files("kd-berm") and "src/zsdr/losses/berm.py" not in files("kd")
+    assert "src/zsdr/losses/semantic_units.py" in files("kd-berm") and "src/zsdr/losses/semantic_units.py" not in files("kd")
     assert mini.trainings.recipe_code("kd").startswith(f"{STAMPS}/train-")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from zsdr.plan.code import import_closure
+from zsdr.plan.imports import import_closure
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,11 +150,11 @@ def test_a_new_submodule_is_seen_on_the_next_call(tree):
 
 def _new_process(monkeypatch):
     """This module's state as a new planner process starts with: nothing parsed or memoised."""
-    from zsdr.plan import code
+    from zsdr.plan import imports
 
     for memo in ("_parsed", "_closures", "_imports_caches", "_digests"):
-        monkeypatch.setattr(code, memo, {})
-    return code
+        monkeypatch.setattr(imports, memo, {})
+    return imports
 
 
 def test_the_next_process_reads_the_imports_from_disk_and_parses_only_what_changed(tree, monkeypatch):
@@ -165,7 +165,7 @@ def test_the_next_process_reads_the_imports_from_disk_and_parses_only_what_chang
     first = closure(tree, "fake.cli")
     cache = tree / ".cache" / "plan-imports.json"
     assert cache.is_file() and len(__import__("json").loads(cache.read_text())["files"]) >= 5
-    code = _new_process(monkeypatch)
+    imports = _new_process(monkeypatch)
     parsed: list[str] = []
 
     def counted(data, filename):
@@ -174,14 +174,14 @@ def test_the_next_process_reads_the_imports_from_disk_and_parses_only_what_chang
 
     spy = types.SimpleNamespace(**{name: getattr(ast, name) for name in dir(ast) if not name.startswith("__")})
     spy.parse = counted
-    monkeypatch.setattr(code, "ast", spy)   # the module's own ast, counting its parses
+    monkeypatch.setattr(imports, "ast", spy)   # the module's own ast, counting its parses
     assert closure(tree, "fake.cli") == first and parsed == []
     _rewrite(tree / "src/fake/core/util.py", "import json\nimport fake.core.heavy\n")
-    code = _new_process(monkeypatch)
+    imports = _new_process(monkeypatch)
     assert closure(tree, "fake.cli") == sorted([*first, "core/heavy.py"])
     assert sorted(parsed) == [str(tree / "src/fake/core" / f) for f in ("heavy.py", "util.py")]  # edited, newly reached
     cache.write_text('{"version": 1, "files": {')
-    code = _new_process(monkeypatch)
+    imports = _new_process(monkeypatch)
     assert closure(tree, "fake.cli") == sorted([*first, "core/heavy.py"]) and len(parsed) > 1
 
 

@@ -110,7 +110,8 @@ def cmd_mini(args) -> int:
 def cmd_hparams(args) -> int:
     """The hyperparameter card of a config (zsdr.plan.card): every training's effective numbers and every
     dense system's inference lengths per dataset, as the workflow would run them."""
-    from zsdr.plan.card import Reference, inference_rows, markdown, training_rows
+    from zsdr.plan.card import inference_rows, training_rows
+    from zsdr.plan.card_page import Reference, markdown
     from zsdr.plan.core import load_plan
     import yaml
 

@@ -193,7 +193,7 @@ REFERENCE = Path("docs") / "methods" / "reference.yaml"
 
 def render_card(scale: str, root: Path = Path(".")) -> str:
     """The hyperparameter card of ``configs/<scale>.yaml`` (the paper's with the official values beside)."""
-    from zsdr.plan.card import Reference, markdown
+    from zsdr.plan.card_page import Reference, markdown
     from zsdr.plan.core import load_plan
 
     plan = load_plan(root, root / "configs" / f"{scale}.yaml")

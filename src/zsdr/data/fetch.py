@@ -77,7 +77,8 @@ def _convert_locked(ds: registry.Dataset, downloads: str | Path, out: Path, byo:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         scratch = temp_sibling(out, is_dir=True, kind="raw")
         try:
-            from zsdr.data.download import extract, verify_recorded
+            from zsdr.data.archives import extract
+            from zsdr.data.download import verify_recorded
 
             for f in ds.files:
                 verify_recorded(Path(downloads) / f.local_path)   # damaged since it was downloaded: refuse

@@ -97,7 +97,7 @@ def read_unit_labels(path: str | os.PathLike
     (one JSON line per training pair: ``{"qid", "pid", "units": [[start, end], ...], "essential": k,
     "scores": [h_1, ...], ...}``, ``k`` = -1: no essential unit). ``scores`` (the matching scores the
     essential unit is the argmax of) let training pick the essential unit among the units its maximum
-    length keeps (:func:`zsdr.losses.berm.visible_essential`); a file without them keeps ``k``."""
+    length keeps (:func:`zsdr.losses.semantic_units.visible_essential`); a file without them keeps ``k``."""
     out = {}
     for line, obj in iter_jsonl(path):
         try:

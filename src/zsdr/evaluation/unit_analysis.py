@@ -4,7 +4,7 @@ On the labelled test pairs of a dataset (the labelling stage's ``labels.jsonl``:
 ``(qid, pid)`` with the passage's sentence units and its essential unit, see
 :mod:`zsdr.training.unit_labels`) the encoder embeds the query (``t_q``), the passage (``t_p``) and
 every unit of the passage (``e_i``: the mean of the last-layer token states over exactly the unit's
-tokens, pooled by :func:`zsdr.losses.berm.unit_pooling`, as in training; ``t_q`` and ``t_p`` times
+tokens, pooled by :func:`zsdr.losses.semantic_units.unit_pooling`, as in training; ``t_q`` and ``t_p`` times
 the square root of the system's inverse temperature, as the loss term scales them). Per pair:
 
 * ``unit_variance`` (Table 5, R1 balance; lower = more balanced): the population variance over the
@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from zsdr.data.formats import find_file, iter_records, read_queries
 from zsdr.data.units import read_unit_labels
 from zsdr.io import DataError, atomic_write
-from zsdr.losses.berm import matching_representation, scaled, unit_pooling, unit_scores, unit_vectors
+from zsdr.losses.semantic_units import matching_representation, scaled, unit_pooling, unit_scores, unit_vectors
 from zsdr.models.encoder import Encoder, load_encoder, resolve_device
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
     :class:`zsdr.models.encoder.EncoderConfig` ``encoder_options`` override (a system's settings, as the
     encode jobs pass them), or an :class:`zsdr.models.encoder.Encoder` (no options). ``scale``: the
     inverse temperature the model was trained with; ``t_q`` and ``t_p`` are scaled by its square root
-    as BERM's loss term scales them (:func:`zsdr.losses.berm.scaled`)."""
+    as BERM's loss term scales them (:func:`zsdr.losses.semantic_units.scaled`)."""
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     dataset = Path(dataset)

@@ -105,7 +105,7 @@ def _inside(target: Path, scratch: Path) -> bool:
 def _unpacked(source: str | os.PathLike, scratch: Path) -> Path:
     """``source`` itself when it is a folder, else the zip or tar archive extracted (safely: no member outside
     ``scratch``, no links) into ``scratch``."""
-    from zsdr.data.download import ExpansionLimit   # (its network modules: imported only to unpack)
+    from zsdr.data.archives import ExpansionLimit
 
     source = Path(source)
     if source.is_dir():

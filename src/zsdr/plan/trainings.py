@@ -423,7 +423,7 @@ class Trainings:
         r = self.recipes.by_name[self.recipes.runs[run][0]]
         mods = [*TRAINER_CODE, LOSS_MODULES[r["loss"]]]
         if r.get("berm"):
-            mods += ["zsdr.training.berm", "zsdr.losses.berm", "zsdr.data.units"]
+            mods += ["zsdr.training.berm_term", "zsdr.losses.semantic_units", "zsdr.data.units"]
         if r.get("modir"):
             mods += ["zsdr.training.modir", "zsdr.losses.adversarial", "zsdr.models.heads"]
         if r.get("dro"):

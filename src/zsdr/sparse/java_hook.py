@@ -84,13 +84,13 @@ def prepare_jvm() -> str | None | bool:
         return False
     if jnius_config.vm_running:
         return False
-    from zsdr.sparse import lucene
+    from zsdr.sparse import jvm
 
     try:
-        home = lucene.java_home(prefer_env=True)
-    except lucene.LuceneUnavailable:
+        home = jvm.java_home(prefer_env=True)
+    except jvm.LuceneUnavailable:
         return False
-    jnius_config.set_options(*lucene.runtime_options(home, jnius_config.get_options()))
+    jnius_config.set_options(*jvm.runtime_options(home, jnius_config.get_options()))
     saved = os.environ.get("JAVA_HOME")
     os.environ["JAVA_HOME"] = str(home)
     return saved

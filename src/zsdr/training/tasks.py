@@ -16,7 +16,7 @@ The task holds no loss-specific code: the loss checks the training set, adds its
 batch and computes itself from the encoded batch.
 
 Loss terms (:mod:`zsdr.training.terms`) compose with any of them, in the order given: an
-additive term (BERM's :class:`~zsdr.training.berm.BermTerm`, MoDIR's
+additive term (BERM's :class:`~zsdr.training.berm_term.BermTerm`, MoDIR's
 :class:`~zsdr.training.modir.ModirTerm`) adds its loss, and each logs ``task_loss``, the loss before
 its addition; at most one reducing term (COCO-DR's iDRO or GroupDRO,
 :class:`~zsdr.training.idro.DroTerm`, ``pairwise_nll`` only) replaces the mean over the queries

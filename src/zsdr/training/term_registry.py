@@ -16,7 +16,7 @@ of the term's dataclass, with its defaults (tests/test_terms.py).
 from __future__ import annotations
 
 TERMS: dict[str, str] = {
-    "berm": "zsdr.training.berm:BermTerm",
+    "berm": "zsdr.training.berm_term:BermTerm",
     "modir": "zsdr.training.modir:ModirTerm",
     "dro": "zsdr.training.idro:DroTerm",
 }

@@ -18,7 +18,7 @@ Output, one JSON line per pair: ``{"qid", "pid", "units": [[start, end], ...] (c
 passage text), "bm25": [...], "reader": [...] | null, "scores": [h_i, ...], "essential": k}``
 (``k = -1``: no unit). ``k`` is the argmax over all the units of the passage; training takes the
 argmax of ``scores`` over the units its maximum length keeps (BERM's official code labels the
-truncated input: :func:`zsdr.losses.berm.visible_essential`), so the label follows each recipe's
+truncated input: :func:`zsdr.losses.semantic_units.visible_essential`), so the label follows each recipe's
 length and a pair whose units are all truncated away is counted (:func:`visible_label_counts`).
 """
 
@@ -133,9 +133,9 @@ def visible_label_counts(dataset: str | os.PathLike, labels: str | os.PathLike, 
     """How the labels of ``labels`` (pairs of ``dataset``) fare at ``encoder``'s document length: of the
     pairs with an essential unit, how many keep no unit after truncation (``no_visible_unit``) and how many
     have another essential unit among the units kept than over the full text (``moved``), with shares.
-    The same rule as training (:func:`zsdr.losses.berm.unit_pooling`); no model is run."""
+    The same rule as training (:func:`zsdr.losses.semantic_units.unit_pooling`); no model is run."""
     from zsdr.data.units import read_unit_labels
-    from zsdr.losses.berm import unit_pooling
+    from zsdr.losses.semantic_units import unit_pooling
 
     corpus = ById(open_current(dataset)[0])
     labelled = read_unit_labels(labels)

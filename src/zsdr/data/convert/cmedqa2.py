@@ -80,7 +80,7 @@ def convert_cmedqa2(raw: str | os.PathLike, out: str | os.PathLike) -> BeirCount
             if scratch is None:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 scratch = temp_sibling(out, is_dir=True, kind="cmedqa2")
-            from zsdr.data.download import extract
+            from zsdr.data.archives import extract
 
             unpacked = extract(archive, scratch / archive.stem)
             found = [p for p in unpacked.rglob("*") if p.is_file() and p.name == name] or \

@@ -109,7 +109,7 @@ def triples_to_beir(path: str | os.PathLike, out: str | os.PathLike, limit: int 
     ``triples.train.small.tar.gz`` download, the mini source's ``triples.train.tsv``); writes
     ``out/dataset.json`` last.
     """
-    from zsdr.data.download import extract
+    from zsdr.data.archives import extract
 
     path, out = Path(path), Path(out)
     if not path.is_file():

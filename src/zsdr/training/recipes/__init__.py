@@ -14,7 +14,7 @@ fields; ``schedule_offset`` places an ANCE episode inside one run-wide schedule)
 recipe's, else ``training.dropout``; null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
 ``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
 overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
-term, :class:`zsdr.training.berm.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
+term, :class:`zsdr.training.berm_term.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
 ``double_softmax``, ``r1_reduction``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
 ``triples`` and ``target`` plus the classifier and loss settings), ``dro`` (COCO-DR's iDRO or the
 GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.training.idro.DroConfig`:

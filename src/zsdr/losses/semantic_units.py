@@ -13,7 +13,7 @@ contributes nothing; the means run over the passages that do contribute.
   also sums over the passages it reached and divides by their number + 1, skipping the last passage
   of a batch: a factor ``(B - 1) / B`` on a batch of ``B`` that this mean over passages leaves out.)
 * :func:`matching_representation`: ``m = GELU(t_q ⊙ t_p+)``.
-* The inputs, shared by the training term (:class:`zsdr.training.berm.BermTerm`) and the unit
+* The inputs, shared by the training term (:class:`zsdr.training.berm_term.BermTerm`) and the unit
   analyses (:mod:`zsdr.evaluation.unit_analysis`): :func:`unit_pooling` (each unit's pooling weights
   over the document batch's tokens, the mask and the essential-unit targets), :func:`unit_vectors`
   (``e_i``: the mean of the last-layer token states over exactly the unit's tokens) and

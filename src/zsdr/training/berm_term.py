@@ -8,7 +8,7 @@ Labels come from the labelling stage (:mod:`zsdr.training.unit_labels`): one JSO
 training pair ``{"qid", "pid", "units": [[start, end], ...], "essential": k, ...}`` with character
 spans into the passage text. A pair without a label still gets R1 (its units are segmented on the
 fly) but no R2. Unit vectors ``e_i`` are the mean of the last-layer token states over exactly the
-unit's tokens (:func:`zsdr.losses.berm.unit_pooling`, :func:`zsdr.data.units.tokenize_with_units`),
+unit's tokens (:func:`zsdr.losses.semantic_units.unit_pooling`, :func:`zsdr.data.units.tokenize_with_units`),
 no projection head; ``t_p`` and
 ``t_q`` are the vectors whose dot product is the model's relevance logit: the encoder's (pooled,
 headed) vectors times ``sqrt(scale)``. With the papers' dot products (``scale`` 1) these are the
@@ -25,7 +25,7 @@ from typing import Sequence
 import torch
 
 from zsdr.data.units import read_unit_labels
-from zsdr.losses.berm import scaled, unit_pooling, unit_vectors
+from zsdr.losses.semantic_units import scaled, unit_pooling, unit_vectors
 from zsdr.training.sections import section_from_dict
 from zsdr.training.terms import AdditiveTerm, Encoded, Sampled
 
@@ -42,7 +42,7 @@ class BermConfig:
     scale: float = 1.0               # the recipe's inverse temperature (see the module docstring)
 
     def __post_init__(self):
-        from zsdr.losses.berm import R1_REDUCTIONS
+        from zsdr.losses.semantic_units import R1_REDUCTIONS
 
         if self.r1_reduction not in R1_REDUCTIONS:
             raise ValueError(f"berm.r1_reduction: {self.r1_reduction!r} is not one of {', '.join(R1_REDUCTIONS)} "
@@ -89,7 +89,7 @@ class BermTerm(AdditiveTerm):
     def loss(self, queries: torch.Tensor, passages: torch.Tensor, hidden: torch.Tensor,
              batch: dict) -> tuple[torch.Tensor, dict]:
         """``(r1_weight · R1 + r2_weight · R2, logs)`` for the positives' vectors and token states."""
-        from zsdr.losses.berm import matching_representation, unit_accuracy, unit_balance, unit_extraction
+        from zsdr.losses.semantic_units import matching_representation, unit_accuracy, unit_balance, unit_extraction
 
         cfg = self.config
         queries, passages = scaled(queries, cfg.scale), scaled(passages, cfg.scale)
