@@ -161,7 +161,8 @@ rule all_results:
     """`results/all`: every table and figure of every paper with its SHA-256, in `sha256sum` format
     (`sha256sum -c results/all` checks a regeneration against it)."""
     input:
-        rules.tables.input,
+        files=rules.tables.input,
+        code=PLAN.code("zsdr.tables.manifest", script="manifest"),
     output:
         f"{RESULTS}/all",
     log:
