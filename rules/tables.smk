@@ -197,7 +197,9 @@ rule ddr_figure4:
         metrics=[p["metrics"] for p in PLAN.job("ddr_figure4").points],
         baseline=list(PLAN.job("ddr_figure4").baseline.values()),
         dams=[
-            f for m in PLAN.job("ddr_figure4").dams.values() for f in PLAN.refs.model_files(m)
+            f
+            for m in PLAN.job("ddr_figure4").dams.values()
+            for f in PLAN.refs.model_files(m)
         ],
         code=PLAN.code(
             "zsdr.tables.ddr_figures", "zsdr.tables.figures", script="ddr_figure4"
