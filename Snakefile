@@ -42,7 +42,6 @@ from zsdr.workflow import (
     expand_cocodr_sweeps,
     expand_recipes,
     load_yaml,
-    system_papers,
     update_config,
     workdir_overlays,
 )

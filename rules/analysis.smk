@@ -29,15 +29,10 @@ rule berm_unit_analysis:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        meta=lambda wc: {"dataset": wc.dataset, "system": wc.system},
-        scale=lambda wc: PLAN.systems.system_scale(wc.system),
-        dense=PLAN.dense_settings,
+        **PLAN.params("berm_unit_analysis"),
     script:
         "../workflow_scripts/berm_unit_analysis.py"

@@ -33,14 +33,7 @@ rule table1:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        systems=PLAN.tables.table1_labels(),
-        baselines=PLAN.tables.table1_baselines,
-        papers=system_papers(ROOT, PLAN.tables.table1_systems),
-        datasets=PLAN.datasets.evaluated,
-        source=PLAN.datasets.source,
-        metric=config["table1"]["metric"],
-        significance=config["evaluation"]["significance"],
-        scale=config["scale"],
+        **PLAN.params("table1"),
     script:
         "../workflow_scripts/table1.py"
 
@@ -62,10 +55,7 @@ rule model_cards:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        cards=PLAN.settings(PLAN.tables.model_cards),
-        metric=config["table1"]["metric"],
-        scale=config["scale"],
-        source=PLAN.datasets.source,
+        **PLAN.params("model_cards"),
     script:
         "../workflow_scripts/model_cards.py"
 
@@ -84,8 +74,9 @@ rule paper_table:
         ],
         spec=PLAN.tables.table_inputs,
         rems=lambda wc: [
-            f"{m}/config.json"
+            f
             for m in PLAN.tables.rem_models((wc.paper, int(wc.n))).values()
+            for f in PLAN.refs.model_files(m)
         ],
         code=PLAN.code(
             "zsdr.tables", "zsdr.evaluation.significance", script="paper_table"
@@ -111,18 +102,7 @@ rule paper_table:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        paper=lambda wc: wc.paper,
-        table=lambda wc: int(wc.n),
-        scale=config["scale"],
-        datasets_override=lambda wc: PLAN.tables.override((wc.paper, int(wc.n))),
-        available_datasets=PLAN.tables.available_datasets,
-        produced_systems=sorted(PLAN.systems.by_name),
-        splits=config["datasets"]["eval_splits"],
-        significance=config["evaluation"]["significance"],
-        rem_files=lambda wc: {
-            k: f"{m}/rem/rem.json"
-            for k, m in PLAN.tables.rem_models((wc.paper, int(wc.n))).items()
-        },
+        **PLAN.params("paper_table"),
     script:
         "../workflow_scripts/paper_table.py"
 
@@ -159,9 +139,7 @@ rule paper_figure:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        paper=lambda wc: wc.paper,
-        figure=lambda wc: int(wc.n),
-        scale=config["scale"],
+        **PLAN.params("paper_figure"),
     script:
         "../workflow_scripts/paper_figure.py"
 
@@ -183,7 +161,8 @@ rule all_results:
     """`results/all`: every table and figure of every paper with its SHA-256, in `sha256sum` format
     (`sha256sum -c results/all` checks a regeneration against it)."""
     input:
-        rules.tables.input,
+        files=rules.tables.input,
+        code=PLAN.code("zsdr.tables.manifest", script="manifest"),
     output:
         f"{RESULTS}/all",
     log:
@@ -215,14 +194,12 @@ rule ddr:
 rule ddr_figure4:
     """DDR Figure 4: R@1000 on each target vs the target DAM's training time (REM on DAM snapshots)."""
     input:
-        metrics=[p["metrics"] for p in PLAN.figures.figure4_points()],
-        baseline=[
-            f"{METRICS}/{d}/{PLAN.ddr.figure4['baseline']}.json"
-            for d in PLAN.ddr.figure4_datasets
-        ],
+        metrics=[p["metrics"] for p in PLAN.job("ddr_figure4").points],
+        baseline=list(PLAN.job("ddr_figure4").baseline.values()),
         dams=[
-            f"{MODELS}/dams/{PLAN.ddr.figure4_dam(d)}/config.json"
-            for d in PLAN.ddr.figure4_datasets
+            f
+            for m in PLAN.job("ddr_figure4").dams.values()
+            for f in PLAN.refs.model_files(m)
         ],
         code=PLAN.code(
             "zsdr.tables.ddr_figures", "zsdr.tables.figures", script="ddr_figure4"
@@ -245,26 +222,7 @@ rule ddr_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.figures.figure4_points(),
-        dams={
-            d: f"{MODELS}/dams/{PLAN.ddr.figure4_dam(d)}"
-            for d in PLAN.ddr.figure4_datasets
-        },
-        baseline={
-            d: f"{METRICS}/{d}/{PLAN.ddr.figure4['baseline']}.json"
-            for d in PLAN.ddr.figure4_datasets
-        },
-        labels={
-            "system": PLAN.ddr.figure4["system"],
-            "baseline": PLAN.ddr.figure4["baseline"],
-        },
-        metric=PLAN.ddr.figure4["metric"],
-        devices={
-            d: max(PLAN.recipes.training["gpus"], 1)
-            * PLAN.recipes.launch_settings(PLAN.ddr.dam_settings(d))["processes"]
-            for d in PLAN.ddr.figure4_datasets
-        },
-        scale=config["scale"],
+        **PLAN.params("ddr_figure4"),
     script:
         "../workflow_scripts/ddr_figure4.py"
 
@@ -294,9 +252,7 @@ rule berm_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.figures.berm_grid_points(),
-        metric=config["table1"]["metric"],
-        scale=config["scale"],
+        **PLAN.params("berm_figure4"),
     script:
         "../workflow_scripts/berm_figure4.py"
 
@@ -305,10 +261,9 @@ rule berm_figure5:
     """BERM Figure 5: t-SNE of source and target passages under DPR and DPR+BERM."""
     input:
         models=[
-            PLAN.refs.model_files(PLAN.systems.by_name[s]["model"])
-            for s in PLAN.berm.section["analysis"]["tsne_models"]
+            PLAN.refs.model_files(m) for m in PLAN.job("berm_figure5").models.values()
         ],
-        data=[f"{d}/dataset.json" for d in PLAN.berm.tsne_domains().values()],
+        data=[f"{d}/dataset.json" for d in PLAN.job("berm_figure5").domains.values()],
         code=PLAN.code(
             "zsdr.evaluation.tsne",
             "zsdr.models.encoder",
@@ -330,22 +285,10 @@ rule berm_figure5:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        models={
-            s: PLAN.systems.by_name[s]["model"]
-            for s in PLAN.berm.section["analysis"]["tsne_models"]
-        },
-        options={
-            s: PLAN.systems.encoder_options(s)
-            for s in PLAN.berm.section["analysis"]["tsne_models"]
-        },
-        domains=PLAN.berm.tsne_domains(),
-        points=PLAN.berm.section["analysis"]["tsne_points"],
-        seed=config["seed"],
-        device=config["dense"]["device"],
-        batch_size=config["dense"]["batch_size"],
+        **PLAN.params("berm_figure5"),
     script:
         "../workflow_scripts/berm_figure5.py"

@@ -706,3 +706,59 @@ def test_the_readme_has_its_table_between_the_markers():
     shown = rt.readme_values(Path(__file__).resolve().parents[1] / "README.md")
     assert len(shown) >= 20 and set(next(iter(shown.values()))) == {"mini-source (dev)", "mini-alpha", "mini-beta",
                                                                      "target mean"}
+
+
+def test_write_table1_is_table1_of_the_significance_settings_under_its_scale_title(tmp_path):
+    """The table1 job's one call: the same bytes as building and writing the table by hand, the significance
+    settings (config evaluation.significance) reaching the test, and the title naming the scale and metric."""
+    from zsdr.tables.table1 import write_table1
+
+    files, systems, datasets = table1_case(tmp_path)
+    kw = dict(systems=systems, datasets=datasets, source="src", metric="ndcg@10", scale="mini",
+              baselines=["bm25-flat", "bm25-rm3"], papers={"tiny": "berm"})
+    df = write_table1(files, tmp_path / "a.csv", tmp_path / "a.md", None,
+                      significance={"test": "ttest", "trials": 10000, "holm": False}, **kw)
+    by_hand = build_table1(files, systems, datasets, "src", "ndcg@10", baselines=kw["baselines"], papers=kw["papers"])
+    write_table(by_hand, tmp_path / "b.csv", tmp_path / "b.md", "Table 1 (mini scale): ndcg@10")
+    for suffix in ("csv", "md"):
+        assert (tmp_path / f"a.{suffix}").read_bytes() == (tmp_path / f"b.{suffix}").read_bytes()
+    assert (tmp_path / "a.md").read_text().startswith("# Table 1 (mini scale): ndcg@10")
+    holm = write_table1(files, tmp_path / "h.csv", tmp_path / "h.md", None,
+                        significance={"test": "ttest", "trials": 10000, "holm": True}, **kw)
+    assert (holm["t1_p"].dropna() >= df["t1_p"].dropna()).all() and not holm["t1_p"].equals(df["t1_p"])
+
+
+def test_write_paper_table_reads_its_files_and_the_rems_parameter_counts(tmp_path):
+    """The paper_table job's one call: the cell files and each REM's rem.json as the run wrote them (DDR Table 5);
+    a REM file that is not there names itself."""
+    from zsdr.tables.paper_table import write_paper_table
+
+    produced = ["ddr-rem-lora96", "ddr-contrast"]
+    files = [write_metrics(tmp_path, "mini-alpha", s, scores(0.5)) for s in produced]
+    rem = tmp_path / "models" / "lora96" / "rem" / "rem.json"
+    rem.parent.mkdir(parents=True)
+    rem.write_text(json.dumps({"train_pct": 3.2468, "infer_pct": 0.0}))
+    kw = dict(scale="mini", datasets_override=["mini-alpha"], produced_systems=produced)
+    frame = write_paper_table("ddr", 5, files, tmp_path / "t.csv", tmp_path / "t.md", rem_files={"lora96": rem}, **kw)
+    assert {"train-params", "infer-params", "mini-alpha"} <= set(frame["dataset"])
+    assert "3.25%" in (tmp_path / "t.md").read_text()
+    with pytest.raises(DataError, match=r"lora-pa.*rem\.json.*file not found"):
+        write_paper_table("ddr", 5, files, tmp_path / "u.csv", tmp_path / "u.md",
+                          rem_files={"lora96": rem, "lora-pa": tmp_path / "lora-pa" / "rem.json"}, **kw)
+    assert not (tmp_path / "u.csv").exists()
+
+
+def test_results_manifest_is_sha256sum_of_every_file_once_in_path_order(tmp_path):
+    import hashlib
+
+    from zsdr.tables.manifest import write_manifest
+
+    (tmp_path / "b.csv").write_text("b\n")
+    (tmp_path / "a.png").write_bytes(bytes(range(256)) * 5000)
+    paths = [str(tmp_path / "b.csv"), str(tmp_path / "a.png"), str(tmp_path / "b.csv")]
+    write_manifest(paths, tmp_path / "all")
+    expected = "".join(f"{hashlib.sha256(Path(p).read_bytes()).hexdigest()}  {p}\n" for p in sorted(set(paths)))
+    assert (tmp_path / "all").read_text() == expected
+    with pytest.raises(FileNotFoundError):
+        write_manifest([tmp_path / "gone.csv"], tmp_path / "again")
+    assert not (tmp_path / "again").exists()

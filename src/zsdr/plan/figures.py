@@ -148,7 +148,7 @@ class Figures:
 def cocodr_figure4_points(cocodr: Cocodr, metrics: str) -> list[dict[str, Any]]:
     return [
         {"variant": label, "episode": e, "dataset": d, "system": s, "metrics": f"{metrics}/{d}/{s}.json"}
-        for label, recipe in cocodr.figure4.get("variants", {}).items()
+        for label, recipe in cocodr.figure4["variants"].items()
         for e, s in enumerate(cocodr.cocodr_episodes(recipe, f"cocodr.figure4.variants.{label}"), 1)
         for d in cocodr.figure4_datasets
     ]

@@ -194,6 +194,20 @@ def write_table(df: pd.DataFrame, csv: str | os.PathLike, md: str | os.PathLike,
         render_table1_figure(df, figure, title)
 
 
+def write_table1(metric_files: list[str | os.PathLike], csv: str | os.PathLike, md: str | os.PathLike,
+                 figure: str | os.PathLike | None, *, systems: dict[str, str] | list[str], datasets: list[str],
+                 source: str, metric: str, scale: str, significance: dict, baselines: list[str] | None = None,
+                 papers: dict[str, str] | None = None) -> pd.DataFrame:
+    """Table 1 of one run: :func:`build_table1` of ``metric_files`` tested as ``significance`` (config
+    `evaluation.significance`: ``test``, ``trials``, ``holm``), written by :func:`write_table` under the title
+    "Table 1 (<scale> scale): <metric>"; returns the frame."""
+    df = build_table1(metric_files, systems, datasets, source, metric, baselines=baselines,
+                      test=significance["test"], trials=significance["trials"], holm=significance["holm"],
+                      papers=papers)
+    write_table(df, csv, md, f"Table 1 ({scale} scale): {metric}", figure=figure)
+    return df
+
+
 def figure_rows(df: pd.DataFrame) -> list[int]:
     """The frame's row positions in figure order: grouped by paper (:data:`PAPERS` order), table order within."""
     order = {p: k for k, p in enumerate(PAPERS)}
