@@ -61,7 +61,7 @@ def config(**recipes):
                      "memory": {"mb": None, "process_mb": 1000, "dataset_mb": {}, "default_dataset_mb": 100,
                                 "teacher_mb": 50, "conversion_factor": 2.0, "example_bytes": 100}},
         "cross_encoders": {}, "readers": {},
-        "cocodr": {"pretrained": {}, "analysis": {}, "spans": {"tokenizer": "tiny"}, "figure4": {},
+        "cocodr": {"pretrained": {}, "analysis": {}, "spans": {"tokenizer": "tiny"}, "figure4": {"datasets": None},
                    "sweeps": {"reference": None}},
         "modir": {"curves": {"recipes": [], "snapshot_every": 5}, "figure4": {}, "figure5": {}, "table4": {}},
         "rmsc": {"weak": {"method": "ict", "methods": {}}, "qgen": {"generators": {}}, "curves": {"snapshot_every": 5},
