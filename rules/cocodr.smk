@@ -13,7 +13,12 @@ rule coco_spans:
             PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
         ),
         parts=lambda wc: PLAN.cocodr.span_parts(wc.corpus),
-        code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
+        code=PLAN.code(
+            "zsdr.pretrain.spans",
+            "zsdr.data.formats",
+            "zsdr.data.store",
+            script="coco_spans",
+        ),
     output:
         f"{DATA}/{{corpus}}/coco/spans.arrow",
     log:

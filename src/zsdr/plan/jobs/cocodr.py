@@ -84,7 +84,7 @@ class Figure4Job(RuleJob):
 @dataclass(frozen=True)
 class ClustersJob(RuleJob):
     """Figure 5c / Table 4: each target's nearest source query cluster and iDRO's effect on it
-    (zsdr.tables.cocodr_clusters)."""
+    (zsdr.tables.cocodr_figures.cocodr_cluster_analysis)."""
 
     source: str                           # the source dataset's folder
     targets: dict[str, str]               # target -> its dataset folder
@@ -175,13 +175,17 @@ def clusters_job(plan: Any, wc: Any) -> ClustersJob:
         return {"system": system, "model": systems.dense_model(system, datasets.source),
                 "options": systems.encoder_options(system, datasets.source), "scale": systems.system_scale(system)}
 
+    table4 = datasets.check_dataset(section["table4"]["dataset"] or datasets.targets[0])
+    if table4 not in datasets.targets:
+        raise ValueError(f"config key cocodr.table4.dataset: {table4!r} is not one of datasets.targets "
+                         f"({', '.join(datasets.targets)}): Table 4 lists target queries")
     return ClustersJob(
         source=os.path.dirname(plan.dataset_marker(datasets.source)),
         targets={d: f"{plan.paths.data}/{d}" for d in datasets.targets},
         splits={d: datasets.eval_split(d) for d in datasets.targets},
         with_idro=side("with_idro"), without_idro=side("without_idro"),
         metrics={d: {k: metrics_file(plan, d, k) for k in IDRO_SIDES} for d in datasets.targets},
-        table4_dataset=datasets.check_dataset(section["table4"]["dataset"] or datasets.targets[0]),
+        table4_dataset=table4,
         queries=section["table4"]["queries"], max_source_queries=plan.cocodr.analysis["max_source_queries"],
         seed=plan.config["seed"], dense=plan.dense_settings, scale=plan.config["scale"],
     )
