@@ -13,7 +13,12 @@ rule coco_spans:
             PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
         ),
         parts=lambda wc: PLAN.cocodr.span_parts(wc.corpus),
-        code=PLAN.code("zsdr.pretrain.spans", "zsdr.data.formats", script="coco_spans"),
+        code=PLAN.code(
+            "zsdr.pretrain.spans",
+            "zsdr.data.formats",
+            "zsdr.data.store",
+            script="coco_spans",
+        ),
     output:
         f"{DATA}/{{corpus}}/coco/spans.arrow",
     log:
@@ -27,15 +32,7 @@ rule coco_spans:
         mem_mb=16000,
         runtime=PLAN.runtime(240),
     params:
-        dataset=lambda wc, input: os.path.dirname(input.data),
-        tokenizer=lambda wc, input: (
-            os.path.dirname(input.tokenizer[0])
-            if input.tokenizer
-            else PLAN.refs.model_ref(PLAN.cocodr.section["spans"]["tokenizer"])
-        ),
-        parts=lambda wc, input: list(input.parts),
-        spans=PLAN.cocodr.section["spans"],
-        seed=config["seed"],
+        **PLAN.params("coco_spans"),
     script:
         "../workflow_scripts/coco_spans.py"
 
@@ -92,12 +89,7 @@ rule pretrain_coco:
         mem_mb=lambda wc: PLAN.coco_job(wc.name).memory,
         runtime=PLAN.training_runtime,
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.coco_job(wc.name).spec,
-        summary=lambda wc: PLAN.coco_job(wc.name).summary,
-        launch=lambda wc: PLAN.coco_job(wc.name).launch,
+        **PLAN.params("pretrain_coco"),
     message:
         "pretrain {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -124,17 +116,11 @@ rule cluster_queries:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.cluster_job(wc.run, wc.source).model,
-        options=lambda wc: PLAN.cluster_job(wc.run, wc.source).options,  # the mining's query length
-        dataset=lambda wc, input: os.path.dirname(input.data),
-        clusters=lambda wc: PLAN.cluster_job(wc.run, wc.source).clusters,
-        clustering=PLAN.cocodr.section["clustering"],
-        seed=lambda wc: PLAN.cluster_job(wc.run, wc.source).seed,
-        dense=PLAN.dense_settings,
+        **PLAN.params("cluster_queries"),
     script:
         "../workflow_scripts/cluster_queries.py"
 
@@ -158,19 +144,15 @@ rule cocodr_geometry:
         f"{LOGS}/stats/cocodr_geometry_{{model}}_{{corpus}}.log",
     wildcard_constraints:
         corpus=PLAN.alternation(PLAN.cocodr.span_corpora),
-        model=PLAN.alternation([*PLAN.recipes.pretrained, *config["backbones"]]),
+        model=PLAN.alternation([*PLAN.recipes.pretrained, *PLAN.recipes.backbones]),
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        model=lambda wc: PLAN.figures.cocodr_analysis_model(wc.model),
-        docs=PLAN.cocodr.analysis["docs"],
-        batch_size=PLAN.cocodr.analysis["batch_size"],
-        seed=config["seed"],
-        device=config["dense"]["device"],
+        **PLAN.params("cocodr_geometry"),
     script:
         "../workflow_scripts/cocodr_geometry.py"
 
@@ -205,10 +187,7 @@ rule cocodr_figure3:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.figures.cocodr_figure3_points()[0],
-        reference=PLAN.figures.cocodr_figure3_points()[1],
-        metric=config["table1"]["metric"],
-        scale=config["scale"],
+        **PLAN.params("cocodr_figure3"),
     script:
         "../workflow_scripts/cocodr_figure3.py"
 
@@ -240,9 +219,7 @@ rule cocodr_figure4:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=PLAN.figures.cocodr_figure4_points(),
-        metric=config["table1"]["metric"],
-        scale=config["scale"],
+        **PLAN.params("cocodr_figure4"),
     script:
         "../workflow_scripts/cocodr_figure4.py"
 
@@ -254,19 +231,17 @@ rule cocodr_clusters:
         targets=[PLAN.dataset_marker(d) for d in PLAN.datasets.targets],
         models=lambda wc: [
             f
-            for k in ("with_idro", "without_idro")
+            for side in ("with_idro", "without_idro")
             for f in PLAN.refs.model_files(
-                PLAN.systems.dense_model(
-                    PLAN.figures.cocodr_analysis_system(k), PLAN.datasets.source
-                )
+                getattr(PLAN.job("cocodr_clusters", wc), side)["model"]
             )
         ],
         clusters=lambda wc: PLAN.figures.cocodr_idro_files()["clusters"],
         negatives=lambda wc: PLAN.figures.cocodr_idro_files()["negatives"],
         metrics=lambda wc: [
-            f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system(k)}.json"
-            for d in PLAN.datasets.targets
-            for k in ("with_idro", "without_idro")
+            f
+            for files in PLAN.job("cocodr_clusters", wc).metrics.values()
+            for f in files.values()
         ],
         published=PLAN.code_plan.source_file(
             "src/zsdr/tables/published/cocodr_table4.csv"
@@ -279,7 +254,7 @@ rule cocodr_clusters:
             script="cocodr_clusters",
         ),
     output:
-        analysis=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.datasets.targets],
+        analysis=[PLAN.cocodr.cluster_analysis_file(d) for d in PLAN.datasets.targets],
         csv=f"{RESULTS}/cocodr/table4.csv",
         md=f"{RESULTS}/cocodr/table4.md",
     log:
@@ -287,55 +262,11 @@ rule cocodr_clusters:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        source=lambda wc, input: os.path.dirname(input.source),
-        targets={d: f"{DATA}/{d}" for d in PLAN.datasets.targets},
-        splits={d: PLAN.datasets.eval_split(d) for d in PLAN.datasets.targets},
-        with_idro=lambda wc: {
-            "system": PLAN.figures.cocodr_analysis_system("with_idro"),
-            "model": PLAN.systems.dense_model(
-                PLAN.figures.cocodr_analysis_system("with_idro"), PLAN.datasets.source
-            ),
-            "options": PLAN.systems.encoder_options(
-                PLAN.figures.cocodr_analysis_system("with_idro"), PLAN.datasets.source
-            ),
-            "scale": PLAN.systems.system_scale(
-                PLAN.figures.cocodr_analysis_system("with_idro")
-            ),
-        },
-        without_idro=lambda wc: {
-            "system": PLAN.figures.cocodr_analysis_system("without_idro"),
-            "model": PLAN.systems.dense_model(
-                PLAN.figures.cocodr_analysis_system("without_idro"),
-                PLAN.datasets.source,
-            ),
-            "options": PLAN.systems.encoder_options(
-                PLAN.figures.cocodr_analysis_system("without_idro"),
-                PLAN.datasets.source,
-            ),
-            "scale": PLAN.systems.system_scale(
-                PLAN.figures.cocodr_analysis_system("without_idro")
-            ),
-        },
-        metrics=lambda wc: {
-            d: {
-                k: f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system(k)}.json"
-                for k in ("with_idro", "without_idro")
-            }
-            for d in PLAN.datasets.targets
-        },
-        table4_dataset=lambda wc: PLAN.datasets.check_dataset(
-            PLAN.cocodr.section.get("table4", {}).get("dataset")
-            or PLAN.datasets.targets[0]
-        ),
-        queries=PLAN.cocodr.section["table4"]["queries"],
-        max_source_queries=PLAN.cocodr.analysis.get("max_source_queries"),
-        seed=config["seed"],
-        dense=PLAN.dense_settings,
-        scale=config["scale"],
+        **PLAN.params("cocodr_clusters"),
     script:
         "../workflow_scripts/cocodr_clusters.py"
 
@@ -359,7 +290,7 @@ rule cocodr_figure5:
             for d in PLAN.datasets.targets
             for k in ("with_coco", "without_coco", "with_idro", "without_idro")
         ],
-        clusters=[f"{STATS}/cocodr/clusters/{d}.json" for d in PLAN.datasets.targets],
+        clusters=[PLAN.cocodr.cluster_analysis_file(d) for d in PLAN.datasets.targets],
         code=PLAN.code(
             "zsdr.tables.cocodr_figures",
             "zsdr.tables.figures",
@@ -383,31 +314,7 @@ rule cocodr_figure5:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        loss_points=[
-            {
-                "dataset": d,
-                "before": PLAN.cocodr.geometry_file(PLAN.cocodr.analysis["before"], d),
-                "after": PLAN.cocodr.geometry_file(PLAN.cocodr.analysis["after"], d),
-                "with": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('with_coco')}.json",
-                "without": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('without_coco')}.json",
-            }
-            for d in PLAN.datasets.targets
-        ],
-        geometry_points=[
-            {"label": m, "dataset": d, "stats": PLAN.cocodr.geometry_file(m, d)}
-            for m in PLAN.cocodr.analysis["models"]
-            for d in PLAN.datasets.targets
-        ],
-        cluster_points=[
-            {
-                "dataset": d,
-                "analysis": f"{STATS}/cocodr/clusters/{d}.json",
-                "with": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('with_idro')}.json",
-                "without": f"{METRICS}/{d}/{PLAN.figures.cocodr_analysis_system('without_idro')}.json",
-            }
-            for d in PLAN.datasets.targets
-        ],
-        scale=config["scale"],
+        **PLAN.params("cocodr_figure5"),
     script:
         "../workflow_scripts/cocodr_figure5.py"
 

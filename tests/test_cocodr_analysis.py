@@ -332,3 +332,132 @@ def test_table4_our_rows_beside_the_published(tmp_path):
     with pytest.raises(DataError, match="pub.csv.*no column"):
         write_table4(tmp_path / "v.csv", tmp_path / "v.md", rows, bad)
     assert not (tmp_path / "v.csv").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The library functions the COCO-DR rules' scripts call (query clusters, Figure 5c / Table 4, spans)
+
+
+def _train_split(tiny, root):
+    """The tiny dataset with its judged queries as the `train` split (a source dataset)."""
+    from zsdr.data.formats import judged_queries, read_corpus, read_qrels, read_queries, write_beir
+
+    corpus = {d: {"title": x.get("title", ""), "text": x["text"]} for d, x in read_corpus(tiny["data"]).items()}
+    qrels = read_qrels(tiny["data"], "test")
+    write_beir(root, corpus, read_queries(tiny["data"]), {"train": qrels})
+    assert list(judged_queries(root, "train")) == list(judged_queries(tiny["data"], "test"))
+    return root
+
+
+def test_cluster_training_queries_is_kmeans_of_the_mining_models_query_embeddings(tiny, tmp_path):
+    from zsdr.data.formats import judged_queries
+    from zsdr.models.encoder import load_encoder
+    from zsdr.training.idro import clusters_info_path, kmeans, read_clusters
+    from zsdr.training.query_clusters import cluster_training_queries
+
+    source = _train_split(tiny, tmp_path / "source")
+    dense = {"device": "cpu", "precision": "fp32", "batch_size": 3, "gpus": 0}
+    options = {"pooling": "mean", "similarity": "cosine"}
+    kw = dict(model=str(tiny["bert"]), options=options, clusters=3, clustering={"niter": 7, "nredo": 2}, seed=5,
+              dense=dense)
+    out = cluster_training_queries(source, tmp_path / "c.jsonl", **kw)
+    got = read_clusters(out)
+    queries = judged_queries(source, "train")
+    assert list(got) == list(queries)
+    emb = load_encoder(str(tiny["bert"]), **options).encode_queries(list(queries.values()), batch_size=8)
+    want, _ = kmeans(emb.astype(np.float32), 3, seed=5, niter=7, nredo=2)
+    assert list(got.values()) == want.tolist()
+    info = json.loads(clusters_info_path(out).read_text())
+    assert info == {"model": str(tiny["bert"]), "clusters": 3, "seed": 5,
+                    "sizes": np.bincount(want, minlength=3).tolist(), "niter": 7, "nredo": 2}
+    again = cluster_training_queries(source, tmp_path / "again.jsonl", **kw)
+    assert again.read_bytes() == out.read_bytes()
+    with pytest.raises(KeyError):           # the K-means settings come from the config's schema, never a default
+        cluster_training_queries(source, tmp_path / "x.jsonl", **{**kw, "clustering": {"niter": 7}})
+
+
+def test_cocodr_cluster_analysis_records_and_table4(tiny, tmp_path):
+    from zsdr.data.formats import judged_queries
+    from zsdr.data.training_set import Example, write_negatives
+    from zsdr.tables.cocodr_figures import cocodr_cluster_analysis
+
+    source = _train_split(tiny, tmp_path / "source")
+    qids = [f"q{i}" for i in range(12) if i % 3]               # the judged queries (train and test)
+    clusters = tmp_path / "clusters.jsonl"
+    clusters.write_text("".join(json.dumps({"qid": q, "cluster": i % 3}) + "\n" for i, q in enumerate(qids)))
+    negatives = tmp_path / "negatives.jsonl"
+    write_negatives(negatives, [Example(q, (f"d{(7 * int(q[1:])) % 60}",),
+                                        tuple(f"d{(7 * int(q[1:]) + j) % 60}" for j in (2, 3, 5))) for q in qids],
+                    "bm25")
+    options = {"pooling": "mean", "similarity": "cosine"}
+    sides = {k: {"system": s, "model": str(tiny[m]), "options": options, "scale": 20.0}
+             for k, s, m in (("with_idro", "idro", "bert"), ("without_idro", "noidro", "roberta"))}
+    metrics = {d: {k: str(write_metrics(tmp_path, d, sides[k]["system"],
+                                        {q: (0.1 * (i % 4) if k == "with_idro" else 0.05 * (i % 3))
+                                         for i, q in enumerate(qids)}))
+                   for k in sides} for d in ("alpha", "beta")}
+    kw = dict(source=source, targets={"alpha": str(tiny["data"]), "beta": str(tiny["data"])},
+              splits={"alpha": "test", "beta": "test"}, with_idro=sides["with_idro"],
+              without_idro=sides["without_idro"], metrics=metrics, table4_dataset="beta", queries=3,
+              max_source_queries=None, seed=1, dense={"device": "cpu", "batch_size": 4}, scale="mini",
+              clusters=str(clusters), negatives=str(negatives), published=PUBLISHED_DIR / "cocodr_table4.csv")
+    out = tmp_path / "out"
+    files = dict(analysis=[str(out / "alpha.json"), str(out / "beta.json")], csv=out / "t4.csv", md=out / "t4.md")
+    records = cocodr_cluster_analysis(**kw, **files)
+
+    # each cluster's training loss is its queries' mean loss under each model (cluster_training_losses)
+    assigned = {q: i % 3 for i, q in enumerate(qids)}
+    losses = {k: cluster_training_losses(s["model"], s["options"], source, negatives, assigned, 3, scale=20.0, seed=1,
+                                         batch_size=4, device="cpu") for k, s in sides.items()}
+    for d in ("alpha", "beta"):
+        record = json.loads((out / f"{d}.json").read_text())
+        assert record == records[d] and record["dataset"] == d
+        c = record["nearest_cluster"]
+        assert str(c) == max(record["scores"], key=record["scores"].get)
+        assert record["cluster_queries"] == sum(1 for q in qids if assigned[q] == c)
+        assert record["loss_with"] == pytest.approx(losses["with_idro"][c]["loss"])
+        assert record["loss_without"] == pytest.approx(losses["without_idro"][c]["loss"])
+        assert (record["with"], record["without"], record["clusters"]) == ("idro", "noidro", str(clusters))
+    # Table 4: beta's three queries with the largest gains (with - without), each with a source training query
+    rows = [r for r in read_rows(out / "t4.csv") if r["source"] == "zsdr"]
+    assert [(r["qid"], r["target_ndcg10_gain"]) for r in rows] == [("q5", "+0.300"), ("q11", "+0.250"),
+                                                                   ("q10", "+0.200")]
+    assert {r["nearest_source_query"] for r in rows} <= set(judged_queries(source, "train").values())
+    with pytest.raises(ValueError, match="Table 4's dataset 'gamma' is not a target"):
+        cocodr_cluster_analysis(**{**kw, "table4_dataset": "gamma"}, **files)
+
+
+def test_corpus_spans_in_shards_merge_to_the_one_pass_file(tiny, tmp_path):
+    import random
+
+    from zsdr.data.formats import write_beir
+    from zsdr.data.spans import read_spans
+    from zsdr.pretrain.spans import write_corpus_spans
+
+    rng = random.Random(2)
+    words = [w for d in read_corpus_texts(tiny["data"]) for w in d.split()][:400]
+    sentence = lambda: " ".join(rng.choices(words, k=rng.randint(2, 5))).capitalize() + "."   # noqa: E731
+    corpus = {f"d{i}": {"title": "", "text": " ".join(sentence() for _ in range(rng.randint(1, 8)))} for i in range(25)}
+    data = tmp_path / "data"
+    write_beir(data, corpus, {"q0": "w"}, {"test": {"q0": {"d0": 1}}})
+    spans = {"max_tokens": 16, "new_span_probability": 0.1, "max_docs": None}
+    kw = dict(tokenizer=str(tiny["bert"]), spans=spans, seed=4)
+    whole = write_corpus_spans(data, tmp_path / "all.arrow", **kw)
+    assert whole["documents"] == 25 and 5 < whole["kept"] < 25
+    parts = [tmp_path / f"spans.{i}-of-3.arrow" for i in range(3)]
+    for i, part in enumerate(parts):
+        write_corpus_spans(data, part, shard=(i, 3), **kw)
+    merged = write_corpus_spans(data, tmp_path / "merged.arrow", parts=parts, **kw)
+    assert merged == {"documents": whole["kept"], "parts": 3}
+    a, b = read_spans(tmp_path / "all.arrow"), read_spans(tmp_path / "merged.arrow")
+    assert len(a) == len(b) == whole["kept"] and all(list(a[i]) == list(b[i]) for i in range(len(a)))
+    with pytest.raises(ValueError, match="not merged from parts"):
+        write_corpus_spans(data, tmp_path / "x.arrow", parts=parts, shard=(0, 3), **kw)
+    with pytest.raises(KeyError):           # cocodr.spans comes whole from the config's schema
+        write_corpus_spans(data, tmp_path / "y.arrow", **{**kw, "spans": {"max_tokens": 12}})
+
+
+def read_corpus_texts(dataset):
+    from zsdr.data.formats import read_corpus
+
+    return [d["text"] for d in read_corpus(dataset).values()]

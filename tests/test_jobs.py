@@ -105,3 +105,21 @@ def test_a_job_is_built_once_and_frozen():
         job.depth = 1
     with pytest.raises(ValueError, match="rule no_such_rule has no job builder"):
         mini.job("no_such_rule", wc)
+
+
+@pytest.mark.parametrize("scale", sorted(CONFIGS))
+def test_a_training_jobs_shape_is_what_its_rule_asks_the_scheduler_for(scale):
+    """A job's `shape` (its message's resources, not compared for reruns) is built from the plan: the same
+    line as Resources.job_shape of the resources and threads Snakemake planned for it."""
+    from zsdr.plan.resources import Resources
+
+    load_builders()
+    checked = 0
+    for rule, scales in GOLDEN_JOBS.items():
+        if rule not in BUILDERS or "shape" not in BUILDERS[rule][0].field_names():
+            continue
+        for golden in scales.get(scale, []):
+            job = plan(scale).job(rule, SimpleNamespace(**golden["wildcards"]))
+            assert str(job.shape) == Resources.job_shape(golden["resources"], golden["threads"]), (rule, golden)
+            checked += 1
+    assert checked, "no job with a shape"

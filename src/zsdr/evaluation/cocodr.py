@@ -20,6 +20,7 @@ query cluster of a target, per-cluster training losses and the case study's help
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import Callable, Mapping
@@ -30,6 +31,7 @@ from zsdr.data.spans import span_pair_texts
 from zsdr.data.training_set import TrainingSet
 from zsdr.evaluation.case_study import nearest_rows
 from zsdr.evaluation.domain import finite_matrix
+from zsdr.io import atomic_write
 from zsdr.losses.coco import contrastive_of_vectors
 from zsdr.models.inference import cls_vectors
 
@@ -113,6 +115,19 @@ def span_geometry(model_dir: str | os.PathLike, spans_path: str | os.PathLike, *
     x1, x2 = vectors[0::2].numpy(), vectors[1::2].numpy()
     return {**stats, "alignment": alignment(x1, x2), "uniformity": uniformity(np.concatenate([x1, x2])),
             "geometry_documents": len(x1), "max_length": int(max_length)}
+
+
+def write_span_geometry(model_dir: str | os.PathLike, spans_path: str | os.PathLike, out_path: str | os.PathLike, *,
+                        docs: int, batch_size: int, seed: int, device: str | None) -> dict:
+    """:func:`span_geometry` of ``model_dir`` on ``spans_path`` (config `cocodr.analysis`'s ``docs`` and
+    ``batch_size``; ``device`` "auto": CUDA where there is one), written to ``out_path`` as one JSON object
+    with the model and the span file (rule `cocodr_geometry`). Returns the record."""
+    stats = span_geometry(model_dir, spans_path, docs=docs, batch_size=batch_size, seed=seed,
+                          device=None if device == "auto" else device)
+    record = {"model": model_dir, "spans": spans_path, **stats}
+    with atomic_write(out_path) as fh:
+        fh.write(json.dumps(record, indent=1) + "\n")
+    return record
 
 
 # ---------------------------------------------------------------------------------------------

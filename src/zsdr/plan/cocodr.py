@@ -35,7 +35,7 @@ class Cocodr:
         """The shard span files a corpus's span file is merged from: one per corpus shard
         (`dense.dataset_shards`, as its encoding), none for a corpus of one shard or when
         `cocodr.spans.max_docs` keeps only the corpus's first documents (written in one pass)."""
-        n = 1 if self.section["spans"].get("max_docs") else len(self.recipes.datasets.shards(corpus))
+        n = 1 if self.section["spans"]["max_docs"] else len(self.recipes.datasets.shards(corpus))
         data = self.recipes.datasets.paths.data
         return [] if n == 1 else [f"{data}/{corpus}/coco/spans.{i}-of-{n}.arrow" for i in range(n)]
 
@@ -52,6 +52,10 @@ class Cocodr:
 
     def geometry_file(self, model: str, corpus: str) -> str:
         return f"{self.recipes.datasets.paths.stats}/cocodr/geometry/{model}/{corpus}.json"
+
+    def cluster_analysis_file(self, target: str) -> str:
+        """Figure 5c: a target's nearest source query cluster and iDRO's training-loss change on it."""
+        return f"{self.recipes.datasets.paths.stats}/cocodr/clusters/{target}.json"
 
 
 def pretrained_corpora(recipes: Recipes, name: str) -> list[str]:
@@ -76,11 +80,11 @@ def build_cocodr(config: dict[str, Any], recipes: Recipes) -> Cocodr:
         {c for n in recipes.trained_pretrained for c in pretrained_corpora(recipes, n)}
         | ({datasets.source, *datasets.targets} if analysis else set())
     )
-    figure4 = section.get("figure4", {})
+    figure4 = section["figure4"]
     return Cocodr(
         recipes=recipes, section=section, analysis=analysis, span_corpora=list(span_corpora),
         dro_runs=list(r for r, (n, _) in recipes.runs.items() if recipes.by_name[n].get("dro")),
         figure4=figure4,
-        figure4_datasets=list(check_dataset(d, datasets.mini) for d in (figure4.get("datasets") or datasets.targets)),
+        figure4_datasets=list(check_dataset(d, datasets.mini) for d in (figure4["datasets"] or datasets.targets)),
         figures=list(f"{datasets.paths.results}/cocodr/figure{n}.png" for n in (3, 4, 5)) if analysis else [],
     )

@@ -278,3 +278,31 @@ def write_span_documents(path: str | os.PathLike, documents: Iterable[tuple[str,
         for rid, spans in documents:
             writer.add(rid, spans)
     return writer.documents
+
+
+def write_corpus_spans(dataset_dir: str | os.PathLike, out_path: str | os.PathLike, *, tokenizer: str,
+                       spans: dict, seed: int, parts: Sequence[str | os.PathLike] = (),
+                       shard: tuple[int, int] | None = None) -> dict:
+    """One corpus's span file (rule `coco_spans`): the span files ``parts`` of its shards merged in order
+    (:func:`merge_span_files`), or, without parts, its documents cut into spans (:func:`write_spans`) with the
+    word pieces of ``tokenizer`` (a model folder or Hugging Face id) by config `cocodr.spans` ``spans``
+    (``max_tokens``, ``new_span_probability``, ``max_docs``); ``shard`` ``(i, n)``: only the i-th of n contiguous
+    row ranges of the dataset's store (a `coco_spans_shard` job). Returns the counts it logs."""
+    if parts:
+        if shard is not None:
+            raise ValueError("write_corpus_spans: a shard is written from the corpus, not merged from parts")
+        stats = {"documents": merge_span_files(parts, out_path), "parts": len(parts)}
+        log.info("%s: %d documents from %d shard span files", dataset_dir, stats["documents"], len(parts))
+        return stats
+    from transformers import AutoTokenizer
+
+    rows = None
+    if shard is not None:
+        from zsdr.data.store import open_current, shard_range
+
+        rows = shard_range(len(open_current(dataset_dir)[0]), *shard)
+    stats = write_spans(dataset_dir, out_path, AutoTokenizer.from_pretrained(tokenizer, use_fast=True),
+                        max_tokens=spans["max_tokens"], new_span_probability=spans["new_span_probability"],
+                        seed=seed, max_docs=spans["max_docs"], rows=rows)
+    log.info("%s%s: %s", dataset_dir, "" if rows is None else f" rows {rows[0]}..{rows[1] - 1}", stats)
+    return stats

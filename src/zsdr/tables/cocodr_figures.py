@@ -15,6 +15,12 @@ Contrastive and Distributionally Robust Learning" (EMNLP 2022), Figures 3, 4 and
   cluster against that target's relative gain from iDRO.
 * Table 4 (:func:`write_table4`): target queries with the largest gain from iDRO, the nearest source
   training query of each and that query's training-loss gain, beside the paper's rows.
+* Figure 5c's records and Table 4's rows (:func:`cocodr_cluster_analysis`, rule `cocodr_clusters`): every
+  embedding is the iDRO model's (the paper's "COCO-DR embeddings"); a source cluster's embedding is the mean of
+  its training queries', so a target's average dot product with a cluster is its mean query embedding's dot
+  product with that mean, the nearest cluster the largest; iDRO's effect on a cluster is the change of the
+  training loss (pairwise NLL on the last episode's mined negatives) of its queries from the model without
+  iDRO to the model with it.
 
 Every writer also writes a CSV of the numbers it plots. Inputs are checked: a bad file raises
 :class:`zsdr.io.DataError` naming it and the fix.
@@ -26,10 +32,16 @@ Table 2 gives BioASQ 0.429 with COCO vs 0.353 without, +21.5 % relative (+0.076 
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
+import random
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
+
+import numpy as np
 
 from zsdr.evaluation.metrics import read_metrics
 from zsdr.io import DataError, atomic_write, read_json, save_figure
@@ -37,6 +49,8 @@ from zsdr.tables.figures import figure_legend, metric_label, pyplot, scaled_titl
 from zsdr.tables.inputs import metric_scores
 from zsdr.tables.formatting import format_value
 from zsdr.tables.published_csv import read_published
+
+log = logging.getLogger(__name__)
 
 FIX = "run snakemake cocodr"
 SWEEPS = {"clusters": "K (number of clusters)",
@@ -397,3 +411,106 @@ def write_table4(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: li
     lines.append("")
     with atomic_write(out_md) as fh:
         fh.write("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# Figure 5c's cluster records and Table 4's rows, from the iDRO run's last clustering (rule cocodr_clusters)
+
+SIDES = {"with": "with_idro", "without": "without_idro"}
+"""Figure 5c / Table 4's two models: the fine-tuning with iDRO and the same without (config cocodr.analysis)."""
+
+TABLE4_METRIC = "ndcg@10"
+"""The per-query metric whose gain picks Table 4's target queries (the paper's nDCG@10 column)."""
+
+
+def _analysis_file(files: Sequence[str | os.PathLike], dataset: str) -> str | os.PathLike:
+    for f in files:
+        if Path(f).name == f"{dataset}.json":
+            return f
+    raise ValueError(f"cocodr clusters: no analysis output file named {dataset}.json for target {dataset}")
+
+
+def cocodr_cluster_analysis(*, source: str | os.PathLike, targets: Mapping[str, str], splits: Mapping[str, str],
+                            with_idro: Mapping[str, Any], without_idro: Mapping[str, Any],
+                            metrics: Mapping[str, Mapping[str, str]], table4_dataset: str, queries: int,
+                            max_source_queries: int | None, seed: int, dense: Mapping[str, Any], scale: str,
+                            clusters: str | os.PathLike, negatives: str | os.PathLike,
+                            published: str | os.PathLike, analysis: Sequence[str | os.PathLike],
+                            csv: str | os.PathLike, md: str | os.PathLike) -> dict[str, dict]:
+    """Write each target's nearest-cluster record (``analysis``: one ``<target>.json`` per target of ``targets``)
+    and Table 4 (``csv``, ``md``, beside the paper's rows in ``published``).
+
+    ``source``: the source dataset's folder, whose judged training queries ``clusters`` (the iDRO run's last
+    clusters file) groups (a seeded sample of ``max_source_queries`` of them, when set); ``negatives``: that
+    run's mined negatives, on which both models' training losses are taken. ``with_idro`` / ``without_idro``:
+    each model's ``system``, ``model``, encoder ``options`` and logit ``scale``; ``metrics``: target ->
+    ``with_idro`` / ``without_idro`` -> its metrics file. ``splits``: each target's evaluation split;
+    ``table4_dataset`` and ``queries``: the target and the number of its queries Table 4 lists; ``dense``:
+    config `dense` (device, batch size). Returns the records by target.
+
+    The encoder, the training losses and the clusters file are imported here, not with this module: the figures
+    and tables that import it run no model (their code stamps, zsdr.plan.code), and rule `cocodr_clusters`
+    names those modules itself."""
+    from zsdr.data.formats import judged_queries
+    from zsdr.evaluation.cocodr import (by_cluster, by_query, cluster_centroids, example_losses, nearest_clusters,
+                                       nearest_source, pick_gains)
+    from zsdr.models.encoder import load_encoder
+    from zsdr.training.idro import read_clusters
+
+    if table4_dataset not in targets:
+        raise ValueError(f"cocodr clusters: Table 4's dataset {table4_dataset!r} is not a target "
+                         f"({', '.join(targets)}); fix: config cocodr.table4.dataset")
+    device = None if dense["device"] == "auto" else dense["device"]
+    batch = dense["batch_size"]
+    assigned = read_clusters(clusters)
+    k = max(assigned.values()) + 1
+    source_texts = judged_queries(source, "train")
+    qids = [q for q in source_texts if q in assigned]
+    if max_source_queries and len(qids) > max_source_queries:
+        qids = sorted(random.Random(seed).sample(qids, max_source_queries), key=qids.index)
+    sides = {"with": with_idro, "without": without_idro}
+
+    encoder = load_encoder(with_idro["model"], device=device, **with_idro["options"])
+    source_emb = encoder.encode_queries([source_texts[q] for q in qids], batch_size=batch, device=device)
+    labels = np.array([assigned[q] for q in qids])
+    # one pass of training losses per model serves Figure 5c's clusters and Table 4's queries
+    pairs = {side: example_losses(s["model"], s["options"], source, negatives, set(qids).__contains__,
+                                  scale=s["scale"], seed=seed, batch_size=batch, device=device)
+             for side, s in sides.items()}
+    cluster_losses = {side: by_cluster(pairs[side], assigned, k) for side in sides}
+    query_losses = {side: by_query(pairs[side]) for side in sides}
+    # a cluster without a training loss under both models (no mined negatives) is not a candidate
+    centroids = cluster_centroids(source_emb, labels, k)
+    centroids[[c for c in range(k) if any(cluster_losses[side][c]["loss"] is None for side in sides)]] = np.nan
+
+    records, target_emb = {}, {}
+    for d, folder in targets.items():
+        texts = judged_queries(folder, splits[d])
+        target_emb[d] = (texts, encoder.encode_queries(list(texts.values()), batch_size=batch, device=device))
+        c, scores = nearest_clusters(target_emb[d][1], centroids)
+        record = {"dataset": d, "nearest_cluster": int(c), "cluster_queries": int((labels == c).sum()),
+                  "loss_with": cluster_losses["with"][c]["loss"], "loss_without": cluster_losses["without"][c]["loss"],
+                  "scores": {str(i): float(v) for i, v in enumerate(scores) if np.isfinite(v)},
+                  "with": with_idro["system"], "without": without_idro["system"], "clusters": clusters}
+        log.info("%s: nearest source cluster %d (%d queries), training loss %.4f without iDRO, %.4f with", d, c,
+                 record["cluster_queries"], record["loss_without"], record["loss_with"])
+        with atomic_write(_analysis_file(analysis, d)) as fh:
+            fh.write(json.dumps(record, indent=1) + "\n")
+        records[d] = record
+
+    # Table 4: the target queries iDRO helps most, their nearest source training query and its loss change.
+    scores = {side: metric_scores(read_metrics(metrics[table4_dataset][key]), metrics[table4_dataset][key],
+                                  TABLE4_METRIC)[1] for side, key in SIDES.items()}
+    picked = pick_gains(scores["without"], scores["with"], n=queries)
+    texts, emb = target_emb[table4_dataset]
+    order = list(texts)
+    nearest = nearest_source(emb[[order.index(q) for q, _ in picked]], source_emb)
+
+    def gain(qid: str) -> float | None:
+        before, after = query_losses["without"].get(qid), query_losses["with"].get(qid)
+        return None if before is None or after is None else float(before - after)
+
+    rows = [{"target_query": texts[q], "qid": q, "target_gain": float(g), "nearest_source_query": source_texts[s],
+             "source_gain": gain(s)} for (q, g), s in zip(picked, (qids[i] for i in nearest))]
+    write_table4(csv, md, rows, published=published, scale=scale)
+    return records
