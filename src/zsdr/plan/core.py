@@ -234,6 +234,11 @@ class Plan:
     def dense_env(self) -> str:
         return self.resources.dense_env
 
+    @property
+    def dense_gpus(self) -> int:
+        """`dense.gpus`: the GPUs a job that runs an encoder asks for (encode, search, MoDIR's analyses)."""
+        return self.config["dense"]["gpus"]
+
     # ------------------------------------------------------------------------------------------ training jobs
     def _training_job(self, kind: str, name: str) -> TrainingJob:
         key = (kind, name)
@@ -288,6 +293,13 @@ class Plan:
     def training_resources(self, job: Callable[[Any], TrainingJob]) -> dict[str, Any]:
         """The cluster resources of a training rule whose job is ``job(wildcards)``: its GPUs and nodes."""
         return self.resources.cluster_resources(lambda wc: job(wc).gpus, nodes=lambda wc: job(wc).nodes)
+
+    def training_shape(self, job: TrainingJob) -> Note:
+        """What training ``job`` asks the scheduler for, as its message says it (Resources.job_shape): the
+        resources its rule asks (:meth:`training_resources`, its memory, :attr:`training_runtime`) and its threads."""
+        asked = {k: v(None) if callable(v) else v for k, v in self.training_resources(lambda wc: job).items()}
+        asked.update(mem_mb=job.memory, runtime=self.training_runtime)
+        return Note(self.resources.job_shape(asked, job.threads))
 
     def mine_job(self, run: str, dataset: str) -> MineJob:
         """The mining job of ANCE run ``run`` on its training dataset."""
