@@ -103,3 +103,21 @@ def test_a_job_is_built_once_and_frozen():
         job.depth = 1
     with pytest.raises(ValueError, match="rule no_such_rule has no job builder"):
         mini.job("no_such_rule", wc)
+
+
+def test_a_training_jobs_shape_is_what_snakemake_asks_for_it():
+    """A job's `shape` (the request its message shows, built by the plan: Plan.training_shape) is what Snakemake
+    resolves the rule's resources and threads to, in every golden job that has one."""
+    from zsdr.plan.resources import Resources
+
+    load_builders()
+    checked = 0
+    for rule, (job_class, _) in sorted(BUILDERS.items()):
+        if "shape" not in job_class.field_names():
+            continue
+        for scale, jobs in GOLDEN_JOBS.get(rule, {}).items():
+            for golden in jobs:
+                job = plan(scale).job(rule, SimpleNamespace(**golden["wildcards"]))
+                assert str(job.shape) == Resources.job_shape(golden["resources"], golden["threads"]), (rule, scale)
+                checked += 1
+    assert checked
