@@ -24,8 +24,7 @@ rule modir_triples:
         mem_mb=16000,
         runtime=PLAN.runtime(60),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=PLAN.modir.section["triples_split"],
+        **PLAN.params("modir_triples"),
     script:
         "../workflow_scripts/modir_triples.py"
 
@@ -52,18 +51,11 @@ rule modir_domain:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
-        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        source=lambda wc, input: os.path.dirname(input.source),
-        target=lambda wc, input: os.path.dirname(input.target),
-        target_split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        analysis=PLAN.modir.section["analysis"],
-        seed=config["seed"],
-        dense=PLAN.dense_settings,
+        **PLAN.params("modir_domain"),
     script:
         "../workflow_scripts/modir_domain.py"
 
@@ -119,12 +111,7 @@ rule modir_curves:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        points=PLAN.figures.modir_points(),
-        logs=PLAN.modir.modir_logs(),
-        dataset=PLAN.modir.modir_dataset("table3"),
-        figure5=PLAN.modir.modir_figure5(),
-        table3=PLAN.modir.section["table3"],
-        scale=config["scale"],
+        **PLAN.params("modir_curves"),
     script:
         "../workflow_scripts/modir_curves.py"
 
@@ -162,22 +149,11 @@ rule modir_figure4:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        models=PLAN.figures.modir_tsne_models(),
-        options=PLAN.figures.modir_tsne_models(options=True),
-        domains={
-            PLAN.datasets.source: f"{DATA}/{PLAN.datasets.source}",
-            PLAN.modir.modir_dataset(
-                "figure4"
-            ): f"{DATA}/{PLAN.modir.modir_dataset('figure4')}",
-        },
-        points=PLAN.modir.section["figure4"]["points"],
-        seed=config["seed"],
-        device=config["dense"]["device"],
-        batch_size=config["dense"]["batch_size"],
+        **PLAN.params("modir_figure4"),
     script:
         "../workflow_scripts/modir_figure4.py"
 
@@ -216,28 +192,11 @@ rule modir_table4:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
-        models=[
-            PLAN.systems.dense_model(s, PLAN.modir.modir_dataset("table4"))
-            for s in PLAN.modir.modir_case()
-        ],
-        options=[
-            PLAN.systems.encoder_options(s, PLAN.modir.modir_dataset("table4"))
-            for s in PLAN.modir.modir_case()
-        ],
-        systems=PLAN.modir.modir_case(),
-        source=lambda wc, input: os.path.dirname(input.source),
-        target=lambda wc, input: os.path.dirname(input.target),
-        split=PLAN.datasets.eval_split(PLAN.modir.modir_dataset("table4")),
-        neighbours=PLAN.modir.section["table4"]["neighbours"],
-        max_source_queries=PLAN.modir.section["table4"]["max_source_queries"],
-        seed=config["seed"],
-        device=config["dense"]["device"],
-        batch_size=config["dense"]["batch_size"],
-        scale=config["scale"],
+        **PLAN.params("modir_table4"),
     script:
         "../workflow_scripts/modir_table4.py"
 

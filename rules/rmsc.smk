@@ -23,9 +23,7 @@ rule build_generator:
         mem_mb=4000,
         runtime=PLAN.runtime(10),
     params:
-        tokenizer=lambda wc, input: os.path.dirname(input.tokenizer[0]),
-        size=lambda wc: PLAN.rmsc.generators[wc.name]["build"],
-        seed=config["seed"],
+        **PLAN.params("build_generator"),
     script:
         "../workflow_scripts/build_generator.py"
 
@@ -56,12 +54,7 @@ rule train_generator:
         mem_mb=lambda wc: PLAN.generator_job(wc.name).memory,
         runtime=PLAN.training_runtime,
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.generator_job(wc.name).spec,
-        summary=lambda wc: PLAN.generator_job(wc.name).summary,
-        launch=lambda wc: PLAN.generator_job(wc.name).launch,
+        **PLAN.params("train_generator"),
     message:
         "train generator {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -103,20 +96,7 @@ rule weak_pairs:
         mem_mb=16000,
         runtime=PLAN.runtime(240),
     params:
-        dataset=lambda wc, input: os.path.dirname(input.data),
-        method=lambda wc: wc.method,
-        weak=PLAN.rmsc.weak,
-        qgen=PLAN.settings(PLAN.rmsc.qgen),
-        tokenizer=PLAN.refs.model_ref(PLAN.rmsc.weak_tokenizer),
-        generator=lambda wc: (
-            PLAN.refs.generator_path(PLAN.rmsc.qgen["generator"])
-            if wc.method == "qgen"
-            else None
-        ),
-        seed=config["seed"],
-        device=config["dense"]["device"],
-        precision=config["dense"]["precision"],
-        summary=lambda wc: PLAN.note(PLAN.rmsc.weak_summary(wc)),
+        **PLAN.params("weak_pairs"),
     message:
         "weak pairs of {wildcards.corpus}: {params.summary}"
     script:
@@ -152,11 +132,7 @@ rule rmsc_curves:
         mem_mb=1000,
         runtime=PLAN.runtime(5),
     params:
-        points=lambda wc: PLAN.figures.rmsc_curve_points(int(wc.n)),
-        figure=lambda wc: int(wc.n),
-        metric=config["table1"]["metric"],
-        scale=config["scale"],
-        summary=lambda wc: PLAN.note(PLAN.rmsc.curves_summary(int(wc.n))),
+        **PLAN.params("rmsc_curves"),
     message:
         "RMSC figure {wildcards.n}: {params.summary}"
     script:

@@ -261,3 +261,56 @@ def test_case_study_checks_its_inputs(tmp_path):
         case_study(*args, mb, other)
     with pytest.raises(DataError, match="not judged.*'test' split"):
         case_study(*args, {"t0": 0.5, "zz": 0.5}, stranger)
+
+
+def test_the_curves_job_writes_figures_3_and_5_and_table_3_in_one_call(tmp_path, points, logs):
+    """rules/modir.smk's modir_curves job: write_modir_curves hands each writer its part of the job (Figure 3
+    and Table 3 of its dataset, with that dataset's train logs; Figure 5 of its recipe and datasets)."""
+    from zsdr.tables.modir_figures import write_modir_curves, write_table3
+
+    settings = {"w/ Momentum": "ance-modir", "w/o Momentum": "ance-modir-single"}
+    published = PUBLISHED_DIR / "modir_table3.csv"
+    f = [tmp_path / n for n in ("f3.png", "f3.csv", "f5.png", "f5.csv", "t3.csv", "t3.md")]
+    write_modir_curves(points, {"mini-beta": logs, "mini-alpha": {}}, dataset="mini-beta",
+                       figure5={"recipe": "ance-modir-single", "datasets": ["mini-beta", "mini-alpha"]},
+                       table3={"settings": settings, "steps": list(STEPS)}, published=published,
+                       figure3_files=(f[0], f[1]), figure5_files=(f[2], f[3]), table3_files=(f[4], f[5]), scale="mini")
+    assert f[0].read_bytes().startswith(PNG) and f[2].read_bytes().startswith(PNG)
+    figure3 = read_rows(f[1])
+    assert {r["dataset"] for r in figure3} == {"mini-beta"}
+    assert sum(r["kind"] == "local" for r in figure3) == 2 * 10 + 2 * 2        # mini-beta's train logs
+    figure5 = read_rows(f[3])
+    assert [(r["dataset"], int(r["step"])) for r in figure5] == [(d, s) for d in ("mini-beta", "mini-alpha")
+                                                                 for s in STEPS]
+    want = acc("ance-modir-single", "mini-alpha", 60)["docs"]
+    assert float(figure5[6]["global_domain_acc_docs"]) == pytest.approx(want)
+    write_table3(points, tmp_path / "r.csv", tmp_path / "r.md", dataset="mini-beta", settings=settings,
+                 steps=list(STEPS), published=published, scale="mini")
+    assert f[4].read_bytes() == (tmp_path / "r.csv").read_bytes()
+    assert f[5].read_bytes() == (tmp_path / "r.md").read_bytes()
+
+
+def test_the_table4_job_reads_both_systems_metrics_files_in_one_call(tmp_path, tiny):
+    """rules/modir.smk's modir_table4 job: write_case_study reads the two systems' per-query nDCG@10 from their
+    metrics files, in the models' order, and writes the case study's rows with the paper's."""
+    from zsdr.tables.modir_figures import write_case_study
+
+    source, _, _ = make_source(tmp_path / "src")
+    target, tq = make_target(tmp_path / "tgt")
+    base = {f"t{i}": 0.5 for i in range(6)}
+    after = {**base, "t1": 0.8, "t5": 0.1}
+    metrics = [str(write_metrics(tmp_path, "tgt", name, s)) for name, s in (("before", base), ("after", after))]
+    models = [str(tiny["bert"])] * 2
+    options = [{"pooling": "cls", "similarity": "dot"}, {"pooling": "mean", "similarity": "dot"}]
+    job = dict(models=models, options=options, source=str(source), target=str(target), split="test", neighbours=2,
+               max_source_queries=None, seed=0, device="auto", batch_size=8,
+               published=PUBLISHED_DIR / "modir_table4.csv", scale="mini")
+    rows = write_case_study(tmp_path / "t4.csv", tmp_path / "t4.md", metrics=metrics, **job)
+    assert [(r["qid"], r["target_query"]) for r in rows] == [("t1", tq["t1"]), ("t5", tq["t5"])]
+    assert rows[0]["gain"] == pytest.approx(0.3) and rows[1]["gain"] == pytest.approx(-0.4)
+    assert [r["source"] for r in read_rows(tmp_path / "t4.csv")] == ["zsdr", "zsdr", "published", "published"]
+    swapped = write_case_study(tmp_path / "s.csv", tmp_path / "s.md", metrics=metrics[::-1], **job)
+    assert [r["qid"] for r in swapped] == ["t5", "t1"]          # after -> before: the gains change sign
+    with pytest.raises(ValueError, match="compares two systems"):
+        write_case_study(tmp_path / "x.csv", tmp_path / "x.md", metrics=metrics[:1], **job)
+    assert not (tmp_path / "x.csv").exists()

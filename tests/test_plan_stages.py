@@ -38,7 +38,7 @@ def recipe(**over):
     """A recipe with every key the planner reads (the schema's defaults, as small as they come)."""
     r = {"episodes": 1, "negatives": "bm25", "init": "tiny", "loss": "contrastive", "train": dict(TRAIN),
          "encoder": {"query_max_length": 16, "doc_max_length": 32}, "system": {}, "scale": 1.0,
-         "negatives_per_query": 1, "provenance": "[X] test", "mine": {}}
+         "negatives_per_query": 1, "provenance": "[X] test", "mine": {}, "base_system": None}
     r.update(over)
     return r
 
@@ -64,8 +64,13 @@ def config(**recipes):
         "cocodr": {"pretrained": {}, "analysis": {}, "spans": {"tokenizer": "tiny"},
                    "figure4": {"variants": {}, "datasets": None},
                    "sweeps": {"reference": None}},
-        "modir": {"curves": {"recipes": [], "snapshot_every": 5}, "figure4": {}, "figure5": {}, "table4": {}},
-        "rmsc": {"weak": {"method": "ict", "methods": {}}, "qgen": {"generators": {}}, "curves": {"snapshot_every": 5},
+        "modir": {"eval_step": None, "source_target": None,
+                  "curves": {"recipes": [], "datasets": None, "max_steps": None, "snapshot_every": 5},
+                  "table3": {"dataset": None}, "figure4": {"dataset": None}, "figure5": {"recipe": None, "datasets": None},
+                  "table4": {"dataset": None, "before": None, "after": None}},
+        "rmsc": {"weak": {"method": "ict", "methods": {}, "tokenizer": None, "max_pairs": None, "pairs_per_document": 1},
+                 "qgen": {"generators": {}}, "source_target": None,
+                 "curves": {"snapshot_every": 5, "figure2": [], "figure3": [], "datasets": None},
                  "source_context": ["target", "human"]},
         "ddr": {"dam": {"source": {"train": {}}, "target": {"train": {"max_steps": 10}}, "datasets": {},
                         "mlm_probability": 0.15, "tie_embeddings": True},
@@ -153,7 +158,7 @@ def test_recipes_stage_refuses_episodes_without_mining():
 # ------------------------------------------------------------------------------------------ method stages
 def test_method_stages_build_from_recipes_alone():
     cfg = config(dpr=recipe(), adapt=recipe(init="dpr", modir={"loss": "gan"}, train={**TRAIN, "max_steps": 20}))
-    cfg["modir"]["curves"] = {"recipes": ["adapt"], "datasets": ["t1"], "snapshot_every": 5}
+    cfg["modir"]["curves"].update(recipes=["adapt"], datasets=["t1"])
     s = stages(cfg, upto="methods")
     modir = s["modir"]
     assert modir.modir_steps("adapt", "t1") == [0, 5, 10, 15, 20] and modir.modir_base("adapt") == "dpr"

@@ -15,6 +15,7 @@ from zsdr.pretrain.spans import document_spans, split_sentences
 from zsdr.training.qgen import generator_examples
 from zsdr.training.weak import (WeakPair, ict_pair, pair_rng, permuted_documents, read_weak_pairs, scl_pair,
                                 write_qgen_pairs, write_weak_pairs)
+from zsdr.training.weak_sets import write_weak_set
 
 # Documents of 1 to 5 sentences; "solo" has one sentence and gives no pair.
 SENTENCES = {
@@ -402,3 +403,41 @@ def test_qgen_pairs_on_the_cpu_equal_the_reference_writer(qgen, tmp_path):
     first = gen.generate([passages[i] for i in order[:3]], 2, batch_size=3, seed=[5, 0, 0], top_k=25, top_p=0.95,
                          max_length=12)
     assert [out[i] for i in order[:3]] == first and all(out)
+
+
+# ------------------------------------------------------------------------------------ the workflow's one call
+WEAK = {"max_pairs": 7, "pairs_per_document": None, "max_tokens": 6, "new_span_probability": 0.1,
+        "keep_probability": 0.1}
+QGEN = {"queries_per_document": 2, "batch_size": 4, "top_k": 25, "top_p": 0.95, "max_length": 16}
+
+
+def test_write_weak_set_is_the_methods_writer_with_the_configs_settings(beir, tmp_path):
+    """rules/rmsc.smk's weak_pairs job: ICT through write_weak_set writes what write_weak_pairs writes with
+    config rmsc.weak's settings, statistics included; an unknown method or a QGen set without a generator is
+    refused before anything is written."""
+    out, stats = tmp_path / "ict.jsonl", tmp_path / "ict.stats.json"
+    got = write_weak_set(beir, out, stats, method="ict", weak=WEAK, qgen=QGEN, tokenizer="unused", generator=None,
+                         seed=5, device="auto", precision="bf16", gpus=0, threads=1)
+    want = write_weak_pairs(beir, tmp_path / "ref.jsonl", "ict", max_pairs=7, pairs_per_document=None, seed=5,
+                            keep_probability=0.1, statistics=tmp_path / "ref.stats.json")
+    assert got == want and out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()
+    assert json.loads(stats.read_text()) == want
+    for method, generator, words in (("mlm", None, "use one of scl, ict, qgen"),
+                                     ("qgen", None, "no generator given")):
+        with pytest.raises(ValueError, match=words):
+            write_weak_set(beir, tmp_path / "x.jsonl", tmp_path / "x.stats.json", method=method, weak=WEAK,
+                           qgen=QGEN, tokenizer="unused", generator=generator, seed=5, device="auto",
+                           precision="bf16", gpus=0, threads=1)
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_write_weak_set_generates_qgen_pairs_on_the_cpu_without_a_gpu(qgen, tmp_path):
+    root, _ = qgen
+    data, out = root / "data" / "src", tmp_path / "qgen.jsonl"
+    got = write_weak_set(data, out, tmp_path / "qgen.stats.json", method="qgen", weak=WEAK, qgen=QGEN,
+                         tokenizer="unused", generator=str(root / "gen"), seed=3, device="cuda", precision="bf16",
+                         gpus=0, threads=1)   # dense.device names CUDA, but the job holds no GPU: the CPU
+    gen = QueryGenerator.from_pretrained(root / "gen").for_inference("cpu", "bf16")
+    want = write_qgen_pairs(gen, data, tmp_path / "ref.jsonl", queries_per_document=2, max_pairs=7, seed=3,
+                            batch_size=4, top_k=25, top_p=0.95, max_length=16)
+    assert got["pairs"] == want["pairs"] == 7 and out.read_bytes() == (tmp_path / "ref.jsonl").read_bytes()

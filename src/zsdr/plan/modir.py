@@ -31,7 +31,7 @@ class Modir:
 
     def modir_base(self, name: str) -> str:
         """The system a MoDIR recipe starts from: `base_system`, else its init recipe."""
-        return self.recipe(name).get("base_system") or self.recipe(name)["init"]
+        return self.recipe(name)["base_system"] or self.recipe(name)["init"]
 
     def is_curve_run(self, name: str, dataset: str) -> bool:
         return name in self.curves["recipes"] and dataset in self.curve_datasets
@@ -39,9 +39,9 @@ class Modir:
     def modir_total(self, name: str, dataset: str) -> int:
         """Steps of the MoDIR run of recipe ``name`` on target ``dataset``: `modir.curves.max_steps`
         for the curve runs, else `modir.eval_step`, else the recipe's `train.max_steps`."""
-        if self.is_curve_run(name, dataset) and self.curves.get("max_steps"):
+        if self.is_curve_run(name, dataset) and self.curves["max_steps"]:
             return int(self.curves["max_steps"])
-        return int(self.section.get("eval_step") or self.recipe(name)["train"]["max_steps"])
+        return int(self.section["eval_step"] or self.recipe(name)["train"]["max_steps"])
 
     def modir_steps(self, name: str, dataset: str) -> list[int]:
         """The evaluated steps of a curve run: 0 (the base system), every snapshot, the end."""
@@ -50,7 +50,7 @@ class Modir:
         return [0, *range(every, total, every), total]
 
     def modir_source_target(self, name: str) -> str:
-        return self.section.get("source_target") or self.recipes.recipe_targets(name)[0]
+        return self.section["source_target"] or self.recipes.recipe_targets(name)[0]
 
     def modir_model(self, name: str, dataset: str | None, step: int | str | None = None) -> str:
         """The folder of recipe ``name``'s model on ``dataset`` after ``step`` steps (default:
@@ -66,7 +66,7 @@ class Modir:
                 f"dataset to its targets (a MoDIR model is trained per target)"
             )
         total = self.modir_total(name, target)
-        step = int(step or self.section.get("eval_step") or total)
+        step = int(step or self.section["eval_step"] or total)
         run = f"{self.recipes.datasets.paths.models}/trained/{name}@{target}"
         if step == total:
             return run
@@ -81,7 +81,7 @@ class Modir:
 
     def modir_dataset(self, section: str) -> str:
         """The target of a MoDIR table or figure (`modir.<section>.dataset`, else the first curve dataset)."""
-        name = self.section[section].get("dataset") or self.curve_datasets[0]
+        name = self.section[section]["dataset"] or self.curve_datasets[0]
         if name not in self.curve_datasets:
             raise ValueError(
                 f"config key modir.{section}.dataset: {name!r} is not a curve dataset "
@@ -103,20 +103,20 @@ class Modir:
 
     def modir_figure5(self) -> dict[str, Any]:
         f5 = self.section["figure5"]
-        recipe = f5.get("recipe") or self.curves["recipes"][0]
+        recipe = f5["recipe"] or self.curves["recipes"][0]
         if recipe not in self.curves["recipes"]:
             raise ValueError(f"config key modir.figure5.recipe: {recipe!r} is not in modir.curves.recipes")
-        return {"recipe": recipe, "datasets": f5.get("datasets") or list(self.curve_datasets)}
+        return {"recipe": recipe, "datasets": f5["datasets"] or list(self.curve_datasets)}
 
     def modir_case(self) -> list[str]:
         """MoDIR Table 4: the systems before and after MoDIR."""
         t4 = self.section["table4"]
-        after = t4.get("after") or next(iter(self.curves["recipes"] or self.recipes.modir_recipes), None)
+        after = t4["after"] or next(iter(self.curves["recipes"] or self.recipes.modir_recipes), None)
         if after is None:
             return []  # no MoDIR recipe: no case study
         if after not in self.recipes.modir_recipes:
             raise ValueError(f"config key modir.table4.after: {after!r} is not a MoDIR recipe")
-        return [t4.get("before") or self.modir_base(after), after]
+        return [t4["before"] or self.modir_base(after), after]
 
 
 def build_modir(config: dict[str, Any], recipes: Recipes) -> Modir:
@@ -126,5 +126,5 @@ def build_modir(config: dict[str, Any], recipes: Recipes) -> Modir:
                          "a recipe with a `modir` section")
     results = recipes.datasets.paths.results
     return Modir(recipes=recipes, section=section, curves=curves,
-                 curve_datasets=list(curves.get("datasets") or recipes.datasets.targets),
+                 curve_datasets=list(curves["datasets"] or recipes.datasets.targets),
                  figures=list(f"{results}/modir/figure{n}.png" for n in (3, 4, 5)) if curves["recipes"] else [])

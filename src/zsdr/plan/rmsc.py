@@ -35,7 +35,7 @@ class Rmsc:
 
     def weak_method(self, entry: dict[str, Any], target: str | None, where: str) -> str:
         """The extraction method of a weak set: its own, else the target's, else rmsc.weak.method."""
-        method = entry.get("method") or self.weak["methods"].get(target)
+        method = entry["method"] or self.weak["methods"].get(target)
         method = method or self.weak["method"]
         if method == "qgen" and self.qgen.get("generator") not in self.generators:
             raise ValueError(
@@ -59,7 +59,7 @@ class Rmsc:
                 "domain": entry["domain"],
                 "relevance": entry["relevance"],
                 "dataset": f"{self.recipes.datasets.paths.data}/{corpus}",
-                "size": entry.get("size"),
+                "size": entry["size"],
                 "negatives": m["weak_negatives"],
             }
             if entry["relevance"] == "weak":
@@ -78,7 +78,7 @@ class Rmsc:
         if name in self.recipes.per_target_mixtures:
             targets = self.recipes.recipe_targets(name)
             if dataset in (None, self.recipes.datasets.source):
-                wanted = self.section.get("source_target")
+                wanted = self.section["source_target"]
                 target = wanted if wanted in targets else targets[0]
             elif dataset in targets:
                 target = dataset
@@ -114,10 +114,10 @@ class Rmsc:
     def weak_summary(self, wc: Any) -> str:
         """What a dry run shows of a weak-pair extraction: its settings, the open choices marked [X]."""
         w, q = self.weak, self.qgen
-        per_document = w.get("pairs_per_document")
+        per_document = w["pairs_per_document"]
         passes = "as many passes as that needs" if per_document is None else f"at most {per_document} passes"
         common = (
-            f"{w.get('max_pairs') or 'all'} pairs (the labelled set's size [P: comparable]), one per document "
+            f"{w['max_pairs'] or 'all'} pairs (the labelled set's size [P: comparable]), one per document "
             f"a pass over a seeded order, {passes} [X], no pair twice; statistics beside the file"
         )
         if wc.method != "qgen":
@@ -145,7 +145,7 @@ class Rmsc:
         return (
             f"{recipes} evaluated every {self.curves['snapshot_every']} steps [X] on "
             f"{source} (in-domain) and {', '.join(self.curve_datasets)} [X]; a per-target model "
-            f"stands on {source} for rmsc.source_target {self.section.get('source_target')} [X], in the "
+            f"stands on {source} for rmsc.source_target {self.section['source_target']} [X], in the "
             f"soft-token context {self.soft_context(self.source_context)} [X] rmsc.source_context"
         )
 
@@ -155,15 +155,15 @@ def build_rmsc(config: dict[str, Any], recipes: Recipes, refs: ModelRefs) -> Rms
     weak, qgen, curves = section["weak"], section["qgen"], section["curves"]
     source_context = list(section["source_context"])
     checks.check_source_context(source_context)
-    curve_recipes = list(dict.fromkeys([*curves.get("figure2", []), *curves.get("figure3", [])]))
+    curve_recipes = list(dict.fromkeys([*curves["figure2"], *curves["figure3"]]))
     checks.check_members(curve_recipes, recipes.mixture_recipes, "rmsc.curves", "a recipe with a `mixture` section")
     results = recipes.datasets.paths.results
     return Rmsc(
         recipes=recipes, refs=refs, section=section, weak=weak, qgen=qgen,
-        weak_tokenizer=weak.get("tokenizer") or config["cocodr"]["spans"]["tokenizer"],
+        weak_tokenizer=weak["tokenizer"] or config["cocodr"]["spans"]["tokenizer"],
         generators=qgen["generators"],
         trained_generators=list(n for n, g in qgen["generators"].items() if "hf" not in g),
         source_context=source_context, curves=curves, curve_recipes=curve_recipes,
-        curve_datasets=list(curves.get("datasets") or recipes.datasets.targets),
-        figures=list(f"{results}/rmsc/figure{n}.png" for n in (2, 3) if curves.get(f"figure{n}")),
+        curve_datasets=list(curves["datasets"] or recipes.datasets.targets),
+        figures=list(f"{results}/rmsc/figure{n}.png" for n in (2, 3) if curves[f"figure{n}"]),
     )

@@ -14,6 +14,9 @@ Representations" (Findings of ACL 2022), Figures 3 and 5 and Table 3.
 * Table 4 (:func:`write_table4`): the case study of :func:`zsdr.evaluation.case_study.case_study`
   beside the paper's rows.
 
+The workflow's jobs call one function each: :func:`write_modir_curves` (Figures 3 and 5, Table 3) and
+:func:`write_case_study` (Table 4 from the two models and their metrics files).
+
 A *point* is ``{"recipe", "label", "dataset", "step", "domain": domain file, "metrics": metrics
 file}``; step 0 is the model before MoDIR training. A domain file holds
 ``{"global_domain_acc": {"queries": a, "docs": a}, "knn_source": fraction, ...}``.
@@ -338,3 +341,42 @@ def write_table4(out_csv: str | os.PathLike, out_md: str | os.PathLike, rows: li
     lines.append("")
     with atomic_write(out_md) as fh:
         fh.write("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# The workflow's jobs: one call each
+
+
+def write_modir_curves(points: Sequence[dict], logs: dict[str, dict[str, str]], *, dataset: str, figure5: dict,
+                       table3: dict, published: str | os.PathLike, figure3_files: tuple[str, str],
+                       figure5_files: tuple[str, str], table3_files: tuple[str, str], scale: str = "") -> None:
+    """Figures 3 and 5 and Table 3 of the curve runs (the `modir_curves` job): Figure 3 and Table 3 on
+    ``dataset`` (``logs[dataset]``: the runs' train logs), Figure 5 of ``figure5``'s recipe and datasets,
+    Table 3's ``table3`` settings and steps (config modir.table3) beside ``published``. ``figure3_files``,
+    ``figure5_files``: (png, csv); ``table3_files``: (csv, md)."""
+    render_domain_acc(points, logs[dataset], *figure3_files, dataset=dataset, scale=scale)
+    render_acc_and_quality(points, *figure5_files, recipe=figure5["recipe"], datasets=figure5["datasets"],
+                           scale=scale)
+    write_table3(points, *table3_files, dataset=dataset, settings=table3["settings"], steps=table3["steps"],
+                 published=published, scale=scale)
+
+
+def write_case_study(out_csv: str | os.PathLike, out_md: str | os.PathLike, *, models: Sequence[str],
+                     options: Sequence[dict], metrics: Sequence[str | os.PathLike], source: str, target: str,
+                     split: str, neighbours: int, max_source_queries: int | None, seed: int, device: str,
+                     batch_size: int, published: str | os.PathLike, scale: str = "") -> list[dict]:
+    """MoDIR Table 4 (the `modir_table4` job): the case study of the models before and after MoDIR
+    (``models``, ``options`` and their ``metrics`` files on ``target``'s ``split``, both in that order) by
+    :func:`zsdr.evaluation.case_study.case_study` on their per-query nDCG@10, written with the paper's rows
+    (:func:`write_table4`). ``device``: config dense.device (``auto``: CUDA when available). Returns the rows."""
+    from zsdr.evaluation.case_study import case_study
+
+    if not (len(models) == len(options) == len(metrics) == 2):
+        raise ValueError(f"MoDIR Table 4 compares two systems (before, after MoDIR); got {len(models)} models, "
+                         f"{len(options)} encoder settings and {len(metrics)} metrics files")
+    scores = [metric_scores(read_metrics(path), path, "ndcg@10")[1] for path in metrics]
+    rows = case_study(models[0], models[1], options[0], options[1], source, target, split, scores[0], scores[1],
+                      neighbours=neighbours, max_source_queries=max_source_queries, seed=seed,
+                      device=None if device == "auto" else device, batch_size=batch_size)
+    write_table4(out_csv, out_md, rows, published=published, scale=scale)
+    return rows
