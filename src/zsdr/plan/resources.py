@@ -196,6 +196,16 @@ class Resources:
         return (f"{gpus} GPU(s), {nodes} node(s), {cpus}, {resources.get('mem_mb')} MB, "
                 f"{resources.get('runtime')} min")
 
+    def training_shape(self, gpus: int, nodes: int, threads: int, memory: int) -> str:
+        """:meth:`job_shape` of a training job that asks for ``gpus`` GPUs over ``nodes`` nodes, ``threads``
+        threads and ``memory`` MB a node for `training.runtime`: the resources :meth:`cluster_resources` and
+        the training rules give it, read from the plan rather than from the job's evaluated resources."""
+        resources: dict[str, Any] = {"gpu": gpus, "nodes": nodes, "mem_mb": memory,
+                                     "runtime": self.runtime(self.training["runtime"])}
+        if self.site.gpu_cpus():
+            resources["cpus_per_gpu"] = self.site.gpu_cpus()
+        return self.job_shape(resources, threads)
+
     def cluster_resources(
         self, gpus: int | Callable[[Any], int] = 0, nodes: int | Callable[[Any], int] = 1
     ) -> dict[str, Any]:
