@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -80,6 +81,23 @@ def test_every_planned_job_has_its_rules_job_object_as_params(rule):
             assert _plain(job_fields(job)) == golden["params"], (scale, golden["wildcards"])
 
 
+def test_a_training_jobs_shape_is_what_its_rule_asks_the_scheduler_for():
+    """A job's `shape` (its dry-run line: GPUs, nodes, CPUs, memory, runtime), built from the plan, is the one its
+    rule's evaluated resources and threads give (zsdr.plan.resources.Resources.job_shape), at every scale."""
+    from zsdr.plan.resources import Resources
+
+    load_builders()
+    shaped = [r for r in GOLDEN_JOBS if r in BUILDERS and "shape" in BUILDERS[r][0].field_names()]
+    assert "train_dam" in shaped
+    for rule in shaped:
+        for scale, jobs in GOLDEN_JOBS[rule].items():
+            for golden in jobs:
+                if not golden["resources"]["gpu"] and golden["threads"] >= 2:
+                    continue   # a CPU job's threads as the dry run's 2 cores cap them, not as it asks
+                shape = str(plan(scale).job(rule, SimpleNamespace(**golden["wildcards"])).shape)
+                assert shape == Resources.job_shape(golden["resources"], golden["threads"]), (scale, golden["wildcards"])
+
+
 def test_every_rule_reads_its_params_from_the_plan():
     bodies = _rule_bodies()
     for rule, body in bodies.items():
@@ -103,3 +121,50 @@ def test_a_job_is_built_once_and_frozen():
         job.depth = 1
     with pytest.raises(ValueError, match="rule no_such_rule has no job builder"):
         mini.job("no_such_rule", wc)
+
+
+REGRESSIONS_TARGET = "regressions/results/regressions.csv"
+REGRESSIONS_CONFIGS = (ROOT / "configs" / "paper.yaml", ROOT / "configs" / "regressions.yaml")
+
+
+def test_the_regressions_targets_jobs_are_their_rules_job_objects():
+    """The regressions target (configs/regressions.yaml over the paper scale) is not in the golden plans, which
+    plan results/all: its dry run's params of every job are the job objects of a plan built apart from the
+    workflow (its own rules, evaluate_regression with nothing inherited from `evaluate`, and the rules it shares
+    with results/all at this config), and the regression jobs hold what the published rows ask for."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from plan_golden import plan as dry_run
+    from zsdr.regressions.published import read_all
+
+    planned = [json.loads(line) for line in dry_run("paper", target=REGRESSIONS_TARGET,
+                                                    configfiles=REGRESSIONS_CONFIGS[1:])]
+    fresh = load_plan(ROOT, *REGRESSIONS_CONFIGS)
+    load_builders()
+    by_rule = defaultdict(list)
+    for job in planned:
+        by_rule[job["rule"]].append(job)
+        if not job["params"]:
+            continue
+        if job["rule"] not in BUILDERS:   # a rule of results/all still without a job: its golden test says so
+            assert job["rule"] in GOLDEN_JOBS, f"rule {job['rule']} has params but no job builder"
+            continue
+        built = fresh.job(job["rule"], SimpleNamespace(**job["wildcards"]))
+        assert _plain(job_fields(built)) == job["params"], (job["rule"], job["wildcards"])
+    evaluations = {(j["wildcards"]["dataset"], j["wildcards"]["system"]): j["params"]
+                   for j in by_rule["evaluate_regression"]}
+    [report] = by_rule["regressions"]
+    rows = report["params"]["rows"]
+    # every published row, each measured by the evaluation of its (dataset, system) or not run with its reason
+    assert len(rows) == len(read_all([], builtin=True)) and evaluations
+    measured = {(r["dataset"], r["system"]) for r in rows if "metrics" in r}
+    assert measured == set(evaluations) and all(r.get("reason") for r in rows if "metrics" not in r)
+    # the report reads the metrics of every evaluation (and its code)
+    assert ({f for f in report["input"] if not f.startswith(("src/", ".code/"))}
+            == {j["output"][0] for j in by_rule["evaluate_regression"]})
+    metrics, splits = fresh.config["evaluation"]["metrics"], fresh.config["datasets"]["eval_splits"]
+    for (dataset, system), params in evaluations.items():
+        assert params["dataset"] == f"regressions/data/{dataset}", (dataset, system)
+        assert params["split"] == splits.get(dataset, "test"), (dataset, system)
+        assert params["ignore_identical_ids"] == (dataset in ("arguana", "quora")), (dataset, system)
+        assert params["metrics"][:len(metrics)] == metrics
+        assert {r["metric"] for r in rows if (r["dataset"], r["system"]) == (dataset, system)} <= set(params["metrics"])
