@@ -24,7 +24,8 @@ from zsdr.io import DataError  # noqa: E402
 from zsdr.plan.core import load_plan  # noqa: E402
 from zsdr.plan.datasets import build_local  # noqa: E402
 from zsdr.regressions.published import BUILTIN, PublishedError, read_all, read_published  # noqa: E402
-from zsdr.regressions.report import FAIL, NOT_RUN, PASS, check, verdict, verdicts, write_report  # noqa: E402
+from zsdr.regressions.report import (  # noqa: E402
+    FAIL, NOT_RUN, PASS, RegressionFailure, check, gate, verdict, verdicts, write_report)
 from zsdr.workflow import read_config  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -260,6 +261,15 @@ def test_the_report_and_the_gate(tmp_path):
     assert "**1 PASS**, **1 FAIL**, 1 NOT RUN" in md and md.index("| bm25-flat | scifact | recall@100") < md.index("ndcg@10 | 0.6789")
     assert out["png"].read_bytes()[:4] == b"\x89PNG"
     assert check(out["csv"]) == ["FAIL bm25-flat on scifact recall@100: measured 0.9000, published 0.9253 ± 0.0020 (2CR)"]
+    # the gate: nothing written while a row FAILs, the report and each FAIL row named; written once none does
+    ok = tmp_path / "regressions.ok"
+    with pytest.raises(RegressionFailure) as failure:
+        gate(out["csv"], ok)
+    assert str(failure.value) == f"1 published value(s) not reproduced ({out['csv']}):\n  {check(out['csv'])[0]}"
+    assert not ok.exists()
+    write_report([rows[0], rows[2]], out["csv"], out["md"])
+    gate(out["csv"], ok)
+    assert ok.read_text() == "every measured row PASSes\n"
 
 
 # nDCG@10 of the seeded one-layer model on the tiny dataset (fp32 on the CPU), measured once
