@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_workflow import planned_jobs, snakemake  # noqa: E402
 from zsdr.data import registry  # noqa: E402
-from zsdr.data.fetch import convert_downloaded  # noqa: E402
+from zsdr.data.fetch import convert_configured, convert_downloaded  # noqa: E402
 from zsdr.io import DataError  # noqa: E402
 from zsdr.plan.core import load_plan  # noqa: E402
 from zsdr.plan.datasets import build_local  # noqa: E402
@@ -150,8 +150,10 @@ def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_a
     with pytest.raises(DataError, match="scifact-copy/corpus.jsonl: sha256 .* but scifact's corpus.jsonl has sha256 dec31c"):
         convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact", dataset=d.dataset("scifact"))
     assert not (tmp_path / "data" / "scifact" / "dataset.json").exists()
-    # a converted local dataset records its files by content
-    convert_downloaded("tiny", tmp_path / "downloads", tmp_path / "data" / "tiny", dataset=d.dataset("tiny"))
+    # a converted local dataset records its files by content (as the convert job does it: its job's fields)
+    job = plan.job("convert", {"dataset": "tiny"})
+    assert job.local["path"] == str(tmp_path / "tiny") and job.folders["byo"] == plan.paths.byo
+    convert_configured(tmp_path / "data" / "tiny", tmp_path / "downloads", job.folders["byo"], job.local)
     marker = json.loads((tmp_path / "data" / "tiny" / "dataset.json").read_text())
     assert set(marker["files_sha256"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
     assert marker["splits"] == ["test"] and marker["language"] == "en"
