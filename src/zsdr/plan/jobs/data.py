@@ -15,7 +15,7 @@ from zsdr.plan.params import Handling, Settings
 class MiniBenchmarkJob(RuleJob):
     """A generated mini benchmark (zsdr.data.mini.generate): the English one, or the Chinese one."""
 
-    mini: dict[str, Any] | None   # config `mini` (mini_benchmark) or `mini_zh` (mini_benchmark_zh): its domains,
+    mini: dict[str, Any]          # config `mini` (mini_benchmark) or `mini_zh` (mini_benchmark_zh): its domains,
                                   # sizes and seed
 
 
