@@ -71,8 +71,7 @@ class Datasets:
     configured: list[str]           # source, targets and extra datasets, in that order
     evaluated: list[str]            # the source, then the targets
     fetched: list[str]              # the configured registry datasets (downloaded and converted)
-    built_backbones: list[str]      # tiny backbones built from the mini corpora
-    backbone_corpus: dict[str, list[str]]  # built backbone -> the mini domains its tokenizer learns from
+    backbone_corpus: dict[str, list[str]]  # tiny backbone built from the mini corpora -> the domains it learns from
     shared_corpus: dict[str, str]         # dataset -> the dataset whose corpus holds its documents
     remote: dict[str, Any]                # local download path -> registry.RemoteFile
     eval_splits: dict[str, str]
@@ -84,6 +83,12 @@ class Datasets:
     def dataset(self, name: str) -> registry.Dataset:
         """A dataset as this config defines it: its `datasets.local` entry, else the registry's."""
         return self.local[name] if name in self.local else registry.get(name)
+
+    @property
+    def built_backbones(self) -> list[str]:
+        """The tiny backbones built from the mini corpora (config `backbones` with `build`, of a language whose mini
+        benchmark this config has)."""
+        return list(self.backbone_corpus)
 
     @property
     def convertible(self) -> list[str]:
@@ -253,7 +258,7 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
                     mini_zh_source=zh_sources[0] if zh_sources else None,
                     mini_zh_targets=[m["name"] for m in mini_zh_domains if m["role"] == "target"],
                     configured=configured,
-                    evaluated=evaluated, fetched=fetched, built_backbones=list(built), backbone_corpus=built,
+                    evaluated=evaluated, fetched=fetched, backbone_corpus=built,
                     shared_corpus=shared,
                     remote={**registry.remote_files(), **released_files(),
                             **{f.local_path: f for ds in local.values() for f in ds.files}},
