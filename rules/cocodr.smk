@@ -116,7 +116,7 @@ rule cluster_queries:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
@@ -148,7 +148,7 @@ rule cocodr_geometry:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
@@ -262,7 +262,7 @@ rule cocodr_clusters:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:

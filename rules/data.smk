@@ -20,9 +20,7 @@ rule mini_benchmark:
         training=expand(
             "{data}/{name}/{f}",
             data=DATA,
-            name=[
-                d["name"] for d in config["mini"]["domains"] if d["role"] == "source"
-            ],
+            name=PLAN.datasets.mini_sources,
             f=["negatives.jsonl", "triples.train.tsv"],
         ),
         mini=f"{DATA}/mini.json",
@@ -35,7 +33,7 @@ rule mini_benchmark:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        mini=config["mini"],
+        **PLAN.params("mini_benchmark"),
     script:
         "../workflow_scripts/mini_benchmark.py"
 
@@ -74,7 +72,7 @@ rule mini_benchmark_zh:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        mini=config["mini_zh"],
+        **PLAN.params("mini_benchmark_zh"),
     script:
         "../workflow_scripts/mini_benchmark_zh.py"
 
@@ -96,15 +94,7 @@ rule download:
         runtime=PLAN.runtime(600),
         downloads=1,
     params:
-        spec=lambda wc: Settings(PLAN.datasets.remote[wc.path].as_spec()),
-        # where from, how long and how often: the checksum decides the bytes, so not compared for reruns
-        fetch=Handling(
-            {
-                "mirror": config["mirror"],
-                "retries": config["download"]["retries"],
-                "timeout": config["download"]["timeout"],
-            }
-        ),
+        **PLAN.params("download"),
     script:
         "../workflow_scripts/download.py"
 
@@ -135,9 +125,7 @@ rule convert:
         mem_mb=8000,
         runtime=PLAN.runtime(240),
     params:
-        # the folders its inputs are in (the files are compared as inputs): moving them reruns nothing
-        folders=Handling({"downloads": DOWNLOADS, "byo": PLAN.paths.byo}),
-        local=lambda wc: config["datasets"]["local"].get(wc.dataset),
+        **PLAN.params("convert"),
     script:
         "../workflow_scripts/convert.py"
 
@@ -146,8 +134,7 @@ rule tiny_backbone:
     """A tiny BERT/RoBERTa-shaped masked LM and its tokenizer, trained on the mini corpora of its language."""
     input:
         data=lambda wc: [
-            PLAN.dataset_marker(n)
-            for n in PLAN.datasets.backbone_corpora(config["backbones"][wc.backbone])
+            PLAN.dataset_marker(n) for n in PLAN.datasets.backbone_corpus[wc.backbone]
         ],
         code=PLAN.code("zsdr.models.tiny", script="tiny_backbone"),
     output:
@@ -164,12 +151,7 @@ rule tiny_backbone:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        build=lambda wc: config["backbones"][wc.backbone]["build"],
-        datasets=lambda wc: [
-            f"{DATA}/{n}"
-            for n in PLAN.datasets.backbone_corpora(config["backbones"][wc.backbone])
-        ],
-        seed=config["seed"],
+        **PLAN.params("tiny_backbone"),
     script:
         "../workflow_scripts/tiny_backbone.py"
 
@@ -177,16 +159,7 @@ rule tiny_backbone:
 rule data:
     """Every dataset of the config (source, targets, extras) with its training-side downloads."""
     input:
-        [
-            PLAN.dataset_marker(n)
-            for n in dict.fromkeys(
-                [
-                    PLAN.datasets.source,
-                    *PLAN.datasets.targets,
-                    *config["datasets"]["extra"],
-                ]
-            )
-        ],
+        [PLAN.dataset_marker(n) for n in PLAN.datasets.configured],
         [
             p
             for n in PLAN.datasets.fetched
@@ -291,7 +264,6 @@ rule corpus_overlap:
         mem_mb=4000,
         runtime=PLAN.runtime(60),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        donor=lambda wc: f"{DATA}/{wc.donor}",
+        **PLAN.params("corpus_overlap"),
     script:
         "../workflow_scripts/corpus_overlap.py"

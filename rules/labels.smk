@@ -26,10 +26,7 @@ rule unit_stats:
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=PLAN.berm.labels,
-        max_pairs=lambda wc: PLAN.berm.label_max_pairs(wc.split),
-        seed=config["seed"],
+        **PLAN.params("unit_stats"),
     script:
         "../workflow_scripts/unit_stats.py"
 
@@ -64,13 +61,7 @@ rule label_units_shard:
         mem_mb=16000,
         runtime=PLAN.work.label_runtime,
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        labels=PLAN.berm.labels,
-        reader=lambda wc: PLAN.berm.berm_reader(),
-        max_pairs=lambda wc: PLAN.berm.label_max_pairs(wc.split),
-        seed=config["seed"],
-        device=config["dense"]["device"],
-        precision=config["dense"]["precision"],
+        **PLAN.params("label_units_shard"),
     script:
         "../workflow_scripts/label_units_shard.py"
 
@@ -95,7 +86,6 @@ rule label_units:
         mem_mb=4000,
         runtime=PLAN.runtime(30),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        info=lambda wc: {"split": wc.split, **PLAN.berm.labels},
+        **PLAN.params("label_units"),
     script:
         "../workflow_scripts/label_units.py"

@@ -51,7 +51,7 @@ rule modir_domain:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(120),
     params:
@@ -149,7 +149,7 @@ rule modir_figure4:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:
@@ -192,7 +192,7 @@ rule modir_table4:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(PLAN.dense_gpus),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=8000,
         runtime=PLAN.runtime(60),
     params:

@@ -23,12 +23,7 @@ rule train_dam:
         mem_mb=lambda wc: PLAN.dam_job(wc.dam).memory,
         runtime=PLAN.training_runtime,
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.dam_job(wc.dam).spec,
-        summary=lambda wc: PLAN.dam_job(wc.dam).summary,
-        launch=lambda wc: PLAN.dam_job(wc.dam).launch,
+        **PLAN.params("train_dam"),
     message:
         "train DAM {wildcards.dam} ({params.shape}): {params.summary}"
     script:

@@ -20,11 +20,7 @@ use rule evaluate as evaluate_regression with:
         dataset="[^/]+",
         system=PLAN.alternation(PLAN.regressions.systems),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        metrics=PLAN.regressions.metrics,
-        ignore_identical_ids=lambda wc: wc.dataset
-        in config["evaluation"]["ignore_identical_ids"],
+        **PLAN.params("evaluate_regression"),
 
 
 ruleorder: evaluate_regression > evaluate
@@ -49,7 +45,7 @@ rule regressions:
         mem_mb=2000,
         runtime=PLAN.runtime(10),
     params:
-        rows=PLAN.regressions.rows,
+        **PLAN.params("regressions"),
     script:
         "../workflow_scripts/regressions.py"
 

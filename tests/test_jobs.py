@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -123,3 +125,57 @@ def test_a_training_jobs_shape_is_what_its_rule_asks_the_scheduler_for(scale):
             assert str(job.shape) == Resources.job_shape(golden["resources"], golden["threads"]), (rule, golden)
             checked += 1
     assert checked, "no job with a shape"
+
+
+REGRESSIONS_TARGET = "regressions/results/regressions.csv"
+REGRESSIONS_CONFIGS = (ROOT / "configs" / "paper.yaml", ROOT / "configs" / "regressions.yaml")
+
+
+def test_the_regressions_targets_jobs_are_their_rules_job_objects():
+    """The regressions target (configs/regressions.yaml over the paper scale) is not in the golden plans, which
+    plan results/all: its dry run's params of every job are the job objects of a plan built apart from the
+    workflow (its own rules, evaluate_regression with nothing inherited from `evaluate`, and the rules it shares
+    with results/all at this config), and the regression jobs hold what the published rows ask for."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from plan_golden import _dag, _named
+    from zsdr.regressions.published import read_all
+
+    saved = dict(os.environ)   # the Snakefile sets variables for its jobs in this process's environment
+    try:
+        with _dag("paper", ROOT / "Snakefile", ROOT, REGRESSIONS_TARGET, REGRESSIONS_CONFIGS[1:]) as workflow:
+            planned = [{"rule": job.rule.name, "wildcards": dict(job.wildcards_dict), "params": _named(job.params),
+                        "input": [str(f) for f in job.input], "output": [str(f) for f in job.output]}
+                       for job in workflow.dag.jobs]
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    fresh = load_plan(ROOT, *REGRESSIONS_CONFIGS)
+    load_builders()
+    by_rule = defaultdict(list)
+    for job in planned:
+        by_rule[job["rule"]].append(job)
+        if not job["params"]:
+            continue
+        if job["rule"] not in BUILDERS:   # a rule of results/all still without a job: its golden test says so
+            assert job["rule"] in GOLDEN_JOBS, f"rule {job['rule']} has params but no job builder"
+            continue
+        built = fresh.job(job["rule"], SimpleNamespace(**job["wildcards"]))
+        assert _plain(job_fields(built)) == job["params"], (job["rule"], job["wildcards"])
+    evaluations = {(j["wildcards"]["dataset"], j["wildcards"]["system"]): j["params"]
+                   for j in by_rule["evaluate_regression"]}
+    [report] = by_rule["regressions"]
+    rows = report["params"]["rows"]
+    # every published row, each measured by the evaluation of its (dataset, system) or not run with its reason
+    assert len(rows) == len(read_all([], builtin=True)) and evaluations
+    measured = {(r["dataset"], r["system"]) for r in rows if "metrics" in r}
+    assert measured == set(evaluations) and all(r.get("reason") for r in rows if "metrics" not in r)
+    # the report reads the metrics of every evaluation (and its code stamp)
+    assert ({f for f in report["input"] if not f.startswith(".code/")}
+            == {j["output"][0] for j in by_rule["evaluate_regression"]})
+    metrics, splits = fresh.config["evaluation"]["metrics"], fresh.config["datasets"]["eval_splits"]
+    for (dataset, system), params in evaluations.items():
+        assert params["dataset"] == f"regressions/data/{dataset}", (dataset, system)
+        assert params["split"] == splits.get(dataset, "test"), (dataset, system)
+        assert params["ignore_identical_ids"] == (dataset in ("arguana", "quora")), (dataset, system)
+        assert params["metrics"][:len(metrics)] == metrics
+        assert {r["metric"] for r in rows if (r["dataset"], r["system"]) == (dataset, system)} <= set(params["metrics"])

@@ -209,6 +209,8 @@ def test_ddr_systems_route_to_their_chinese_twins_on_the_chinese_targets(plan):
     assert plan.ddr.dam_settings("mini-zh-alpha")["role"] == "target"
     assert plan.datasets.backbone_corpora({"language": "zh"}) == datasets.mini_zh
     assert plan.datasets.backbone_corpora({}) == ["mini-source", "mini-alpha", "mini-beta"]
+    assert plan.datasets.backbone_corpus["tiny-bert-zh"] == datasets.mini_zh
+    assert plan.job("tiny_backbone", {"backbone": "tiny-bert-zh"}).datasets == [f"data/{n}" for n in datasets.mini_zh]
 
 
 def test_ddr_tables_take_the_chinese_targets_as_their_chinese_rows_and_table1_never(plan):

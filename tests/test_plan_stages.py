@@ -115,6 +115,7 @@ def test_datasets_stage_reads_paths_datasets_and_shards():
     d = build_datasets(config())
     assert d.paths == Paths(**PATHS) and d.paths.logs == "logs"
     assert d.evaluated == ["src", "t1", "t2"] and d.fetched == [] and d.built_backbones == ["tiny"]
+    assert d.mini_sources == ["src"] and d.backbone_corpus == {"tiny": ["src", "t1", "t2"]}
     assert d.shards("t2") == ["shard0-of-2", "shard1-of-2"] and d.shards("t1") == ["shard0-of-1"]
     assert d.dataset_marker("t1") == "data/t1/dataset.json" and d.eval_split("t1") == "test"
     assert d.shard_corpus(SimpleNamespace(dataset="t2", shards="2")) == ["data/t2/dataset.json", "data/t2/store/store.json"]

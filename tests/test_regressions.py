@@ -21,12 +21,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_workflow import planned_jobs, snakemake  # noqa: E402
 from zsdr.data import registry  # noqa: E402
-from zsdr.data.fetch import convert_downloaded  # noqa: E402
+from zsdr.data.fetch import convert_configured, convert_downloaded  # noqa: E402
 from zsdr.io import DataError  # noqa: E402
 from zsdr.plan.core import MissingDataset, load_plan  # noqa: E402
 from zsdr.plan.datasets import build_local  # noqa: E402
 from zsdr.regressions.published import BUILTIN, PublishedError, read_all, read_published  # noqa: E402
-from zsdr.regressions.report import FAIL, NOT_RUN, PASS, check, verdict, verdicts, write_report  # noqa: E402
+from zsdr.regressions.report import (  # noqa: E402
+    FAIL, NOT_RUN, PASS, RegressionFailure, check, gate, verdict, verdicts, write_report)
 from zsdr.workflow import read_config  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
@@ -156,8 +157,10 @@ def test_local_datasets_are_planned_from_their_files_and_a_missing_one_says_so_a
     with pytest.raises(DataError, match="scifact-copy/corpus.jsonl: sha256 .* but scifact's corpus.jsonl has sha256 dec31c"):
         convert_downloaded("scifact", tmp_path / "downloads", tmp_path / "data" / "scifact", dataset=d.dataset("scifact"))
     assert not (tmp_path / "data" / "scifact" / "dataset.json").exists()
-    # a converted local dataset records its files by content
-    convert_downloaded("tiny", tmp_path / "downloads", tmp_path / "data" / "tiny", dataset=d.dataset("tiny"))
+    # a converted local dataset records its files by content (as the convert job does it: its job's fields)
+    job = plan.job("convert", {"dataset": "tiny"})
+    assert job.local["path"] == str(tmp_path / "tiny") and job.folders["byo"] == plan.paths.byo
+    convert_configured(tmp_path / "data" / "tiny", tmp_path / "downloads", job.folders["byo"], job.local)
     marker = json.loads((tmp_path / "data" / "tiny" / "dataset.json").read_text())
     assert set(marker["files_sha256"]) == {"corpus.jsonl", "queries.jsonl", "qrels/test.tsv"}
     assert marker["splits"] == ["test"] and marker["language"] == "en"
@@ -267,6 +270,15 @@ def test_the_report_and_the_gate(tmp_path):
     assert "**1 PASS**, **1 FAIL**, 1 NOT RUN" in md and md.index("| bm25-flat | scifact | recall@100") < md.index("ndcg@10 | 0.6789")
     assert out["png"].read_bytes()[:4] == b"\x89PNG"
     assert check(out["csv"]) == ["FAIL bm25-flat on scifact recall@100: measured 0.9000, published 0.9253 ± 0.0020 (2CR)"]
+    # the gate: nothing written while a row FAILs, the report and each FAIL row named; written once none does
+    ok = tmp_path / "regressions.ok"
+    with pytest.raises(RegressionFailure) as failure:
+        gate(out["csv"], ok)
+    assert str(failure.value) == f"1 published value(s) not reproduced ({out['csv']}):\n  {check(out['csv'])[0]}"
+    assert not ok.exists()
+    write_report([rows[0], rows[2]], out["csv"], out["md"])
+    gate(out["csv"], ok)
+    assert ok.read_text() == "every measured row PASSes\n"
 
 
 # nDCG@10 of the seeded one-layer model on the tiny dataset (fp32 on the CPU), measured once

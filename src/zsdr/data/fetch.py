@@ -39,6 +39,16 @@ def convert_downloaded(name: str, downloads: str | Path, out: str | Path, byo: s
         return _convert_locked(dataset or registry.get(name), downloads, out, byo)
 
 
+def convert_configured(out: str | Path, downloads: str | Path, byo: str | Path,
+                       local: dict | None = None) -> BeirCounts:
+    """A `convert` job: the dataset its output folder ``out`` names (data/<name>), as the config defines it — its
+    `datasets.local` entry ``local`` (a local folder or a new dataset), else the registry's — from its downloads
+    under ``downloads`` or its local folder (:func:`convert_downloaded`)."""
+    out = Path(out)
+    dataset = registry.config_dataset(out.name, dict(local)) if local else None
+    return convert_downloaded(out.name, downloads, out, byo=byo, dataset=dataset)
+
+
 def local_digests(ds: registry.Dataset, folder: Path) -> dict[str, str]:
     """``{file relative to the folder: sha256}`` of the files a local copy of ``ds`` is read from; a DataError
     when the folder holds no corpus, or when a file's sha256 differs from the one the registry (or config

@@ -242,11 +242,6 @@ class Plan:
     def dense_env(self) -> str:
         return self.resources.dense_env
 
-    @property
-    def dense_gpus(self) -> int:
-        """`dense.gpus`: the GPUs a job that runs an encoder asks for (encode, search, MoDIR's analyses)."""
-        return self.config["dense"]["gpus"]
-
     # ------------------------------------------------------------------------------------------ training jobs
     def _training_job(self, kind: str, name: str) -> TrainingJob:
         key = (kind, name)

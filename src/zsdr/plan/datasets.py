@@ -64,13 +64,14 @@ class Datasets:
     source: str
     targets: list[str]
     mini: list[str]                 # the mini benchmark's domains (none at small and paper scale)
+    mini_sources: list[str]         # its source domains (those with training files)
     mini_zh: list[str]              # the Chinese mini benchmark's domains (config `mini_zh`; DDR's tables only)
     mini_zh_source: str | None      # its source domain (None: no Chinese mini benchmark)
     mini_zh_targets: list[str]      # its target domains: the Chinese rows of DDR's tables at mini scale
     configured: list[str]           # source, targets and extra datasets, in that order
     evaluated: list[str]            # the source, then the targets
     fetched: list[str]              # the configured registry datasets (downloaded and converted)
-    built_backbones: list[str]      # tiny backbones built from the mini corpora
+    backbone_corpus: dict[str, list[str]]  # tiny backbone built from the mini corpora -> the domains it learns from
     shared_corpus: dict[str, str]         # dataset -> the dataset whose corpus holds its documents
     remote: dict[str, Any]                # local download path -> registry.RemoteFile
     eval_splits: dict[str, str]
@@ -82,6 +83,12 @@ class Datasets:
     def dataset(self, name: str) -> registry.Dataset:
         """A dataset as this config defines it: its `datasets.local` entry, else the registry's."""
         return self.local[name] if name in self.local else registry.get(name)
+
+    @property
+    def built_backbones(self) -> list[str]:
+        """The tiny backbones built from the mini corpora (config `backbones` with `build`, of a language whose mini
+        benchmark this config has)."""
+        return list(self.backbone_corpus)
 
     @property
     def convertible(self) -> list[str]:
@@ -146,7 +153,7 @@ class Datasets:
 
     def backbone_corpora(self, backbone: dict[str, Any]) -> list[str]:
         """The mini domains a built backbone's tokenizer learns from: `mini_zh`'s for a Chinese one, else `mini`'s."""
-        return list(self.mini_zh if backbone.get("language") == "zh" else self.mini)
+        return backbone_corpora(backbone, self.mini, self.mini_zh)
 
     def shards(self, dataset: str) -> list[str]:
         """The corpus shard folders of a dataset: `dense.dataset_shards` or else `dense.shards`."""
@@ -166,6 +173,12 @@ class Datasets:
             return []
         files = list(ds.files) + (list(ds.extras) if extras else [])
         return [f"{self.paths.downloads}/{f.local_path}" for f in files]
+
+
+def backbone_corpora(backbone: dict[str, Any], mini: list[str], mini_zh: list[str]) -> list[str]:
+    """The mini domains a backbone (config `backbones.<name>`) learns its tokenizer from: ``mini_zh`` for a Chinese
+    one, else ``mini``."""
+    return list(mini_zh if backbone.get("language") == "zh" else mini)
 
 
 def check_dataset(name: str, mini: Iterable[str], local: Iterable[str] = ()) -> str:
@@ -237,13 +250,16 @@ def build_datasets(config: dict[str, Any]) -> Datasets:
             )
     # Tiny backbones are built from the mini corpora, so only a config with mini domains builds them
     # (Snakemake merges --configfile over config.yaml, so the paper config still lists them).
-    built = list(n for n, b in config["backbones"].items()
-                 if "build" in b and (mini_zh if b.get("language") == "zh" else mini))
-    return Datasets(paths=paths, source=source, targets=targets, mini=mini, mini_zh=mini_zh,
+    built = {n: corpora for n, b in config["backbones"].items()
+             if "build" in b and (corpora := backbone_corpora(b, mini, mini_zh))}
+    return Datasets(paths=paths, source=source, targets=targets, mini=mini,
+                    mini_sources=[m["name"] for m in config["mini"]["domains"] if m["role"] == "source"],
+                    mini_zh=mini_zh,
                     mini_zh_source=zh_sources[0] if zh_sources else None,
                     mini_zh_targets=[m["name"] for m in mini_zh_domains if m["role"] == "target"],
                     configured=configured,
-                    evaluated=evaluated, fetched=fetched, built_backbones=built, shared_corpus=shared,
+                    evaluated=evaluated, fetched=fetched, backbone_corpus=built,
+                    shared_corpus=shared,
                     remote={**registry.remote_files(), **released_files(),
                             **{f.local_path: f for ds in local.values() for f in ds.files}},
                     eval_splits=dict(d["eval_splits"]), shard_counts=dict(config["dense"]["dataset_shards"]),

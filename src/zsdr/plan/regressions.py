@@ -74,12 +74,12 @@ def dataset_problem(datasets: Datasets, name: str) -> str | None:
 def build_regressions(config: dict[str, Any], datasets: Datasets, systems: Systems) -> Regressions:
     from zsdr.regressions.published import PublishedError, read_all
 
-    section = config.get("regressions") or {}
+    section = config["regressions"]     # the schema's defaults filled in: every key is here
     try:
-        published = read_all(section.get("files") or [], builtin=section.get("builtin", True))
+        published = read_all(section["files"], builtin=section["builtin"])
     except PublishedError as exc:
         raise ValueError(f"config key regressions.files: {exc}") from None
-    only_systems, only_datasets = section.get("systems"), section.get("datasets")
+    only_systems, only_datasets = section["systems"], section["datasets"]
     rows, pairs, missing = [], [], set()
     dataset_reason: dict[str, str | None] = {}
     for p in published:

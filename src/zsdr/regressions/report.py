@@ -2,19 +2,22 @@
 
 :func:`verdicts` turns the planned rows (a published value, and the metrics file that holds its measured value
 or the reason it is not run) into report rows; :func:`write_report` writes ``regressions.csv``, ``.md`` and
-a picture of the differences per system and dataset; :func:`check` is the gate a site runs (it fails when a
-row FAILs).
+a picture of the differences per system and dataset (and logs the verdicts' counts); :func:`check` lists the
+FAIL rows of a written report, and :func:`gate` is the check a site runs (it passes only when no row FAILs).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from zsdr.io import atomic_write
+
+log = logging.getLogger("zsdr.regressions")
 
 PASS, FAIL, NOT_RUN = "PASS", "FAIL", "NOT RUN"
 REPORT_COLUMNS = ("system", "dataset", "metric", "published", "tolerance", "measured", "delta", "verdict", "reason",
@@ -150,6 +153,7 @@ def write_report(rows: list[dict[str, Any]], csv_path: str | Path, md_path: str 
     write_markdown(report, md_path)
     if png_path is not None:
         write_figure(report, png_path)
+    log.info("%s", ", ".join(f"{n} {v}" for v, n in counts(report).items()))
     return report
 
 
@@ -157,3 +161,17 @@ def check(csv_path: str | Path) -> list[str]:
     """One line per FAIL row of a written report ([] when none fails): what a site's gate reports."""
     return [f"FAIL {r['system']} on {r['dataset']} {r['metric']}: measured {r['measured']}, published {r['published']} "
             f"± {r['tolerance']} ({r['source']})" for r in read_csv(csv_path) if r["verdict"] == FAIL]
+
+
+class RegressionFailure(Exception):
+    """A published value the pipeline did not reproduce (a FAIL row): what fails a site's gate."""
+
+
+def gate(csv_path: str | Path, ok_path: str | Path) -> None:
+    """The gate of a written report: writes ``ok_path`` when no row FAILs; else writes nothing and raises a
+    :class:`RegressionFailure` naming the report and every FAIL row (:func:`check`), one a line."""
+    failed = check(csv_path)
+    if failed:
+        raise RegressionFailure("\n  ".join([f"{len(failed)} published value(s) not reproduced ({csv_path}):",
+                                              *failed]))
+    Path(ok_path).write_text("every measured row PASSes\n", encoding="utf-8")
