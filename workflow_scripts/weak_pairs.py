@@ -14,7 +14,7 @@ if p.method == "qgen":   # the only method that runs a model (ICT and SCL need n
     import torch
 
     from zsdr.models.generator import QueryGenerator
-    from zsdr.training.weak import write_qgen_pairs
+    from zsdr.training.weak.qgen_pairs import write_qgen_pairs
 
     torch.set_num_threads(max(1, snakemake.threads))
     generator = QueryGenerator.from_pretrained(p.generator).for_inference(device, p.precision)
@@ -23,7 +23,7 @@ if p.method == "qgen":   # the only method that runs a model (ICT and SCL need n
                              top_k=q.get("top_k", 25), top_p=q.get("top_p", 0.95), max_length=q.get("max_length", 64),
                              statistics=statistics)
 else:
-    from zsdr.training.weak import write_weak_pairs
+    from zsdr.training.weak.scl_ict import write_weak_pairs
 
     tokenizer = None
     if p.method == "scl":   # spans of tokens; ICT splits sentences (no transformers, no torch)

@@ -13,7 +13,7 @@ positive. The generator reads ``title + " " + text``.
 
 Fine-tuning a generator on the (passage, query) pairs of a dataset's qrels is
 :mod:`zsdr.training.qgen` (recipe kind ``generator``); writing the generated pairs in the weak-pair
-format is :func:`zsdr.training.weak.write_qgen_pairs`.
+format is :func:`zsdr.training.weak.qgen_pairs.write_qgen_pairs`.
 
 Labels follow the tokenizer's own target convention (``tokenizer(text_target=...)``): a T5
 tokenizer gives ``query </s>``; the tiny backbones' tokenizers frame the query as ``[CLS] q [SEP]`` /
@@ -26,7 +26,7 @@ caller's random state is left as it was. Generations are stripped and empty ones
 passage left with fewer than ``n`` queries is sampled again (``retries`` more rounds, two by
 default) and then accepts fewer, so a list may hold fewer than ``n`` queries but never an empty
 one. Repeated queries are kept by :meth:`QueryGenerator.generate` and written once per document
-by :func:`~zsdr.training.weak.write_qgen_pairs`.
+by :func:`~zsdr.training.weak.qgen_pairs.write_qgen_pairs`.
 """
 
 from __future__ import annotations
