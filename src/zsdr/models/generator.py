@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from zsdr.batching import to_device
 from zsdr.io import DataError, atomic_dir, verify_model_contents
 
 META_FILE = "generator.json"
@@ -192,8 +193,8 @@ class QueryGenerator(nn.Module):
             cuda = [device.index if device.index is not None else torch.cuda.current_device()]
         with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(seed)
-            ids = self.model.generate(input_ids=enc["input_ids"].to(device),
-                                      attention_mask=enc["attention_mask"].to(device), do_sample=True,
+            ids = self.model.generate(input_ids=to_device(enc["input_ids"], device),
+                                      attention_mask=to_device(enc["attention_mask"], device), do_sample=True,
                                       num_return_sequences=n, **sampling)
         texts = [t.strip() for t in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
         return [[t for t in texts[j * n:(j + 1) * n] if t] for j in range(len(passages))]

@@ -226,6 +226,7 @@ def cls_vectors(model_dir: str | os.PathLike, texts: Sequence[str], batch_size: 
         for start in range(0, len(texts), int(batch_size)):
             enc = tokenizer(list(texts[start:start + int(batch_size)]), truncation=True, max_length=int(max_length),
                             padding=True, return_tensors="pt")
-            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            enc = to_device({k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+                            device)
             out.append(model(**enc).last_hidden_state[:, 0].float().cpu())
     return torch.cat(out) if out else torch.empty((0, 0))
