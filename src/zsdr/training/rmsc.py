@@ -270,8 +270,8 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets",
             first = items.table[0]
             if entry.get("negatives", "corpus") == "pair" and first.method != "qgen" and first.negative is None:
                 raise DataError(Path(entry["pairs"]), 1, f"{where}[{n}].negatives is 'pair' but the {first.method} "
-                                "pairs carry no negative", "extract the weak pairs again (zsdr.training.weak."
-                                "scl_ict.write_weak_pairs draws one per pair), or set the mixture's weak_negatives to corpus")
+                                "pairs carry no negative", "extract the weak pairs again (zsdr.training.weak.scl_ict."
+                                "write_weak_pairs draws one per pair), or set the mixture's weak_negatives to corpus")
         size = entry.get("size")
         if size == "supervised":
             if supervised is None:

@@ -14,19 +14,18 @@ pairs extracted from the source and target corpora by three methods:
 * ``qgen``: a seq2seq query generator writes queries for the document, which is the positive
   (:func:`~zsdr.training.weak.qgen_pairs.write_qgen_pairs`; BEIR's QGen setup).
 
-Selection. :func:`~zsdr.training.weak.documents.permuted_documents` visits the documents of ``corpus.jsonl`` in a permutation
-seeded by ``seed`` (not in file order), so ``max_pairs`` takes a random subset of documents, and
-the pairs written for a smaller ``max_pairs`` are a prefix of those written for a larger one.
-The corpus is read once to count it, then once per window of positions in the permutation: the
-first window holds the documents ``max_pairs`` should need (twice the expected count), each
-further window twice as many; without ``max_pairs`` one window holds the whole corpus.
+Selection. :func:`~zsdr.training.weak.documents.permuted_documents` visits the documents of ``corpus.jsonl``
+in a permutation seeded by ``seed`` (not in file order), so ``max_pairs`` takes a random subset of documents,
+and the pairs written for a smaller ``max_pairs`` are a prefix of those written for a larger one. The corpus
+is read once to count it, then once per window of positions in the permutation: the first window holds the
+documents ``max_pairs`` should need (twice the expected count), each further window twice as many; without
+``max_pairs`` one window holds the whole corpus.
 
 Randomness. Pair ``k`` of the document at position ``index`` of ``corpus.jsonl`` is drawn from
-``numpy.random.default_rng([seed, index, k, 1])`` alone (:func:`~zsdr.training.weak.draws.pair_rng`), so a document's pairs
-do not depend on which other documents are read. The fourth word keeps these streams apart from
-the span packer's ``default_rng([seed, index])``: numpy pads a seed with zeros, so
-``[seed, index, 0]`` would *be* that stream. The permutation comes from
-``default_rng([seed, 0, 0, 2])``.
+``numpy.random.default_rng([seed, index, k, 1])`` alone (:func:`~zsdr.training.weak.draws.pair_rng`), so a
+document's pairs do not depend on which other documents are read. The fourth word keeps these streams apart
+from the span packer's ``default_rng([seed, index])``: numpy pads a seed with zeros, so ``[seed, index, 0]``
+would *be* that stream. The permutation comes from ``default_rng([seed, 0, 0, 2])``.
 
 Size. RMSC controls each weak set's size to be "comparable to" the labelled set's: ``max_pairs`` is
 that size, and the writer draws in passes over the documents (in the seeded order): pass 0 gives each
@@ -53,11 +52,11 @@ positive and the negative thus differ in relevance only, not in length or title 
 document beside an untitled 30-token span would tell them apart). Drawn from
 ``default_rng([seed, index, k, 4])``.
 
-Statistics (:func:`~zsdr.training.weak.format.pair_statistics`): the writer returns, and the workflow saves beside the file,
-the target, the pairs written, how many are distinct (query, positive) texts and how many repeat one
-(0 for SCL and ICT: a pair whose texts another document already gave, as a corpus holding duplicate
-documents does, is left out and counted in ``duplicates_left_out``), the passes, the largest number
-of pairs of one document and the shortfall below the target.
+Statistics (:func:`~zsdr.training.weak.format.pair_statistics`): the writer returns, and the workflow saves
+beside the file, the target, the pairs written, how many are distinct (query, positive) texts and how many
+repeat one (0 for SCL and ICT: a pair whose texts another document already gave, as a corpus holding duplicate
+documents does, is left out and counted in ``duplicates_left_out``), the passes, the largest number of pairs
+of one document and the shortfall below the target.
 
 File format (JSON lines, one pair a line, ``.gz`` compresses)::
 
