@@ -13,7 +13,8 @@ scores (:func:`zsdr.training.teacher.score_pairs`) and QGen's sorted pools
 
 :func:`to_device` is the one host-to-device copy of a batch (a tensor, or a dict, list or tuple of them):
 onto a CUDA device through pinned memory without waiting on the host, elsewhere a plain move. The
-training loop's batches, the encoder's, the reader's and the teacher's go through it.
+training loop's batches go through it, and those of the encoder, the bare backbone's [CLS] vectors, the reader,
+the teacher, the query generator and BERM's unit analysis.
 
 Sorting changes which rows share a batch, never a row's own numbers beyond float rounding (a padded row's
 outputs do not depend on its neighbours: masked attention and pooling); restoring the order returns
