@@ -494,7 +494,8 @@ def generate_pairs(path: Path, pairs: int, seed: int = 0) -> float:
 def _rmsc_rank(kind: str, jsonl: str, table: str, batches: int, start, done, queue) -> None:
     """One rank of an RMSC job reading a weak set: mapped (``table``) or the old list of examples."""
     from zsdr.training.rmsc import Item, WeakItems
-    from zsdr.training.weak import PairsTable, read_weak_pairs
+    from zsdr.training.weak.format import read_weak_pairs
+    from zsdr.training.weak.table import PairsTable
 
     base = smaps()["uss"]
     t0 = time.perf_counter()
@@ -508,7 +509,7 @@ def _rmsc_rank(kind: str, jsonl: str, table: str, batches: int, start, done, que
 
 
 def rmsc_section(root: Path, pairs: int, batches: int, keep: bool) -> None:
-    from zsdr.training.weak import write_pairs_table
+    from zsdr.training.weak.table import write_pairs_table
 
     root = root / "rmsc"
     shutil.rmtree(root, ignore_errors=True)

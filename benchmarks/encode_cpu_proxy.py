@@ -35,7 +35,11 @@ import _synthetic as syn  # noqa: E402
 def job_batches(lengths: np.ndarray, chunk: int, batch_size: int) -> list[np.ndarray]:
     """The rows of each batch the encode job forms: chunks of ``chunk`` documents, each sorted longest
     first and cut by the installed zsdr's rule (a token budget of ``batch_size`` x the chunk's
-    longest text where ``batch_bounds`` exists, else ``batch_size`` documents)."""
+    longest text where zsdr.batching or ``batch_bounds`` exists, else ``batch_size`` documents)."""
+    try:
+        from zsdr.batching import length_batches
+    except ImportError:
+        length_batches = None
     try:
         from zsdr.models.encoder import batch_bounds
     except ImportError:
@@ -43,6 +47,9 @@ def job_batches(lengths: np.ndarray, chunk: int, batch_size: int) -> list[np.nda
     out = []
     for lo in range(0, len(lengths), chunk):
         part = lengths[lo:lo + chunk]
+        if length_batches is not None:
+            out.extend(lo + rows for rows in length_batches(part, max_tokens=batch_size * max(int(part.max()), 1)))
+            continue
         order = np.argsort(-part, kind="stable")
         if batch_bounds is None:
             bounds = [(s, min(s + batch_size, len(order))) for s in range(0, len(order), batch_size)]

@@ -76,16 +76,13 @@ def section(fn):
 def ceiling(encoder, packed, batch_size: int, device: torch.device, budget: bool = False) -> float:
     """The model alone: length-sorted, pre-padded batches on the device, bf16 weights, forward only;
     batches of ``batch_size`` documents, or (``budget``) of the token budget the encode job uses."""
-    from zsdr.models.encoder import batch_bounds
+    from zsdr.batching import length_batches
 
     half = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = copy.deepcopy(encoder.backbone).to(device=device, dtype=half).eval()
-    order = np.argsort(-packed.lengths, kind="stable")
-    if budget:
-        bounds = batch_bounds(packed.lengths[order], batch_size * int(packed.lengths.max()))
-    else:
-        bounds = [(s, min(s + batch_size, len(order))) for s in range(0, len(order), batch_size)]
-    batches = [{k: torch.from_numpy(v).to(device) for k, v in packed.pad(order[s:e], 0).items()} for s, e in bounds]
+    budget_tokens = batch_size * int(packed.lengths.max()) if budget else None
+    rows = length_batches(packed.lengths, size=None if budget else batch_size, max_tokens=budget_tokens)
+    batches = [{k: torch.from_numpy(v).to(device) for k, v in packed.pad(r, 0).items()} for r in rows]
     with torch.inference_mode():
         for b in batches[:3]:
             model(**b)
@@ -241,7 +238,7 @@ def qgen(vocab: Path, quick: bool, dataset: Path, out: Path, device: torch.devic
     from transformers import T5Config, T5ForConditionalGeneration
 
     from zsdr.models.generator import QueryGenerator
-    from zsdr.training.weak import write_qgen_pairs
+    from zsdr.training.weak.qgen_pairs import write_qgen_pairs
 
     tok = syn.tokenizer(vocab)
     size = dict(d_model=64, d_ff=128, num_layers=2, num_heads=2, d_kv=32) if quick else \

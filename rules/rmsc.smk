@@ -63,7 +63,7 @@ rule train_generator:
 
 rule weak_pairs:
     """Weak (pseudo-query, pseudo-positive) pairs of one corpus by one method (SCL, ICT or QGen), and the set's
-    statistics (target size, pairs, distinct, repeats, passes, shortfall: zsdr.training.weak.pair_statistics).
+    statistics (target size, pairs, distinct, repeats, passes, shortfall: zsdr.training.weak.format.pair_statistics).
     """
     input:
         data=lambda wc: PLAN.dataset_marker(wc.corpus),
@@ -71,7 +71,8 @@ rule weak_pairs:
         store=f"{DATA}/{{corpus}}/store/store.json",
         model=PLAN.rmsc.weak_inputs,
         code=PLAN.code(
-            "zsdr.training.weak",
+            "zsdr.training.weak.scl_ict",
+            "zsdr.training.weak.qgen_pairs",
             "zsdr.pretrain.spans",
             "zsdr.data.store",
             "zsdr.models.generator",

@@ -224,16 +224,6 @@ def test_forward_is_differentiable(tiny):
     assert enc.backbone.embeddings.word_embeddings.weight.grad is not None
 
 
-def test_length_chunks_cut_rows_sorted_by_length_within_the_budget():
-    from zsdr.models.inference import length_chunks
-
-    # shortest first, ties in row order; a chunk grows while rows x its longest row fits 12 tokens
-    chunks = length_chunks(torch.tensor([5, 3, 9, 3, 7]), 12)
-    assert [c.tolist() for c in chunks] == [[1, 3], [0], [4], [2]]
-    assert length_chunks(torch.tensor([5, 3, 9]), 27) is None            # 3 x 9 fits: one pass
-    assert [c.tolist() for c in length_chunks(torch.tensor([40, 2]), 10)] == [[1], [0]]   # a row over budget alone
-
-
 @pytest.mark.parametrize("kind,pooling", [("bert", "cls"), ("roberta", "mean")])
 def test_a_forward_in_length_chunks_equals_one_pass(tiny, kind, pooling):
     """A CPU batch of more than chunk_tokens padded tokens runs in chunks of similar lengths: the vectors, the
@@ -380,19 +370,6 @@ def test_packed_collate_and_budget_batches_equal_the_old_path(tiny, kind, fmt):
         cosine = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
         assert cosine.min() > 1 - 1e-3
         np.testing.assert_allclose(got, ref, atol=1e-5)  # in practice float noise
-
-
-def test_batches_follow_a_token_budget():
-    from zsdr.models.encoder import batch_bounds
-
-    lengths = np.array([10, 10, 8, 5, 5, 5, 2, 2, 2, 2, 1])
-    bounds = batch_bounds(lengths, 20)
-    assert bounds[0] == (0, 2)  # 2 texts of the longest length: batch_size x longest
-    assert bounds == [(0, 2), (2, 4), (4, 8), (8, 11)]
-    for start, stop in bounds:  # every batch within budget once padded to its first text
-        assert (stop - start) * lengths[start] <= 20
-    assert batch_bounds(np.array([50, 40]), 20) == [(0, 1), (1, 2)]  # never empty
-    assert batch_bounds(np.array([], dtype=int), 20) == []
 
 
 def test_half_inference_copy_is_kept_until_the_weights_change(tiny):

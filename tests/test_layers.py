@@ -21,7 +21,7 @@ PACKAGE = SRC / "zsdr"
 # package's ``__init__``), which stands for that file alone: a new top-level module needs a layer.
 LAYERS: list[tuple[str, ...]] = [
     ("zsdr", "zsdr.io", "zsdr.files", "zsdr.argtypes", "zsdr.logs", "zsdr.devices", "zsdr.distributed", "zsdr.warm",
-     "zsdr.warm_client"),
+     "zsdr.warm_client", "zsdr.batching"),
     ("zsdr.data", "zsdr.provenance"),
     ("zsdr.sparse", "zsdr.models"),
     ("zsdr.losses",),

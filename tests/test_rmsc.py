@@ -144,7 +144,8 @@ def test_weak_sets_map_a_table_of_their_pairs_shared_by_the_jobs_processes(mini,
     the training's checkpoint folder (the launcher does it before the processes start) and found there by
     every process; the examples, and a seeded subset of them, are those the pairs file gives."""
     from zsdr.training.rmsc import PAIRS_TABLES, Item, WeakItems, pairs_table_path, prepare_pairs_tables
-    from zsdr.training.weak import PairsTable, read_weak_pairs
+    from zsdr.training.weak.format import read_weak_pairs
+    from zsdr.training.weak.table import PairsTable
 
     pairs = read_weak_pairs(mini / "weak.jsonl")
     want = [Item(1, p.query, p.positive, p.id, frozenset({p.id, p.doc_id})) for p in pairs]
@@ -220,7 +221,8 @@ def test_random_negatives_are_pure_and_never_relevant(mini, tmp_path, negatives)
 def test_pair_negatives_are_the_pairs_own_and_an_old_file_is_refused(mini, tmp_path):
     """``negatives: pair``: a weak example's negative is the one drawn with its pair (the positive's format),
     the same every epoch; the labelled set keeps its random documents; pairs without negatives are refused."""
-    from zsdr.training.weak import read_weak_pairs, write_weak_pairs
+    from zsdr.training.weak.format import read_weak_pairs
+    from zsdr.training.weak.scl_ict import write_weak_pairs
 
     pairs = tmp_path / "ict.jsonl"
     write_weak_pairs(mini / "data" / "src", pairs, "ict", max_pairs=30, seed=2)

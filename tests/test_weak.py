@@ -13,9 +13,12 @@ from zsdr.io import DataError
 from zsdr.models.generator import QueryGenerator, build_tiny_generator
 from zsdr.pretrain.spans import document_spans, split_sentences
 from zsdr.training.qgen import generator_examples
-from zsdr.training.weak import (WeakPair, ict_pair, pair_rng, permuted_documents, read_weak_pairs, scl_pair,
-                                write_qgen_pairs, write_weak_pairs)
-from zsdr.training.weak_sets import write_weak_set
+from zsdr.training.weak.documents import permuted_documents
+from zsdr.training.weak.draws import ict_pair, pair_rng, scl_pair
+from zsdr.training.weak.format import WeakPair, read_weak_pairs
+from zsdr.training.weak.qgen_pairs import write_qgen_pairs
+from zsdr.training.weak.scl_ict import write_weak_pairs
+from zsdr.training.weak.sets import write_weak_set
 
 # Documents of 1 to 5 sentences; "solo" has one sentence and gives no pair.
 SENTENCES = {
@@ -364,7 +367,8 @@ def _reference_qgen(gen, data, out, n, max_pairs, seed, batch_size):
     import itertools
 
     from zsdr.models.generator import passage_of
-    from zsdr.training.weak import selected_documents, write_pair
+    from zsdr.training.weak.documents import selected_documents
+    from zsdr.training.weak.format import write_pair
 
     pairs = 0
     docs = selected_documents(data, seed, max_pairs, n)
@@ -385,7 +389,7 @@ def _reference_qgen(gen, data, out, n, max_pairs, seed, batch_size):
 
 
 def test_qgen_pairs_on_the_cpu_equal_the_reference_writer(qgen, tmp_path):
-    from zsdr.training.weak import _generate_sorted
+    from zsdr.training.weak.qgen_pairs import generate_sorted
 
     root, _ = qgen
     gen = QueryGenerator.from_pretrained(root / "gen").for_inference("cpu", "bf16")
@@ -397,7 +401,7 @@ def test_qgen_pairs_on_the_cpu_equal_the_reference_writer(qgen, tmp_path):
     assert new.read_bytes() == ref.read_bytes() and len(new.read_text().splitlines()) == 25
     # the GPU's sorted pools, run on the CPU: batches of similar length, answers in the passages' order
     passages = [p for p, _ in generator_examples(data, max_examples=7)]
-    out = _generate_sorted(gen, passages, 2, 0, 5, 3, top_k=25, top_p=0.95, max_length=12)
+    out = generate_sorted(gen, passages, 2, 0, 5, 3, top_k=25, top_p=0.95, max_length=12)
     lengths = [len(gen.tokenizer(p, max_length=gen.max_length, truncation=True)["input_ids"]) for p in passages]
     order = sorted(range(7), key=lambda i: -lengths[i])
     first = gen.generate([passages[i] for i in order[:3]], 2, batch_size=3, seed=[5, 0, 0], top_k=25, top_p=0.95,

@@ -2,7 +2,7 @@ import logging
 
 from zsdr.devices import claim_for_job
 from zsdr.logs import setup_logging
-from zsdr.training.weak_sets import write_weak_set
+from zsdr.training.weak.sets import write_weak_set
 
 setup_logging(snakemake.log[0])
 claim_for_job(snakemake)

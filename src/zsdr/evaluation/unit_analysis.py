@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from zsdr.batching import to_device
 from zsdr.data.formats import find_file, iter_records, read_queries
 from zsdr.data.units import read_unit_labels
 from zsdr.io import DataError, atomic_write
@@ -114,8 +115,8 @@ def unit_analysis(model: str | os.PathLike | Encoder, dataset: str | os.PathLike
                 q_batch = encoder.collate(encoder.tokenize_queries([queries[q] for q in qids]))
                 d_batch = encoder.collate(encoder.tokenize_docs(texts))
                 units = unit_pooling(encoder, texts, [labelled[pair] for pair in chunk], d_batch["input_ids"].shape[1])
-                t_q = encoder(**{k: v.to(target) for k, v in q_batch.items()})
-                t_p, hidden = encoder(**{k: v.to(target) for k, v in d_batch.items()}, return_hidden=True)
+                t_q = encoder(**to_device(q_batch, target))
+                t_p, hidden = encoder(**to_device(d_batch, target), return_hidden=True)
                 e = unit_vectors(units["weights"], hidden)
                 measures = unit_measures(scaled(t_q, scale), scaled(t_p, scale), e, units["mask"], units["targets"])
                 kept = units["mask"].sum(dim=1).tolist()

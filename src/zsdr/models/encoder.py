@@ -49,7 +49,7 @@ from torch import nn
 from zsdr.io import DataError
 from zsdr.models.adapters import Rem, RemConfig, attach_rem, load_rem, rem_settings, rem_with_adapters
 from zsdr.models.heads import AnceHead
-from zsdr.models.inference import (PREFETCH_CHUNK, Packed, autocast_dtype, batch_bounds, embed_packed,
+from zsdr.models.inference import (PREFETCH_CHUNK, Packed, autocast_dtype, embed_packed,
                                    encode_in_chunks, prefetched, resolve_device, run_in_length_chunks)
 from zsdr.models.loading import (CONFIG_FILE, CONFIG_VERSION, HEAD_CHOICES, HEAD_FILE, REM_DIR, find_head,
                                  load_backbone, quiet_transformers, read_pretrained, set_dropout, write_folder)
@@ -63,7 +63,7 @@ from zsdr.models.texts import TextTokenizer, soft_token_ids
 __all__ = [
     "AnceHead", "CONFIG_FILE", "CONFIG_VERSION", "DOC_FORMATS", "Encoder", "EncoderConfig", "HEAD_CHOICES",
     "HEAD_FILE", "PRECISIONS", "PREFETCH_CHUNK", "POOLINGS", "Packed", "REM_DIR", "SIMILARITIES",
-    "TextTokenizer", "autocast_dtype", "batch_bounds", "find_head", "load_backbone", "load_encoder",
+    "TextTokenizer", "autocast_dtype", "find_head", "load_backbone", "load_encoder",
     "normalise_overrides", "prefetched", "quiet_transformers", "resolve_device", "resolve_settings",
     "sentence_transformers_settings", "set_dropout",
 ]

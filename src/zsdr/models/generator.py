@@ -13,7 +13,7 @@ positive. The generator reads ``title + " " + text``.
 
 Fine-tuning a generator on the (passage, query) pairs of a dataset's qrels is
 :mod:`zsdr.training.qgen` (recipe kind ``generator``); writing the generated pairs in the weak-pair
-format is :func:`zsdr.training.weak.write_qgen_pairs`.
+format is :func:`zsdr.training.weak.qgen_pairs.write_qgen_pairs`.
 
 Labels follow the tokenizer's own target convention (``tokenizer(text_target=...)``): a T5
 tokenizer gives ``query </s>``; the tiny backbones' tokenizers frame the query as ``[CLS] q [SEP]`` /
@@ -26,7 +26,7 @@ caller's random state is left as it was. Generations are stripped and empty ones
 passage left with fewer than ``n`` queries is sampled again (``retries`` more rounds, two by
 default) and then accepts fewer, so a list may hold fewer than ``n`` queries but never an empty
 one. Repeated queries are kept by :meth:`QueryGenerator.generate` and written once per document
-by :func:`~zsdr.training.weak.write_qgen_pairs`.
+by :func:`~zsdr.training.weak.qgen_pairs.write_qgen_pairs`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from zsdr.batching import to_device
 from zsdr.io import DataError, atomic_dir, verify_model_contents
 
 META_FILE = "generator.json"
@@ -192,8 +193,8 @@ class QueryGenerator(nn.Module):
             cuda = [device.index if device.index is not None else torch.cuda.current_device()]
         with torch.random.fork_rng(devices=cuda):
             torch.manual_seed(seed)
-            ids = self.model.generate(input_ids=enc["input_ids"].to(device),
-                                      attention_mask=enc["attention_mask"].to(device), do_sample=True,
+            ids = self.model.generate(input_ids=to_device(enc["input_ids"], device),
+                                      attention_mask=to_device(enc["attention_mask"], device), do_sample=True,
                                       num_return_sequences=n, **sampling)
         texts = [t.strip() for t in self.tokenizer.batch_decode(ids, skip_special_tokens=True)]
         return [[t for t in texts[j * n:(j + 1) * n] if t] for j in range(len(passages))]

@@ -2,12 +2,12 @@
 
 :func:`embed_packed` is the loop of :meth:`Encoder.encode_tokenized
 <zsdr.models.encoder.Encoder.encode_tokenized>`: texts sorted by length (longest first), cut into
-batches by a token budget (:func:`batch_bounds`), padded from :class:`Packed` arrays on the CPU while
-the GPU runs the previous batch, written back in input order. :func:`encode_in_chunks` tokenises
-documents a chunk at a time in a worker thread (:func:`prefetched`) while the previous chunk is
+batches by a token budget and written back in input order (:func:`zsdr.batching.map_by_length`), padded
+from :class:`Packed` arrays on the CPU while the GPU runs the previous batch. :func:`encode_in_chunks`
+tokenises documents a chunk at a time in a worker thread (:func:`prefetched`) while the previous chunk is
 encoded. :func:`run_in_length_chunks` runs a training forward over a padded batch in chunks of similar
-lengths (:func:`length_chunks`), each padded only to its own longest row. :func:`cls_vectors` is a bare backbone's last-layer [CLS] state of texts (COCO-DR's span
-vectors), with no encoder settings at all.
+lengths (the same helper, shortest first), each padded only to its own longest row. :func:`cls_vectors` is
+a bare backbone's last-layer [CLS] state of texts (COCO-DR's span vectors), with no encoder settings at all.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from zsdr.batching import map_by_length, to_device
 from zsdr.models.settings import PRECISIONS
 from zsdr.models.texts import is_context
 
@@ -113,36 +114,6 @@ def prefetched(items: Iterator[Any]) -> Iterator[Any]:
             yield ready
 
 
-def batch_bounds(sorted_lengths: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
-    """``(start, stop)`` of consecutive batches of texts sorted longest first, each holding at most
-    ``max_tokens`` tokens once padded to its first (longest) text, and at least one text."""
-    out = []
-    start, n = 0, len(sorted_lengths)
-    while start < n:
-        width = max(int(sorted_lengths[start]), 1)
-        stop = min(n, start + max(max_tokens // width, 1))
-        out.append((start, stop))
-        start = stop
-    return out
-
-
-def length_chunks(lengths: torch.Tensor, max_tokens: int) -> list[torch.Tensor] | None:
-    """Row indices of a batch cut into chunks of similar lengths: the rows sorted by ``lengths`` (shortest first,
-    ties in row order), each chunk holding rows while ``rows x its longest row`` stays within ``max_tokens`` (at
-    least one row). ``None`` when the whole batch fits one chunk (``rows x longest <= max_tokens``)."""
-    lengths = lengths.detach().to("cpu", torch.long)
-    n = len(lengths)
-    if n == 0 or n * int(lengths.max()) <= int(max_tokens):
-        return None
-    order = torch.sort(lengths, stable=True).indices
-    chunks, start = [], 0
-    for stop in range(1, n + 1):
-        if stop == n or (stop + 1 - start) * int(lengths[order[stop]]) > max_tokens:
-            chunks.append(order[start:stop])
-            start = stop
-    return chunks
-
-
 _CHUNK_ROWS: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("chunk_rows", default=None)
 
 
@@ -156,7 +127,9 @@ def chunk_rows() -> torch.Tensor | None:
 def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tensor], max_tokens: int | None,
                          token_outputs: Sequence[int] = ()) -> Any:
     """``fn(**features)`` over a right-padded batch (``input_ids``, ``attention_mask``, ...), run chunk by chunk
-    (:func:`length_chunks`), each chunk's tensors cut to its longest row, and the outputs put back in row order.
+    (:func:`zsdr.batching.length_batches` shortest first: a chunk holds rows while ``rows x its longest row`` stays
+    within ``max_tokens``, at least one row), each chunk's tensors cut to its longest row, and the outputs put back
+    in row order.
     Padding changes no number here (masked attention, masked pooling) but costs time: a mini training step (the
     64-wide 2-layer model, 32 queries and 128 passages of 44-91 tokens, one thread) took 0.75x the CPU time in
     chunks of at most 2,048 tokens, 0.98x with 64 passages (benchmarks/cpu_chunks.py). ``fn`` returns a tensor or a tuple of tensors with one row per input row; those at ``token_outputs``
@@ -167,31 +140,24 @@ def run_in_length_chunks(fn: Callable[..., Any], features: dict[str, torch.Tenso
         return fn(**features)
     mask = features["attention_mask"]
     lengths = mask.sum(dim=1)
-    chunks = length_chunks(lengths, int(max_tokens))
-    if chunks is None:
-        return fn(**features)
+    if len(lengths) == 0 or len(lengths) * max(int(lengths.max()), 1) <= int(max_tokens):
+        return fn(**features)   # the whole batch fits one chunk: one call
     width = mask.shape[1]
-    parts, single = [], False
-    for rows in chunks:
+
+    def chunk(_: int, rows: np.ndarray):
+        rows = torch.from_numpy(rows).to(mask.device)
         cut = max(int(lengths[rows].max()), 1)
-        rows = rows.to(mask.device)
         token = _CHUNK_ROWS.set(rows)
         try:
             out = fn(**{k: (v[rows, :cut] if v is not None and v.dim() > 1 else v) for k, v in features.items()})
         finally:
             _CHUNK_ROWS.reset(token)
-        single = not isinstance(out, tuple)
-        parts.append((out,) if single else out)
-    inverse = torch.empty(len(mask), dtype=torch.long)
-    inverse[torch.cat(chunks)] = torch.arange(len(mask))
-    inverse = inverse.to(mask.device)
-    joined = []
-    for i in range(len(parts[0])):
-        pieces = [p[i] for p in parts]
-        if i in token_outputs:
-            pieces = [torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, width - t.shape[1])) for t in pieces]
-        joined.append(torch.cat(pieces)[inverse])
-    return joined[0] if single else tuple(joined)
+        if not isinstance(out, tuple):
+            return out
+        return tuple(torch.nn.functional.pad(t, (0, 0) * (t.dim() - 2) + (0, width - t.shape[1]))
+                     if i in token_outputs else t for i, t in enumerate(out))
+
+    return map_by_length(chunk, lengths, max_tokens=int(max_tokens), longest_first=False)
 
 
 def embed_packed(packed: Packed, embed: Callable[[dict[str, torch.Tensor]], torch.Tensor], *, dim: int,
@@ -203,24 +169,19 @@ def embed_packed(packed: Packed, embed: Callable[[dict[str, torch.Tensor]], torc
     asynchronously and the results stay on the device until the end (one synchronisation)."""
     from tqdm.auto import tqdm
 
-    n = len(packed)
-    order = np.argsort(-packed.lengths, kind="stable")  # longest first: padding stays within similar lengths
-    cuda = target.type == "cuda"
-    # Results stay on the device until the end: one transfer, no synchronisation per batch.
-    out = torch.empty((n, dim), dtype=torch.float32, device=target)
-    order_dev = torch.from_numpy(order).to(target)
-    bar = tqdm(total=n, desc=desc, unit="text", disable=not show_progress, leave=False)
+    if len(packed) == 0:
+        return np.empty((0, dim), dtype=np.float32)
+    bar = tqdm(total=len(packed), desc=desc, unit="text", disable=not show_progress, leave=False)
+
+    def batch(_: int, rows: np.ndarray) -> torch.Tensor:
+        emb = embed(to_device({k: torch.from_numpy(v) for k, v in packed.pad(rows, pad_id).items()}, target))
+        bar.update(len(rows))
+        return emb.float()
+
     try:
         with torch.inference_mode():
-            for start, stop in batch_bounds(packed.lengths[order], budget):
-                arrays = packed.pad(order[start:stop], pad_id)
-                batch = {}
-                for k, v in arrays.items():
-                    t = torch.from_numpy(v)
-                    batch[k] = t.pin_memory().to(target, non_blocking=True) if cuda else t
-                emb = embed(batch)
-                out.index_copy_(0, order_dev[start:stop], emb.float())
-                bar.update(stop - start)
+            # results stay on the device until the end: one transfer, no synchronisation per batch
+            out = map_by_length(batch, packed.lengths, max_tokens=budget)
     finally:
         bar.close()
     return out.cpu().numpy()
@@ -265,6 +226,7 @@ def cls_vectors(model_dir: str | os.PathLike, texts: Sequence[str], batch_size: 
         for start in range(0, len(texts), int(batch_size)):
             enc = tokenizer(list(texts[start:start + int(batch_size)]), truncation=True, max_length=int(max_length),
                             padding=True, return_tensors="pt")
-            enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+            enc = to_device({k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")},
+                            device)
             out.append(model(**enc).last_hidden_state[:, 0].float().cpu())
     return torch.cat(out) if out else torch.empty((0, 0))

@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from zsdr.batching import map_by_length, to_device
 from zsdr.io import DataError, atomic_dir, verify_model_contents
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ class Reader(nn.Module):
                           disable=not show_progress, leave=False):
                 enc = self._encode(questions[i:i + batch_size], passages[i:i + batch_size])
                 offsets = enc.pop("offset_mapping").tolist()
-                kwargs = {k: v.to(device) for k, v in enc.items()}
+                kwargs = to_device(dict(enc), device)
                 logits = self.model(**kwargs).start_logits.float().cpu()
                 for row, off in enumerate(offsets):
                     cols = [j for j, s in enumerate(enc.sequence_ids(row)) if s == PASSAGE]
@@ -169,32 +170,29 @@ class Reader(nn.Module):
         names = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc]
         pad = {"input_ids": self.tokenizer.pad_token_id or 0, "attention_mask": 0, "token_type_ids": 0}
         lengths = np.fromiter((len(r) for r in enc["input_ids"]), dtype=np.int64, count=n)
-        order = np.argsort(-lengths, kind="stable")
-        out: list[list[tuple[int, int, float]] | None] = [None] * n
         bar = tqdm(total=n, desc="reader", unit="pair", disable=not show_progress, leave=False)
+
+        def batch(_: int, rows: np.ndarray) -> list[list[tuple[int, int, float]]]:
+            width = int(lengths[rows[0]])   # longest first: the batch's first row is its longest
+            arrays = {k: np.full((len(rows), width), pad[k], dtype=np.int64) for k in names}
+            passage = np.zeros((len(rows), width), dtype=bool)
+            for j, i in enumerate(rows):
+                m = int(lengths[i])
+                for k in names:
+                    arrays[k][j, :m] = enc[k][i]
+                passage[j, :m] = [s == PASSAGE for s in enc.sequence_ids(int(i))]
+            mask = to_device(torch.from_numpy(passage), device)
+            logits = self.model(**to_device({k: torch.from_numpy(v) for k, v in arrays.items()}, device)
+                                ).start_logits.float().masked_fill(~mask, float("-inf"))
+            probs = torch.softmax(logits, dim=1).nan_to_num_(0.0).cpu().numpy()
+            bar.update(len(rows))
+            return [[(off[c][0], off[c][1], float(probs[j, c])) for c in np.flatnonzero(passage[j])]
+                    for j, off in enumerate(enc["offset_mapping"][i] for i in rows)]
+
         try:
-            for start in range(0, n, batch_size):
-                rows = order[start:start + batch_size]
-                width = int(lengths[rows[0]])
-                arrays = {k: np.full((len(rows), width), pad[k], dtype=np.int64) for k in names}
-                passage = np.zeros((len(rows), width), dtype=bool)
-                for j, i in enumerate(rows):
-                    m = int(lengths[i])
-                    for k in names:
-                        arrays[k][j, :m] = enc[k][i]
-                    passage[j, :m] = [s == PASSAGE for s in enc.sequence_ids(int(i))]
-                batch = {k: _to(torch.from_numpy(v), device) for k, v in arrays.items()}
-                mask = _to(torch.from_numpy(passage), device)
-                logits = self.model(**batch).start_logits.float().masked_fill(~mask, float("-inf"))
-                probs = torch.softmax(logits, dim=1).nan_to_num_(0.0).cpu().numpy()
-                for j, i in enumerate(rows):
-                    cols = np.flatnonzero(passage[j])
-                    off = enc["offset_mapping"][i]
-                    out[i] = [(off[c][0], off[c][1], float(probs[j, c])) for c in cols]
-                bar.update(len(rows))
+            return map_by_length(batch, lengths, size=batch_size)
         finally:
             bar.close()
-        return out
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         with atomic_dir(directory) as tmp:
@@ -202,13 +200,6 @@ class Reader(nn.Module):
             self.tokenizer.save_pretrained(tmp)
             (tmp / META_FILE).write_text(json.dumps({"max_length": self.max_length}) + "\n")
         return Path(directory)
-
-
-def _to(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``tensor`` on ``device``: through pinned memory, without waiting, on CUDA."""
-    if device.type != "cuda":
-        return tensor.to(device)
-    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def _answer_tokens(offsets: Sequence[Sequence[int]], seq_ids: Sequence[int | None], start: int,

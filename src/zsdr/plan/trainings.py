@@ -429,7 +429,7 @@ class Trainings:
         if r.get("dro"):
             mods += ["zsdr.training.idro"]
         if r.get("mixture"):
-            mods += ["zsdr.training.rmsc", "zsdr.training.weak", "zsdr.models.soft_tokens"]
+            mods += ["zsdr.training.rmsc", "zsdr.training.weak.table", "zsdr.models.soft_tokens"]
         mods += [TERMS[t].split(":")[0] for t in TERMS if t not in PLANNED_TERMS and r.get(t)]
         # the registry's lines of the terms it runs (zsdr.training.terms.term_sections): a new term's line
         # changes the stamp of the recipes that carry its section only

@@ -1,7 +1,7 @@
 """The training batches, prepared ahead of the step: on a GPU by forked worker processes (several batches
-ahead, in pinned memory), on the CPU one batch ahead on a thread; and a batch moved to the device
-without waiting on the host. Batches are pure functions of the step, so preparing them ahead changes no
-result.
+ahead, in pinned memory), on the CPU one batch ahead on a thread; the trainer moves each to its device with
+:func:`zsdr.batching.to_device` (without waiting on the host). Batches are pure functions of the step, so
+preparing them ahead changes no result.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import torch
 
@@ -85,15 +84,3 @@ class Batches:
         if self._loader is not None:
             self._loader._shutdown_workers()
             self._loader = None
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        if device.type == "cuda" and batch.device.type == "cpu":  # pinned: the copy does not wait
-            return batch.pin_memory().to(device, non_blocking=True)
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)) and batch and isinstance(batch[0], torch.Tensor):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch

@@ -27,7 +27,7 @@ A spec (``kind: mixture``, :func:`build_mixture_task`) lists its ``sets``; each 
 * ``dataset``: the BEIR folder (its corpus gives the random negatives; a ``human`` set also reads
   its queries and the qrels of ``split``, default ``train``); corpus and queries are read through the
   dataset's memory-mapped store (:func:`zsdr.data.store.open_current`), shared by every process;
-* ``pairs`` (weak sets): a weak-pairs file of :func:`zsdr.training.weak.write_weak_pairs`;
+* ``pairs`` (weak sets): a weak-pairs file of :func:`zsdr.training.weak.scl_ict.write_weak_pairs`;
 * ``size``: ``null`` (every example), a number, or ``supervised`` (as many as the first ``human``
   set has, "comparable to the supervised set" [P]); a seeded subset is drawn when fewer are asked;
 * ``negatives``: where a weak pair's random negative comes from [X]: ``pair`` (the negative stored
@@ -146,7 +146,7 @@ def _subset(items, size: int | None, seed: int, salt: int):
 
 class WeakItems(abc.Sequence):
     """The examples of a weak set, read on use from its mapped pairs table
-    (:class:`zsdr.training.weak.PairsTable`), shared by every process of the job: ``items[i]`` is an
+    (:class:`zsdr.training.weak.table.PairsTable`), shared by every process of the job: ``items[i]`` is an
     :class:`Item` (``rows``: the table rows of a subset, in order; all rows without)."""
 
     def __init__(self, table, group: int, rows: np.ndarray | None = None):
@@ -206,7 +206,7 @@ def pairs_table_path(pairs: str | os.PathLike, folder: str | os.PathLike) -> Pat
 def pairs_table(pairs: str | os.PathLike, folder: str | os.PathLike) -> Path:
     """The mapped table of weak-pair file ``pairs`` in ``folder`` (:func:`pairs_table_path`), converted first
     when it is not there yet."""
-    from zsdr.training.weak import write_pairs_table
+    from zsdr.training.weak.table import write_pairs_table
 
     path = pairs_table_path(pairs, folder)
     if not path.is_file():
@@ -229,7 +229,7 @@ def _weak_items(pairs: Path, group: int, tables: Path | None) -> WeakItems:
     import shutil
     import tempfile
 
-    from zsdr.training.weak import PairsTable, write_pairs_table
+    from zsdr.training.weak.table import PairsTable, write_pairs_table
 
     if tables is not None:
         table = PairsTable(pairs_table(pairs, tables))
@@ -270,7 +270,7 @@ def load_sets(entries: list[dict], seed: int, where: str = "sets",
             first = items.table[0]
             if entry.get("negatives", "corpus") == "pair" and first.method != "qgen" and first.negative is None:
                 raise DataError(Path(entry["pairs"]), 1, f"{where}[{n}].negatives is 'pair' but the {first.method} "
-                                "pairs carry no negative", "extract the weak pairs again (zsdr.training.weak."
+                                "pairs carry no negative", "extract the weak pairs again (zsdr.training.weak.scl_ict."
                                 "write_weak_pairs draws one per pair), or set the mixture's weak_negatives to corpus")
         size = entry.get("size")
         if size == "supervised":

@@ -17,6 +17,7 @@ import os
 import torch
 
 from zsdr.argtypes import device, nonnegative_int, positive_int
+from zsdr.batching import map_by_length, to_device
 from zsdr.data.store import ById, open_current
 from zsdr.io import DataError
 from zsdr.models.encoder import autocast_dtype, resolve_device
@@ -91,20 +92,21 @@ def score_pairs(model_dir: str | os.PathLike, dataset: str | os.PathLike, negati
     # score does not depend on its batch, to float rounding): each window of SORT_WINDOW batches sorted by
     # the characters of query and passage, its texts read once and dropped with it (memory: one window's)
     window = batch_size * SORT_WINDOW
+    ctx = (lambda: torch.autocast(target.type, dtype=amp)) if amp is not None else contextlib.nullcontext
     with torch.inference_mode(), tqdm(total=len(pairs), desc="score pairs", disable=not show_progress) as bar:
         for w in range(0, len(pairs), window):
-            texts = [(q, d, queries[q], passage_text(corpus[d])) for q, d in pairs[w:w + window]]
-            texts.sort(key=lambda t: len(t[2]) + len(t[3]), reverse=True)
-            for start in range(0, len(texts), batch_size):
-                chunk = texts[start:start + batch_size]
-                feats = model.features([t[2] for t in chunk], [t[3] for t in chunk])
-                feats = {k: v.to(target) for k, v in feats.items()}
-                ctx = torch.autocast(target.type, dtype=amp) if amp is not None else contextlib.nullcontext()
-                with ctx:
+            texts = [(queries[q], passage_text(corpus[d])) for q, d in pairs[w:w + window]]
+
+            def batch(_: int, rows, texts=texts) -> list[float]:
+                feats = to_device(model.features([texts[i][0] for i in rows], [texts[i][1] for i in rows]), target)
+                with ctx():
                     logits = model(**feats).float().cpu().tolist()
-                for (q, d, _, _), s in zip(chunk, logits):
-                    scores[q][d] = s
-                bar.update(len(chunk))
+                bar.update(len(rows))
+                return logits
+
+            lengths = [len(q) + len(p) for q, p in texts]
+            for (q, d), s in zip(pairs[w:w + window], map_by_length(batch, lengths, size=batch_size), strict=True):
+                scores[q][d] = s
     write_teacher_scores(out, scores)
     return len(pairs)
 

@@ -75,8 +75,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from zsdr.batching import to_device
 from zsdr.io import atomic_dir
-from zsdr.training.batches import Batches, to_device
+from zsdr.training.batches import Batches
 from zsdr.training.checkpoints import (checkpoints, latest_checkpoint, publish_snapshots, resume_snapshots,
                                        save_checkpoint, save_snapshot, snapshot_root)
 from zsdr.training.config import TrainConfig, build_optimizer, build_schedule, steps_run, training_steps

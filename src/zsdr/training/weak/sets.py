@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from zsdr.training.weak import write_weak_pairs
+from zsdr.training.weak.scl_ict import write_weak_pairs
 
 METHODS = ("scl", "ict", "qgen")
 
@@ -40,7 +40,7 @@ def write_weak_set(dataset: str | os.PathLike, out: str | os.PathLike, statistic
         import torch
 
         from zsdr.models.generator import QueryGenerator
-        from zsdr.training.weak import write_qgen_pairs
+        from zsdr.training.weak.qgen_pairs import write_qgen_pairs
 
         torch.set_num_threads(max(1, int(threads)))
         model = QueryGenerator.from_pretrained(generator).for_inference(device if gpus else "cpu", precision)
