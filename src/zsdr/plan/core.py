@@ -231,6 +231,12 @@ class Plan:
         return Settings(self.config["dense"])
 
     @property
+    def keep_embeddings(self) -> bool:
+        """Config `dense.keep_embeddings`: embeddings kept (mini), or temporary, removed once searched and
+        mined (small, paper)."""
+        return bool(self.config["dense"]["keep_embeddings"])
+
+    @property
     def dense_env(self) -> str:
         return self.resources.dense_env
 
@@ -288,6 +294,13 @@ class Plan:
     def training_resources(self, job: Callable[[Any], TrainingJob]) -> dict[str, Any]:
         """The cluster resources of a training rule whose job is ``job(wildcards)``: its GPUs and nodes."""
         return self.resources.cluster_resources(lambda wc: job(wc).gpus, nodes=lambda wc: job(wc).nodes)
+
+    def training_shape(self, job: TrainingJob) -> str:
+        """What a training job asks the scheduler for, the line its message shows (zsdr.plan.resources.Resources.job_shape):
+        its rule's resources (:meth:`training_resources`, its memory and the training runtime) and threads."""
+        resources = {k: v(None) if callable(v) else v for k, v in self.training_resources(lambda wc: job).items()}
+        return self.resources.job_shape({**resources, "mem_mb": job.memory, "runtime": self.training_runtime},
+                                        job.threads)
 
     def mine_job(self, run: str, dataset: str) -> MineJob:
         """The mining job of ANCE run ``run`` on its training dataset."""

@@ -25,6 +25,7 @@ class Resources:
     training: dict[str, Any]        # config `training`
     site: Site                      # config `site` (zsdr.plan.site)
     dense_env: str                  # the conda environment of dense (GPU) jobs
+    dense_gpus: int                 # dense.gpus: the GPUs of an encode, search, mining or scoring job
     weak_max_pairs: int | None      # rmsc.weak.max_pairs
 
     def launch_gpus(self, launch: dict[str, Any]) -> int:
@@ -252,4 +253,5 @@ def build_resources(config: dict[str, Any]) -> Resources:
     # GPU jobs request `dense.gpus` GPUs (a SLURM profile maps it) and, with conda, the CUDA env.
     return Resources(training=config["training"], site=site_from_config(config),
                      dense_env="../envs/gpu.yaml" if config["dense"]["gpus"] else "../envs/cpu.yaml",
+                     dense_gpus=int(config["dense"]["gpus"]),
                      weak_max_pairs=config.get("rmsc", {}).get("weak", {}).get("max_pairs"))
