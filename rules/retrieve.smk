@@ -145,7 +145,9 @@ rule dense_search:
     resources:
         **PLAN.cluster_resources(
             lambda wc: (
-                0 if PLAN.evaluation.scattered(wc.dataset) else PLAN.resources.dense_gpus
+                0
+                if PLAN.evaluation.scattered(wc.dataset)
+                else PLAN.resources.dense_gpus
             )
         ),
         mem_mb=16000,
