@@ -244,7 +244,8 @@ def shift_statistics(source_dir: str | os.PathLike, target_dir: str | os.PathLik
 def write_dataset_statistics(dataset_dir: str | os.PathLike, out: str | os.PathLike, doc_fields: str) -> dict:
     """:func:`dataset_statistics` of every qrels split of a dataset, written to ``out`` as ``{split: statistics}``
     (JSON, complete or absent); returns them."""
-    stats = {split: dataset_statistics(dataset_dir, split=split, doc_fields=doc_fields) for split in qrels_files(dataset_dir)}
+    stats = {split: dataset_statistics(dataset_dir, split=split, doc_fields=doc_fields)
+             for split in qrels_files(dataset_dir)}
     with atomic_write(out) as fh:
         json.dump(stats, fh, indent=1)
     return stats

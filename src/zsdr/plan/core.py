@@ -296,8 +296,9 @@ class Plan:
         return self.resources.cluster_resources(lambda wc: job(wc).gpus, nodes=lambda wc: job(wc).nodes)
 
     def training_shape(self, job: TrainingJob) -> str:
-        """What a training job asks the scheduler for, the line its message shows (zsdr.plan.resources.Resources.job_shape):
-        its rule's resources (:meth:`training_resources`, its memory and the training runtime) and threads."""
+        """What a training job asks the scheduler for, the line its message shows
+        (:meth:`zsdr.plan.resources.Resources.job_shape`): its rule's resources (:meth:`training_resources`, its
+        memory and the training runtime) and threads."""
         resources = {k: v(None) if callable(v) else v for k, v in self.training_resources(lambda wc: job).items()}
         return self.resources.job_shape({**resources, "mem_mb": job.memory, "runtime": self.training_runtime},
                                         job.threads)
