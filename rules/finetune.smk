@@ -108,9 +108,7 @@ rule train_cross_encoder:
         PLAN.dense_env
     threads: lambda wc: PLAN.cross_encoder_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.cross_encoder_job(wc.name)),
-        mem_mb=lambda wc: PLAN.cross_encoder_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.cross_encoder_job(wc.name)),
     params:
         **PLAN.params("train_cross_encoder"),
     message:
@@ -136,9 +134,7 @@ rule train_reader:
         PLAN.dense_env
     threads: lambda wc: PLAN.reader_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.reader_job(wc.name)),
-        mem_mb=lambda wc: PLAN.reader_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.reader_job(wc.name)),
     params:
         **PLAN.params("train_reader"),
     message:
@@ -200,9 +196,7 @@ rule train:
         PLAN.dense_env
     threads: lambda wc: PLAN.train_job(wc.run).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.train_job(wc.run)),
-        mem_mb=lambda wc: PLAN.train_job(wc.run).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.train_job(wc.run)),
     params:
         **PLAN.params("train"),
     message:
