@@ -228,6 +228,6 @@ def test_node_share_of_a_training_job():
     CPUs per GPU are 4 GPUs and 32 CPUs a node; a CPU job computes on its threads."""
     job = SimpleNamespace(resources={"gpu": 8, "cpus_per_gpu": 8}, threads=2)
     assert node_share(job, 2) == (2, 4, 32)
-    assert node_share(job, None or 0) == (1, 8, 64)
+    assert node_share(job, 0) == (1, 8, 64)                                       # no nodes named: one
     assert node_share(SimpleNamespace(resources={"gpu": 0}, threads=3), 1) == (1, 0, 3)
     assert node_share(SimpleNamespace(resources={"gpu": 1}, threads=3), 1) == (1, 1, 3)   # no cpus_per_gpu: threads
