@@ -28,8 +28,6 @@ DATA = PLAN.paths.data
 MODELS = PLAN.paths.models
 INDEXES = PLAN.paths.indexes
 EMBEDDINGS = PLAN.paths.embeddings
-# false (small, paper): embeddings are temporary, removed once searched and mined
-KEEP_EMBEDDINGS = config["dense"]["keep_embeddings"]
 RUNS = PLAN.paths.runs
 METRICS = PLAN.paths.metrics
 STATS = PLAN.paths.stats

@@ -28,11 +28,7 @@ rule evaluate:
         mem_mb=4000,
         runtime=PLAN.runtime(30),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        metrics=config["evaluation"]["metrics"],
-        ignore_identical_ids=lambda wc: wc.dataset
-        in config["evaluation"]["ignore_identical_ids"],
+        **PLAN.params("evaluate"),
     script:
         "../workflow_scripts/evaluate.py"
 
@@ -97,8 +93,7 @@ rule dataset_stats:
         mem_mb=4000,
         runtime=PLAN.runtime(60),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        doc_fields=config["statistics"]["doc_fields"],
+        **PLAN.params("dataset_stats"),
     script:
         "../workflow_scripts/dataset_stats.py"
 
@@ -122,10 +117,6 @@ rule shift_stats:
         mem_mb=8000,
         runtime=PLAN.runtime(120),
     params:
-        source=lambda wc, input: os.path.dirname(input.source),
-        source_split=config["statistics"]["source_split"],
-        target=lambda wc: f"{DATA}/{wc.dataset}",
-        target_split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        max_docs=config["statistics"]["max_docs"],
+        **PLAN.params("shift_stats"),
     script:
         "../workflow_scripts/shift_stats.py"

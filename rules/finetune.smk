@@ -43,16 +43,13 @@ rule bm25_negatives:
         f"{LOGS}/data/bm25_negatives_{{source}}.log",
     conda:
         "../envs/java.yaml"
-    threads: config["bm25"]["threads"]
+    threads: PLAN.work.bm25_threads
     resources:
         **PLAN.cluster_resources(),
         mem_mb=8000,
         runtime=PLAN.runtime(240),
     params:
-        dataset=lambda wc: f"{DATA}/{wc.source}",
-        depth=PLAN.recipes.training["bm25_negatives"],
-        bm25={k: config["bm25"][k] for k in ("k1", "b")},  # its threads: the job's (not compared)
-        language=lambda wc: PLAN.datasets.language(wc.source),
+        **PLAN.params("bm25_negatives"),
     script:
         "../workflow_scripts/bm25_negatives.py"
 
@@ -80,17 +77,11 @@ rule mine_negatives:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=32000,
         runtime=PLAN.runtime(240),
     params:
-        model=lambda wc: PLAN.mine_job(wc.run, wc.source).model,
-        options=lambda wc: PLAN.mine_job(wc.run, wc.source).options,
-        dataset=lambda wc: f"{DATA}/{wc.source}",
-        mine=lambda wc: PLAN.mine_job(wc.run, wc.source).mine,
-        seed=lambda wc: PLAN.mine_job(wc.run, wc.source).seed,
-        max_examples=lambda wc: PLAN.mine_job(wc.run, wc.source).max_examples,
-        dense=PLAN.dense_settings,
+        **PLAN.params("mine_negatives"),
     script:
         "../workflow_scripts/mine_negatives.py"
 
@@ -117,16 +108,9 @@ rule train_cross_encoder:
         PLAN.dense_env
     threads: lambda wc: PLAN.cross_encoder_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.cross_encoder_job(wc.name)),
-        mem_mb=lambda wc: PLAN.cross_encoder_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.cross_encoder_job(wc.name)),
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.cross_encoder_job(wc.name).spec,
-        summary=lambda wc: PLAN.cross_encoder_job(wc.name).summary,
-        launch=lambda wc: PLAN.cross_encoder_job(wc.name).launch,
+        **PLAN.params("train_cross_encoder"),
     message:
         "train cross-encoder {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -150,16 +134,9 @@ rule train_reader:
         PLAN.dense_env
     threads: lambda wc: PLAN.reader_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.reader_job(wc.name)),
-        mem_mb=lambda wc: PLAN.reader_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.reader_job(wc.name)),
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.reader_job(wc.name).spec,
-        summary=lambda wc: PLAN.reader_job(wc.name).summary,
-        launch=lambda wc: PLAN.reader_job(wc.name).launch,
+        **PLAN.params("train_reader"),
     message:
         "train reader {wildcards.name} ({params.shape}): {params.summary}"
     script:
@@ -191,21 +168,11 @@ rule teacher_scores:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.runtime(PLAN.recipes.training["runtime"]),
     params:
-        model=lambda wc: f"{MODELS}/cross-encoders/{wc.name}",
-        dataset=lambda wc: f"{DATA}/{wc.source}",
-        max_candidates=lambda wc: PLAN.recipes.cross_encoders[wc.name].get(
-            "max_candidates"
-        ),
-        random_candidates=lambda wc: PLAN.recipes.cross_encoders[wc.name].get(
-            "random_candidates", 0
-        ),
-        seed=PLAN.recipes.training["seed"],
-        max_examples=lambda wc: PLAN.trainings.teacher_max_examples(wc.name, wc.source),
-        dense=PLAN.dense_settings,
+        **PLAN.params("teacher_scores"),
     script:
         "../workflow_scripts/teacher_scores.py"
 
@@ -229,16 +196,9 @@ rule train:
         PLAN.dense_env
     threads: lambda wc: PLAN.train_job(wc.run).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.train_job(wc.run)),
-        mem_mb=lambda wc: PLAN.train_job(wc.run).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.train_job(wc.run)),
     params:
-        shape=lambda wc, resources, threads: PLAN.note(
-            PLAN.resources.job_shape(resources, threads)
-        ),
-        spec=lambda wc: PLAN.train_job(wc.run).spec,
-        summary=lambda wc: PLAN.train_job(wc.run).summary,
-        launch=lambda wc: PLAN.train_job(wc.run).launch,
+        **PLAN.params("train"),
     message:
         "train {wildcards.run} ({params.shape}): {params.summary}"
     script:

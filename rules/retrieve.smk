@@ -23,7 +23,7 @@ rule encode_corpus:
         ),
     output:
         temp_unless(
-            KEEP_EMBEDDINGS,
+            PLAN.keep_embeddings,
             directory(
                 f"{EMBEDDINGS}/{{dataset}}/{{system}}/shard{{shard}}-of-{{shards}}"
             ),
@@ -39,19 +39,13 @@ rule encode_corpus:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.work.encode_runtime,
         dense_slot=1,
         embeddings_mb=PLAN.work.embeddings_mb,
     params:
-        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        donor=lambda wc, input: (
-            (list(input.donor[:-1]), input.donor[-1]) if input.donor else None
-        ),
-        dense=PLAN.dense_settings,
+        **PLAN.params("encode_corpus"),
     script:
         "../workflow_scripts/encode_corpus.py"
 
@@ -69,7 +63,7 @@ rule encode_queries:
         ),
     output:
         temp_unless(
-            KEEP_EMBEDDINGS,
+            PLAN.keep_embeddings,
             directory(f"{EMBEDDINGS}/{{dataset}}/{{system}}/queries-{{split}}"),
         ),
     log:
@@ -81,14 +75,11 @@ rule encode_queries:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.work.queries_runtime,
     params:
-        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        dense=PLAN.dense_settings,
+        **PLAN.params("encode_queries"),
     script:
         "../workflow_scripts/encode_queries.py"
 
@@ -117,11 +108,11 @@ rule search_shard:
     conda:
         PLAN.dense_env
     resources:
-        **PLAN.cluster_resources(config["dense"]["gpus"]),
+        **PLAN.cluster_resources(PLAN.resources.dense_gpus),
         mem_mb=16000,
         runtime=PLAN.work.search_runtime,
     params:
-        dense=PLAN.dense_settings,
+        **PLAN.params("search_shard"),
     script:
         "../workflow_scripts/search_shard.py"
 
@@ -154,19 +145,16 @@ rule dense_search:
     resources:
         **PLAN.cluster_resources(
             lambda wc: (
-                0 if PLAN.evaluation.scattered(wc.dataset) else config["dense"]["gpus"]
+                0
+                if PLAN.evaluation.scattered(wc.dataset)
+                else PLAN.resources.dense_gpus
             )
         ),
         mem_mb=16000,
         runtime=PLAN.work.search_runtime,
         dense_slot=1,
     params:
-        model=lambda wc: PLAN.systems.dense_model(wc.system, wc.dataset),
-        dataset=lambda wc: f"{DATA}/{wc.dataset}",
-        split=lambda wc: PLAN.datasets.eval_split(wc.dataset),
-        options=lambda wc: PLAN.systems.encoder_options(wc.system, wc.dataset),
-        dense=PLAN.dense_settings,
-        scattered=lambda wc: PLAN.evaluation.scattered(wc.dataset),
+        **PLAN.params("dense_search"),
     script:
         "../workflow_scripts/dense_search.py"
 
@@ -190,7 +178,7 @@ if PLAN.evaluation.group_datasets:
         output:
             [
                 temp_unless(
-                    KEEP_EMBEDDINGS,
+                    PLAN.keep_embeddings,
                     directory(
                         f"{EMBEDDINGS}/{d}/{{system}}/{PLAN.datasets.shards(d)[0]}"
                     ),
@@ -207,14 +195,13 @@ if PLAN.evaluation.group_datasets:
         conda:
             PLAN.dense_env
         resources:
-            **PLAN.cluster_resources(config["dense"]["gpus"]),
+            **PLAN.cluster_resources(PLAN.resources.dense_gpus),
             mem_mb=16000,
             runtime=PLAN.work.group_runtime,
             dense_slot=1,
             embeddings_mb=PLAN.work.embeddings_mb,
         params:
-            jobs=lambda wc: PLAN.evaluation.group_jobs(wc.system),
-            dense=PLAN.dense_settings,
+            **PLAN.params("dense_search_group"),
         script:
             "../workflow_scripts/dense_search_group.py"
 

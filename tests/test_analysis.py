@@ -8,7 +8,7 @@ import pytest
 from zsdr.data.formats import BeirWriter, write_beir
 from zsdr.evaluation.analysis import (QUERY_TYPES, dataset_statistics, query_type, query_type_distribution,
                                       register_cli, shift_statistics, unigram_distribution, weighted_jaccard,
-                                      words)
+                                      words, write_dataset_statistics, write_shift_statistics)
 from zsdr.io import DataError
 
 CORPUS = {
@@ -223,6 +223,20 @@ def test_cli(tiny, target, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["query_jaccard"] == 1.0
     with pytest.raises(SystemExit):
         _cli(["shift", str(tiny), str(target), "--max-docs", "0"])
+
+
+def test_the_statistics_jobs_write_what_the_tables_read(tiny, target, tmp_path):
+    """`dataset_stats` and `shift_stats` (workflow_scripts): every qrels split's statistics, and one target's shift
+    beside the source's folder and the target's name, each a JSON file."""
+    out = tmp_path / "stats" / "tiny.json"
+    stats = write_dataset_statistics(tiny, out, doc_fields="text")
+    assert json.loads(out.read_text()) == stats == {
+        split: dataset_statistics(tiny, split, doc_fields="text") for split in ("test", "train")}
+    out = tmp_path / "stats" / "shift" / "target.json"
+    shift = write_shift_statistics(tiny, target, out, target="target", source_split="train", target_split="test",
+                                   max_docs=1)
+    assert json.loads(out.read_text()) == shift == {"source": str(tiny), "target": "target",
+                                                    **shift_statistics(tiny, target, max_docs=1)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,8 +19,8 @@ from zsdr.io import DataError
 from zsdr.models.encoder import Encoder
 from zsdr.retrieval.encode import (NpyAppender, encode_corpus_shard, encode_queries_file, load_embeddings,
                                    open_embeddings, read_ids, write_query_embeddings)
-from zsdr.retrieval.search import (encode_search, merge_shard_topk, register_cli, search_folders, search_shard_topk,
-                                   search_shards, search_with_model)
+from zsdr.retrieval.search import (dense_search_run, encode_search, merge_shard_topk, register_cli, search_folders,
+                                   search_shard_topk, search_shards, search_with_model)
 
 # ---------------------------------------------------------------------------------------------
 # Storage
@@ -373,6 +373,12 @@ def test_scattered_search_of_three_encoded_shards_equals_the_one_job_run(tiny, b
     with np.load(tmp_path / "parts" / "scattered-1000-0.npz") as z:  # no all-padding columns past the shard's end
         assert z["scores"].shape == z["rows"].shape == (8, 20) and len(z["ids"]) == 20
         assert json.loads(str(z["meta"]))["shard_meta"]["num_shards"] == 3
+    # the workflow's dense_search job, either way: the shard folders searched, or the shards' top-k files merged
+    for scattered, inputs in ((False, dirs), (True, sorted((tmp_path / "parts").glob("scattered-7-*.npz")))):
+        job = tmp_path / f"job-{scattered}.trec"
+        dense_search_run(bert, tiny["data"], "test", inputs, job, scattered=scattered, k=7, tag="t", batch_size=64,
+                         device=None, precision=None)
+        assert job.read_text() == (tmp_path / "one-7.trec").read_text(), scattered
 
 
 def test_merge_refuses_mixed_queries_and_short_lists(tmp_path, tied):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from zsdr import devices
-from zsdr.devices import claim_for_job, claim_gpus, gpu_pool, release_gpus
+from zsdr.devices import claim_for_job, claim_gpus, gpu_pool, node_share, release_gpus
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "ZSDR_GPUS", "ZSDR_GPU_LOCKS", "SLURM_JOB_ID")
@@ -221,3 +221,13 @@ def test_snakemake_jobs_get_disjoint_devices(tmp_path, limit):
         for b in jobs[i + 1:]:
             if a["start"] < b["end"] and b["start"] < a["end"]:
                 assert a["visible"] != b["visible"], (a, b)
+
+
+def test_node_share_of_a_training_job():
+    """A training job's GPUs and CPUs on each of its nodes (workflow_scripts/train.py): 8 GPUs on 2 nodes with 8
+    CPUs per GPU are 4 GPUs and 32 CPUs a node; a CPU job computes on its threads."""
+    job = SimpleNamespace(resources={"gpu": 8, "cpus_per_gpu": 8}, threads=2)
+    assert node_share(job, 2) == (2, 4, 32)
+    assert node_share(job, 0) == (1, 8, 64)                                       # no nodes named: one
+    assert node_share(SimpleNamespace(resources={"gpu": 0}, threads=3), 1) == (1, 0, 3)
+    assert node_share(SimpleNamespace(resources={"gpu": 1}, threads=3), 1) == (1, 1, 3)   # no cpus_per_gpu: threads

@@ -19,6 +19,7 @@ from zsdr.evaluation.metrics import (
     evaluate_files,
     evaluate_many,
     evaluate_run,
+    evaluate_runs,
     load_qrels,
     parse_metrics,
     qrels_format,
@@ -261,6 +262,25 @@ def test_evaluate_many_matches_evaluate_run_and_writes_json(files):
     assert set(saved["per_query"]) == set(direct["per_query"]) and saved["queries"] == direct["queries"]
     with pytest.raises(ValueError, match="unknown job keys"):
         evaluate_many([{**jobs[0], "metric": "ndcg@10"}])
+
+
+def test_evaluate_runs_writes_one_metrics_file_per_run(files):
+    """The `evaluate` jobs (workflow_scripts/evaluate.py): each run's metrics in its own file, named by the
+    dataset and the system (the file's stem); one run given alone (`evaluate_system`); as many files as runs."""
+    tmp = files["tmp"]
+    outs = [str(tmp / "e" / "a.json"), str(tmp / "e" / "b.json")]
+    results = evaluate_runs(files["dataset"], "test", [str(files["run_file"])] * 2, outs, metrics=("ndcg@10",),
+                            ignore_identical_ids=False, dataset="tiny")
+    assert results[0]["aggregate"] == results[1]["aggregate"] == evaluate_run(
+        files["qrels"], files["run"], ["ndcg@10"])["aggregate"]
+    saved = [json.loads(Path(o).read_text()) for o in outs]
+    assert [(s["dataset"], s["system"]) for s in saved] == [("tiny", "a"), ("tiny", "b")]
+    one = evaluate_runs(files["dataset"], "test", str(files["run_file"]), [str(tmp / "e" / "c.json")],
+                        metrics=["ndcg@10"], ignore_identical_ids=True, dataset="tiny")
+    assert len(one) == 1 and json.loads((tmp / "e" / "c.json").read_text())["system"] == "c"
+    with pytest.raises(ValueError, match="2 run"):
+        evaluate_runs(files["dataset"], "test", [str(files["run_file"])] * 2, outs[:1], metrics=["ndcg@10"],
+                      ignore_identical_ids=False, dataset="tiny")
 
 
 def test_evaluate_files_keeps_the_workflow_contract(files):

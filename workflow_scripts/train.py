@@ -1,6 +1,6 @@
 import torch
 
-from zsdr.devices import claim_for_job
+from zsdr.devices import claim_for_job, node_share
 from zsdr.logs import setup_logging
 from zsdr.training.recipes import launch
 
@@ -8,9 +8,6 @@ setup_logging(snakemake.log[0])
 claim_for_job(snakemake)
 torch.set_num_threads(snakemake.threads)
 p = snakemake.params
-r = snakemake.resources
-nodes = max(1, int(p.launch["nodes"]))
-gpus = int(r.get("gpu", 0) or 0) // nodes  # on each node, as are the CPUs a GPU job asks per GPU
-cpus = gpus * int(r.get("cpus_per_gpu", 0) or 0) or snakemake.threads
+nodes, gpus, cpus = node_share(snakemake, p.launch["nodes"])  # on each node
 launch(p.spec, processes=p.launch["processes"], nodes=nodes, launcher=p.launch["launcher"],
        log_file=snakemake.log[0], loop=p.launch["loop"], threads=snakemake.threads, cpus=cpus, gpus=gpus)

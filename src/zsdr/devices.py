@@ -183,3 +183,14 @@ def claim_for_job(smk) -> list[str]:
     if claimed:
         _log.info("job gets GPU(s) %s", ",".join(claimed))
     return claimed
+
+
+def node_share(smk, nodes: int) -> tuple[int, int, int]:
+    """A Snakemake job's nodes (at least one) and its GPUs and CPUs on each: its ``gpu`` resource split evenly over
+    the nodes; a GPU job's CPUs its ``cpus_per_gpu`` for each of them (what the SLURM executor asks), else the
+    job's threads."""
+    nodes = max(1, int(nodes))
+    resources = smk.resources
+    gpus = int(resources.get("gpu", 0) or 0) // nodes
+    cpus = gpus * int(resources.get("cpus_per_gpu", 0) or 0) or smk.threads
+    return nodes, gpus, cpus

@@ -241,6 +241,28 @@ def shift_statistics(source_dir: str | os.PathLike, target_dir: str | os.PathLik
 # Command line: `zsdr stats` and `zsdr shift`
 
 
+def write_dataset_statistics(dataset_dir: str | os.PathLike, out: str | os.PathLike, doc_fields: str) -> dict:
+    """:func:`dataset_statistics` of every qrels split of a dataset, written to ``out`` as ``{split: statistics}``
+    (JSON, complete or absent); returns them."""
+    stats = {split: dataset_statistics(dataset_dir, split=split, doc_fields=doc_fields)
+             for split in qrels_files(dataset_dir)}
+    with atomic_write(out) as fh:
+        json.dump(stats, fh, indent=1)
+    return stats
+
+
+def write_shift_statistics(source_dir: str | os.PathLike, target_dir: str | os.PathLike, out: str | os.PathLike, *,
+                           target: str, source_split: str, target_split: str, max_docs: int | None) -> dict:
+    """:func:`shift_statistics` of the target ``target`` (its name; ``target_dir`` its folder) against the source,
+    written to ``out`` (JSON, complete or absent) with the source's folder and the target's name; returns it."""
+    shift = shift_statistics(source_dir, target_dir, source_split=source_split, target_split=target_split,
+                             max_docs=max_docs)
+    record = {"source": str(source_dir), "target": target, **shift}
+    with atomic_write(out) as fh:
+        json.dump(record, fh, indent=1)
+    return record
+
+
 def _emit(obj: dict, out: str | None) -> None:
     text = json.dumps(obj, indent=1) + "\n"
     if out:

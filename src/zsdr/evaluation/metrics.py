@@ -413,6 +413,22 @@ def evaluate_many(jobs: Sequence[Mapping], cache: dict | None = None) -> list[di
     return results
 
 
+def evaluate_runs(qrels: str | os.PathLike, split: str, runs: str | Sequence[str], outputs: Sequence[str], *,
+                  metrics: Sequence[str], ignore_identical_ids: bool, dataset: str) -> list[dict]:
+    """The metrics of every run of ``runs`` (a TREC run file, or several) on one dataset's ``split`` in this
+    process (:func:`evaluate_many`: the qrels parsed once), each written to its file of ``outputs`` (in order)
+    with the dataset's name and the system's (the output file's stem); returns the results in order."""
+    runs = [runs] if isinstance(runs, (str, os.PathLike)) else list(runs)
+    outputs = list(outputs)
+    if len(runs) != len(outputs):
+        raise ValueError(f"evaluate_runs: {len(runs)} run(s) but {len(outputs)} metrics file(s): one file per run")
+    return evaluate_many([
+        {"qrels": qrels, "split": split, "run": run, "out": out, "metrics": list(metrics),
+         "ignore_identical_ids": bool(ignore_identical_ids), "meta": {"dataset": dataset, "system": Path(out).stem}}
+        for run, out in zip(runs, outputs)
+    ])
+
+
 def qrels_dataset(qrels: str | os.PathLike) -> Path | None:
     """The dataset folder whose corpus ``qrels`` judges: the folder given, or the folder of a
     ``<dataset>/qrels/<split>.tsv`` file; None for a qrels file outside a dataset."""

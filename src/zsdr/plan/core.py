@@ -239,6 +239,12 @@ class Plan:
         return Settings(self.config["dense"])
 
     @property
+    def keep_embeddings(self) -> bool:
+        """Config `dense.keep_embeddings`: embeddings kept (mini), or temporary, removed once searched and
+        mined (small, paper)."""
+        return bool(self.config["dense"]["keep_embeddings"])
+
+    @property
     def dense_env(self) -> str:
         return self.resources.dense_env
 
@@ -297,12 +303,17 @@ class Plan:
         """The cluster resources of a training rule whose job is ``job(wildcards)``: its GPUs and nodes."""
         return self.resources.cluster_resources(lambda wc: job(wc).gpus, nodes=lambda wc: job(wc).nodes)
 
-    def training_shape(self, job: TrainingJob) -> Note:
-        """What training ``job`` asks the scheduler for, as its message says it (Resources.job_shape): the
-        resources its rule asks (:meth:`training_resources`, its memory, :attr:`training_runtime`) and its threads."""
-        asked = {k: v(None) if callable(v) else v for k, v in self.training_resources(lambda wc: job).items()}
-        asked.update(mem_mb=job.memory, runtime=self.training_runtime)
-        return Note(self.resources.job_shape(asked, job.threads))
+    def training_request(self, job: Callable[[Any], TrainingJob]) -> dict[str, Any]:
+        """Every resource a training rule whose job is ``job(wildcards)`` asks for: its GPUs and nodes
+        (:meth:`training_resources`), its memory per node and the training runtime (:attr:`training_runtime`)."""
+        return {**self.training_resources(job), "mem_mb": lambda wc: job(wc).memory, "runtime": self.training_runtime}
+
+    def training_shape(self, job: TrainingJob) -> str:
+        """What a training job asks the scheduler for, the line its message shows
+        (:meth:`zsdr.plan.resources.Resources.job_shape`): its rule's resources (:meth:`training_request`) and
+        threads."""
+        resources = {k: v(None) if callable(v) else v for k, v in self.training_request(lambda wc: job).items()}
+        return self.resources.job_shape(resources, job.threads)
 
     def mine_job(self, run: str, dataset: str) -> MineJob:
         """The mining job of ANCE run ``run`` on its training dataset."""

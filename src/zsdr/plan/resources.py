@@ -25,7 +25,7 @@ class Resources:
     training: dict[str, Any]        # config `training`
     site: Site                      # config `site` (zsdr.plan.site)
     dense_env: str                  # the conda environment of dense (GPU) jobs
-    dense_gpus: int                 # dense.gpus: GPUs of each dense (encode, search, analysis) job
+    dense_gpus: int                 # dense.gpus: the GPUs of an encode, search, mining or scoring job
     weak_max_pairs: int | None      # rmsc.weak.max_pairs
 
     def launch_gpus(self, launch: dict[str, Any]) -> int:

@@ -109,6 +109,18 @@ def search_with_model(model, dataset_dir: str | os.PathLike, split: str, shard_d
     return run
 
 
+def dense_search_run(model, dataset_dir: str | os.PathLike, split: str, inputs: Sequence[str | os.PathLike],
+                     out_run: str | os.PathLike, *, scattered: bool, k: int, tag: str, batch_size: int,
+                     device: str | None, precision: str | None, **overrides) -> dict:
+    """The workflow's `dense_search` job: ``inputs`` are the per-shard top-k files of its `search_shard` jobs, merged
+    into the run (``scattered``: :func:`merge_shard_topk`, no model loaded), or the corpus shard folders its judged
+    queries are encoded for and searched in (:func:`search_with_model`). Writes the TREC run; returns it."""
+    if scattered:
+        return merge_shard_topk(inputs, out_run, k=k, tag=tag)
+    return search_with_model(model, dataset_dir, split, inputs, out_run, k=k, tag=tag, batch_size=batch_size,
+                             device=device, precision=precision, **overrides)
+
+
 def encode_search(model, dataset_dir: str | os.PathLike, split: str, out_run: str | os.PathLike,
                   pooling: str | None = None, similarity: str | None = None, max_length: int | None = None,
                   query_max_length: int | None = None, doc_max_length: int | None = None,

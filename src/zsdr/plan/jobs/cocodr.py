@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.jobs import RuleJob, builds
+from zsdr.plan.jobs.training import TrainerJob
 from zsdr.plan.params import Settings
-from zsdr.plan.summary import Note
 
 IDRO_SIDES = ("with_idro", "without_idro")
 """The two systems of Figure 5c and Table 4 (config cocodr.analysis): the fine-tuning with iDRO and without."""
@@ -25,16 +25,6 @@ class SpansJob(RuleJob):
     parts: list[str]              # the shards' span files merged into this one, in order (none: written in one pass)
     spans: dict[str, Any]         # config cocodr.spans
     seed: int
-
-
-@dataclass(frozen=True)
-class PretrainCocoJob(RuleJob):
-    """COCO pretraining of one `cocodr.pretrained` model (the plan's TrainingJob, zsdr.plan.core)."""
-
-    shape: Note                   # what the job asks the scheduler for (its message; not compared)
-    spec: Settings                # the trainer's input
-    summary: Note                 # the dry run's line for it (not compared)
-    launch: Settings              # how it starts (processes, nodes, launcher)
 
 
 @dataclass(frozen=True)
@@ -131,10 +121,10 @@ def spans_job(plan: Any, wc: Any) -> SpansJob:
                     seed=plan.config["seed"])
 
 
-@builds(PretrainCocoJob, "pretrain_coco")
-def pretrain_coco_job(plan: Any, wc: Any) -> PretrainCocoJob:
+@builds(TrainerJob, "pretrain_coco")
+def pretrain_coco_job(plan: Any, wc: Any) -> TrainerJob:
     job = plan.coco_job(wc.name)
-    return PretrainCocoJob(shape=plan.training_shape(job), spec=job.spec, summary=job.summary, launch=job.launch)
+    return TrainerJob.of(plan, job)
 
 
 @builds(ClusterQueriesJob, "cluster_queries")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.jobs import RuleJob, builds
+from zsdr.plan.jobs.training import TrainerJob
 from zsdr.plan.params import Settings
 from zsdr.plan.summary import Note
 
@@ -19,16 +20,6 @@ class BuildGeneratorJob(RuleJob):
     tokenizer: str                # the folder of the backbone whose tokenizer the generator uses
     size: dict[str, Any]          # rmsc.qgen.generators.<name>.build: layers, heads, hidden, intermediate
     seed: int
-
-
-@dataclass(frozen=True)
-class TrainGeneratorJob(RuleJob):
-    """A QGen generator trained on the source's training pairs (passage -> query)."""
-
-    shape: Note                   # what the job asks the scheduler for, in its message (not compared)
-    spec: Settings                # the training's settings (zsdr.plan.trainings.Trainings.generator_spec)
-    summary: Note                 # the dry run's line for the training (not compared)
-    launch: Settings              # processes, nodes, launcher and loop of the run on the site
 
 
 @dataclass(frozen=True)
@@ -68,10 +59,10 @@ def build_generator_job(plan: Any, wc: Any) -> BuildGeneratorJob:
                              seed=plan.config["seed"])
 
 
-@builds(TrainGeneratorJob, "train_generator")
-def train_generator_job(plan: Any, wc: Any) -> TrainGeneratorJob:
+@builds(TrainerJob, "train_generator")
+def train_generator_job(plan: Any, wc: Any) -> TrainerJob:
     job = plan.generator_job(wc.name)
-    return TrainGeneratorJob(shape=plan.training_shape(job), spec=job.spec, summary=job.summary, launch=job.launch)
+    return TrainerJob.of(plan, job)
 
 
 @builds(WeakPairsJob, "weak_pairs")
