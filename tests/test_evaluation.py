@@ -23,8 +23,8 @@ from zsdr.evaluation.metrics import (
     load_qrels,
     parse_metrics,
     qrels_format,
-    register_cli,
 )
+from zsdr.evaluation.metrics_cli import register_cli
 from zsdr.io import DataError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -279,7 +279,7 @@ def cmd_doctor(args) -> int:
 # Only the module of the command being run is imported, so `zsdr validate` never loads torch.
 MODULE_COMMANDS = {
     "bm25": "zsdr.sparse.lucene",
-    "evaluate": "zsdr.evaluation.metrics",
+    "evaluate": "zsdr.evaluation.metrics_cli",
     "encode-search": "zsdr.retrieval.search",
     "encode": "zsdr.retrieval.search",
     "encode-queries": "zsdr.retrieval.search",
