@@ -15,25 +15,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from zsdr.plan.core import load_plan
-from zsdr.plan.jobs import BUILDERS, job_fields, load_builders
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plan_golden import _plain  # noqa: E402
+from zsdr.plan.core import load_plan  # noqa: E402
+from zsdr.plan.jobs import BUILDERS, job_fields, load_builders  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
 CONFIGS = {"mini": (), "small": (ROOT / "configs" / "small.yaml",), "paper": (ROOT / "configs" / "paper.yaml",)}
-
-
-def _plain(value):
-    """As tests/plan_golden.py writes a params value (dict subclasses as dicts, other objects by type name)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Path):
-        return str(value)
-    return f"<{type(value).__name__}>"
 
 
 def _golden_jobs() -> dict[str, dict[str, list[dict]]]:
@@ -136,7 +125,6 @@ def test_the_regressions_targets_jobs_are_their_rules_job_objects():
     plan results/all: its dry run's params of every job are the job objects of a plan built apart from the
     workflow (its own rules, evaluate_regression with nothing inherited from `evaluate`, and the rules it shares
     with results/all at this config), and the regression jobs hold what the published rows ask for."""
-    sys.path.insert(0, str(ROOT / "tests"))
     from plan_golden import _dag, _named
     from zsdr.regressions.published import read_all
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.jobs import RuleJob, builds
-from zsdr.plan.jobs.training import TrainerJob
 from zsdr.plan.params import Settings
 
 IDRO_SIDES = ("with_idro", "without_idro")
@@ -119,12 +118,6 @@ def spans_job(plan: Any, wc: Any) -> SpansJob:
     return SpansJob(dataset=os.path.dirname(plan.dataset_marker(wc.corpus)), tokenizer=spans_tokenizer(plan),
                     parts=[] if shard else plan.cocodr.span_parts(wc.corpus), spans=plan.cocodr.section["spans"],
                     seed=plan.config["seed"])
-
-
-@builds(TrainerJob, "pretrain_coco")
-def pretrain_coco_job(plan: Any, wc: Any) -> TrainerJob:
-    job = plan.coco_job(wc.name)
-    return TrainerJob.of(plan, job)
 
 
 @builds(ClusterQueriesJob, "cluster_queries")

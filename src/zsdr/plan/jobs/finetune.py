@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.jobs import RuleJob, builds
-from zsdr.plan.jobs.training import TrainerJob
 from zsdr.plan.params import Settings
 
 
@@ -52,21 +51,6 @@ class TeacherScoresJob(RuleJob):
     seed: int                     # training.seed: which random documents
     max_examples: int | None      # the queries scored: what the distilling recipes read (None: all)
     dense: Settings               # config `dense`: batch size, device, precision
-
-
-@builds(TrainerJob, "train")
-def train_job(plan: Any, wc: Any) -> TrainerJob:
-    return TrainerJob.of(plan, plan.train_job(wc.run))
-
-
-@builds(TrainerJob, "train_cross_encoder")
-def train_cross_encoder_job(plan: Any, wc: Any) -> TrainerJob:
-    return TrainerJob.of(plan, plan.cross_encoder_job(wc.name))
-
-
-@builds(TrainerJob, "train_reader")
-def train_reader_job(plan: Any, wc: Any) -> TrainerJob:
-    return TrainerJob.of(plan, plan.reader_job(wc.name))
 
 
 @builds(Bm25NegativesJob, "bm25_negatives")

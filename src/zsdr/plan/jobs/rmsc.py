@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from zsdr.plan.jobs import RuleJob, builds
-from zsdr.plan.jobs.training import TrainerJob
 from zsdr.plan.params import Settings
 from zsdr.plan.summary import Note
 
@@ -57,12 +56,6 @@ def build_generator_job(plan: Any, wc: Any) -> BuildGeneratorJob:
     # the folder of the files the job waits for (a trained model's, for one of its snapshots); a hub id's own name
     return BuildGeneratorJob(tokenizer=os.path.dirname(files[0]) if files else ref, size=generator["build"],
                              seed=plan.config["seed"])
-
-
-@builds(TrainerJob, "train_generator")
-def train_generator_job(plan: Any, wc: Any) -> TrainerJob:
-    job = plan.generator_job(wc.name)
-    return TrainerJob.of(plan, job)
 
 
 @builds(WeakPairsJob, "weak_pairs")
