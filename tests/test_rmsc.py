@@ -288,7 +288,8 @@ def test_a_two_process_mixture_maps_one_table_converted_by_the_launcher(mini, tm
     weak pairs once into the checkpoint folder before the processes start (they map that table), and the
     training's losses match the one-process run of the same global batch."""
     import zsdr.training.rmsc as rmsc
-    from zsdr.training.recipes import launch, run_spec
+    from zsdr.training.launch import launch
+    from zsdr.training.recipes import run_spec
 
     sets = sets_of(mini, [("source", "human"), ("source", "weak"), ("target", "weak")])
     one = spec_of(mini, tmp_path / "one", sets, dropout=0.0)

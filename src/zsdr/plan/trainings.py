@@ -36,6 +36,7 @@ TRAINER_CODE = (
     "zsdr.training.data",
     "zsdr.training.tasks",
     "zsdr.distributed",
+    "zsdr.training.launch",
     "zsdr.training.recipes",
     "zsdr.models.encoder",
     "zsdr.data.formats",
