@@ -206,7 +206,7 @@ def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
     else:
         s = idro_spec(methods, f"gpu-{method}", **train)
         if method == "groupdro":
-            s["dro"] = {"kind": "groupdro", "clusters": 4, "fraction": 0.5,
+            s["dro"] = {**s["dro"], "kind": "groupdro", "clusters": 4, "fraction": 0.5,
                         "clusters_file": str(methods / "clusters.jsonl")}
     torch.cuda.reset_peak_memory_stats()
     run_spec(s, progress=False)

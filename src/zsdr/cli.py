@@ -133,7 +133,7 @@ def cmd_hparams(args) -> int:
         plan = load_plan(root, *[Path(p).resolve() for p in args.configfile])
     except (ConfigError, ValueError) as exc:
         raise DataError(None, None, " ".join(str(exc).split())) from None
-    scale = plan.config.get("scale", "mini")
+    scale = plan.config["scale"]
     if args.json:
         rows = training_rows(plan)
         print(json.dumps({"scale": scale,

@@ -311,7 +311,7 @@ class Plan:
         name, k = self.recipes.runs[run]
         recipe = self.recipes.by_name[name]
         return ClusterJob(model=mine.model, model_files=mine.model_files, options=mine.options,
-                          clusters=recipe["dro"].get("clusters", 50),
+                          clusters=recipe["dro"]["clusters"],
                           seed=self.recipes.train_settings(recipe)["seed"] + k)
 
 

@@ -74,9 +74,9 @@ def dataset_problem(datasets: Datasets, name: str) -> str | None:
 def build_regressions(config: dict[str, Any], datasets: Datasets, systems: Systems) -> Regressions:
     from zsdr.regressions.published import PublishedError, read_all
 
-    section = config.get("regressions") or {}
+    section = config["regressions"]
     try:
-        published = read_all(section.get("files") or [], builtin=section.get("builtin", True))
+        published = read_all(section.get("files") or [], builtin=section["builtin"])
     except PublishedError as exc:
         raise ValueError(f"config key regressions.files: {exc}") from None
     only_systems, only_datasets = section.get("systems"), section.get("datasets")

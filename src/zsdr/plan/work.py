@@ -185,4 +185,4 @@ def build_work(config: dict[str, Any], datasets: Datasets, evaluation: Evaluatio
     width = DIMENSIONS * (2 if config["dense"].get("dtype") == "float16" else 4) + ID_BYTES
     return Work(site=site, datasets=datasets, evaluation=evaluation, berm=berm, sizes=sizes, embedding_bytes=width,
                 largest_shard=largest, most_queries=most_queries, shard_work=shard_work,
-                bm25_threads=int(config.get("bm25", {}).get("threads", 1)))
+                bm25_threads=int(config["bm25"]["threads"]))

@@ -93,7 +93,7 @@ def build_task(spec: dict):
     kind = spec.get("kind", "bi_encoder")
     if kind not in KINDS:
         raise ValueError(f"recipe kind {kind!r}: expected one of {', '.join(KINDS)}")
-    seed = int(spec["train"].get("seed", 42))
+    seed = int(spec["train"]["seed"])
     torch.manual_seed(seed)
     if kind == "mlm":
         from zsdr.pretrain.mlm import build_mlm_task
@@ -116,7 +116,7 @@ def build_task(spec: dict):
         from zsdr.training.data import reader_examples
         from zsdr.training.tasks import ReaderTask
 
-        reader = Reader.from_pretrained(spec["init"], max_length=spec.get("max_length", 384))
+        reader = Reader.from_pretrained(spec["init"], max_length=spec["max_length"])
         set_dropout(reader.model, spec.get("dropout"))
         reader.train()
         examples = reader_examples(spec["dataset"], spec["units"], max_examples=spec.get("max_examples"))
@@ -125,11 +125,11 @@ def build_task(spec: dict):
     if kind == "cross_encoder":
         from zsdr.models.cross_encoder import CrossEncoder
 
-        model = CrossEncoder.from_pretrained(spec["init"], head=spec.get("head", "cls"),
-                                             max_length=spec.get("max_length", 256))
+        model = CrossEncoder.from_pretrained(spec["init"], head=spec["head"],
+                                             max_length=spec["max_length"])
         set_dropout(model.model, spec.get("dropout"))
         model.train()
-        return CrossEncoderTask(model, data, negatives=spec.get("negatives_per_query", 7), seed=seed)
+        return CrossEncoderTask(model, data, negatives=spec["negatives_per_query"], seed=seed)
     from zsdr.models.encoder import Encoder
 
     # a trained init continues from the settings it was trained at, not those its system retrieves with
@@ -143,8 +143,8 @@ def build_task(spec: dict):
     encoder.train()
     from zsdr.training.terms import build_terms
 
-    return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed, terms=build_terms(spec, encoder))
+    return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec["negatives_per_query"],
+                         scale=spec["scale"], seed=seed, terms=build_terms(spec, encoder))
 
 
 def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
