@@ -13,7 +13,7 @@ from zsdr.losses.berm import matching_representation, unit_balance, unit_extract
 from zsdr.models.encoder import Encoder
 from zsdr.sparse.unit_bm25 import UnitBM25
 from zsdr.training.berm import BermConfig, BermTerm
-from zsdr.training.recipes import run_spec
+from zsdr.training.launch import run_spec
 from zsdr.training.unit_labels import (gather_labels, label_pairs, label_shard, select_pairs, unit_statistics,
                                       write_statistics)
 from zsdr.workflow import section_defaults

@@ -198,7 +198,7 @@ def train_log(out, steps):
 @pytest.mark.parametrize("method", ["idro", "groupdro", "modir"])
 def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
     """iDRO's per-cluster gradients, GroupDRO's weights and MoDIR's classifier and queue on CUDA tensors."""
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     train = {"precision": "bf16", "max_steps": 12}
     if method == "modir":

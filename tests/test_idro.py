@@ -444,7 +444,7 @@ def _own(task, batch):
 
 
 def test_training_with_idro_resumes_exactly(tiny, caplog):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     full = _spec(tiny, "full")
     run_spec(full, cpu=True, progress=False)
@@ -468,7 +468,7 @@ def test_training_with_idro_resumes_exactly(tiny, caplog):
 
 
 def test_training_with_groupdro(tiny):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     spec = _spec(tiny, "gdro", kind="groupdro", max_steps=3)
     spec["dro"] = {**DRO, "kind": "groupdro", "clusters": 4, "fraction": 0.5, "clusters_file": str(tiny / "clusters.jsonl")}

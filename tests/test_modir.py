@@ -269,7 +269,7 @@ def _spec(tiny, name, **train):
 
 
 def test_training_logs_domain_accuracy_and_resumes_exactly(tiny):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     full = _spec(tiny, "full")
     run_spec(full, cpu=True, progress=False)

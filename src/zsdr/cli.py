@@ -287,7 +287,7 @@ MODULE_COMMANDS = {
     "merge-shards": "zsdr.retrieval.search",
     "stats": "zsdr.evaluation.analysis",
     "shift": "zsdr.evaluation.analysis",
-    "train": "zsdr.training.recipes",
+    "train": "zsdr.training.launch",
     "score-pairs": "zsdr.training.teacher",
     "mine": "zsdr.retrieval.mine",
     "store": "zsdr.data.store",

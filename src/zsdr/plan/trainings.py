@@ -351,10 +351,6 @@ class Trainings:
             "info": {"generator": name, "description": g.get("description", "")},
         }
 
-    def dam_launch(self, chain: str) -> dict[str, Any]:
-        """How the DAM ``chain``'s job starts (its last corpus's settings may set `processes`)."""
-        return self.recipes.launch_settings(self.ddr.dam_settings(chain.split(DAM_SEP)[-1]))
-
     def dam_spec(self, chain: str) -> dict[str, Any]:
         """The resolved MLM spec (zsdr.pretrain.mlm) of the DAM ``chain``."""
         where = f"DAM {chain}"

@@ -1,7 +1,11 @@
-"""Launching a training: the processes that train one recipe spec (:mod:`zsdr.training.recipes`).
+"""Running a training: one recipe spec (:mod:`zsdr.training.recipes`) trained in this process, or in the
+processes started for it.
 
-:func:`launch` is what a workflow training job runs. One process trains the spec in itself
-(:func:`zsdr.training.recipes.run_spec`); several (per node, or on several nodes) are started by
+:func:`run_spec` trains a spec in this process: the task the recipe builds, its loop settings (``loop``: the
+batch-preparing workers and compiling, config ``training.loader_workers`` and ``training.compile``) and
+checkpoints handed to the one :class:`~zsdr.training.trainer.Trainer`; ``zsdr train SPEC.json`` runs it from the
+command line. :func:`launch` is what a workflow training job runs. One process trains the spec in itself
+(:func:`run_spec`); several (per node, or on several nodes) are started by
 ``torchrun`` (:func:`torchrun_command`; on several nodes one ``srun`` step of one torchrun agent a node,
 :func:`srun_environment`), or by a configured launcher such as ``accelerate launch``, each process running
 ``zsdr train SPEC.json``. The launching process holds the checkpoint folder's lock, builds the training
@@ -23,10 +27,11 @@ import sys
 import time
 from pathlib import Path
 
+from zsdr.argtypes import positive_int
 from zsdr.devices import THREAD_VARIABLES
 from zsdr.io import job_outputs_environment
 from zsdr.training.lock import LOCK_WAIT, checkpoint_lock
-from zsdr.training.recipes import run_spec, training_arrays, training_set
+from zsdr.training.recipes import build_task, spec_fingerprint, training_arrays, training_set
 
 log = logging.getLogger(__name__)
 
@@ -304,3 +309,56 @@ class _outlive_stop_signals:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
         return False
+
+
+def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
+    """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(spec["train"])
+    task = build_task(spec)
+    loop = spec.get("loop") or {}
+    trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
+                      fingerprint=spec_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
+                      workers=loop.get("workers"), compile=bool(loop.get("compile")),
+                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
+                            "spans": spec.get("spans"),
+                            "negatives": spec.get("negatives"), "units": spec.get("units"),
+                            "teacher": spec.get("teacher"),
+                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query"),
+                            **({"sets": spec["sets"]} if spec.get("sets") else {})})
+    return trainer.train()
+
+
+def cmd_train(args) -> int:
+    from zsdr.io import read_json
+
+    from zsdr.io import DataError
+
+    spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes and zsdr.training.launch)")
+    missing = [k for k in SPEC_KEYS if k not in spec]
+    if missing:
+        raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
+                        f"(a spec needs {', '.join(SPEC_KEYS)})",
+                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes and zsdr.training.launch")
+    if args.log_info:
+        logging.getLogger().setLevel(logging.INFO)
+    run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
+    return 0
+
+
+SPEC_KEYS = ("init", "out", "train")   # what every recipe spec carries (run_spec)
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("train", help="train a recipe spec (JSON); run under torchrun for several processes")
+    p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes and zsdr.training.launch)")
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--log-info", action="store_true",
+                   help="log the run's progress (INFO: resumes, checkpoints, progress lines) to stderr; the "
+                        "workflow's multi-process trainings pass it, so their job log shows what the processes do")
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="stop after this many steps, without saving (a testing aid for resumption)")
+    p.set_defaults(func=cmd_train)

@@ -1,10 +1,9 @@
-"""Recipes: a recipe composes a model, a batch source and loss terms, then runs the one Trainer.
+"""Recipes: a recipe composes a model, a batch source and loss terms into the task the one Trainer trains.
 
 A recipe is described by a *spec* (a JSON-able dict, the ``recipes.<name>`` config section
-resolved by the workflow into paths): :func:`run_spec` trains it in this process, and
-``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
-``accelerate launch`` start once per process for multi-GPU and multi-node runs (a workflow job starts
-them with :func:`zsdr.training.launch.launch`).
+resolved by the workflow into paths): :func:`build_task` builds the task it trains, and
+:func:`zsdr.training.launch.run_spec` trains it (in this process, or in each of several processes
+:func:`zsdr.training.launch.launch` starts).
 
 Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader`` | ``mlm`` | ``coco`` |
 ``mixture`` | ``generator``),
@@ -36,15 +35,15 @@ qrels give the positive pairs, default ``train``), ``max_length`` (passage token
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
-from zsdr.argtypes import positive_int
 
 KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "generator")
 
 
-def _fingerprint(spec: dict) -> str:
+def spec_fingerprint(spec: dict) -> str:
+    """The fingerprint a checkpoint of ``spec`` is kept under: the spec (less how its loop runs) and its input
+    files; a resumed run continues only a checkpoint of the same fingerprint."""
     from zsdr.training.terms import term_input_files
     from zsdr.training.checkpoints import fingerprint_of
 
@@ -71,7 +70,7 @@ def training_arrays(spec: dict) -> Path | None:
     processes of a job map one copy and a resumed job finds it; None without a checkpoint folder."""
     if spec.get("kind", "bi_encoder") not in ("bi_encoder", "cross_encoder") or not spec.get("checkpoint_dir"):
         return None
-    return Path(spec["checkpoint_dir"]) / f"arrays-{_fingerprint(spec)}"
+    return Path(spec["checkpoint_dir"]) / f"arrays-{spec_fingerprint(spec)}"
 
 
 def training_set(spec: dict):
@@ -145,56 +144,3 @@ def build_task(spec: dict):
 
     return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec["negatives_per_query"],
                          scale=spec["scale"], seed=seed, terms=build_terms(spec, encoder))
-
-
-def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
-    """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
-    from zsdr.training.config import TrainConfig
-    from zsdr.training.trainer import Trainer
-
-    cfg = TrainConfig.from_dict(spec["train"])
-    task = build_task(spec)
-    loop = spec.get("loop") or {}
-    trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
-                      fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
-                      workers=loop.get("workers"), compile=bool(loop.get("compile")),
-                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
-                            "spans": spec.get("spans"),
-                            "negatives": spec.get("negatives"), "units": spec.get("units"),
-                            "teacher": spec.get("teacher"),
-                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query"),
-                            **({"sets": spec["sets"]} if spec.get("sets") else {})})
-    return trainer.train()
-
-
-def cmd_train(args) -> int:
-    from zsdr.io import read_json
-
-    from zsdr.io import DataError
-
-    spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes)")
-    missing = [k for k in SPEC_KEYS if k not in spec]
-    if missing:
-        raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
-                        f"(a spec needs {', '.join(SPEC_KEYS)})",
-                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
-    if args.log_info:
-        logging.getLogger().setLevel(logging.INFO)
-    run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
-    return 0
-
-
-SPEC_KEYS = ("init", "out", "train")   # what every recipe spec carries (run_spec)
-
-
-def register_cli(sub) -> None:
-    p = sub.add_parser("train", help="train a recipe spec (JSON); run under torchrun for several processes")
-    p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
-    p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--log-info", action="store_true",
-                   help="log the run's progress (INFO: resumes, checkpoints, progress lines) to stderr; the "
-                        "workflow's multi-process trainings pass it, so their job log shows what the processes do")
-    p.add_argument("--stop-after", type=positive_int, default=None,
-                   help="stop after this many steps, without saving (a testing aid for resumption)")
-    p.set_defaults(func=cmd_train)
