@@ -4,7 +4,8 @@ written again in src/zsdr is either dead or, the day the schema's value changes,
 value. Three forms of that are refused, each found from the schema's own keys rather than a list of examples:
 
 * a fallback on a config section (or a dict the plan builds from one): ``section.get("<key>", <value>)``
-  (also ``.setdefault`` and ``.pop``) whose value is a default the schema gives a key of that name;
+  (also ``.setdefault`` and ``.pop``) whose value is a default the schema gives a key of that name, in
+  src/zsdr, workflow_scripts/ and rules/;
 * a dataclass that mirrors a schema section (most of its fields are keys of one section): a field the schema
   gives a default carries none of its own;
 * a keyword default, equal to the schema's default of a key of the same name, of a function the workflow's
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -55,6 +57,20 @@ NOT_CONFIG = {
 # several modules are being reworked elsewhere (the batching helper: weak.py, teacher.py; the 600-line split:
 # lucene.py, download.py; the k-means defaults: idro.kmeans).
 PENDING: set[tuple[str, str, str, str]] = {
+    # the rules and scripts converted to one job object each read the job's values instead
+    ('fallback', 'rules/finetune.smk', 'random_candidates', 'random_candidates'),
+    ('fallback', 'workflow_scripts/cluster_queries.py', 'niter', 'niter'),
+    ('fallback', 'workflow_scripts/cluster_queries.py', 'nredo', 'nredo'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'batch_size', 'batch_size'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'keep_probability', 'keep_probability'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'max_length', 'max_length'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'max_tokens', 'max_tokens'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'new_span_probability', 'new_span_probability'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'pairs_per_document', 'pairs_per_document'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'queries_per_document', 'queries_per_document'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'top_k', 'top_k'),
+    ('fallback', 'workflow_scripts/weak_pairs.py', 'top_p', 'top_p'),
+    # src/zsdr
     ('fallback', 'data/mini.py', 'titles', 'titles'),
     ('fallback', 'models/generator.py', 'dropout', 'dropout'),
     ('fallback', 'models/tiny.py', 'dropout', 'dropout'),
@@ -244,6 +260,24 @@ def fallbacks(tree: ast.AST, defaults) -> list[tuple[int, str, str]]:
     return found
 
 
+_RULE_GET = re.compile(r"""\.(?:get|setdefault|pop)\(\s*(["'])(\w+)\1\s*,\s*([^(),]+?)\s*\)""", re.S)
+
+
+def rule_fallbacks(text: str, defaults) -> list[tuple[int, str, str]]:
+    """:func:`fallbacks` in a rule file (Snakemake's syntax is no Python: each ``.get("<key>", <value>)`` call,
+    over lines too, is read alone)."""
+    found = []
+    for m in _RULE_GET.finditer(text):
+        try:
+            ok, value = _literal(ast.parse(m.group(3), mode="eval").body)
+        except SyntaxError:
+            continue
+        paths = _matches(defaults, m.group(2), value) if ok and not _empty(value) else []
+        if paths:
+            found.append((text.count("\n", 0, m.start()) + 1, m.group(2), ", ".join(paths)))
+    return found
+
+
 def _dataclass_fields(cls: ast.ClassDef) -> list[ast.AnnAssign]:
     return [s for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
             and not ast.unparse(s.annotation).startswith(("ClassVar", "typing.ClassVar"))]
@@ -360,7 +394,15 @@ def test_no_config_fallback_repeats_a_schema_default(schema):
         for line, key, paths in fallbacks(tree, defaults):
             if (rel, key) not in NOT_CONFIG:
                 found.append((f"src/zsdr/{rel}:{line}", rel, key, key, paths))
-    new, stale = _report([(loc, rel, key, k, paths) for loc, rel, key, k, paths in found], "fallback")
+    for script in sorted(SCRIPTS.glob("*.py")):       # the scripts read their job's values
+        rel = script.relative_to(ROOT).as_posix()
+        for line, key, paths in fallbacks(ast.parse(script.read_text(encoding="utf-8")), defaults):
+            found.append((f"{rel}:{line}", rel, key, key, paths))
+    for rules in sorted((ROOT / "rules").glob("*.smk")):   # Snakemake's syntax: the calls themselves parsed
+        rel = rules.relative_to(ROOT).as_posix()
+        for line, key, paths in rule_fallbacks(rules.read_text(encoding="utf-8"), defaults):
+            found.append((f"{rel}:{line}", rel, key, key, paths))
+    new, stale = _report(found, "fallback")
     assert not new, "a config default written a second time (the schema fills it; read the key with [...]):\n" + \
         "\n".join(f"  {loc}: .get({key!r}, ...) repeats {paths}" for loc, _, key, _, paths in new)
     assert not stale, f"PENDING entries that are fixed (remove them): {stale}"
@@ -421,6 +463,8 @@ def test_the_checks_find_each_form():
     assert [w for _, w, _ in keyword_defaults(source, {"run", "Task"}, defaults)] == ["run(clusters)", "run(kind)",
                                                                                        "Task.__init__(clusters)"]
     assert keyword_defaults(source, {"other"}, defaults) == []
+    rule = 'params:\n    k=lambda wc: PLAN.section(wc).get(\n        "clusters", 50\n    ),\n    r=x.get("rho", 1.0)\n'
+    assert [(line, key) for line, key, _ in rule_fallbacks(rule, defaults)] == [(2, "clusters")]
 
 
 def test_the_schema_sections_are_read():
