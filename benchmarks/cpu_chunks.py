@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def loop_cpu_per_step(s: dict) -> tuple[float, float]:
     """CPU seconds per step of one training run (its whole ``run_spec`` less a run of 1 step, so building the
     task and writing the model cancel out) and the run's last logged loss."""
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     def cpu(spec: dict) -> float:
         start = time.process_time()

@@ -46,6 +46,7 @@ def build(args, form: str | None, clusters_file: str, device):
 
     from zsdr.training.base_losses.pairwise_nll import PairwiseNll
     from zsdr.training.idro import DroConfig, IdroTerm
+    from zsdr.workflow import section_defaults
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=30522, hidden_size=args.hidden, num_hidden_layers=args.layers,
@@ -55,7 +56,8 @@ def build(args, form: str | None, clusters_file: str, device):
     opt = torch.optim.AdamW(bert.parameters(), lr=5e-6)
     term = None
     if form is not None:
-        term = IdroTerm(DroConfig(clusters=K, grad_layers=3, clusters_file=clusters_file, gradients=form),
+        term = IdroTerm(DroConfig(**{**section_defaults("recipes.<name>.dro"), "clusters": K, "grad_layers": 3,
+                                         "clusters_file": clusters_file, "gradients": form}),
                         SimpleNamespace(backbone=bert))
         term.bind_task(PairwiseNll(), [])
         term.attach(None, 0, device)

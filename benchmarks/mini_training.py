@@ -65,7 +65,7 @@ def spec(root: Path, source: Path, name: str, dropout: float, steps: int) -> dic
 def zsdr_steps_per_s(s: dict) -> tuple[float, float]:
     """Steps/s of the training loop (from its log: each record's examples/s over its window of steps) and
     the seconds ``run_spec`` spent around the loop (building the task, the final save and plot)."""
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     start = time.perf_counter()
     run_spec(s, cpu=True, progress=False)

@@ -13,9 +13,10 @@ from zsdr.losses.semantic_units import matching_representation, unit_balance, un
 from zsdr.models.encoder import Encoder
 from zsdr.sparse.unit_bm25 import UnitBM25
 from zsdr.training.berm_term import BermConfig, BermTerm
-from zsdr.training.recipes import run_spec
+from zsdr.training.launch import run_spec
 from zsdr.training.unit_labels import (gather_labels, label_pairs, label_shard, select_pairs, unit_statistics,
                                       write_statistics)
+from zsdr.workflow import section_defaults
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -26,6 +27,8 @@ SIZE = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "max_length":
 PASSAGE = {"title": "Tixgrei facts",
            "text": "Quoorsteand belongs to the cilhiel point. The tixgrei of Grykgraxfie is flealtierdrind. Short one."}
 HAND = ["Quoorsteand belongs to the cilhiel point.", "The tixgrei of Grykgraxfie is flealtierdrind.", "Short one."]
+
+BERM = section_defaults("recipes.<name>.berm")   # the schema's defaults, which the workflow fills into a spec
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,7 @@ def test_r1_mean_reduction_is_the_official_codes_kl_div_per_unit():
     with pytest.raises(ValueError, match="r1_reduction"):
         unit_balance(passages, units, mask, reduction="batchmean")
     with pytest.raises(ValueError, match="r1_reduction"):
-        BermConfig.from_dict({"r1_reduction": "batchmean"})
+        BermConfig.from_dict({**BERM, "r1_reduction": "batchmean"})
 
 
 def test_r2_is_cross_entropy_over_units_by_hand_and_double_softmax_flattens_it():
@@ -217,7 +220,7 @@ def test_bad_labels_name_file_and_line(tmp_path):
 def test_the_term_pools_units_over_their_tokens_only(mini):
     enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text", doc_max_length=96)
     spans = sentence_spans(PASSAGE["text"])
-    term = BermTerm(BermConfig(r1_weight=1.0, r2_weight=1.0))
+    term = BermTerm(BermConfig(**{**BERM, "r1_weight": 1.0, "r2_weight": 1.0}))
     term.labels = {("q", "p"): (spans, 1)}
     features = enc.tokenize_docs([PASSAGE, PASSAGE])
     width = len(features["input_ids"][0]) + 5                       # padding beyond the text
@@ -278,8 +281,8 @@ def test_dpr_plus_berm_trains_and_lowers_r1(mini, tmp_path):
             "negatives": str(src / "negatives.jsonl"), "out": str(tmp_path / "out"),
             "checkpoint_dir": str(tmp_path / "ckpt"),
             "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 96},
-            "loss": "pairwise_nll", "negatives_per_query": 1, "dropout": 0.0,
-            "berm": {"labels": str(tmp_path / "labels.jsonl"), "r1_weight": 1.0, "r2_weight": 0.1},
+            "loss": "pairwise_nll", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
+            "berm": {**BERM, "labels": str(tmp_path / "labels.jsonl"), "r1_weight": 1.0, "r2_weight": 0.1},
             "train": {"batch_size": 8, "max_steps": 30, "lr": 2e-3, "optimizer": "adamw", "seed": 3,
                       "save_every": 100, "log_every": 1}}
     run_spec(spec, cpu=True, progress=False)
@@ -292,7 +295,7 @@ def test_the_term_scores_with_the_logit_vectors(mini):
     """With an inverse temperature s the term scores sqrt(s)·t, the vectors whose dot product is the logit."""
     enc = Encoder.from_pretrained(mini / "roberta", pooling="mean", similarity="dot", doc_format="text", doc_max_length=96)
     spans = sentence_spans(PASSAGE["text"])
-    plain, hot = BermTerm(BermConfig()), BermTerm(BermConfig(scale=4.0))
+    plain, hot = BermTerm(BermConfig(**BERM)), BermTerm(BermConfig(**BERM, scale=4.0))
     for term in (plain, hot):
         term.labels = {("q", "p"): (spans, 1)}
     width = len(enc.tokenize_docs([PASSAGE])["input_ids"][0])

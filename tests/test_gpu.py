@@ -59,7 +59,7 @@ def env(**extra):
 @pytest.fixture(scope="module")
 def in_process(tiny):
     """bf16 training in this process on the GPU (launch with one process runs here)."""
-    from zsdr.training.recipes import launch
+    from zsdr.training.launch import launch
 
     s, _ = write_spec(tiny, "bf16")
     torch.cuda.reset_peak_memory_stats()
@@ -80,7 +80,7 @@ def test_bf16_training_runs_on_the_gpu_and_learns(in_process):
 def test_torchrun_with_nccl_matches_the_in_process_run(tiny, in_process, monkeypatch):
     """One torchrun worker on the GPU (process group over NCCL, the gather of a world of one) trains what the
     in-process run trains."""
-    from zsdr.training.recipes import launch
+    from zsdr.training.launch import launch
 
     ref, _ = in_process
     s, path = write_spec(tiny, "torchrun")
@@ -198,7 +198,7 @@ def train_log(out, steps):
 @pytest.mark.parametrize("method", ["idro", "groupdro", "modir"])
 def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
     """iDRO's per-cluster gradients, GroupDRO's weights and MoDIR's classifier and queue on CUDA tensors."""
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     train = {"precision": "bf16", "max_steps": 12}
     if method == "modir":
@@ -206,7 +206,7 @@ def test_method_terms_train_in_bf16_on_the_gpu(methods, method):
     else:
         s = idro_spec(methods, f"gpu-{method}", **train)
         if method == "groupdro":
-            s["dro"] = {"kind": "groupdro", "clusters": 4, "fraction": 0.5,
+            s["dro"] = {**s["dro"], "kind": "groupdro", "clusters": 4, "fraction": 0.5,
                         "clusters_file": str(methods / "clusters.jsonl")}
     torch.cuda.reset_peak_memory_stats()
     run_spec(s, progress=False)

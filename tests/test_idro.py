@@ -17,6 +17,14 @@ from zsdr.io import DataError
 from zsdr.losses.contrastive import pairwise_nll
 from zsdr.training.idro import (DroConfig, GroupDroTerm, IdroTerm, cluster_stats, clusters_info_path,
                                 groupdro_update, idro_update, kmeans, read_clusters, write_clusters)
+from zsdr.workflow import section_defaults
+
+DRO = section_defaults("recipes.<name>.dro")   # the schema's defaults, which the workflow fills into a spec
+
+
+def dro(**keys) -> DroConfig:
+    """A ``dro`` section over the schema's defaults."""
+    return DroConfig(**{**DRO, **keys})
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -89,7 +97,7 @@ def _per_query(bert, ids):
 
 def test_idro_term_weights_the_cluster_losses_with_the_previous_weights(tmp_path):
     bert = _tiny_bert()
-    cfg = DroConfig(clusters=3, grad_layers=1, beta=0.25, rho=0.05, gamma=0.1, eps=0.01,
+    cfg = dro(clusters=3, grad_layers=1, beta=0.25, rho=0.05, gamma=0.1, eps=0.01,
                     clusters_file=str(_clusters_file(tmp_path, [0, 0, 2])))
     term = IdroTerm(cfg, SimpleNamespace(backbone=bert))
     # grad_layers = 1 of 2 layers: only layer 1's parameters give the cluster gradients
@@ -136,15 +144,17 @@ def test_idro_term_errors_name_the_fix(tmp_path):
     path = str(_clusters_file(tmp_path, [0, 1, 2]))
     with pytest.raises(ValueError, match="grad_layers"):
         frozen = SimpleNamespace(backbone=_tiny_bert().requires_grad_(False))
-        IdroTerm(DroConfig(clusters=3, clusters_file=path), frozen)
+        IdroTerm(dro(clusters=3, clusters_file=path), frozen)
     with pytest.raises(DataError, match="dro.clusters"):
-        IdroTerm(DroConfig(clusters=2, clusters_file=path), SimpleNamespace(backbone=_tiny_bert()))
+        IdroTerm(dro(clusters=2, clusters_file=path), SimpleNamespace(backbone=_tiny_bert()))
     with pytest.raises(ValueError, match="clusters_file is required"):
-        DroConfig()
+        dro()
+    with pytest.raises(ValueError, match=r"dro: no rho \(the workflow fills every key's default from schemas/"):
+        DroConfig.from_dict({**{k: v for k, v in DRO.items() if k != "rho"}, "clusters_file": path})
     with pytest.raises(ValueError, match=r"unknown key\(s\) alpha; expected beta"):
         DroConfig.from_dict({"alpha": 0.25, "clusters_file": path})
     with pytest.raises(ValueError, match="kind"):
-        DroConfig(kind="cvar", clusters_file=path)
+        dro(kind="cvar", clusters_file=path)
 
 
 # --------------------------------------------------------------------------- one-pass gradients
@@ -193,7 +203,7 @@ def test_one_pass_cluster_gradients_equal_the_per_cluster_form(tmp_path):
     results = {}
     for form in ("per_cluster", "one_pass"):
         bert = _tiny_bert(layers=3)
-        term = IdroTerm(DroConfig(**cfg, gradients=form), SimpleNamespace(backbone=bert))
+        term = IdroTerm(dro(**cfg, gradients=form), SimpleNamespace(backbone=bert))
         term.bind_task(PairwiseNll(), [])
         assert (term.recorder is not None) == (form == "one_pass")
         clusters = term.cluster_ids([f"q{i}" for i in range(n)])
@@ -217,7 +227,7 @@ def test_one_pass_cluster_gradients_equal_the_per_cluster_form(tmp_path):
 
     # the recorded cluster gradients themselves, row by row, against autograd.grad of each cluster's loss
     bert = _tiny_bert(layers=3)
-    term = IdroTerm(DroConfig(**cfg, gradients="one_pass"), SimpleNamespace(backbone=bert))
+    term = IdroTerm(dro(**cfg, gradients="one_pass"), SimpleNamespace(backbone=bert))
     term.bind_task(PairwiseNll(), [])
     term.h = torch.linspace(0.02, 1.0, 10)   # unequal weights: each cluster's rows are scaled by its own
     clusters = term.cluster_ids([f"q{i}" for i in range(n)])
@@ -247,7 +257,7 @@ def test_one_pass_is_chosen_only_where_exact(tmp_path):
     from zsdr.training.base_losses.pairwise_nll import PairwiseNll
 
     path = str(_clusters_file(tmp_path, [0, 1, 2]))
-    make = lambda **kw: IdroTerm(DroConfig(clusters=3, grad_layers=1, clusters_file=path, **kw),  # noqa: E731
+    make = lambda **kw: IdroTerm(dro(clusters=3, grad_layers=1, clusters_file=path, **kw),  # noqa: E731
                                  SimpleNamespace(backbone=_tiny_bert()))
     term = make()
     assert term.recorder is None   # per cluster until a task binds it
@@ -265,7 +275,7 @@ def test_one_pass_is_chosen_only_where_exact(tmp_path):
     with pytest.raises(ValueError, match="dro.gradients one_pass is not exact here: loss contrastive"):
         make(gradients="one_pass").bind_task(Contrastive(), [])
     with pytest.raises(ValueError, match="dro.gradients 'twice'"):
-        DroConfig(clusters_file=path, gradients="twice")
+        dro(clusters_file=path, gradients="twice")
     # a zero weight on a present cluster (eps 0) cannot be divided out: that step goes per cluster
     term = make(eps=0.0)
     term.bind_task(PairwiseNll(), [])
@@ -304,7 +314,7 @@ def test_groupdro_update_matches_the_hand_computation():
 def test_groupdro_term_uses_the_weights_before_its_update(tmp_path):
     path = tmp_path / "c.jsonl"
     write_clusters(path, ["a", "b", "c", "d"], np.array([0, 2, 2, 3]), {})
-    term = GroupDroTerm(DroConfig(kind="groupdro", clusters=4, fraction=0.5, ema=0.1, eps=0.01,
+    term = GroupDroTerm(dro(kind="groupdro", clusters=4, fraction=0.5, ema=0.1, eps=0.01,
                                   clusters_file=str(path)))
     per_query = torch.tensor([2.0, 4.0, 6.0, 1.0], requires_grad=True)
     clusters = term.cluster_ids(["a", "b", "c", "d"])
@@ -388,7 +398,7 @@ def _spec(tiny, name, kind="idro", **train):
             "out": str(tiny / "out" / name), "checkpoint_dir": str(tiny / "ckpt" / name),
             "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 32},
             "loss": "pairwise_nll", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
-            "dro": {"kind": kind, "clusters": 4, "grad_layers": 1, "rho": 0.5, "beta": 0.5,
+            "dro": {**DRO, "kind": kind, "clusters": 4, "grad_layers": 1, "rho": 0.5, "beta": 0.5,
                     "clusters_file": str(tiny / "clusters.jsonl")},
             "train": {"batch_size": 8, "max_steps": 6, "lr": 1e-3, "optimizer": "adamw", "warmup_steps": 1,
                       "seed": 3, "save_every": 3, "log_every": 1, **train}}
@@ -434,7 +444,7 @@ def _own(task, batch):
 
 
 def test_training_with_idro_resumes_exactly(tiny, caplog):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     full = _spec(tiny, "full")
     run_spec(full, cpu=True, progress=False)
@@ -458,10 +468,10 @@ def test_training_with_idro_resumes_exactly(tiny, caplog):
 
 
 def test_training_with_groupdro(tiny):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     spec = _spec(tiny, "gdro", kind="groupdro", max_steps=3)
-    spec["dro"] = {"kind": "groupdro", "clusters": 4, "fraction": 0.5, "clusters_file": str(tiny / "clusters.jsonl")}
+    spec["dro"] = {**DRO, "kind": "groupdro", "clusters": 4, "fraction": 0.5, "clusters_file": str(tiny / "clusters.jsonl")}
     run_spec(spec, cpu=True, progress=False)
     log = [json.loads(x) for x in (Path(spec["out"]) / "train_log.jsonl").read_text().splitlines()]
     assert len(log) == 3 and log[0]["loss"] == pytest.approx(log[0]["task_loss"], rel=1e-5)  # h = 1 at first

@@ -231,7 +231,7 @@ def test_no_import_cycles():
     [
         ("zsdr.tables.figures", ast.ImportFrom(module="inputs", names=[], level=1), "zsdr.tables.inputs"),
         ("zsdr.training", ast.ImportFrom(module="data", names=[], level=1), "zsdr.training.data"),
-        ("zsdr.training.recipes", ast.ImportFrom(module="tasks", names=[], level=2), "zsdr.training.tasks"),
+        ("zsdr.training.base_losses", ast.ImportFrom(module="tasks", names=[], level=2), "zsdr.training.tasks"),
         ("zsdr.tables.figures", ast.ImportFrom(module=None, names=[], level=2), "zsdr"),
     ],
 )

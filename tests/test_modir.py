@@ -17,6 +17,9 @@ from zsdr.losses.adversarial import adversarial_loss, confusion_loss, gan_loss, 
 from zsdr.models.heads import DomainClassifier
 from zsdr.training.modir import (ModirConfig, ModirTerm, MomentumQueue, TargetTriples, build_target_triples,
                                  read_target_triples)
+from zsdr.workflow import section_defaults
+
+MODIR = section_defaults("recipes.<name>.modir")   # the schema's defaults, which the workflow fills into a spec
 
 MINI = {
     "seed": 5, "topics": 3, "topic_words": 6, "attributes": 8, "values": 20, "docs_per_entity": 4,
@@ -137,7 +140,7 @@ def _term(tiny, **over):
 
     enc = Encoder.from_pretrained(str(tiny / "bert"), pooling="mean", similarity="dot", query_max_length=16,
                                   doc_max_length=32)
-    cfg = ModirConfig.from_dict({"triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
+    cfg = ModirConfig.from_dict({**MODIR, "triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
                                  "momentum_steps": 4, "chunk": 2, "classifier_lr": 1e-2, **over})
     term = ModirTerm(cfg, enc.dim)
     from zsdr.training.config import TrainConfig
@@ -258,7 +261,7 @@ def _spec(tiny, name, **train):
             "out": str(tiny / "out" / name), "checkpoint_dir": str(tiny / "ckpt" / name),
             "encoder": {"pooling": "mean", "similarity": "dot", "query_max_length": 16, "doc_max_length": 32},
             "loss": "pairwise_nll", "negatives_per_query": 1, "scale": 1.0, "dropout": 0.0,
-            "modir": {"triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
+            "modir": {**MODIR, "triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
                       "momentum_steps": 3, "chunk": 2, "classifier_lr": 1e-2, "lambda0": 1.0,
                       "lambda_half_life": 4},
             "train": {"batch_size": 8, "max_steps": 8, "lr": 1e-3, "optimizer": "lamb", "warmup_steps": 2,
@@ -266,7 +269,7 @@ def _spec(tiny, name, **train):
 
 
 def test_training_logs_domain_accuracy_and_resumes_exactly(tiny):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     full = _spec(tiny, "full")
     run_spec(full, cpu=True, progress=False)

@@ -339,7 +339,7 @@ def test_dam_reader_and_generator_memory_follow_processes_examples_and_the_store
     (published training pairs, or max_examples, x example_bytes), beside the store; in the dry run."""
     m = paper.recipes.training["memory"]
     spec = paper.trainings.dam_spec("bert-base--msmarco")
-    launch = paper.trainings.dam_launch("bert-base--msmarco")
+    launch = paper.dam_job("bert-base--msmarco").launch
     mb, why = paper.resources.training_memory(spec, launch)
     assert launch["processes"] == 4 and f"{spec['dataset']}/store/store.json" in paper.trainings.spec_inputs(spec)
     assert mb == 4 * m["process_mb"] + m["dataset_mb"]["msmarco"]

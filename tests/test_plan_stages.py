@@ -31,7 +31,8 @@ from zsdr.plan.work import build_work
 
 PATHS = {k: k for k in ("downloads", "data", "models", "indexes", "embeddings", "runs", "metrics", "stats",
                         "results", "byo")}
-TRAIN = {"epochs": 1, "batch_size": 4, "lr": 1e-5}
+TRAIN = {"epochs": 1, "batch_size": 4, "lr": 1e-5, "grad_accum": 1, "optimizer": "adamw", "schedule": "linear",
+         "warmup_steps": 0}
 
 
 def recipe(**over):
@@ -113,7 +114,7 @@ def stages(cfg, upto="summaries", tmp_path=None):
 # ----------------------------------------------------------------------------------------------- datasets
 def test_datasets_stage_reads_paths_datasets_and_shards():
     d = build_datasets(config())
-    assert d.paths == Paths(**PATHS) and d.paths.logs == "logs"
+    assert d.paths == Paths(**PATHS, logs="logs")
     assert d.evaluated == ["src", "t1", "t2"] and d.fetched == [] and d.built_backbones == ["tiny"]
     assert d.mini_sources == ["src"] and d.backbone_corpus == {"tiny": ["src", "t1", "t2"]}
     assert d.shards("t2") == ["shard0-of-2", "shard1-of-2"] and d.shards("t1") == ["shard0-of-1"]

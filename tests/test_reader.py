@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import mini_with_backbones
 from zsdr.io import DataError
 from zsdr.models.reader import META_FILE, Reader
-from zsdr.training.recipes import run_spec
+from zsdr.training.launch import run_spec
 from zsdr.training.data import read_units, reader_examples
 
 MINI = {

@@ -245,7 +245,7 @@ def test_pair_negatives_are_the_pairs_own_and_an_old_file_is_refused(mini, tmp_p
 
 
 def test_trained_rmsc_model_reloads_to_identical_embeddings(mini, tmp_path):
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     spec = spec_of(mini, tmp_path, sets_of(mini, [("source", "human"), ("source", "weak"), ("target", "weak")]))
     out = run_spec(spec, cpu=True, progress=False)
@@ -290,7 +290,7 @@ def test_a_two_process_mixture_maps_one_table_converted_by_the_launcher(mini, tm
     weak pairs once into the checkpoint folder before the processes start (they map that table), and the
     training's losses match the one-process run of the same global batch."""
     import zsdr.training.rmsc as rmsc
-    from zsdr.training.recipes import launch, run_spec
+    from zsdr.training.launch import launch, run_spec
 
     sets = sets_of(mini, [("source", "human"), ("source", "weak"), ("target", "weak")])
     one = spec_of(mini, tmp_path / "one", sets, dropout=0.0)

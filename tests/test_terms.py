@@ -22,6 +22,7 @@ from zsdr.training.terms import (TERMS, AdditiveTerm, Encoded, ReducingTerm, Sam
 from zsdr.training.config import TrainConfig
 from zsdr.training.trainer import Trainer
 from zsdr.training.unit_labels import label_pairs, select_pairs, unit_statistics
+from zsdr.workflow import section_defaults
 
 
 
@@ -37,15 +38,20 @@ def tiny(tmp_path_factory):
     return root
 
 
+def defaults(section: str) -> dict:
+    """The schema's defaults of a recipe section, which the workflow fills into a spec."""
+    return section_defaults(f"recipes.<name>.{section}")
+
+
 def sections(tiny) -> dict:
     """Each built-in term's recipe section, for the tiny fixture."""
     return {
-        "berm": {"labels": str(tiny / "labels.jsonl"), "r1_weight": 1.0, "r2_weight": 0.1},
-        "modir": {"triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
+        "berm": {**defaults("berm"), "labels": str(tiny / "labels.jsonl"), "r1_weight": 1.0, "r2_weight": 0.1},
+        "modir": {**defaults("modir"), "triples": str(tiny / "triples.tsv"), "target": str(tiny / "data" / "tgt"),
                   "momentum_steps": 3, "chunk": 2, "classifier_lr": 1e-2, "lambda_half_life": 4},
-        "dro": {"kind": "idro", "clusters": 4, "grad_layers": 1, "rho": 0.5, "beta": 0.5,
+        "dro": {**defaults("dro"), "kind": "idro", "clusters": 4, "grad_layers": 1, "rho": 0.5, "beta": 0.5,
                 "clusters_file": str(tiny / "clusters.jsonl")},
-        "groupdro": {"kind": "groupdro", "clusters": 4, "fraction": 0.5,
+        "groupdro": {**defaults("dro"), "kind": "groupdro", "clusters": 4, "fraction": 0.5,
                      "clusters_file": str(tiny / "clusters.jsonl")},
     }
 

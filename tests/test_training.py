@@ -22,7 +22,7 @@ from zsdr.models.tiny import build_tiny_backbone
 from zsdr.retrieval.mine import sample_negatives
 from zsdr.data.training_set import (Example, TrainingSet, read_negatives, read_teacher_scores, with_teacher,
                                     write_teacher_scores)
-from zsdr.training.recipes import launch
+from zsdr.training.launch import launch
 from zsdr.training.signals import StopSignals
 from tests import warm_jobs
 from tests.warm_jobs import job_env
@@ -398,7 +398,7 @@ def test_launch_outlives_a_signal_to_the_whole_job_until_the_workers_checkpoint(
     name = f"signal-launch-{sig.name}"
     s, path = spec(tiny, name, train={**SIGNAL_STEPS, "batch_size": 4})
     log_file = tiny / f"{name}.log"
-    code = ("import json, sys; from zsdr.training.recipes import launch; "
+    code = ("import json, sys; from zsdr.training.launch import launch; "
             f"launch(json.load(open({str(path)!r})), processes=2, spec_path={str(tiny / (name + '.run.json'))!r}, "
             f"log_file={str(log_file)!r})")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -475,7 +475,7 @@ def test_fused_adamw_takes_the_same_steps():
 
 
 def test_torchrun_command_one_node_standalone_several_nodes_through_srun():
-    from zsdr.training.recipes import first_host, torchrun_command
+    from zsdr.training.launch import first_host, torchrun_command
 
     one = torchrun_command(4, 1, env={})
     # --standalone: a free local rendezvous port, so two 4-process trainings share an 8-GPU node
@@ -510,7 +510,7 @@ STEP = {"SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_JOB_NODELIST": "lo
 def test_multi_node_launch_drops_the_executors_one_task_step_variables():
     """srun reads SLURM_NTASKS, SLURM_NNODES, SLURM_CPUS_PER_TASK ... as its own options: inherited from the
     executor's `srun -n1` step they would make the step over every node one task on one node."""
-    from zsdr.training.recipes import srun_environment
+    from zsdr.training.launch import srun_environment
 
     env = srun_environment({**STEP, "PATH": "/bin", "OMP_NUM_THREADS": "4"})
     assert env == {"SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242", "SLURM_JOB_NODELIST": "localhost",
@@ -529,8 +529,8 @@ def test_a_failed_step_over_nodes_names_the_node_it_lost(tmp_path, monkeypatch):
     """A training step over several nodes that fails names the dead node: srun's own "Node failure on" line,
     else the controller's state of the allocation's nodes, waited for (the other nodes' processes stop at
     once, the controller marks the dead node a few seconds later); else the tasks srun saw end."""
-    from zsdr.training import recipes
-    from zsdr.training.recipes import step_failure
+    from zsdr.training import launch as launching
+    from zsdr.training.launch import step_failure
 
     ended = "srun: error: gpu01: task 0: Exited with exit code 1\n"
     message = step_failure("srun: error: Node failure on gpu02\n" + ended, "gpu[01-02]", 1, wait=0)
@@ -543,14 +543,14 @@ def test_a_failed_step_over_nodes_names_the_node_it_lost(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_SINFO_CALLS", str(tmp_path / "calls"))
     monkeypatch.setenv("FAKE_SINFO_AFTER", "2")
-    monkeypatch.setattr(recipes.time, "sleep", lambda s: None)
+    monkeypatch.setattr(launching.time, "sleep", lambda s: None)
     message = step_failure(ended, "gpu[01-02]", 1, wait=60)
     assert message.startswith("training step failed: node gpu02 (down*) died or stopped answering SLURM"), message
     assert (tmp_path / "calls").read_text().strip() == "3"
     # every node answers: the failure is the tasks' own, named by their nodes
     (tmp_path / "calls").unlink()
     monkeypatch.setenv("FAKE_SINFO_AFTER", "1000")
-    monkeypatch.setattr(recipes.time, "monotonic", iter(range(0, 10**6, 30)).__next__)
+    monkeypatch.setattr(launching.time, "monotonic", iter(range(0, 10**6, 30)).__next__)
     assert step_failure(ended, "gpu[01-02]", 1, wait=60) == (
         "training step failed (exit status 1) on gpu[01-02]; srun: gpu01: task 0: Exited with exit code 1; the "
         "processes' checkpoints are kept: the job's retry (or SLURM's requeue) resumes from the last one")
@@ -619,7 +619,7 @@ def test_two_processes_on_each_of_two_nodes_train_as_four_on_one(tiny, tmp_path,
 
 def _launch_in_process(path, env=None):
     """A training job's process: ``launch`` of the spec at ``path``, as the train rule's script calls it."""
-    code = "import json, sys; from zsdr.training.recipes import launch; launch(json.load(open(sys.argv[1])))"
+    code = "import json, sys; from zsdr.training.launch import launch; launch(json.load(open(sys.argv[1])))"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-c", code, str(path)], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -750,7 +750,7 @@ def test_progress_lines_go_to_the_job_log_at_log_every_and_not_to_the_console(ti
     every log_every steps with step/total, the loss, lr, examples/s and the ETA; the console none."""
     s, path = spec(tiny, "progress", train={"log_every": 4})
     log_file = tiny / "progress.log"
-    script = ("import json, sys; from zsdr.logs import setup_logging; from zsdr.training.recipes import launch; "
+    script = ("import json, sys; from zsdr.logs import setup_logging; from zsdr.training.launch import launch; "
               "setup_logging(sys.argv[2]); launch(json.load(open(sys.argv[1])), log_file=sys.argv[2])")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", script, str(path), str(log_file)], env=env, capture_output=True,
@@ -803,7 +803,7 @@ def test_launch_gives_each_process_its_share_of_every_math_librarys_threads(tmp_
     """Snakemake sets OMP_NUM_THREADS, MKL_NUM_THREADS, ... to the job's threads; each of the job's training
     processes must get its share in all of them (torch's CPU matmuls use MKL's pool: a job of 2 processes on
     2 CPUs with MKL at 2 threads each ran 4x slower)."""
-    from zsdr.training.recipes import THREAD_VARIABLES, launch
+    from zsdr.training.launch import THREAD_VARIABLES, launch
 
     for name in THREAD_VARIABLES:
         monkeypatch.setenv(name, "4")

@@ -292,7 +292,7 @@ SIZE = {"hidden": 32, "layers": 1, "heads": 2, "intermediate": 64, "max_length":
 @pytest.fixture(scope="module")
 def qgen(tmp_path_factory):
     """A mini source domain, a tiny T5 on its BERT tokenizer, trained for 40 steps by the one trainer."""
-    from zsdr.training.recipes import run_spec
+    from zsdr.training.launch import run_spec
 
     root = mini_with_backbones(tmp_path_factory.mktemp("qgen"), MINI, SIZE, kinds=("bert",))
     summary = build_tiny_generator(root / "bert", root / "gen-init", SIZE, seed=0)

@@ -2,7 +2,7 @@ import torch
 
 from zsdr.devices import claim_for_job, node_share
 from zsdr.logs import setup_logging
-from zsdr.training.recipes import launch
+from zsdr.training.launch import launch
 
 setup_logging(snakemake.log[0])
 claim_for_job(snakemake)

@@ -134,7 +134,7 @@ def cmd_hparams(args) -> int:
         plan = load_plan(root, *[Path(p).resolve() for p in args.configfile])
     except (ConfigError, ValueError) as exc:
         raise DataError(None, None, " ".join(str(exc).split())) from None
-    scale = plan.config.get("scale", "mini")
+    scale = plan.config["scale"]
     if args.json:
         rows = training_rows(plan)
         print(json.dumps({"scale": scale,
@@ -288,7 +288,7 @@ MODULE_COMMANDS = {
     "merge-shards": "zsdr.retrieval.search",
     "stats": "zsdr.evaluation.analysis",
     "shift": "zsdr.evaluation.analysis",
-    "train": "zsdr.training.recipes",
+    "train": "zsdr.training.launch",
     "score-pairs": "zsdr.training.teacher",
     "mine": "zsdr.retrieval.mine",
     "store": "zsdr.data.store",

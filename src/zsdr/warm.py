@@ -52,7 +52,7 @@ PRELOAD = (
     "transformers.models.bert.modeling_bert", "transformers.models.roberta.modeling_roberta",
     "transformers.models.auto.modeling_auto", "transformers.models.auto.tokenization_auto",
     "transformers.tokenization_utils_tokenizers", "matplotlib", "matplotlib.pyplot",
-    "zsdr.logs", "zsdr.io", "zsdr.devices", "zsdr.models", "zsdr.training.recipes", "zsdr.training.trainer",
+    "zsdr.logs", "zsdr.io", "zsdr.devices", "zsdr.models", "zsdr.training.launch", "zsdr.training.recipes", "zsdr.training.trainer",
     # what every training imports besides (~0.3 s of CPU a training): LoRA's and LAMB's libraries, its task
     "peft", "pytorch_optimizer", "transformers.optimization", "zsdr.training.tasks",
 )

@@ -76,7 +76,7 @@ def expand_berm_grid(config: dict) -> dict[tuple[float, float], str]:
     points = {}
     for alpha in grid["alpha"]:
         for beta in grid["beta"]:
-            if (alpha, beta) == (own.get("r2_weight", 0.1), own.get("r1_weight", 1.0)):
+            if (alpha, beta) == (own["r2_weight"], own["r1_weight"]):
                 points[(alpha, beta)] = name
                 continue
             run = grid_recipe(name, alpha, beta)
@@ -102,7 +102,7 @@ def expand_cocodr_sweeps(config: dict) -> dict[tuple[str, float], str]:
         return {}
     recipes = config["recipes"]
     name = sweeps["recipe"]
-    if name not in recipes or (recipes[name].get("dro") or {}).get("kind", "idro") != "idro":
+    if name not in recipes or (recipes[name].get("dro") or {}).get("kind") != "idro":
         raise ValueError(f"config key cocodr.sweeps.recipe: {name!r} must be a recipe with an iDRO `dro` term")
     own = recipes[name]["dro"]
     points = {}
@@ -415,6 +415,32 @@ def config_schema(schema_path: str | Path) -> dict:
                 raise ConfigError(f"{exc} (fix: the line of zsdr.training.term_registry.TERMS must name a term "
                                   "class whose `config_class` is a dataclass)") from None
     return schema
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+"""The config schema of this checkout (the one place a config default is written)."""
+
+
+def section_defaults(section: str, schema_path: str | Path = SCHEMA_FILE) -> dict:
+    """The defaults the config schema gives the keys of ``section`` (a key path, ``<name>`` for an entry of a
+    map: ``recipes.<name>.dro``, ``training``): what the workflow fills into every config, and so into every
+    spec and job, for code that writes a section by hand (tests, benchmarks, a notebook calling the library).
+    A key without a default is left out."""
+    import copy
+
+    schema = config_schema(schema_path)
+    node = schema
+    for part in section.split("."):
+        while "$ref" in node:
+            node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
+        try:
+            node = node["additionalProperties"] if part == "<name>" else node["properties"][part]
+        except (KeyError, TypeError):
+            raise ValueError(f"{schema_path}: no config section {section!r} (at {part!r})") from None
+    while "$ref" in node:
+        node = schema["$defs"][node["$ref"].removeprefix("#/$defs/")]
+    return {k: copy.deepcopy(v["default"]) for k, v in (node.get("properties") or {}).items()
+            if isinstance(v, dict) and "default" in v}
 
 
 def check_config(config: dict, schema_path: str | Path, sources: dict[tuple, str] | None = None) -> None:

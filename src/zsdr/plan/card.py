@@ -263,14 +263,14 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
         steps = horizon_steps = None
         v["steps"] = "from the data"
     if t.get("warmup_ratio") is None:
-        v["warmup"] = int(t.get("warmup_steps", 0))
+        v["warmup"] = int(t["warmup_steps"])
     elif t.get("schedule_steps") or horizon_steps is not None:
         v["warmup"] = warmup_steps(cfg, horizon_steps or 0)
     else:
         v["warmup"] = f"{float(t['warmup_ratio']):g} of the run's steps"
     v["lr"] = float(t["lr"])
-    v["optimizer"] = t.get("optimizer", "adamw")
-    v["schedule"] = t.get("schedule", "linear")
+    v["optimizer"] = t["optimizer"]
+    v["schedule"] = t["schedule"]
     if v["schedule"] == "linear":
         horizon = t.get("schedule_steps") or horizon_steps
         offset = int(t.get("schedule_offset") or 0)
@@ -280,14 +280,14 @@ def training_row(plan: Any, job: str, source: str, spec: dict[str, Any], launch:
     else:
         v["horizon"] = None
     v["lr_at_end"] = round(lr_factor(cfg, steps - 1, horizon_steps), 3) if isinstance(steps, int) else None
-    v["global_batch"] = int(t["batch_size"]) * world * int(t.get("grad_accum", 1))
+    v["global_batch"] = int(t["batch_size"]) * world * int(t["grad_accum"])
     v["negatives"] = _negatives(spec)
     if spec.get("examples") == "query_triples":
         row.notes.append(BATCH_COMPOSITION)
     if spec.get("dro"):
         row.notes.append(DRO_RECONSTRUCTED)
     v["lengths"] = _lengths(spec)
-    v["precision"] = t.get("precision", "fp32")
+    v["precision"] = t["precision"]
     episode = spec.get("info", {}).get("episode") or 1
     v["init"] = _in_scale(plan, spec["init"]) if episode == 1 else "the previous episode"
     v["head"] = _head(plan, spec)

@@ -249,6 +249,15 @@ class Plan:
         return self.resources.dense_env
 
     # ------------------------------------------------------------------------------------------ training jobs
+    @property
+    def training_loop(self) -> dict[str, Any]:
+        """How every training's loop runs: ``workers``, the processes preparing batches beside each training
+        process (config ``training.loader_workers``, null: :meth:`zsdr.training.trainer.Trainer.loader_workers`
+        decides), and ``compile`` (``training.compile``). No number changes with them: a job's params leave
+        ``workers`` out of their comparison (zsdr.plan.params) and a checkpoint's fingerprint leaves ``loop`` out."""
+        training = self.config["training"]
+        return {"workers": training["loader_workers"], "compile": training["compile"]}
+
     def _training_job(self, kind: str, name: str) -> TrainingJob:
         key = (kind, name)
         job = self._jobs.get(key)
@@ -268,8 +277,9 @@ class Plan:
                 spec, item = t.dam_spec(name), self.ddr.dam_settings(name.split("--")[-1])
             else:
                 raise ValueError(f"no training job of kind {kind!r}")
-            # the recipe's processes laid out on the site's nodes (8 on nodes of 4 GPUs: 2 nodes x 4)
-            launch = self.resources.site_layout(recipes.launch_settings(item))
+            # the recipe's processes laid out on the site's nodes (8 on nodes of 4 GPUs: 2 nodes x 4), and how
+            # the training loop runs, which the launcher hands to the Trainer (zsdr.training.launch.run_spec)
+            launch = {**self.resources.site_layout(recipes.launch_settings(item)), "loop": self.training_loop}
             job = self._jobs[key] = TrainingJob(
                 spec=Settings(spec), launch=Settings(launch), inputs=t.spec_inputs(spec), gpus=self.resources.launch_gpus(launch),
                 nodes=int(launch["nodes"]), threads=int(self.resources.training["threads"]) * int(launch["processes"]),

@@ -37,7 +37,7 @@ class Paths:
     stats: str
     results: str
     byo: str
-    logs: str = "logs"
+    logs: str
     root: str = ""                        # the scale's own folder every output folder lies in ("": none)
 
     OUTPUTS = ("data", "models", "indexes", "embeddings", "runs", "metrics", "stats", "results", "logs")

@@ -103,9 +103,8 @@ class Recipes:
 
     def launch_settings(self, item: dict[str, Any]) -> dict[str, Any]:
         """How a training job starts: processes per node, nodes, launcher (a recipe may set its own
-        processes), and how its loop runs (batch-preparing worker processes, compiled backbones)."""
+        processes). How its loop runs is the same for every training (zsdr.plan.core.Plan.training_loop)."""
         out = {k: self.training[k] for k in ("processes", "nodes", "launcher")}
-        out["loop"] = {"workers": self.training["loader_workers"], "compile": self.training["compile"]}
         if item.get("processes"):
             out["processes"] = item["processes"]
         return out

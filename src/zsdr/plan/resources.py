@@ -214,7 +214,7 @@ class Resources:
         every single-node job is placed on one node anyway. Such a job also runs its Snakemake in the
         allocation's first task rather than in the executor's one-task step (`mpi`: the SLURM executor's
         name for a job that starts its own tasks, one per node: `tasks`), so the launcher's `srun`
-        reaches every node (:func:`zsdr.training.recipes.torchrun_command`).
+        reaches every node (:func:`zsdr.training.launch.torchrun_command`).
         """
         count = gpus if callable(gpus) else (lambda wc: gpus)
         span = nodes if callable(nodes) else (lambda wc: nodes)

@@ -251,8 +251,8 @@ class Summaries:
         )
         return (
             f"init {spec['init']}; {data}; batch {t['batch_size']} x "
-            f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t.get('grad_accum', 1)}; "
-            f"{t.get('optimizer', 'adamw')} lr {t['lr']:g}, {t.get('schedule', 'linear')}, warmup "
+            f"{launch['processes'] * launch['nodes']} process(es) x grad-acc {t['grad_accum']}; "
+            f"{t['optimizer']} lr {t['lr']:g}, {t['schedule']}, warmup "
             f"{_warmup(t)}; {length}; max length {lengths}; {t['precision']}{dropout}{berm}"
             f"{inference}{memory}"
         )
@@ -268,4 +268,4 @@ def _warmup(t: dict) -> str:
     """A train section's warmup as a summary writes it: its steps, or its ratio of the run's steps."""
     if t.get("warmup_ratio") is not None:
         return f"ratio {float(t['warmup_ratio']):g} of the steps"
-    return str(t.get("warmup_steps", 0))
+    return str(t["warmup_steps"])

@@ -36,6 +36,7 @@ TRAINER_CODE = (
     "zsdr.training.data",
     "zsdr.training.tasks",
     "zsdr.distributed",
+    "zsdr.training.launch",
     "zsdr.training.recipes",
     "zsdr.models.encoder",
     "zsdr.data.formats",
@@ -349,10 +350,6 @@ class Trainings:
             "train": self.recipes.train_settings(g),
             "info": {"generator": name, "description": g.get("description", "")},
         }
-
-    def dam_launch(self, chain: str) -> dict[str, Any]:
-        """How the DAM ``chain``'s job starts (its last corpus's settings may set `processes`)."""
-        return self.recipes.launch_settings(self.ddr.dam_settings(chain.split(DAM_SEP)[-1]))
 
     def dam_spec(self, chain: str) -> dict[str, Any]:
         """The resolved MLM spec (zsdr.pretrain.mlm) of the DAM ``chain``."""

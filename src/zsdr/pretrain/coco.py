@@ -375,12 +375,12 @@ def build_coco_task(spec: dict) -> CocoTask:
     if not len(documents):
         raise ValueError(f"no documents in {', '.join(_span_files(spec))}: every document of the corpus was dropped "
                          "(fewer than two spans) or the files are empty")
-    task = CocoTask(model, tokenizer, documents, max_length=int(spec.get("max_length", 128)),
-                    mlm_probability=float(spec.get("mlm_probability", 0.15)),
-                    head_layers=int(spec.get("head_layers", 2)), skip_from=int(spec.get("skip_from", 6)),
-                    late_mlm=bool(spec.get("late_mlm", True)),
-                    contrastive_weight=float(spec.get("contrastive_weight", 1.0)),
-                    backbone_dropout=bool(spec.get("backbone_dropout", False)), seed=seed, name=init)
+    task = CocoTask(model, tokenizer, documents, max_length=int(spec["max_length"]),
+                    mlm_probability=float(spec["mlm_probability"]),
+                    head_layers=int(spec["head_layers"]), skip_from=int(spec["skip_from"]),
+                    late_mlm=bool(spec["late_mlm"]),
+                    contrastive_weight=float(spec["contrastive_weight"]),
+                    backbone_dropout=bool(spec["backbone_dropout"]), seed=seed, name=init)
     task.load_head(init, spec.get("head"))
     task.train()
     return task

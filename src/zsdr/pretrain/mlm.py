@@ -280,8 +280,8 @@ def build_mlm_task(spec: dict) -> MlmTask:
     seed, init, tokenizer, model = masked_lm_of_spec(spec)
     max_examples = spec.get("max_examples")
     texts = corpus_texts(spec["dataset"], None if max_examples is None else int(max_examples))
-    return MlmTask(model, tokenizer, texts, max_length=int(spec.get("max_length", 512)),
-                   probability=float(spec.get("mlm_probability", 0.15)), seed=seed, name=init)
+    return MlmTask(model, tokenizer, texts, max_length=int(spec["max_length"]),
+                   probability=float(spec["mlm_probability"]), seed=seed, name=init)
 
 
 def masked_lm_of_spec(spec: dict) -> tuple[int, str, object, nn.Module]:
@@ -292,7 +292,7 @@ def masked_lm_of_spec(spec: dict) -> tuple[int, str, object, nn.Module]:
 
     from zsdr.models.loading import set_dropout
 
-    seed = int(spec.get("train", {}).get("seed", 42))
+    seed = int(spec["train"]["seed"])
     torch.manual_seed(seed)
     init = str(spec["init"])
     tokenizer = AutoTokenizer.from_pretrained(init, use_fast=True)

@@ -169,7 +169,7 @@ def markdown(df: pd.DataFrame, title: str) -> str:
     lines = [f"# {title}", "", md_table(header, rows), "", "Bold = best per column."]
     ref = df.attrs.get("reference")
     if ref:
-        test = ("two-tailed paired t-test" if df.attrs.get("test", "ttest") == "ttest"
+        test = ("two-tailed paired t-test" if df.attrs["test"] == "ttest"
                 else f"Fisher randomization test ({df.attrs.get('trials')} trials)")
         holm = ", Holm-corrected over the table" if df.attrs.get("holm") else ""
         lines.append(f"Against the strongest baseline, {ref} (best target mean among "

@@ -30,15 +30,16 @@ from zsdr.training.sections import section_from_dict
 from zsdr.training.terms import AdditiveTerm, Encoded, Sampled
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BermConfig:
-    """The ``berm`` section of a recipe."""
+    """The ``berm`` section of a recipe. The keys the config schema gives a default (``recipes.<name>.berm``
+    in schemas/config.schema.yaml) have none here: the workflow fills them into every spec."""
 
     labels: str | None = None        # labels file of the training pairs (the labelling stage's output)
-    r1_weight: float = 1.0           # L_R1, semantic-unit balance (docs/methods/berm.md#loss-weights)
-    r2_weight: float = 0.1           # L_R2, essential-unit extractability
-    double_softmax: bool = False     # code-faithful R2: cross-entropy on softmaxed scores (docs/methods/berm.md#r2-essential-unit-extractability ⚠)
-    r1_reduction: str = "sum"        # "sum": the paper's KL; "mean": KL / units, the official code's
+    r1_weight: float                 # L_R1, semantic-unit balance (docs/methods/berm.md#loss-weights)
+    r2_weight: float                 # L_R2, essential-unit extractability
+    double_softmax: bool             # code-faithful R2: cross-entropy on softmaxed scores (docs/methods/berm.md#r2-essential-unit-extractability ⚠)
+    r1_reduction: str                # "sum": the paper's KL; "mean": KL / units, the official code's
     scale: float = 1.0               # the recipe's inverse temperature (see the module docstring)
 
     def __post_init__(self):

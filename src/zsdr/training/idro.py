@@ -147,17 +147,19 @@ def read_clusters(path: str | os.PathLike) -> dict[str, int]:
 
 
 # -------------------------------------------------------------------------------------- config
-@dataclass
+@dataclass(kw_only=True)
 class DroConfig:
-    """The ``dro`` section of a bi-encoder recipe (defaults: COCO-DR's README, base model)."""
+    """The ``dro`` section of a bi-encoder recipe. The keys the config schema gives a default
+    (``recipes.<name>.dro`` in schemas/config.schema.yaml: COCO-DR's README, base model) have none here:
+    the workflow fills them into every spec, and a spec written by hand gives them."""
 
-    kind: str = "idro"                  # idro (COCO-DR) | groupdro (the appendix baseline)
-    clusters: int = 50                  # K, the number of query clusters (code: n_groups)
-    beta: float = 0.25                  # iDRO: exponent on the cluster losses (code: alpha)
-    rho: float = 0.05                   # iDRO: step size of the weight update
-    gamma: float = 0.1                  # iDRO: power on the previous weights (code: ema)
-    eps: float = 0.01                   # the weight floor (both kinds)
-    grad_layers: int = 3                # iDRO: last transformer layers giving the cluster gradients (3 base, 2 large)
+    kind: str                           # idro (COCO-DR) | groupdro (the appendix baseline)
+    clusters: int                       # K, the number of query clusters (code: n_groups)
+    beta: float                         # iDRO: exponent on the cluster losses (code: alpha)
+    rho: float                          # iDRO: step size of the weight update
+    gamma: float                        # iDRO: power on the previous weights (code: ema)
+    eps: float                          # the weight floor (both kinds)
+    grad_layers: int                    # iDRO: last transformer layers giving the cluster gradients (3 base, 2 large)
     clusters_file: str | None = None    # {"qid", "cluster"} lines (required; the workflow fills it in)
     fraction: float = 0.25              # GroupDRO: worst-group mass (code: alpha) [X: see the module docstring]
     ema: float = 0.1                    # GroupDRO: running average of the cluster losses and sizes

@@ -59,21 +59,23 @@ MODES = ("momentum", "single", "repeat")
 SETS = {"source_queries": SOURCE, "source_docs": SOURCE, "target_queries": TARGET, "target_docs": TARGET}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ModirConfig:
-    """The ``modir`` section of a recipe (defaults: ANCE+MoDIR, docs/methods/modir.md#hyperparameters)."""
+    """The ``modir`` section of a recipe. The keys the config schema gives a default (``recipes.<name>.modir``
+    in schemas/config.schema.yaml: ANCE+MoDIR, docs/methods/modir.md#hyperparameters) have none here: the
+    workflow fills them into every spec."""
 
     triples: str | None = None          # target triples file (the workflow fills it in)
     target: str | None = None           # target BEIR folder with their texts (idem)
-    loss: str = "confusion"             # confusion | minimax | gan (Table 2)
-    mode: str = "momentum"              # momentum | single (n = 1) | repeat (current step n times)
-    momentum_steps: int = 1000          # n: steps the queue holds (code: dc_rep_steps)
-    chunk: int = 50                     # queue entries per classifier step (code: dc_rep_step_per_batch)
-    lambda0: float = 1.0                # initial weight of the adversarial loss
-    lambda_half_life: float | None = 10000  # steps per halving of λ (code: lamb_reduce_to_half_steps); null: constant
-    classifier_lr: float = 5e-6
-    classifier_max_grad_norm: float | None = 1.0
-    logit_clip: float | None = 5.0
+    loss: str                           # confusion | minimax | gan (Table 2)
+    mode: str                           # momentum | single (n = 1) | repeat (current step n times)
+    momentum_steps: int                 # n: steps the queue holds (code: dc_rep_steps)
+    chunk: int                          # queue entries per classifier step (code: dc_rep_step_per_batch)
+    lambda0: float                      # initial weight of the adversarial loss
+    lambda_half_life: float | None      # steps per halving of λ (code: lamb_reduce_to_half_steps); null: constant
+    classifier_lr: float
+    classifier_max_grad_norm: float | None
+    logit_clip: float | None
     seed: int = 0                       # classifier initialisation and target-triple order
     target_query_max_length: int | None = None  # the target's queries at another length than the source's
                                         # (code: --max_query_length_tgd, 512 for ArguAna); null: the encoder's

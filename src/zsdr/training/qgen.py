@@ -83,7 +83,7 @@ def build_generator_task(spec: dict) -> GeneratorTask:
     ``dataset`` (BEIR folder), ``split`` ("train"), ``max_length`` (passage tokens, 256),
     ``query_max_length`` (64), ``max_examples`` (null: every positive pair), ``dropout`` (null keeps
     the checkpoint's) and ``train.seed``."""
-    torch.manual_seed(int(spec.get("train", {}).get("seed", 42)))
+    torch.manual_seed(int(spec["train"]["seed"]))
     generator = QueryGenerator.from_pretrained(spec["init"], max_length=spec.get("max_length", DEFAULT_MAX_LENGTH),
                                                query_max_length=spec.get("query_max_length", DEFAULT_QUERY_MAX_LENGTH))
     dropout = spec.get("dropout")

@@ -400,7 +400,7 @@ def build_mixture_task(spec: dict) -> MixtureTask:
     when the init model has none), ``dropout``, ``train.seed``."""
     from zsdr.models.encoder import Encoder, set_dropout
 
-    seed = int(spec["train"].get("seed", 42))
+    seed = int(spec["train"]["seed"])
     encoder = Encoder.from_pretrained(spec["init"], retrieval=False, **spec.get("encoder", {}))
     soft = spec.get("soft_tokens")
     if soft and not encoder.config.soft_tokens:
@@ -409,5 +409,5 @@ def build_mixture_task(spec: dict) -> MixtureTask:
     encoder.train()
     tables = Path(spec["checkpoint_dir"]) / PAIRS_TABLES if spec.get("checkpoint_dir") else None
     sets = load_sets(spec["sets"], seed, tables=tables)
-    return MixtureTask(encoder, sets, scale=spec.get("scale", 1.0), seed=seed,
-                       group_negatives=spec.get("group_negatives", True), soft_tokens=bool(soft))
+    return MixtureTask(encoder, sets, scale=spec["scale"], seed=seed,
+                       group_negatives=spec["group_negatives"], soft_tokens=bool(soft))

@@ -10,7 +10,8 @@ the keys, types and defaults of the term's ``config_class`` from the module's so
 it, and :func:`zsdr.workflow.config_schema` adds them under ``recipes.<name>.<section>``), and the planner
 passes the section into the training spec and lists the module among the training's code. A section the
 schema file writes out itself (``berm``, ``modir``, ``dro``, with their descriptions) must name only keys
-of the term's dataclass, with its defaults (tests/test_terms.py).
+of the term's dataclass, and holds their defaults alone: the dataclass gives none of them
+(tests/test_term_schema.py, tests/test_defaults.py).
 """
 
 from __future__ import annotations

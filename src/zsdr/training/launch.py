@@ -1,36 +1,16 @@
-"""Recipes: a recipe composes a model, a batch source and loss terms, then runs the one Trainer.
+"""Running a training: one recipe spec (:mod:`zsdr.training.recipes`) trained in this process, or in the
+processes started for it.
 
-A recipe is described by a *spec* (a JSON-able dict, the ``recipes.<name>`` config section
-resolved by the workflow into paths): :func:`run_spec` trains it in this process, and
-``zsdr train SPEC.json`` does the same from the command line, which is what ``torchrun`` /
-``accelerate launch`` start once per process for multi-GPU and multi-node runs.
-
-Spec keys shared by every recipe: ``kind`` (``bi_encoder`` | ``cross_encoder`` | ``reader`` | ``mlm`` | ``coco`` |
-``mixture`` | ``generator``),
-``init`` (model folder or Hugging Face id), ``dataset`` (BEIR folder with the texts), ``negatives``
-(negatives file; readers have none), ``systems`` (which negative systems of that file; null = all),
-``teacher`` (teacher-score file or null), ``out`` (model folder), ``checkpoint_dir``, ``train`` (:class:`TrainConfig`
-fields; ``schedule_offset`` places an ANCE episode inside one run-wide schedule), ``dropout`` (the
-recipe's, else ``training.dropout``; null keeps the checkpoint's), ``max_examples``, ``info`` (copied into
-``training.json``). Bi-encoders add ``encoder`` (:class:`~zsdr.models.encoder.EncoderConfig`
-overrides), ``loss``, ``negatives_per_query``, ``scale`` and optionally ``berm`` (BERM's R1/R2 loss
-term, :class:`zsdr.training.berm_term.BermConfig`: ``labels`` file, ``r1_weight``, ``r2_weight``,
-``double_softmax``, ``r1_reduction``), ``modir`` (MoDIR's adversarial term, :class:`zsdr.training.modir.ModirConfig`:
-``triples`` and ``target`` plus the classifier and loss settings), ``dro`` (COCO-DR's iDRO or the
-GroupDRO baseline over query clusters, ``pairwise_nll`` only, :class:`zsdr.training.idro.DroConfig`:
-``kind``, ``clusters_file``, ``clusters`` and the weight-update settings; these three are the loss terms
-registered in :data:`zsdr.training.terms.TERMS`, and any registered term's section is read the same way) and ``rem`` (DDR: :class:`zsdr.models.adapters.RemConfig`; the ``init`` model is
-frozen and only the REM trains); masked-LM pretraining (``mlm``, DDR's DAMs) ``max_length`` and
-``mlm_probability`` (:func:`zsdr.pretrain.mlm.build_mlm_task`); COCO pretraining (``coco``, COCO-DR) has
-``spans`` (span files, no ``dataset``), ``max_length``, ``mlm_probability``, ``head_layers``, ``skip_from``,
-``late_mlm``, ``contrastive_weight`` and ``backbone_dropout`` (:func:`zsdr.pretrain.coco.build_coco_task`); RMSC's
-joint training (``mixture``) has ``sets`` (supervision sets, no ``dataset``), ``encoder``, ``scale``,
-``group_negatives`` and ``soft_tokens`` (:func:`zsdr.training.rmsc.build_mixture_task`); cross-encoders ``max_length`` and
-``negatives_per_query``; readers ``max_length`` and ``units`` (the ``units.jsonl`` answer spans, of
-which only the pairs of the dataset's ``train`` qrels are used); query generators (``generator``, RMSC's QGen:
-a seq2seq model trained on passage -> query, :func:`zsdr.training.qgen.build_generator_task`) ``split`` (whose
-qrels give the positive pairs, default ``train``), ``max_length`` (passage tokens, 256) and ``query_max_length``
-(64), with ``init`` a seq2seq folder (:func:`zsdr.models.generator.build_tiny_generator`) or Hugging Face id.
+:func:`run_spec` trains a spec in this process: the task the recipe builds, its loop settings (``loop``: the
+batch-preparing workers and compiling, config ``training.loader_workers`` and ``training.compile``) and
+checkpoints handed to the one :class:`~zsdr.training.trainer.Trainer`; ``zsdr train SPEC.json`` runs it from the
+command line. :func:`launch` is what a workflow training job runs. One process trains the spec in itself
+(:func:`run_spec`); several (per node, or on several nodes) are started by
+``torchrun`` (:func:`torchrun_command`; on several nodes one ``srun`` step of one torchrun agent a node,
+:func:`srun_environment`), or by a configured launcher such as ``accelerate launch``, each process running
+``zsdr train SPEC.json``. The launching process holds the checkpoint folder's lock, builds the training
+arrays the processes map, passes time-limit and preemption signals on, and turns a failed step into one
+line naming the node or tasks it lost (:func:`step_failure`).
 """
 
 from __future__ import annotations
@@ -51,133 +31,9 @@ from zsdr.argtypes import positive_int
 from zsdr.devices import THREAD_VARIABLES
 from zsdr.io import job_outputs_environment
 from zsdr.training.lock import LOCK_WAIT, checkpoint_lock
+from zsdr.training.recipes import build_task, spec_fingerprint, training_arrays, training_set
 
 log = logging.getLogger(__name__)
-
-KINDS = ("bi_encoder", "cross_encoder", "reader", "mlm", "coco", "mixture", "generator")
-
-
-def _fingerprint(spec: dict) -> str:
-    from zsdr.training.terms import term_input_files
-    from zsdr.training.checkpoints import fingerprint_of
-
-    files = [spec[k] for k in ("negatives", "teacher", "units") if spec.get(k)]
-    files += term_input_files(spec)
-    if spec.get("kind") == "coco":
-        files += [spec["spans"]] if isinstance(spec["spans"], str) else list(spec["spans"])
-    elif spec.get("kind") == "mixture":
-        for entry in spec["sets"]:
-            files += [str(Path(entry["dataset"]) / "corpus.jsonl")] + ([entry["pairs"]] if entry.get("pairs") else [])
-    else:
-        files += [str(Path(spec["dataset"]) / "corpus.jsonl")]
-    init = Path(spec["init"])
-    if init.is_dir():
-        files += sorted(str(p) for p in init.iterdir() if p.is_file())
-    # how the loop runs (loop: batch workers, compiling) changes no batch: a checkpoint serves either way
-    keep = {k: v for k, v in spec.items() if k not in ("info", "checkpoint_dir", "progress", "loop")}
-    return fingerprint_of(keep, files)
-
-
-def training_arrays(spec: dict) -> Path | None:
-    """Where a bi-encoder / cross-encoder spec's training arrays live: in its checkpoint folder, named by
-    the fingerprint of the spec and its inputs (a new negatives file or teacher gets new arrays), so the
-    processes of a job map one copy and a resumed job finds it; None without a checkpoint folder."""
-    if spec.get("kind", "bi_encoder") not in ("bi_encoder", "cross_encoder") or not spec.get("checkpoint_dir"):
-        return None
-    return Path(spec["checkpoint_dir"]) / f"arrays-{_fingerprint(spec)}"
-
-
-def training_set(spec: dict):
-    """The spec's :class:`~zsdr.data.training_set.TrainingSet` (its arrays built first when missing)."""
-    from zsdr.data.training_set import TrainingSet
-
-    return TrainingSet(spec["dataset"], spec["negatives"], systems=spec.get("systems"), teacher=spec.get("teacher"),
-                       max_examples=spec.get("max_examples"), arrays=training_arrays(spec),
-                       unit=spec.get("examples", "queries"))
-
-
-def build_task(spec: dict):
-    """The task (``nn.Module``) a spec trains."""
-    import torch
-
-    from zsdr.models.encoder import set_dropout
-    from zsdr.training.tasks import BiEncoderTask, CrossEncoderTask
-
-    kind = spec.get("kind", "bi_encoder")
-    if kind not in KINDS:
-        raise ValueError(f"recipe kind {kind!r}: expected one of {', '.join(KINDS)}")
-    seed = int(spec["train"].get("seed", 42))
-    torch.manual_seed(seed)
-    if kind == "mlm":
-        from zsdr.pretrain.mlm import build_mlm_task
-
-        return build_mlm_task(spec)
-    if kind == "coco":
-        from zsdr.pretrain.coco import build_coco_task
-
-        return build_coco_task(spec)
-    if kind == "mixture":
-        from zsdr.training.rmsc import build_mixture_task
-
-        return build_mixture_task(spec)
-    if kind == "generator":
-        from zsdr.training.qgen import build_generator_task
-
-        return build_generator_task(spec)
-    if kind == "reader":
-        from zsdr.models.reader import Reader
-        from zsdr.training.data import reader_examples
-        from zsdr.training.tasks import ReaderTask
-
-        reader = Reader.from_pretrained(spec["init"], max_length=spec.get("max_length", 384))
-        set_dropout(reader.model, spec.get("dropout"))
-        reader.train()
-        examples = reader_examples(spec["dataset"], spec["units"], max_examples=spec.get("max_examples"))
-        return ReaderTask(reader, examples)
-    data = training_set(spec)
-    if kind == "cross_encoder":
-        from zsdr.models.cross_encoder import CrossEncoder
-
-        model = CrossEncoder.from_pretrained(spec["init"], head=spec.get("head", "cls"),
-                                             max_length=spec.get("max_length", 256))
-        set_dropout(model.model, spec.get("dropout"))
-        model.train()
-        return CrossEncoderTask(model, data, negatives=spec.get("negatives_per_query", 7), seed=seed)
-    from zsdr.models.encoder import Encoder
-
-    # a trained init continues from the settings it was trained at, not those its system retrieves with
-    encoder = Encoder.from_pretrained(spec["init"], head=spec.get("head"), retrieval=False, **spec.get("encoder", {}))
-    encoder.retrieval = dict(spec.get("retrieval") or {})
-    set_dropout(encoder.backbone, spec.get("dropout"))
-    if spec.get("rem"):
-        from zsdr.models.adapters import RemConfig
-
-        encoder.add_rem(RemConfig.from_dict(spec["rem"]))  # freezes the DAM: only the REM trains
-    encoder.train()
-    from zsdr.training.terms import build_terms
-
-    return BiEncoderTask(encoder, data, loss=spec["loss"], negatives=spec.get("negatives_per_query", 1),
-                         scale=spec.get("scale", 1.0), seed=seed, terms=build_terms(spec, encoder))
-
-
-def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
-    """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
-    from zsdr.training.config import TrainConfig
-    from zsdr.training.trainer import Trainer
-
-    cfg = TrainConfig.from_dict(spec["train"])
-    task = build_task(spec)
-    loop = spec.get("loop") or {}
-    trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
-                      fingerprint=_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
-                      workers=loop.get("workers"), compile=bool(loop.get("compile")),
-                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
-                            "spans": spec.get("spans"),
-                            "negatives": spec.get("negatives"), "units": spec.get("units"),
-                            "teacher": spec.get("teacher"),
-                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query"),
-                            **({"sets": spec["sets"]} if spec.get("sets") else {})})
-    return trainer.train()
 
 
 def first_host(nodelist: str) -> str:
@@ -455,17 +311,37 @@ class _outlive_stop_signals:
         return False
 
 
+def run_spec(spec: dict, *, cpu: bool | None = None, progress: bool = True, stop_after: int | None = None) -> Path | None:
+    """Train the recipe ``spec`` in this process (one of several under torchrun / accelerate launch)."""
+    from zsdr.training.config import TrainConfig
+    from zsdr.training.trainer import Trainer
+
+    cfg = TrainConfig.from_dict(spec["train"])
+    task = build_task(spec)
+    loop = spec.get("loop") or {}
+    trainer = Trainer(task, cfg, spec["out"], checkpoint_dir=spec.get("checkpoint_dir"),
+                      fingerprint=spec_fingerprint(spec), cpu=cpu, progress=progress, stop_after=stop_after,
+                      workers=loop.get("workers"), compile=bool(loop.get("compile")),
+                      info={"recipe": spec.get("info", {}), "init": spec["init"], "dataset": spec.get("dataset"),
+                            "spans": spec.get("spans"),
+                            "negatives": spec.get("negatives"), "units": spec.get("units"),
+                            "teacher": spec.get("teacher"),
+                            "loss": spec.get("loss"), "negatives_per_query": spec.get("negatives_per_query"),
+                            **({"sets": spec["sets"]} if spec.get("sets") else {})})
+    return trainer.train()
+
+
 def cmd_train(args) -> int:
     from zsdr.io import read_json
 
     from zsdr.io import DataError
 
-    spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes)")
+    spec = read_json(args.spec, "write the spec as one JSON object (see zsdr.training.recipes and zsdr.training.launch)")
     missing = [k for k in SPEC_KEYS if k not in spec]
     if missing:
         raise DataError(args.spec, None, f"the spec has no {', '.join(repr(k) for k in missing)} "
                         f"(a spec needs {', '.join(SPEC_KEYS)})",
-                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes")
+                        "use the spec the workflow's train rule writes, or see zsdr.training.recipes and zsdr.training.launch")
     if args.log_info:
         logging.getLogger().setLevel(logging.INFO)
     run_spec(spec, cpu=True if args.cpu else None, progress=not args.quiet, stop_after=args.stop_after)
@@ -477,7 +353,7 @@ SPEC_KEYS = ("init", "out", "train")   # what every recipe spec carries (run_spe
 
 def register_cli(sub) -> None:
     p = sub.add_parser("train", help="train a recipe spec (JSON); run under torchrun for several processes")
-    p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes)")
+    p.add_argument("spec", help="JSON file: the resolved recipe (see zsdr.training.recipes and zsdr.training.launch)")
     p.add_argument("--cpu", action="store_true", help="train on the CPU even where a GPU is present")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--log-info", action="store_true",
