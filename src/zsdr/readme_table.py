@@ -23,9 +23,10 @@ from pathlib import Path
 START = "<!-- table1-mini: written by `python -m zsdr.readme_table` from results/table1.csv -->"
 END = "<!-- table1-mini: end -->"
 DECIMALS = 3
-TOLERANCE = 0.03
+TOLERANCE = 0.05
 """The largest difference (nDCG@10, absolute) allowed between a cell of the README's table and the same
-cell of a mini run on another machine."""
+cell of a mini run on another machine: the same CPU with its math kernels limited to AVX2 instead of AVX-512
+moved a cell by at most 0.030 (the README says which), and another CPU may differ more."""
 
 FIXED = ("system", "paper", "description", "role", "target_mean")
 
