@@ -19,7 +19,8 @@ def walks() -> dict[str, tuple[int, list[tuple[str, str]]]]:
     for block in re.split(r"\n(?=`[^`]+` \()", body)[1:]:
         head = re.match(r"`([^`]+)` \(.*?\), (\d+) files:", block, re.S)
         assert head, f"{GUIDE}: a walk's first line is '`<key>` (<what>), <n> files:': {block[:80]!r}"
-        steps = re.findall(r"^\d+\. `([^`]+)`(.*?)(?=^\d+\. |\Z)", block, re.S | re.M)
+        # a step runs to the next step, or to a paragraph after the list (a blank line, then an unindented line)
+        steps = re.findall(r"^\d+\. `([^`]+)`(.*?)(?=^\d+\. |\n\n(?=\S)|\Z)", block, re.S | re.M)
         out[head.group(1)] = (int(head.group(2)), [(path, rest) for path, rest in steps])
     return out
 
