@@ -65,9 +65,10 @@ CLUSTERS_FIX = "write the file with the query clustering step (zsdr.training.idr
 
 
 # ------------------------------------------------------------------------------------ clusters
-def kmeans(embeddings: np.ndarray, k: int, seed: int, niter: int = 500, nredo: int = 5, *,
+def kmeans(embeddings: np.ndarray, k: int, seed: int, niter: int, nredo: int, *,
            threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
     """faiss K-means of ``embeddings`` ``(n, d)``: ``(assignments int64 (n,), centroids float32 (k, d))``.
+    ``niter`` and ``nredo`` come from config `cocodr.clustering` (its schema holds their defaults).
 
     ``faiss.Kmeans(d, k, niter, nredo, seed)`` (faiss's defaults otherwise, as the official code:
     at most 256 training points per centroid, sampled with ``seed``), then each embedding's nearest
