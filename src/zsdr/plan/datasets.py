@@ -122,9 +122,13 @@ class Datasets:
             return self.downloads_of(wc.dataset)
         return [str(f) for f in registry.local_files(folder)]
 
+    def data_folder(self, name: str) -> str:
+        """``data/<name>``: the converted dataset's folder, as the jobs that read it are given it."""
+        return f"{self.paths.data}/{name}"
+
     def dataset_marker(self, name: str) -> str:
         """``data/<name>/dataset.json`` is written last, once the folder is complete and valid."""
-        return f"{self.paths.data}/{name}/dataset.json"
+        return f"{self.data_folder(name)}/dataset.json"
 
     def shard_corpus(self, wc: Any) -> list[str]:
         """What an encode shard reads: the dataset, and for a corpus in several shards its store too (each

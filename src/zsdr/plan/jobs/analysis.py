@@ -25,7 +25,7 @@ class BermUnitAnalysisJob(RuleJob):
 def berm_unit_analysis_job(plan: Any, wc: Any) -> BermUnitAnalysisJob:
     systems = plan.systems
     return BermUnitAnalysisJob(
-        model=systems.dense_model(wc.system, wc.dataset), dataset=f"{plan.paths.data}/{wc.dataset}",
+        model=systems.dense_model(wc.system, wc.dataset), dataset=plan.datasets.data_folder(wc.dataset),
         options=systems.encoder_options(wc.system, wc.dataset), meta={"dataset": wc.dataset, "system": wc.system},
         scale=systems.system_scale(wc.system), dense=plan.dense_settings,
     )

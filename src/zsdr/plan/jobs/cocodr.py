@@ -115,7 +115,7 @@ def metrics_file(plan: Any, dataset: str, key: str) -> str:
 @builds(SpansJob, "coco_spans", "coco_spans_shard")
 def spans_job(plan: Any, wc: Any) -> SpansJob:
     shard = hasattr(wc, "shard")  # one shard's rows: nothing to merge
-    return SpansJob(dataset=os.path.dirname(plan.dataset_marker(wc.corpus)), tokenizer=spans_tokenizer(plan),
+    return SpansJob(dataset=plan.datasets.data_folder(wc.corpus), tokenizer=spans_tokenizer(plan),
                     parts=[] if shard else plan.cocodr.span_parts(wc.corpus), spans=plan.cocodr.section["spans"],
                     seed=plan.config["seed"])
 
@@ -124,7 +124,7 @@ def spans_job(plan: Any, wc: Any) -> SpansJob:
 def cluster_queries_job(plan: Any, wc: Any) -> ClusterQueriesJob:
     job = plan.cluster_job(wc.run, wc.source)
     return ClusterQueriesJob(model=job.model, options=job.options,
-                             dataset=os.path.dirname(plan.dataset_marker(wc.source)), clusters=job.clusters,
+                             dataset=plan.datasets.data_folder(wc.source), clusters=job.clusters,
                              clustering=plan.cocodr.section["clustering"], seed=job.seed, dense=plan.dense_settings)
 
 
@@ -163,8 +163,8 @@ def clusters_job(plan: Any, wc: Any) -> ClustersJob:
         raise ValueError(f"config key cocodr.table4.dataset: {table4!r} is not one of datasets.targets "
                          f"({', '.join(datasets.targets)}): Table 4 lists target queries")
     return ClustersJob(
-        source=os.path.dirname(plan.dataset_marker(datasets.source)),
-        targets={d: f"{plan.paths.data}/{d}" for d in datasets.targets},
+        source=plan.datasets.data_folder(datasets.source),
+        targets={d: plan.datasets.data_folder(d) for d in datasets.targets},
         splits={d: datasets.eval_split(d) for d in datasets.targets},
         with_idro=side("with_idro"), without_idro=side("without_idro"),
         metrics={d: {k: metrics_file(plan, d, k) for k in IDRO_SIDES} for d in datasets.targets},

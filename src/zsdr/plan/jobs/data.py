@@ -82,10 +82,10 @@ def convert_job(plan: Any, wc: Any) -> ConvertJob:
 @builds(TinyBackboneJob, "tiny_backbone")
 def tiny_backbone_job(plan: Any, wc: Any) -> TinyBackboneJob:
     return TinyBackboneJob(build=plan.config["backbones"][wc.backbone]["build"],
-                           datasets=[f"{plan.paths.data}/{n}" for n in plan.datasets.backbone_corpus[wc.backbone]],
+                           datasets=[plan.datasets.data_folder(n) for n in plan.datasets.backbone_corpus[wc.backbone]],
                            seed=plan.config["seed"])
 
 
 @builds(CorpusOverlapJob, "corpus_overlap")
 def corpus_overlap_job(plan: Any, wc: Any) -> CorpusOverlapJob:
-    return CorpusOverlapJob(dataset=f"{plan.paths.data}/{wc.dataset}", donor=f"{plan.paths.data}/{wc.donor}")
+    return CorpusOverlapJob(dataset=plan.datasets.data_folder(wc.dataset), donor=plan.datasets.data_folder(wc.donor))

@@ -40,20 +40,20 @@ class ShiftStatsJob(RuleJob):
 @builds(EvaluateJob, "evaluate", "evaluate_system", "evaluate_table1")
 def evaluate_job(plan: Any, wc: Any) -> EvaluateJob:
     evaluation = plan.config["evaluation"]
-    return EvaluateJob(dataset=f"{plan.paths.data}/{wc.dataset}", split=plan.datasets.eval_split(wc.dataset),
+    return EvaluateJob(dataset=plan.datasets.data_folder(wc.dataset), split=plan.datasets.eval_split(wc.dataset),
                        metrics=evaluation["metrics"],
                        ignore_identical_ids=wc.dataset in evaluation["ignore_identical_ids"])
 
 
 @builds(DatasetStatsJob, "dataset_stats")
 def dataset_stats_job(plan: Any, wc: Any) -> DatasetStatsJob:
-    return DatasetStatsJob(dataset=f"{plan.paths.data}/{wc.dataset}",
+    return DatasetStatsJob(dataset=plan.datasets.data_folder(wc.dataset),
                            doc_fields=plan.config["statistics"]["doc_fields"])
 
 
 @builds(ShiftStatsJob, "shift_stats")
 def shift_stats_job(plan: Any, wc: Any) -> ShiftStatsJob:
-    statistics, data = plan.config["statistics"], plan.paths.data
-    return ShiftStatsJob(source=f"{data}/{plan.datasets.source}", source_split=statistics["source_split"],
-                         target=f"{data}/{wc.dataset}", target_split=plan.datasets.eval_split(wc.dataset),
+    statistics, datasets = plan.config["statistics"], plan.datasets
+    return ShiftStatsJob(source=datasets.data_folder(datasets.source), source_split=statistics["source_split"],
+                         target=datasets.data_folder(wc.dataset), target_split=datasets.eval_split(wc.dataset),
                          max_docs=statistics["max_docs"])

@@ -56,14 +56,14 @@ class TeacherScoresJob(RuleJob):
 @builds(Bm25NegativesJob, "bm25_negatives")
 def bm25_negatives_job(plan: Any, wc: Any) -> Bm25NegativesJob:
     bm25 = plan.config["bm25"]
-    return Bm25NegativesJob(dataset=f"{plan.paths.data}/{wc.source}", depth=plan.recipes.training["bm25_negatives"],
+    return Bm25NegativesJob(dataset=plan.datasets.data_folder(wc.source), depth=plan.recipes.training["bm25_negatives"],
                             bm25={k: bm25[k] for k in ("k1", "b")}, language=plan.datasets.language(wc.source))
 
 
 @builds(MineNegativesJob, "mine_negatives")
 def mine_negatives_job(plan: Any, wc: Any) -> MineNegativesJob:
     mine = plan.mine_job(wc.run, wc.source)
-    return MineNegativesJob(model=mine.model, options=mine.options, dataset=f"{plan.paths.data}/{wc.source}",
+    return MineNegativesJob(model=mine.model, options=mine.options, dataset=plan.datasets.data_folder(wc.source),
                             mine=mine.mine, seed=mine.seed, max_examples=mine.max_examples,
                             dense=plan.dense_settings)
 
@@ -72,7 +72,7 @@ def mine_negatives_job(plan: Any, wc: Any) -> MineNegativesJob:
 def teacher_scores_job(plan: Any, wc: Any) -> TeacherScoresJob:
     teacher = plan.recipes.cross_encoders[wc.name]
     return TeacherScoresJob(model=f"{plan.paths.models}/cross-encoders/{wc.name}",
-                            dataset=f"{plan.paths.data}/{wc.source}", max_candidates=teacher["max_candidates"],
+                            dataset=plan.datasets.data_folder(wc.source), max_candidates=teacher["max_candidates"],
                             random_candidates=teacher["random_candidates"], seed=plan.recipes.training["seed"],
                             max_examples=plan.trainings.teacher_max_examples(wc.name, wc.source),
                             dense=plan.dense_settings)

@@ -42,18 +42,18 @@ class LabelUnitsJob(RuleJob):
 
 @builds(UnitStatsJob, "unit_stats")
 def unit_stats_job(plan: Any, wc: Any) -> UnitStatsJob:
-    return UnitStatsJob(dataset=f"{plan.paths.data}/{wc.dataset}", labels=plan.berm.labels,
+    return UnitStatsJob(dataset=plan.datasets.data_folder(wc.dataset), labels=plan.berm.labels,
                         max_pairs=plan.berm.label_max_pairs(wc.split), seed=plan.config["seed"])
 
 
 @builds(LabelUnitsShardJob, "label_units_shard")
 def label_units_shard_job(plan: Any, wc: Any) -> LabelUnitsShardJob:
     dense = plan.config["dense"]
-    return LabelUnitsShardJob(dataset=f"{plan.paths.data}/{wc.dataset}", labels=plan.berm.labels,
+    return LabelUnitsShardJob(dataset=plan.datasets.data_folder(wc.dataset), labels=plan.berm.labels,
                               reader=plan.berm.berm_reader(), max_pairs=plan.berm.label_max_pairs(wc.split),
                               seed=plan.config["seed"], device=dense["device"], precision=dense["precision"])
 
 
 @builds(LabelUnitsJob, "label_units")
 def label_units_job(plan: Any, wc: Any) -> LabelUnitsJob:
-    return LabelUnitsJob(dataset=f"{plan.paths.data}/{wc.dataset}", info={"split": wc.split, **plan.berm.labels})
+    return LabelUnitsJob(dataset=plan.datasets.data_folder(wc.dataset), info={"split": wc.split, **plan.berm.labels})

@@ -3,7 +3,6 @@ MoDIR's analysis tables and figures (docs/methods/modir.md; the plan stage zsdr.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,14 +75,9 @@ class ModirTable4Job(RuleJob):
     scale: str
 
 
-def _folder(plan: Any, dataset: str) -> str:
-    """A dataset's folder (the one its marker, ``dataset.json``, is written in)."""
-    return os.path.dirname(plan.dataset_marker(dataset))
-
-
 @builds(ModirTriplesJob, "modir_triples")
 def modir_triples_job(plan: Any, wc: Any) -> ModirTriplesJob:
-    return ModirTriplesJob(dataset=f"{plan.paths.data}/{wc.dataset}", split=plan.modir.section["triples_split"])
+    return ModirTriplesJob(dataset=plan.datasets.data_folder(wc.dataset), split=plan.modir.section["triples_split"])
 
 
 @builds(ModirDomainJob, "modir_domain")
@@ -91,7 +85,7 @@ def modir_domain_job(plan: Any, wc: Any) -> ModirDomainJob:
     systems = plan.systems
     return ModirDomainJob(
         model=systems.dense_model(wc.system, wc.dataset), options=systems.encoder_options(wc.system, wc.dataset),
-        source=_folder(plan, plan.datasets.source), target=_folder(plan, wc.dataset),
+        source=plan.datasets.data_folder(plan.datasets.source), target=plan.datasets.data_folder(wc.dataset),
         target_split=plan.datasets.eval_split(wc.dataset), analysis=plan.modir.section["analysis"],
         seed=plan.config["seed"], dense=plan.dense_settings,
     )
@@ -110,7 +104,7 @@ def modir_figure4_job(plan: Any, wc: Any) -> ModirFigure4Job:
     source, target, dense = plan.datasets.source, plan.modir.modir_dataset("figure4"), plan.config["dense"]
     return ModirFigure4Job(
         models=plan.figures.modir_tsne_models(), options=plan.figures.modir_tsne_models(options=True),
-        domains={source: f"{plan.paths.data}/{source}", target: f"{plan.paths.data}/{target}"},
+        domains={source: plan.datasets.data_folder(source), target: plan.datasets.data_folder(target)},
         points=plan.modir.section["figure4"]["points"], seed=plan.config["seed"], device=dense["device"],
         batch_size=dense["batch_size"],
     )
@@ -124,7 +118,7 @@ def modir_table4_job(plan: Any, wc: Any) -> ModirTable4Job:
     return ModirTable4Job(
         models=[systems.dense_model(s, target) for s in case],
         options=[systems.encoder_options(s, target) for s in case], systems=case,
-        source=_folder(plan, plan.datasets.source), target=_folder(plan, target),
+        source=plan.datasets.data_folder(plan.datasets.source), target=plan.datasets.data_folder(target),
         split=plan.datasets.eval_split(target), neighbours=table4["neighbours"],
         max_source_queries=table4["max_source_queries"], seed=plan.config["seed"], device=dense["device"],
         batch_size=dense["batch_size"], scale=plan.config["scale"],

@@ -30,7 +30,8 @@ class RegressionsJob(RuleJob):
 
 @builds(EvaluateRegressionJob, "evaluate_regression")
 def evaluate_regression_job(plan: Any, wc: Any) -> EvaluateRegressionJob:
-    return EvaluateRegressionJob(dataset=f"{plan.paths.data}/{wc.dataset}", split=plan.datasets.eval_split(wc.dataset),
+    datasets = plan.datasets
+    return EvaluateRegressionJob(dataset=datasets.data_folder(wc.dataset), split=datasets.eval_split(wc.dataset),
                                  metrics=plan.regressions.metrics,
                                  ignore_identical_ids=wc.dataset in plan.config["evaluation"]["ignore_identical_ids"])
 

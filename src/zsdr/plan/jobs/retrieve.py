@@ -59,14 +59,11 @@ class DenseSearchGroupJob(RuleJob):
     dense: Settings
 
 
-def _data(plan: Any, dataset: str) -> str:
-    return f"{plan.paths.data}/{dataset}"
-
-
 @builds(EncodeCorpusJob, "encode_corpus")
 def encode_corpus_job(plan: Any, wc: Any) -> EncodeCorpusJob:
     systems, donor = plan.systems, plan.evaluation.donor_inputs(wc)
-    return EncodeCorpusJob(model=systems.dense_model(wc.system, wc.dataset), dataset=_data(plan, wc.dataset),
+    return EncodeCorpusJob(model=systems.dense_model(wc.system, wc.dataset),
+                           dataset=plan.datasets.data_folder(wc.dataset),
                            options=systems.encoder_options(wc.system, wc.dataset),
                            donor=(list(donor[:-1]), donor[-1]) if donor else None, dense=plan.dense_settings)
 
@@ -74,7 +71,8 @@ def encode_corpus_job(plan: Any, wc: Any) -> EncodeCorpusJob:
 @builds(EncodeQueriesJob, "encode_queries")
 def encode_queries_job(plan: Any, wc: Any) -> EncodeQueriesJob:
     systems = plan.systems
-    return EncodeQueriesJob(model=systems.dense_model(wc.system, wc.dataset), dataset=_data(plan, wc.dataset),
+    return EncodeQueriesJob(model=systems.dense_model(wc.system, wc.dataset),
+                            dataset=plan.datasets.data_folder(wc.dataset),
                             options=systems.encoder_options(wc.system, wc.dataset), dense=plan.dense_settings)
 
 
@@ -86,7 +84,8 @@ def search_shard_job(plan: Any, wc: Any) -> SearchShardJob:
 @builds(DenseSearchJob, "dense_search")
 def dense_search_job(plan: Any, wc: Any) -> DenseSearchJob:
     systems = plan.systems
-    return DenseSearchJob(model=systems.dense_model(wc.system, wc.dataset), dataset=_data(plan, wc.dataset),
+    return DenseSearchJob(model=systems.dense_model(wc.system, wc.dataset),
+                          dataset=plan.datasets.data_folder(wc.dataset),
                           split=plan.datasets.eval_split(wc.dataset),
                           options=systems.encoder_options(wc.system, wc.dataset), dense=plan.dense_settings,
                           scattered=plan.evaluation.scattered(wc.dataset))

@@ -63,7 +63,7 @@ def weak_pairs_job(plan: Any, wc: Any) -> WeakPairsJob:
     rmsc, dense = plan.rmsc, plan.config["dense"]
     generator = plan.refs.generator_path(rmsc.qgen["generator"]) if wc.method == "qgen" else None
     return WeakPairsJob(
-        dataset=os.path.dirname(plan.dataset_marker(wc.corpus)), method=wc.method, weak=rmsc.weak,
+        dataset=plan.datasets.data_folder(wc.corpus), method=wc.method, weak=rmsc.weak,
         qgen=Settings(rmsc.qgen), tokenizer=plan.refs.model_ref(rmsc.weak_tokenizer), generator=generator,
         seed=plan.config["seed"], device=dense["device"], precision=dense["precision"],
         summary=Note(rmsc.weak_summary(wc)),

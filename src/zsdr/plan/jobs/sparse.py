@@ -33,13 +33,13 @@ class Bm25Job(RuleJob):
 
 @builds(LuceneIndexJob, "lucene_index")
 def lucene_index_job(plan: Any, wc: Any) -> LuceneIndexJob:
-    return LuceneIndexJob(dataset=f"{plan.paths.data}/{wc.dataset}", language=plan.datasets.language(wc.dataset))
+    return LuceneIndexJob(dataset=plan.datasets.data_folder(wc.dataset), language=plan.datasets.language(wc.dataset))
 
 
 @builds(Bm25Job, "bm25")
 def bm25_job(plan: Any, wc: Any) -> Bm25Job:
     bm25, system = plan.config["bm25"], plan.systems.by_name[wc.system]
-    return Bm25Job(dataset=f"{plan.paths.data}/{wc.dataset}", split=plan.datasets.eval_split(wc.dataset),
+    return Bm25Job(dataset=plan.datasets.data_folder(wc.dataset), split=plan.datasets.eval_split(wc.dataset),
                    fields=system["fields"], rm3=bm25["rm3"] if system["rm3"] else None,
                    language=plan.datasets.language(wc.dataset), k1=bm25["k1"], b=bm25["b"], depth=bm25["depth"],
                    remove_query=bm25["remove_query"])
