@@ -85,9 +85,7 @@ rule pretrain_coco:
         PLAN.dense_env
     threads: lambda wc: PLAN.coco_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.coco_job(wc.name)),
-        mem_mb=lambda wc: PLAN.coco_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.coco_job(wc.name)),
     params:
         **PLAN.params("pretrain_coco"),
     message:

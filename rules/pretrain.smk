@@ -19,9 +19,7 @@ rule train_dam:
         PLAN.dense_env
     threads: lambda wc: PLAN.dam_job(wc.dam).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.dam_job(wc.dam)),
-        mem_mb=lambda wc: PLAN.dam_job(wc.dam).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.dam_job(wc.dam)),
     params:
         **PLAN.params("train_dam"),
     message:

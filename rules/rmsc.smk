@@ -50,9 +50,7 @@ rule train_generator:
         PLAN.dense_env
     threads: lambda wc: PLAN.generator_job(wc.name).threads
     resources:
-        **PLAN.training_resources(lambda wc: PLAN.generator_job(wc.name)),
-        mem_mb=lambda wc: PLAN.generator_job(wc.name).memory,
-        runtime=PLAN.training_runtime,
+        **PLAN.training_request(lambda wc: PLAN.generator_job(wc.name)),
     params:
         **PLAN.params("train_generator"),
     message:

@@ -101,19 +101,34 @@ def test_a_job_is_built_once_and_frozen():
 @pytest.mark.parametrize("scale", sorted(CONFIGS))
 def test_a_training_jobs_shape_is_what_its_rule_asks_the_scheduler_for(scale):
     """A job's `shape` (its message's resources, not compared for reruns) is built from the plan: the same
-    line as Resources.job_shape of the resources and threads Snakemake planned for it."""
+    line as Resources.job_shape of the resources and threads Snakemake planned for it. A training rule's job is
+    made of the plan's bundle of that training (zsdr.plan.jobs.training.BUNDLES): its spec is the bundle's."""
+    from zsdr.plan.jobs.training import BUNDLES
     from zsdr.plan.resources import Resources
 
     load_builders()
-    checked = 0
+    checked, trainings = 0, set()
     for rule, scales in GOLDEN_JOBS.items():
         if rule not in BUILDERS or "shape" not in BUILDERS[rule][0].field_names():
             continue
         for golden in scales.get(scale, []):
-            job = plan(scale).job(rule, SimpleNamespace(**golden["wildcards"]))
+            wc = SimpleNamespace(**golden["wildcards"])
+            job = plan(scale).job(rule, wc)
             assert str(job.shape) == Resources.job_shape(golden["resources"], golden["threads"]), (rule, golden)
+            if rule in BUNDLES:
+                assert job.spec is BUNDLES[rule](plan(scale), wc).spec, (rule, golden["wildcards"])
+                trainings.add(rule)
             checked += 1
     assert checked, "no job with a shape"
+    assert "train" in trainings
+
+
+def test_the_paper_shape_names_the_nodes_and_cpus_per_gpu():
+    """An 8-GPU training on the paper config's nodes of 4 GPUs: 2 nodes, 8 CPUs per GPU."""
+    p = plan("paper")
+    run = p.recipes.recipe_run("cocodr-base")
+    assert str(p.job("train", {"run": run}).shape) == (
+        f"8 GPU(s), 2 node(s), 64 CPUs (8 per GPU), {p.train_job(run).memory} MB, {p.training_runtime} min")
 
 
 REGRESSIONS_TARGET = "regressions/results/regressions.csv"
